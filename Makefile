@@ -1,0 +1,71 @@
+# sockscale: sidecarless Knative-style serving. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO        ?= go
+# Tools and pinned Kubernetes binaries are built once into a per-user cache
+# that outlives checkouts (a fresh CI clone reuses them).
+CACHE_DIR ?= $(HOME)/.cache/sockscale
+BIN_DIR   ?= $(CURDIR)/bin
+export CACHE_DIR
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} \
+	/^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } \
+	/^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install the Debian packages the build and tests need (only those missing).
+	@bash hack/ensure-deps.sh
+
+##@ Development
+
+.PHONY: generate
+generate: deps ## Regenerate the BPF objects and Go bindings (bpf2go).
+	cd bpf && $(GO) generate ./...
+
+.PHONY: verify
+verify: generate ## Regenerate everything and fail if the tree differs from what is committed.
+	@if [ -n "$$(git status --porcelain -- bpf)" ]; then \
+	  git status --porcelain -- bpf; git diff --stat -- bpf; \
+	  echo "verify: generated files are out of date; run 'make generate' and commit" >&2; exit 1; fi
+
+.PHONY: fmt
+fmt: ## gofmt the tree.
+	gofmt -l -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## go vet every package.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: vet ## Static checks: gofmt and go vet (golangci-lint when installed).
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; fi
+
+##@ Build
+
+.PHONY: build
+build: ## Build the binaries into ./bin.
+	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/...
+
+##@ Test
+
+.PHONY: test
+test: deps lint verify test-unit test-bpf ## Everything CI runs (the README's test command).
+
+.PHONY: test-unit
+test-unit: ## Unit tests (no privileges needed).
+	$(GO) test -count=1 ./...
+
+.PHONY: test-bpf
+test-bpf: ## Real-kernel BPF tests (root; CI=true turns skips into failures).
+	$(GO) test -count=1 -v -run 'Kernel' ./bpf/... 2>&1 | tail -n 80
+
+.PHONY: bench
+bench: deps ## Benchmarks: data-path cost, accuracy, agent footprint (prints tables).
+	$(GO) run ./hack/bench

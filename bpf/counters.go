@@ -1,0 +1,48 @@
+package bpf
+
+import (
+	"net/netip"
+	"time"
+)
+
+// RequestCounters describe the requests of one kind (all, or only those that
+// came through an activator) that one pod has served since it was added to
+// the pod map.
+type RequestCounters struct {
+	// InFlight is the number of requests started and not yet completed.
+	InFlight int64
+	// Started and Completed count requests since the pod was added.
+	Started, Completed uint64
+	// Area is the time integral of InFlight since the pod was added: one
+	// request in flight for one second adds one second. The average
+	// concurrency over a period is the growth of Area divided by the period.
+	Area time.Duration
+}
+
+// PodCounters is one pod's accounting at one instant.
+type PodCounters struct {
+	// Requests counts every request the pod served, proxied ones included.
+	Requests RequestCounters
+	// Proxied counts the subset of Requests whose client was an activator.
+	Proxied RequestCounters
+	// ConnsInFlight is the number of open server-side connections.
+	ConnsInFlight int64
+	// ConnsTotal counts connections accepted since the pod was added.
+	ConnsTotal uint64
+	// OpaqueConnsInFlight and OpaqueConnsTotal count the connections whose
+	// bytes are not HTTP/1.x (TLS, h2, other protocols). Each such
+	// connection is accounted as one request for its whole life.
+	OpaqueConnsInFlight int64
+	OpaqueConnsTotal    uint64
+	// ProbesTotal counts requests that were recognised as health probes
+	// (kubelet, sockscale) and therefore not counted as load.
+	ProbesTotal uint64
+}
+
+// Snapshot is every tracked pod's counters, read at one kernel time.
+type Snapshot struct {
+	// At is the CLOCK_MONOTONIC time the areas were evaluated at.
+	At time.Duration
+	// Pods maps a pod's IPv4 address to its counters.
+	Pods map[netip.Addr]PodCounters
+}

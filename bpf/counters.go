@@ -46,3 +46,23 @@ type Snapshot struct {
 	// Pods maps a pod's IPv4 address to its counters.
 	Pods map[netip.Addr]PodCounters
 }
+
+// Events count what the kernel side could not account exactly.
+type Events struct {
+	// ConnMapFull counts connections not tracked because the connection map
+	// was full (MaxConns).
+	ConnMapFull uint64
+	// ParseLimit counts segments that needed more parse steps than a BPF
+	// program may take; their connection fell back to connection level.
+	ParseLimit uint64
+	// ParseError counts responses that were not valid HTTP/1.x; their
+	// connection fell back to connection level.
+	ParseError uint64
+}
+
+// Limits of the kernel maps (accounting.h).
+const (
+	MaxPods       = 4096
+	MaxConns      = 262144
+	MaxActivators = 1024
+)

@@ -1,0 +1,915 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//go:build ignore
+
+// In-kernel request accounting for sockscale.
+//
+// Three programs attach once at a cgroup v2 root and so see the TCP sockets
+// of every pod below it:
+//
+//   sockops          accepts and closes: creates and ends per-connection state
+//   cgroup_skb/in    bytes from clients: a request starts with its first bytes
+//   cgroup_skb/out   bytes to clients: an HTTP/1.x response parser ends it
+//
+// Pods are identified by the server socket's local IPv4 address through the
+// pods map, which the agent fills. Any other traffic costs one hash-map miss.
+//
+// Per pod we keep requests in flight (N), the sum of the start times of the
+// requests in flight (S) and the sum of the durations of completed requests
+// (C). The time integral of N up to time t is then C + N*t - S. The three are
+// updated together under the pod's bpf_spin_lock and read together by user
+// space with BPF_F_LOCK, so a snapshot is never torn.
+//
+// Sequence numbers, not packets, drive both directions: cgroup_skb ingress runs
+// before TCP's own sequence checks, so it sees retransmitted and out-of-order
+// segments, and egress sees retransmissions and GSO super-packets. Each side
+// remembers the next sequence number it has not seen and only ever looks at
+// bytes beyond it.
+//
+// Minimum kernel: 5.17 (bpf_loop); cmpxchg needs BPF v3 atomics (5.12).
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "accounting.h"
+
+#define AF_INET 2 // from sys/socket.h, which is not for BPF targets
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PODS);
+	__type(key, __u32);              // pod IPv4, network order
+	__type(value, struct pod_stats); // counters, see accounting.h
+} pods SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // memory follows the live connections
+	__type(key, struct conn_key);         // server side of one TCP connection
+	__type(value, struct conn);           // parser and request state
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ACTIVATORS);
+	__type(key, __u32);  // activator pod IPv4, network order
+	__type(value, __u8); // unused; presence is what counts
+} activators SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EV_MAX);
+	__type(key, __u32);   // enum event
+	__type(value, __u64); // how often it happened on this CPU
+} events SEC(".maps");
+
+static __always_inline void count_event(__u32 ev)
+{
+	__u64 *n = bpf_map_lookup_elem(&events, &ev);
+	// The verifier needs the NULL check even though ev < EV_MAX always.
+	if (n)
+		*n += 1;
+}
+
+// pod_of returns the pod's counters if the pod that owned the connection
+// still owns the address, else NULL (the pod is gone or its IP was reused).
+static __always_inline struct pod_stats *pod_of(const struct conn_key *key, const struct conn *c)
+{
+	struct pod_stats *p = bpf_map_lookup_elem(&pods, &key->pod_ip);
+
+	if (!p || p->id != c->pod_id)
+		return NULL;
+	return p;
+}
+
+static __always_inline void request_started(struct pod_stats *p, int proxied, __u64 now)
+{
+	bpf_spin_lock(&p->lock);
+	p->all.in_flight++;
+	p->all.started++;
+	p->all.start_sum_ns += now;
+	if (proxied) {
+		p->proxied.in_flight++;
+		p->proxied.started++;
+		p->proxied.start_sum_ns += now;
+	}
+	bpf_spin_unlock(&p->lock);
+}
+
+static __always_inline void request_completed(struct pod_stats *p, int proxied, __u64 start, __u64 now)
+{
+	__u64 took = now > start ? now - start : 0;
+
+	bpf_spin_lock(&p->lock);
+	p->all.in_flight--;
+	p->all.completed++;
+	p->all.start_sum_ns -= start;
+	p->all.done_sum_ns += took;
+	if (proxied) {
+		p->proxied.in_flight--;
+		p->proxied.completed++;
+		p->proxied.start_sum_ns -= start;
+		p->proxied.done_sum_ns += took;
+	}
+	bpf_spin_unlock(&p->lock);
+}
+
+// start_request moves the connection from idle to busy (or to probe, which
+// is not load) and counts it. Returns 1 if this call started it.
+static __always_inline int start_request(const struct conn_key *key, struct conn *c, __u32 kind, __u64 now)
+{
+	struct pod_stats *p;
+
+	// cmpxchg: two CPUs may run ingress for one socket at once (the hook runs
+	// before TCP takes the socket lock); only one of them starts the request.
+	if (__sync_val_compare_and_swap(&c->req, REQ_IDLE, kind) != REQ_IDLE)
+		return 0;
+	// Safe to write after the switch: no response can be parsed before this
+	// program returns and lets the request bytes reach the socket.
+	c->req_start_ns = now;
+	p = pod_of(key, c);
+	if (!p)
+		return 1;
+	if (kind == REQ_PROBE) {
+		__sync_fetch_and_add(&p->probes_total, 1);
+		return 1;
+	}
+	request_started(p, c->proxied, now);
+	return 1;
+}
+
+// end_request moves a busy or probing connection back to idle and counts a
+// completed request. Returns 1 if a counted request ended.
+static __always_inline int end_request(const struct conn_key *key, struct conn *c, __u64 now)
+{
+	struct pod_stats *p;
+
+	if (__sync_val_compare_and_swap(&c->req, REQ_PROBE, REQ_IDLE) == REQ_PROBE)
+		return 0;
+	if (__sync_val_compare_and_swap(&c->req, REQ_BUSY, REQ_IDLE) != REQ_BUSY)
+		return 0;
+	p = pod_of(key, c);
+	if (p)
+		request_completed(p, c->proxied, c->req_start_ns, now);
+	return 1;
+}
+
+// go_opaque switches a connection to connection-level accounting: from now
+// until it closes it is one request in flight, whatever its bytes are.
+static __always_inline void go_opaque(const struct conn_key *key, struct conn *c, __u64 now)
+{
+	struct pod_stats *p;
+
+	if (__sync_val_compare_and_swap(&c->opaque, 0, 1) != 0)
+		return;
+	p = pod_of(key, c);
+	if (p) {
+		__sync_fetch_and_add(&p->opaque_in_flight, 1);
+		__sync_fetch_and_add(&p->opaque_total, 1);
+	}
+	// A probe in progress is not load either way; an idle connection becomes
+	// a request; a busy one already is.
+	if (c->req == REQ_PROBE)
+		__sync_val_compare_and_swap(&c->req, REQ_PROBE, REQ_IDLE);
+	start_request(key, c, REQ_BUSY, now);
+}
+
+/* ---- sock_ops: connection lifecycle ---- */
+
+static __always_inline void on_established(struct bpf_sock_ops *skops)
+{
+	struct conn_key key = {
+		.pod_ip = skops->local_ip4,
+		.peer_ip = skops->remote_ip4,
+		.pod_port = bpf_htons((__u16)skops->local_port),
+		// remote_port holds the port in network order in its upper half
+		// on little endian; ntohl brings it to host order in the low half.
+		.peer_port = bpf_htons((__u16)bpf_ntohl(skops->remote_port)),
+	};
+	struct pod_stats *p = bpf_map_lookup_elem(&pods, &key.pod_ip);
+	struct conn c = {};
+
+	if (!p)
+		return;
+	c.pod_id = p->id;
+	c.rx_next = skops->rcv_nxt;
+	c.tx_next = skops->snd_nxt;
+	c.hash = FNV_OFFSET; // the response parser starts on an empty token
+	c.proxied = bpf_map_lookup_elem(&activators, &key.peer_ip) ? 1 : 0;
+	if (bpf_map_update_elem(&conns, &key, &c, BPF_ANY)) {
+		count_event(EV_CONN_MAP_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&p->conns_in_flight, 1);
+	__sync_fetch_and_add(&p->conns_total, 1);
+	// Ask for state changes so we see the connection end.
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+}
+
+// on_state_change ends the connection when the server closes its side
+// (FIN_WAIT1, LAST_ACK) or the socket dies (CLOSE, also after a reset):
+// a server that closed sends nothing more, so any response is complete.
+static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 state)
+{
+	struct conn_key key = {
+		.pod_ip = skops->local_ip4,
+		.peer_ip = skops->remote_ip4,
+		.pod_port = bpf_htons((__u16)skops->local_port),
+		.peer_port = bpf_htons((__u16)bpf_ntohl(skops->remote_port)),
+	};
+	struct pod_stats *p;
+	struct conn *c;
+	__u64 now;
+
+	if (state != BPF_TCP_FIN_WAIT1 && state != BPF_TCP_LAST_ACK && state != BPF_TCP_CLOSE)
+		return;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return;
+	if (__sync_val_compare_and_swap(&c->closed, 0, 1) == 0) {
+		now = bpf_ktime_get_ns();
+		end_request(&key, c, now);
+		p = pod_of(&key, c);
+		if (p) {
+			__sync_fetch_and_add(&p->conns_in_flight, -1);
+			if (c->opaque)
+				__sync_fetch_and_add(&p->opaque_in_flight, -1);
+		}
+	}
+	if (state == BPF_TCP_CLOSE)
+		bpf_map_delete_elem(&conns, &key);
+}
+
+SEC("sockops")
+int sockscale_sockops(struct bpf_sock_ops *skops)
+{
+	if (skops->family != AF_INET)
+		return 1;
+	switch (skops->op) {
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		on_established(skops);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		on_state_change(skops, skops->args[1]);
+		break;
+	}
+	return 1;
+}
+
+
+/* ---- parsing helpers ---- */
+
+static __always_inline __u8 lower(__u8 ch)
+{
+	return (ch >= 'A' && ch <= 'Z') ? ch + ('a' - 'A') : ch;
+}
+
+// token_add appends ch to the token whose length and hash are *pos and *hash.
+static __always_inline void token_add(__u8 *pos, __u32 *hash, __u8 ch)
+{
+	*hash = (*hash ^ ch) * FNV_PRIME;
+	if (*pos < 255)
+		*pos += 1;
+}
+
+static __always_inline void token_reset(__u8 *pos, __u32 *hash)
+{
+	*pos = 0;
+	*hash = FNV_OFFSET;
+}
+
+/* ---- request side: classify the bytes that start a request ---- */
+
+// What the parse loops need besides the connection's own fields.
+struct parse_ctx {
+	__u8 buf[SCAN_WINDOW]; // the window of packet bytes being parsed
+	struct __sk_buff *skb; // the packet, for the window loads
+	struct conn *c;        // parser state and scratch (see struct conn)
+};
+
+// scan_byte advances the request classifier by one byte. Returns 1 to stop
+// bpf_loop once the verdict is known.
+static long scan_byte(__u64 i, void *data)
+{
+	struct parse_ctx *s = data;
+	struct conn *c = s->c;
+	__u8 ch;
+
+	// The verifier needs i bounded to index buf; bpf_loop never passes more.
+	if (i >= SCAN_WINDOW)
+		return 1;
+	if (i < c->rx_skip)
+		return 0; // scanned in the previous window (see scan_window)
+	ch = s->buf[i];
+
+	switch (c->rx_state) {
+	case RQ_METHOD:
+		if (ch >= 'A' && ch <= 'Z') {
+			if (c->rx_pos >= MAX_METHOD) {
+				c->rx_verdict = VERDICT_OPAQUE;
+				return 1;
+			}
+			token_add(&c->rx_pos, &c->rx_hash, ch);
+			return 0;
+		}
+		// A method is at least three letters and a space. "PRI" starts the
+		// HTTP/2 connection preface and is not an HTTP/1 method.
+		if (ch != ' ' || c->rx_pos < 3 || (c->rx_pos == 3 && c->rx_hash == HASH_PRI)) {
+			c->rx_verdict = VERDICT_OPAQUE;
+			return 1;
+		}
+		c->head = c->rx_pos == 4 && c->rx_hash == HASH_HEAD;
+		c->rx_state = RQ_SKIP_LINE;
+		return 0;
+	case RQ_SKIP_LINE:
+		if (ch == '\n')
+			c->rx_state = RQ_LINE_START;
+		return 0;
+	case RQ_LINE_START:
+		if (ch == '\r' || ch == '\n') {
+			c->rx_state = RQ_DONE; // the headers ended: not a probe
+			return 1;
+		}
+		c->rx_state = RQ_NAME;
+		token_reset(&c->rx_pos, &c->rx_hash);
+		// fall through: this byte is the name's first
+	case RQ_NAME:
+		if (ch == ':') {
+			c->rx_state = c->rx_pos == 10 && c->rx_hash == HASH_USER_AGENT ? RQ_UA_SPACE : RQ_SKIP_LINE;
+			return 0;
+		}
+		if (ch == '\n') {
+			c->rx_state = RQ_LINE_START;
+			return 0;
+		}
+		token_add(&c->rx_pos, &c->rx_hash, lower(ch));
+		return 0;
+	case RQ_UA_SPACE:
+		if (ch == ' ' || ch == '\t')
+			return 0;
+		c->rx_state = RQ_UA_VALUE;
+		token_reset(&c->rx_pos, &c->rx_hash);
+		// fall through: this byte is the value's first
+	case RQ_UA_VALUE:
+		if (ch == '\n') {
+			c->rx_state = RQ_LINE_START;
+			return 0;
+		}
+		token_add(&c->rx_pos, &c->rx_hash, ch);
+		if ((c->rx_pos == 11 && c->rx_hash == HASH_KUBE_PROBE) || (c->rx_pos == 16 && c->rx_hash == HASH_SOCKSCALE_PROBE)) {
+			c->rx_verdict = VERDICT_PROBE;
+			return 1;
+		}
+		if (c->rx_pos > 16)
+			c->rx_state = RQ_SKIP_LINE;
+		return 0;
+	}
+	return 1;
+}
+
+// scan_window loads the next window of request bytes and classifies them.
+// It runs under bpf_loop, so the verifier checks it once rather than once
+// per window; returns 1 when the scan is over.
+static long scan_window(__u64 i, void *data)
+{
+	struct parse_ctx *s = data;
+	struct conn *c = s->c;
+	__u32 off = c->rx_off, lo;
+
+	if (off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
+		return 1;
+	// Loads have a constant size: a tail shorter than a window is read as
+	// the packet's last SCAN_WINDOW bytes, skipping those already scanned.
+	// (A size computed from off would make the verifier track every off.)
+	lo = off;
+	if (c->rx_end - off < SCAN_WINDOW)
+		lo = c->rx_end - SCAN_WINDOW;
+	if (bpf_skb_load_bytes(s->skb, lo, s->buf, SCAN_WINDOW))
+		return 1;
+	c->rx_skip = off - lo;
+	bpf_loop(SCAN_WINDOW, scan_byte, s, 0);
+	off = lo + SCAN_WINDOW;
+	if (off > MAX_SEGMENT)
+		return 1;
+	c->rx_off = off;
+	return 0;
+}
+
+// scan_short_byte classifies byte i of a packet too short for one window
+// load, loading it on its own.
+static long scan_short_byte(__u64 i, void *data)
+{
+	struct parse_ctx *s = data;
+	struct conn *c = s->c;
+
+	if (c->rx_off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
+		return 1;
+	if (bpf_skb_load_bytes(s->skb, c->rx_off, s->buf, 1))
+		return 1;
+	c->rx_skip = 0;
+	c->rx_off++;
+	return scan_byte(0, s);
+}
+
+// classify_request looks at up to SCAN_BYTES of the bytes [off, end) that
+// start a request: HTTP/1.x or not, a probe or load, HEAD or not. Bytes
+// beyond this segment are not looked at; an undecided scan is load.
+static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
+{
+	struct parse_ctx s;
+
+	s.skb = skb;
+	s.c = c;
+	c->rx_off = off;
+	c->rx_end = end;
+	c->rx_state = RQ_METHOD;
+	c->rx_verdict = VERDICT_REQUEST;
+	c->head = 0;
+	token_reset(&c->rx_pos, &c->rx_hash);
+	// bpf_skb_load_bytes of a whole window fails on a packet shorter than
+	// one; such a request is tiny and scanned byte by byte.
+	if (end < SCAN_WINDOW)
+		bpf_loop(SCAN_WINDOW, scan_short_byte, &s, 0);
+	else
+		bpf_loop(SCAN_BYTES / SCAN_WINDOW, scan_window, &s, 0);
+	return c->rx_verdict;
+}
+
+static __always_inline void on_request_bytes(struct __sk_buff *skb, const struct conn_key *key, struct conn *c,
+					     __u32 off, __u32 end)
+{
+	__u8 verdict;
+	__u64 now;
+
+	if (c->opaque)
+		return;
+	// Bytes while a request is in flight are its body (or a pipelined
+	// request, which the request in flight covers).
+	if (c->req != REQ_IDLE)
+		return;
+	verdict = classify_request(skb, c, off, end);
+	c->seen = 1;
+	now = bpf_ktime_get_ns();
+	if (verdict == VERDICT_OPAQUE) {
+		go_opaque(key, c, now);
+		return;
+	}
+	start_request(key, c, verdict == VERDICT_PROBE ? REQ_PROBE : REQ_BUSY, now);
+}
+
+/* ---- response side: find where each response ends ---- */
+
+#define PARSE_ERROR (-1)
+#define PARSE_LIMIT (-2)
+
+static __always_inline void response_done(struct conn *c)
+{
+	c->tx_done++;
+	c->state = RS_STATUS;
+	c->hflags = 0;
+	c->status = 0;
+	c->head = 0; // HEAD applies to the first response only
+	token_reset(&c->pos, &c->hash);
+}
+
+// headers_done decides how the body is delimited (RFC 9112 section 6.3).
+// Returns 1 when bpf_loop must stop so the caller skips body bytes by count.
+static __always_inline long headers_done(struct conn *c)
+{
+	token_reset(&c->pos, &c->hash);
+	if (c->status >= 100 && c->status < 200 && c->status != 101) {
+		c->state = RS_STATUS; // interim (100 Continue): the final one follows
+		c->hflags = 0;
+		c->status = 0;
+		return 0;
+	}
+	if (c->status == 101) {
+		// Upgraded (websocket, h2c): one request for the connection's life.
+		c->state = RS_UNTIL_CLOSE;
+		return 1;
+	}
+	if (c->head || c->status == 204 || c->status == 304) {
+		response_done(c);
+		return 0;
+	}
+	if (c->hflags & HF_CHUNKED) {
+		c->state = RS_CHUNK_SIZE;
+		c->length = 0;
+		return 0;
+	}
+	if (c->hflags & HF_LENGTH) {
+		if (c->length == 0) {
+			response_done(c);
+			return 0;
+		}
+		c->remaining = c->length;
+		c->state = RS_BODY;
+		return 1;
+	}
+	c->state = RS_UNTIL_CLOSE; // no length: the body ends with the connection
+	return 1;
+}
+
+static __always_inline long chunk_size_done(struct conn *c)
+{
+	if (c->pos == 0) {
+		c->tx_err = PARSE_ERROR; // a chunk-size line without digits
+		return 1;
+	}
+	token_reset(&c->pos, &c->hash);
+	if (c->length == 0) {
+		c->state = RS_TRAILER_START; // last chunk: trailers, then CRLF
+		return 0;
+	}
+	c->remaining = c->length;
+	c->state = RS_CHUNK_DATA;
+	return 1;
+}
+
+static __always_inline int hex_value(__u8 ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	ch = lower(ch);
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	return -1;
+}
+
+// te_token_end notes a finished Transfer-Encoding token.
+static __always_inline void te_token_end(struct conn *c)
+{
+	if (c->pos == 7 && c->hash == HASH_CHUNKED)
+		c->hflags |= HF_CHUNKED;
+	token_reset(&c->pos, &c->hash);
+}
+
+// response_byte advances the response parser by one byte. Returns 1 to stop
+// bpf_loop: on an error, or before body bytes that the caller skips by count.
+static long response_byte(__u64 i, void *data)
+{
+	struct parse_ctx *r = data;
+	struct conn *c = r->c;
+	__u8 ch;
+	int v;
+
+	// The verifier needs i bounded to index buf; bpf_loop never passes more.
+	if (i >= SCAN_WINDOW)
+		return 1;
+	if (i < c->tx_skip)
+		return 0; // parsed in the previous window (see response_step)
+	ch = r->buf[i];
+	c->tx_used = i + 1;
+
+	switch (c->state) {
+	case RS_STATUS:
+		if (ch != ' ') {
+			if (c->pos >= 8)
+				goto bad; // "HTTP/1.1" is 8 bytes
+			token_add(&c->pos, &c->hash, ch);
+			if (c->pos == 5 && c->hash != HASH_HTTP_VERSION)
+				goto bad;
+			return 0;
+		}
+		if (c->pos < 6)
+			goto bad;
+		c->state = RS_CODE;
+		c->status = 0;
+		token_reset(&c->pos, &c->hash);
+		return 0;
+	case RS_CODE:
+		if (ch >= '0' && ch <= '9' && c->pos < 3) {
+			c->status = c->status * 10 + (ch - '0');
+			c->pos++;
+			return 0;
+		}
+		if (c->pos != 3)
+			goto bad;
+		c->state = ch == '\n' ? RS_LINE_START : RS_SKIP_LINE;
+		return 0;
+	case RS_SKIP_LINE:
+		if (ch == '\n')
+			c->state = RS_LINE_START;
+		return 0;
+	case RS_LINE_START:
+		if (ch == '\r') {
+			c->state = RS_HEADERS_LF;
+			return 0;
+		}
+		if (ch == '\n')
+			return headers_done(c);
+		c->state = RS_NAME;
+		token_reset(&c->pos, &c->hash);
+		// fall through: this byte is the name's first
+	case RS_NAME:
+		if (ch == ':') {
+			c->state = RS_SKIP_LINE;
+			if (c->pos == 14 && c->hash == HASH_CONTENT_LENGTH) {
+				c->state = RS_CL_VALUE;
+				c->hflags |= HF_LENGTH;
+				c->length = 0;
+			} else if (c->pos == 17 && c->hash == HASH_TRANSFER_ENCODING) {
+				c->state = RS_TE_VALUE;
+			}
+			token_reset(&c->pos, &c->hash);
+			return 0;
+		}
+		if (ch == '\n')
+			goto bad; // a header line without a colon
+		token_add(&c->pos, &c->hash, lower(ch));
+		return 0;
+	case RS_CL_VALUE:
+		if (ch >= '0' && ch <= '9') {
+			if (c->pos >= 18)
+				goto bad; // longer than any body we could count
+			c->length = c->length * 10 + (ch - '0');
+			c->pos++;
+			return 0;
+		}
+		if (ch == ' ' || ch == '\t' || ch == '\r')
+			return 0;
+		if (ch == '\n' && c->pos > 0) {
+			c->state = RS_LINE_START;
+			return 0;
+		}
+		goto bad;
+	case RS_TE_VALUE:
+		// chunked must be among the codings (RFC 9112: the last one; a
+		// server that sends "chunked, gzip" is broken either way).
+		if (ch == '\n') {
+			te_token_end(c);
+			c->state = RS_LINE_START;
+			return 0;
+		}
+		if (ch == ',' || ch == ' ' || ch == '\t' || ch == '\r') {
+			te_token_end(c);
+			return 0;
+		}
+		token_add(&c->pos, &c->hash, lower(ch));
+		return 0;
+	case RS_HEADERS_LF:
+		if (ch != '\n')
+			goto bad;
+		return headers_done(c);
+	case RS_CHUNK_SIZE:
+		v = hex_value(ch);
+		if (v >= 0) {
+			if (c->pos >= 15)
+				goto bad; // longer than any chunk we could count
+			c->length = c->length * 16 + v;
+			c->pos++;
+			return 0;
+		}
+		if (ch == ';' || ch == ' ' || ch == '\t') {
+			c->state = RS_CHUNK_EXT;
+			return 0;
+		}
+		if (ch == '\r')
+			return 0;
+		if (ch == '\n')
+			return chunk_size_done(c);
+		goto bad;
+	case RS_CHUNK_EXT:
+		if (ch == '\n')
+			return chunk_size_done(c);
+		return 0;
+	case RS_CHUNK_END:
+		if (ch == '\r')
+			return 0;
+		if (ch != '\n')
+			goto bad;
+		c->state = RS_CHUNK_SIZE;
+		c->length = 0;
+		token_reset(&c->pos, &c->hash);
+		return 0;
+	case RS_TRAILER_START:
+		if (ch == '\r') {
+			c->state = RS_TRAILER_LF;
+			return 0;
+		}
+		if (ch == '\n') {
+			response_done(c);
+			return 0;
+		}
+		c->state = RS_TRAILER_SKIP;
+		return 0;
+	case RS_TRAILER_SKIP:
+		if (ch == '\n')
+			c->state = RS_TRAILER_START;
+		return 0;
+	case RS_TRAILER_LF:
+		if (ch != '\n')
+			goto bad;
+		response_done(c);
+		return 0;
+	}
+	// RS_BODY, RS_CHUNK_DATA and RS_UNTIL_CLOSE are the caller's: give the
+	// byte back.
+	c->tx_used = i;
+	return 1;
+bad:
+	c->tx_err = PARSE_ERROR;
+	return 1;
+}
+
+// skip_body consumes body or chunk bytes by count. Returns 1 if it consumed
+// the rest of the segment.
+static __always_inline int skip_body(struct conn *c)
+{
+	__u32 avail = c->tx_end - c->tx_off;
+
+	if (c->remaining > avail) {
+		c->remaining -= avail;
+		c->tx_off = c->tx_end;
+		return 1;
+	}
+	c->tx_off += c->remaining;
+	c->remaining = 0;
+	if (c->state == RS_BODY)
+		response_done(c);
+	else
+		c->state = RS_CHUNK_END;
+	return 0;
+}
+
+// response_step takes one step over the response bytes: skips body bytes by
+// count, or loads the next window and parses it byte by byte. It runs under
+// bpf_loop, so the verifier checks it once rather than once per step;
+// returns 1 when the segment is done or the parse failed.
+static long response_step(__u64 i, void *data)
+{
+	struct parse_ctx *r = data;
+	struct conn *c = r->c;
+	__u32 off, lo;
+
+	if (c->tx_off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
+		return 1;
+	if (c->state == RS_BODY || c->state == RS_CHUNK_DATA)
+		return skip_body(c);
+	off = c->tx_off;
+	// Constant-size loads, as in scan_window.
+	lo = off;
+	if (c->tx_end - off < SCAN_WINDOW)
+		lo = c->tx_end - SCAN_WINDOW;
+	if (bpf_skb_load_bytes(r->skb, lo, r->buf, SCAN_WINDOW)) {
+		c->tx_err = PARSE_ERROR;
+		return 1;
+	}
+	c->tx_skip = off - lo;
+	c->tx_used = SCAN_WINDOW;
+	bpf_loop(SCAN_WINDOW, response_byte, r, 0);
+	off = lo + c->tx_used;
+	if (off > MAX_SEGMENT) {
+		c->tx_err = PARSE_LIMIT;
+		return 1;
+	}
+	c->tx_off = off;
+	return 0;
+}
+
+// response_short_step parses byte by byte a packet too short for one
+// window load.
+static long response_short_step(__u64 i, void *data)
+{
+	struct parse_ctx *r = data;
+	struct conn *c = r->c;
+
+	if (c->tx_off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
+		return 1;
+	if (c->state == RS_BODY || c->state == RS_CHUNK_DATA)
+		return skip_body(c);
+	if (bpf_skb_load_bytes(r->skb, c->tx_off, r->buf, 1)) {
+		c->tx_err = PARSE_ERROR;
+		return 1;
+	}
+	c->tx_skip = 0;
+	c->tx_used = 1;
+	response_byte(0, r);
+	c->tx_off += c->tx_used;
+	return 0;
+}
+
+// parse_response runs the parser over the bytes [off, end) of the packet.
+// Body and chunk bytes are skipped by count, so a response costs parse steps
+// for its headers and chunk-size lines only. Returns 0, or PARSE_ERROR /
+// PARSE_LIMIT when the connection must fall back to connection level.
+static __always_inline int parse_response(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
+{
+	struct parse_ctx r;
+
+	r.skb = skb;
+	r.c = c;
+	c->tx_off = off;
+	c->tx_end = end;
+	c->tx_err = 0;
+	c->tx_done = 0;
+	if (end > MAX_SEGMENT)
+		return PARSE_LIMIT;
+	if (end < SCAN_WINDOW)
+		bpf_loop(SCAN_WINDOW, response_short_step, &r, 0);
+	else
+		bpf_loop(MAX_WINDOWS, response_step, &r, 0);
+	if (c->tx_err)
+		return c->tx_err;
+	if (c->tx_off < c->tx_end && c->state != RS_UNTIL_CLOSE)
+		return PARSE_LIMIT;
+	return 0;
+}
+
+static __always_inline void on_response_bytes(struct __sk_buff *skb, const struct conn_key *key, struct conn *c,
+					      __u32 off, __u32 end)
+{
+	__u64 now;
+	int err;
+
+	if (c->opaque)
+		return;
+	now = bpf_ktime_get_ns();
+	if (!c->seen) {
+		go_opaque(key, c, now); // the server spoke first: not HTTP
+		return;
+	}
+	err = parse_response(skb, c, off, end);
+	if (err) {
+		count_event(err == PARSE_ERROR ? EV_PARSE_ERROR : EV_PARSE_LIMIT);
+		go_opaque(key, c, now);
+		return;
+	}
+	if (c->tx_done)
+		end_request(key, c, now);
+}
+
+/* ---- cgroup_skb: every TCP segment of every socket below the root ---- */
+
+// on_segment finds the pod connection a segment belongs to and hands the
+// bytes it has not seen before to the request or the response side.
+static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
+{
+	struct conn_key key;
+	struct tcphdr tcp;
+	struct iphdr ip;
+	__u32 off, len, seq, end, next;
+	struct conn *c;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP))
+		return 1;
+	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
+		return 1;
+	if (ip.version != 4 || ip.protocol != IPPROTO_TCP)
+		return 1;
+	key.pod_ip = ingress ? ip.daddr : ip.saddr;
+	// The one map lookup that traffic of other addresses pays.
+	if (!bpf_map_lookup_elem(&pods, &key.pod_ip))
+		return 1;
+	off = ip.ihl * 4;
+	if (bpf_skb_load_bytes(skb, off, &tcp, sizeof(tcp)))
+		return 1;
+	key.peer_ip = ingress ? ip.saddr : ip.daddr;
+	key.pod_port = ingress ? tcp.dest : tcp.source;
+	key.peer_port = ingress ? tcp.source : tcp.dest;
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c || c->closed)
+		return 1;
+	off += tcp.doff * 4;
+	if (skb->len <= off)
+		return 1; // no payload: a pure ACK, SYN or FIN
+	len = skb->len - off;
+	seq = bpf_ntohl(tcp.seq);
+	end = seq + len;
+	next = ingress ? c->rx_next : c->tx_next;
+	if ((__s32)(end - next) <= 0)
+		return 1; // every byte was seen before: a retransmission
+	if ((__s32)(next - seq) > 0)
+		off += next - seq; // a retransmission with new bytes at its end
+	if (ingress) {
+		c->rx_next = end;
+		on_request_bytes(skb, &key, c, off, skb->len);
+	} else {
+		c->tx_next = end;
+		on_response_bytes(skb, &key, c, off, skb->len);
+	}
+	return 1;
+}
+
+// Bytes from clients to pods. Hook: cgroup_skb ingress at the root. Never
+// drops: always returns 1 (allow).
+SEC("cgroup_skb/ingress")
+int sockscale_ingress(struct __sk_buff *skb)
+{
+	return on_segment(skb, 1);
+}
+
+// Bytes from pods to clients. Hook: cgroup_skb egress at the root. Never
+// drops: always returns 1 (allow).
+SEC("cgroup_skb/egress")
+int sockscale_egress(struct __sk_buff *skb)
+{
+	return on_segment(skb, 0);
+}

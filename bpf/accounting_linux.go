@@ -1,0 +1,342 @@
+//go:build linux
+
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Options say where the programs attach and where their state is pinned.
+type Options struct {
+	// CgroupRoot is the cgroup v2 directory the programs attach at; they see
+	// the sockets of every process below it.
+	CgroupRoot string
+	// PinDir is a directory on a bpffs where maps and links are pinned so a
+	// restarted agent keeps counting with the same state and attachment.
+	// Empty means no pinning: everything goes when the Accounting is closed.
+	PinDir string
+}
+
+// The programs and where they attach. Pinned links are named after them.
+var attachments = []struct {
+	name   string
+	attach ebpf.AttachType
+	prog   func(*accountingPrograms) *ebpf.Program
+}{
+	{"sockops", ebpf.AttachCGroupSockOps, func(p *accountingPrograms) *ebpf.Program { return p.SockscaleSockops }},
+	{"ingress", ebpf.AttachCGroupInetIngress, func(p *accountingPrograms) *ebpf.Program { return p.SockscaleIngress }},
+	{"egress", ebpf.AttachCGroupInetEgress, func(p *accountingPrograms) *ebpf.Program { return p.SockscaleEgress }},
+}
+
+// Accounting owns the loaded programs, their maps and their attachments.
+type Accounting struct {
+	objs   accountingObjects
+	links  []link.Link
+	closed bool
+}
+
+// New loads the accounting programs and attaches them at opts.CgroupRoot.
+// With a PinDir that already holds pinned state (an agent restart), the maps
+// are reused and the attached programs replaced in place, so counting goes
+// on without a gap and without a second attachment.
+func New(opts Options) (*Accounting, error) {
+	spec, err := loadAccounting()
+	if err != nil {
+		return nil, fmt.Errorf("load accounting spec: %w", err)
+	}
+	var collOpts ebpf.CollectionOptions
+	if opts.PinDir != "" {
+		if err := os.MkdirAll(opts.PinDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin directory: %w", err)
+		}
+		for _, m := range spec.Maps {
+			if m.Name == ".rodata" || m.Name == ".data" || m.Name == ".bss" {
+				continue
+			}
+			m.Pinning = ebpf.PinByName
+		}
+		collOpts.Maps.PinPath = opts.PinDir
+	}
+
+	a := &Accounting{}
+	if err := spec.LoadAndAssign(&a.objs, &collOpts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load accounting programs (verifier): %+v", verr)
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("load accounting programs: pinned maps in %s are from an incompatible version; remove them with Uninstall (agent --uninstall): %w", opts.PinDir, err)
+		}
+		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	for _, at := range attachments {
+		l, err := attach(opts, at.name, at.attach, at.prog(&a.objs.accountingPrograms))
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		a.links = append(a.links, l)
+	}
+	return a, nil
+}
+
+// attach attaches prog at the cgroup root, or replaces the program of a link
+// pinned by a previous run.
+func attach(opts Options, name string, typ ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
+	pin := ""
+	if opts.PinDir != "" {
+		pin = filepath.Join(opts.PinDir, "link_"+name)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			if err := l.Update(prog); err != nil {
+				return nil, errors.Join(fmt.Errorf("replace %s program of pinned link %s: %w", name, pin, err), l.Close())
+			}
+			return l, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: opts.CgroupRoot, Attach: typ, Program: prog})
+	if err != nil {
+		return nil, fmt.Errorf("attach %s to %s: %w", name, opts.CgroupRoot, err)
+	}
+	if pin != "" {
+		if err := l.Pin(pin); err != nil {
+			return nil, errors.Join(fmt.Errorf("pin %s link at %s: %w", name, pin, err), l.Close())
+		}
+	}
+	return l, nil
+}
+
+// Close releases every file descriptor. Pinned links and maps stay in the
+// kernel and keep counting; without pins, closing detaches the programs.
+// Close is idempotent and safe on a nil Accounting.
+func (a *Accounting) Close() error {
+	if a == nil || a.closed {
+		return nil
+	}
+	a.closed = true
+	var errs []error
+	for _, l := range a.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, a.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Uninstall detaches the programs and removes the state pinned in pinDir.
+// It is what a clean uninstall runs; a missing directory is not an error.
+func Uninstall(pinDir string) error {
+	entries, err := os.ReadDir(pinDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pin directory: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(pinDir, e.Name())
+		if l, err := link.LoadPinnedLink(path, nil); err == nil {
+			// Unpin drops the last reference that is not ours; Close ours.
+			errs = append(errs, l.Unpin(), l.Close())
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove pin: %w", err))
+		}
+	}
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// AddPod starts accounting for the pod at ip. id identifies the pod (a hash
+// of its UID): the same ip and id keep their counters (the agent restarted),
+// a new id resets them (the address was reused by another pod).
+func (a *Accounting) AddPod(ip netip.Addr, id uint64) error {
+	key, err := ipKey(ip)
+	if err != nil {
+		return err
+	}
+	var cur accountingPodStats
+	if err := a.objs.Pods.Lookup(key, &cur); err == nil && cur.Id == id {
+		return nil
+	}
+	if err := a.objs.Pods.Update(key, &accountingPodStats{Id: id}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("add pod %s: %w", ip, err)
+	}
+	return nil
+}
+
+// RemovePod stops accounting for the pod at ip. Removing an unknown pod is
+// not an error.
+func (a *Accounting) RemovePod(ip netip.Addr) error {
+	key, err := ipKey(ip)
+	if err != nil {
+		return err
+	}
+	if err := a.objs.Pods.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove pod %s: %w", ip, err)
+	}
+	return nil
+}
+
+// Pods returns the pods the kernel accounts for, with their ids.
+func (a *Accounting) Pods() (map[netip.Addr]uint64, error) {
+	out := make(map[netip.Addr]uint64)
+	var key uint32
+	var val accountingPodStats
+	it := a.objs.Pods.Iterate()
+	for it.Next(&key, &val) {
+		out[keyIP(key)] = val.Id
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterate pods: %w", err)
+	}
+	return out, nil
+}
+
+// SetActivators makes ips the set of activator addresses: requests from
+// them count as proxied. Connections keep the marking they got when they
+// were accepted.
+func (a *Accounting) SetActivators(ips []netip.Addr) error {
+	want := make(map[uint32]bool, len(ips))
+	for _, ip := range ips {
+		key, err := ipKey(ip)
+		if err != nil {
+			return err
+		}
+		want[key] = true
+	}
+	if len(want) > MaxActivators {
+		return fmt.Errorf("set activators: %d addresses, at most %d allowed", len(want), MaxActivators)
+	}
+	var key uint32
+	var val uint8
+	var stale []uint32
+	it := a.objs.Activators.Iterate()
+	for it.Next(&key, &val) {
+		if !want[key] {
+			stale = append(stale, key)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate activators: %w", err)
+	}
+	for _, k := range stale {
+		if err := a.objs.Activators.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove activator %s: %w", keyIP(k), err)
+		}
+	}
+	for k := range want {
+		if err := a.objs.Activators.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("add activator %s: %w", keyIP(k), err)
+		}
+	}
+	return nil
+}
+
+// Snapshot reads every pod's counters. Each pod's request counters are read
+// under its lock, so in-flight count, start-time sum and completed time are
+// of one instant, and the areas are evaluated at the returned At.
+func (a *Accounting) Snapshot() (Snapshot, error) {
+	var keys []uint32
+	var key uint32
+	var val accountingPodStats
+	it := a.objs.Pods.Iterate()
+	for it.Next(&key, &val) {
+		keys = append(keys, key)
+	}
+	if err := it.Err(); err != nil {
+		return Snapshot{}, fmt.Errorf("iterate pods: %w", err)
+	}
+	raw := make(map[netip.Addr]accountingPodStats, len(keys))
+	for _, k := range keys {
+		if err := a.objs.Pods.LookupWithFlags(k, &val, ebpf.LookupLock); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				continue // removed since we listed it
+			}
+			return Snapshot{}, fmt.Errorf("read pod %s: %w", keyIP(k), err)
+		}
+		raw[keyIP(k)] = val
+	}
+	// Read the clock after the counters: every start time in them is then
+	// before now, and the areas are exact as of now.
+	now, err := monotonicNow()
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap := Snapshot{At: now, Pods: make(map[netip.Addr]PodCounters, len(raw))}
+	for ip, v := range raw {
+		snap.Pods[ip] = PodCounters{
+			Requests:            requestCounters(v.All.InFlight, v.All.Started, v.All.Completed, v.All.StartSumNs, v.All.DoneSumNs, now),
+			Proxied:             requestCounters(v.Proxied.InFlight, v.Proxied.Started, v.Proxied.Completed, v.Proxied.StartSumNs, v.Proxied.DoneSumNs, now),
+			ConnsInFlight:       v.ConnsInFlight,
+			ConnsTotal:          v.ConnsTotal,
+			OpaqueConnsInFlight: v.OpaqueInFlight,
+			OpaqueConnsTotal:    v.OpaqueTotal,
+			ProbesTotal:         v.ProbesTotal,
+		}
+	}
+	return snap, nil
+}
+
+// Events returns how often the kernel side hit a limit or gave up parsing,
+// summed over CPUs.
+func (a *Accounting) Events() (Events, error) {
+	var ev Events
+	for i, dst := range []*uint64{&ev.ConnMapFull, &ev.ParseLimit, &ev.ParseError} {
+		var perCPU []uint64
+		if err := a.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
+			return Events{}, fmt.Errorf("read event %d: %w", i, err)
+		}
+		for _, n := range perCPU {
+			*dst += n
+		}
+	}
+	return ev, nil
+}
+
+// requestCounters evaluates the area C + N*now - S (see accounting.c).
+func requestCounters(inFlight int64, started, completed, startSum, doneSum uint64, now time.Duration) RequestCounters {
+	area := int64(doneSum) + inFlight*int64(now) - int64(startSum)
+	if area < 0 {
+		area = 0 // cannot happen with a consistent read; never report negative time
+	}
+	return RequestCounters{InFlight: inFlight, Started: started, Completed: completed, Area: time.Duration(area)}
+}
+
+func monotonicNow() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, fmt.Errorf("read monotonic clock: %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// ipKey is the map key of an IPv4 address: its bytes in network order, as
+// the kernel compares them.
+func ipKey(ip netip.Addr) (uint32, error) {
+	ip = ip.Unmap()
+	if !ip.Is4() {
+		return 0, fmt.Errorf("address %s: only IPv4 pods are supported", ip)
+	}
+	b := ip.As4()
+	return binary.NativeEndian.Uint32(b[:]), nil
+}
+
+func keyIP(key uint32) netip.Addr {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], key)
+	return netip.AddrFrom4(b)
+}

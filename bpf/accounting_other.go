@@ -1,0 +1,47 @@
+//go:build !linux
+
+package bpf
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// ErrUnsupported is returned on systems without Linux BPF.
+var ErrUnsupported = errors.New("bpf accounting needs Linux")
+
+// Options say where the programs attach and where their state is pinned.
+type Options struct {
+	CgroupRoot string
+	PinDir     string
+}
+
+// Accounting is unavailable off Linux; every method fails.
+type Accounting struct{}
+
+// New fails off Linux.
+func New(Options) (*Accounting, error) { return nil, ErrUnsupported }
+
+// Uninstall fails off Linux.
+func Uninstall(string) error { return ErrUnsupported }
+
+// Close does nothing.
+func (a *Accounting) Close() error { return nil }
+
+// AddPod fails off Linux.
+func (a *Accounting) AddPod(netip.Addr, uint64) error { return ErrUnsupported }
+
+// RemovePod fails off Linux.
+func (a *Accounting) RemovePod(netip.Addr) error { return ErrUnsupported }
+
+// Pods fails off Linux.
+func (a *Accounting) Pods() (map[netip.Addr]uint64, error) { return nil, ErrUnsupported }
+
+// SetActivators fails off Linux.
+func (a *Accounting) SetActivators([]netip.Addr) error { return ErrUnsupported }
+
+// Snapshot fails off Linux.
+func (a *Accounting) Snapshot() (Snapshot, error) { return Snapshot{}, ErrUnsupported }
+
+// Events fails off Linux.
+func (a *Accounting) Events() (Events, error) { return Events{}, ErrUnsupported }

@@ -1,0 +1,677 @@
+package bpf
+
+// A Go model of the connection state machine of accounting.c, step for step:
+// the same windows, limits and parser states. The fuzz test feeds the same
+// segments to the BPF programs (through BPF_PROG_TEST_RUN) and to this model
+// and compares counters and connection state after every segment.
+
+// Limits and constants mirrored from accounting.h.
+const (
+	scanWindow = 64
+	scanBytes  = 1024
+	maxWindows = 64
+	maxMethod  = 16
+	maxSegment = 0xffff
+
+	fnvOffset = 0x811c9dc5
+	fnvPrime  = 0x01000193
+
+	hashHead              = 0x305a7fc3
+	hashPRI               = 0xdb304bea
+	hashUserAgent         = 0x24259bee
+	hashKubeProbe         = 0xba596f3c
+	hashSockscaleProbe    = 0x083e4e8b
+	hashHTTPVersion       = 0x1b47a03e
+	hashContentLength     = 0x4df9451d
+	hashTransferEncoding  = 0xddb4744c
+	hashChunked           = 0xd31f4213
+	ipTCPHeaderLen        = 40 // the crafted packets: IPv4 and TCP without options
+	reqIdle, reqBusy      = 0, 1
+	reqProbe              = 2
+	verdictRequest        = 0
+	verdictProbe          = 1
+	verdictOpaque         = 2
+	hfLength, hfChunked   = 1, 2
+	parseError, parseLimt = -1, -2
+)
+
+// Response parser states (RS_* in accounting.h).
+const (
+	rsStatus = iota
+	rsCode
+	rsSkipLine
+	rsLineStart
+	rsName
+	rsCLValue
+	rsTEValue
+	rsHeadersLF
+	rsBody
+	rsChunkSize
+	rsChunkExt
+	rsChunkData
+	rsChunkEnd
+	rsTrailerStart
+	rsTrailerSkip
+	rsTrailerLF
+	rsUntilClose
+)
+
+// Request classifier states (RQ_*).
+const (
+	rqMethod = iota
+	rqSkipLine
+	rqLineStart
+	rqName
+	rqUASpace
+	rqUAValue
+	rqUARest
+	rqDone
+)
+
+type modelPod struct {
+	inFlight, opaqueInFlight, connsInFlight int64
+	started, completed, probes, opaqueTotal uint64
+	proxiedInFlight                         int64
+	proxiedStarted, proxiedCompleted        uint64
+}
+
+type modelConn struct {
+	rxNext, txNext uint32
+	req            int
+	opaque, closed bool
+	seen, head     bool
+	proxied        bool
+
+	state, hflags, pos uint8
+	status             uint16
+	hash               uint32
+	length, remaining  uint64
+}
+
+func newModelConn(rxNext, txNext uint32, proxied bool) *modelConn {
+	return &modelConn{rxNext: rxNext, txNext: txNext, hash: fnvOffset, proxied: proxied}
+}
+
+func fnvAdd(pos *uint8, hash *uint32, ch byte) {
+	*hash = (*hash ^ uint32(ch)) * fnvPrime
+	if *pos < 255 {
+		*pos++
+	}
+}
+
+func lower(ch byte) byte {
+	if ch >= 'A' && ch <= 'Z' {
+		return ch + 'a' - 'A'
+	}
+	return ch
+}
+
+func (c *modelConn) startRequest(p *modelPod, kind int) {
+	if c.req != reqIdle {
+		return
+	}
+	c.req = kind
+	if kind == reqProbe {
+		p.probes++
+		return
+	}
+	p.inFlight++
+	p.started++
+	if c.proxied {
+		p.proxiedInFlight++
+		p.proxiedStarted++
+	}
+}
+
+func (c *modelConn) endRequest(p *modelPod) {
+	switch c.req {
+	case reqProbe:
+		c.req = reqIdle
+	case reqBusy:
+		c.req = reqIdle
+		p.inFlight--
+		p.completed++
+		if c.proxied {
+			p.proxiedInFlight--
+			p.proxiedCompleted++
+		}
+	}
+}
+
+func (c *modelConn) goOpaque(p *modelPod) {
+	if c.opaque {
+		return
+	}
+	c.opaque = true
+	p.opaqueInFlight++
+	p.opaqueTotal++
+	if c.req == reqProbe {
+		c.req = reqIdle
+	}
+	c.startRequest(p, reqBusy)
+}
+
+func (c *modelConn) close(p *modelPod) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.endRequest(p)
+	p.connsInFlight--
+	if c.opaque {
+		p.opaqueInFlight--
+	}
+}
+
+// newBytes returns the part of a segment not seen before and advances next,
+// as on_segment does.
+func newBytes(next *uint32, seq uint32, payload []byte) (fresh []byte, skip int, ok bool) {
+	end := seq + uint32(len(payload))
+	if len(payload) == 0 || int32(end-*next) <= 0 {
+		return nil, 0, false
+	}
+	if d := int32(*next - seq); d > 0 {
+		skip = int(d)
+	}
+	*next = end
+	return payload[skip:], skip, true
+}
+
+// ingress mirrors cgroup_skb/ingress for a segment with this seq and payload.
+func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
+	if c.closed {
+		return
+	}
+	_, skip, ok := newBytes(&c.rxNext, seq, payload)
+	if !ok || c.opaque || c.req != reqIdle {
+		return
+	}
+	verdict, head := classify(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
+	c.seen = true
+	if verdict == verdictOpaque {
+		c.goOpaque(p)
+		return
+	}
+	c.head = head
+	if verdict == verdictProbe {
+		c.startRequest(p, reqProbe)
+	} else {
+		c.startRequest(p, reqBusy)
+	}
+}
+
+// classify mirrors classify_request. Offsets are packet offsets: the payload
+// starts at ipTCPHeaderLen; bytes before it are headers the scan skips.
+func classify(payload []byte, off, end int) (verdict int, head bool) {
+	s := scanState{state: rqMethod, hash: fnvOffset}
+	byteAt := func(o int) byte {
+		if o < ipTCPHeaderLen {
+			return 0 // a header byte; never parsed because of skip
+		}
+		return payload[o-ipTCPHeaderLen]
+	}
+	if end < scanWindow {
+		for step := 0; step < scanWindow; step++ {
+			if off >= end || s.state == rqDone || s.verdict != verdictRequest {
+				break
+			}
+			ch := byteAt(off)
+			off++
+			if s.scanByte(ch) {
+				break
+			}
+		}
+		return int(s.verdict), s.head
+	}
+	for w := 0; w < scanBytes/scanWindow; w++ {
+		if off >= end || s.state == rqDone || s.verdict != verdictRequest {
+			break
+		}
+		lo := off
+		if end-off < scanWindow {
+			lo = end - scanWindow
+		}
+		var buf [scanWindow]byte
+		for i := range buf {
+			buf[i] = byteAt(lo + i)
+		}
+		for i := off - lo; i < scanWindow; i++ {
+			if s.scanByte(buf[i]) {
+				break
+			}
+		}
+		off = lo + scanWindow
+		if off > maxSegment {
+			break
+		}
+	}
+	return int(s.verdict), s.head
+}
+
+type scanState struct {
+	state, pos, verdict uint8
+	hash                uint32
+	head                bool
+}
+
+// scanByte mirrors scan_byte; it returns true where scan_byte returns 1.
+func (s *scanState) scanByte(ch byte) bool {
+	switch s.state {
+	case rqMethod:
+		if ch >= 'A' && ch <= 'Z' {
+			if s.pos >= maxMethod {
+				s.verdict = verdictOpaque
+				return true
+			}
+			fnvAdd(&s.pos, &s.hash, ch)
+			return false
+		}
+		if ch != ' ' || s.pos < 3 || (s.pos == 3 && s.hash == hashPRI) {
+			s.verdict = verdictOpaque
+			return true
+		}
+		s.head = s.pos == 4 && s.hash == hashHead
+		s.state = rqSkipLine
+		return false
+	case rqSkipLine:
+		if ch == '\n' {
+			s.state = rqLineStart
+		}
+		return false
+	case rqLineStart, rqName:
+		if s.state == rqLineStart {
+			if ch == '\r' || ch == '\n' {
+				s.state = rqDone
+				return true
+			}
+			s.state = rqName
+			s.pos, s.hash = 0, fnvOffset
+		}
+		if ch == ':' {
+			if s.pos == 10 && s.hash == hashUserAgent {
+				s.state = rqUASpace
+			} else {
+				s.state = rqSkipLine
+			}
+			return false
+		}
+		if ch == '\n' {
+			s.state = rqLineStart
+			return false
+		}
+		fnvAdd(&s.pos, &s.hash, lower(ch))
+		return false
+	case rqUASpace, rqUAValue:
+		if s.state == rqUASpace {
+			if ch == ' ' || ch == '\t' {
+				return false
+			}
+			s.state = rqUAValue
+			s.pos, s.hash = 0, fnvOffset
+		}
+		if ch == '\n' {
+			s.state = rqLineStart
+			return false
+		}
+		fnvAdd(&s.pos, &s.hash, ch)
+		if (s.pos == 11 && s.hash == hashKubeProbe) || (s.pos == 16 && s.hash == hashSockscaleProbe) {
+			s.verdict = verdictProbe
+			return true
+		}
+		if s.pos > 16 {
+			s.state = rqSkipLine
+		}
+		return false
+	}
+	return true
+}
+
+// egress mirrors cgroup_skb/egress.
+func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
+	if c.closed {
+		return
+	}
+	_, skip, ok := newBytes(&c.txNext, seq, payload)
+	if !ok || c.opaque {
+		return
+	}
+	if !c.seen {
+		c.goOpaque(p)
+		return
+	}
+	done, err := c.parse(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
+	if err != 0 {
+		c.goOpaque(p)
+		return
+	}
+	if done > 0 {
+		c.endRequest(p)
+	}
+}
+
+type respCtx struct {
+	off, end, skip, used, done int
+	err                      int
+}
+
+// parse mirrors parse_response.
+func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
+	r := respCtx{off: off, end: end}
+	byteAt := func(o int) byte {
+		if o < ipTCPHeaderLen {
+			return 0
+		}
+		return payload[o-ipTCPHeaderLen]
+	}
+	if end > maxSegment {
+		return 0, parseLimt
+	}
+	if end < scanWindow {
+		for step := 0; step < scanWindow; step++ {
+			if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
+				break
+			}
+			if c.state == rsBody || c.state == rsChunkData {
+				if c.skipBody(&r) {
+					break
+				}
+				continue
+			}
+			r.skip, r.used = 0, 1
+			c.responseByte(&r, 0, byteAt(r.off))
+			r.off += r.used
+		}
+	} else {
+		for step := 0; step < maxWindows; step++ {
+			if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
+				break
+			}
+			if c.state == rsBody || c.state == rsChunkData {
+				if c.skipBody(&r) {
+					break
+				}
+				continue
+			}
+			lo := r.off
+			if r.end-r.off < scanWindow {
+				lo = r.end - scanWindow
+			}
+			r.skip = r.off - lo
+			r.used = scanWindow
+			for i := r.skip; i < scanWindow; i++ {
+				if c.responseByte(&r, i, byteAt(lo+i)) {
+					break
+				}
+			}
+			off := lo + r.used
+			if off > maxSegment {
+				r.err = parseLimt
+				break
+			}
+			r.off = off
+		}
+	}
+	if r.err != 0 {
+		return r.done, r.err
+	}
+	if r.off < r.end && c.state != rsUntilClose {
+		return r.done, parseLimt
+	}
+	return r.done, 0
+}
+
+func (c *modelConn) skipBody(r *respCtx) bool {
+	avail := uint64(r.end - r.off)
+	if c.remaining > avail {
+		c.remaining -= avail
+		r.off = r.end
+		return true
+	}
+	r.off += int(c.remaining)
+	c.remaining = 0
+	if c.state == rsBody {
+		c.responseDone(r)
+	} else {
+		c.state = rsChunkEnd
+	}
+	return false
+}
+
+func (c *modelConn) responseDone(r *respCtx) {
+	r.done++
+	c.state = rsStatus
+	c.hflags = 0
+	c.status = 0
+	c.head = false
+	c.pos, c.hash = 0, fnvOffset
+}
+
+func (c *modelConn) headersDone(r *respCtx) bool {
+	c.pos, c.hash = 0, fnvOffset
+	switch {
+	case c.status >= 100 && c.status < 200 && c.status != 101:
+		c.state = rsStatus
+		c.hflags = 0
+		c.status = 0
+		return false
+	case c.status == 101:
+		c.state = rsUntilClose
+		return true
+	case c.head || c.status == 204 || c.status == 304:
+		c.responseDone(r)
+		return false
+	case c.hflags&hfChunked != 0:
+		c.state = rsChunkSize
+		c.length = 0
+		return false
+	case c.hflags&hfLength != 0:
+		if c.length == 0 {
+			c.responseDone(r)
+			return false
+		}
+		c.remaining = c.length
+		c.state = rsBody
+		return true
+	}
+	c.state = rsUntilClose
+	return true
+}
+
+func (c *modelConn) chunkSizeDone(r *respCtx) bool {
+	if c.pos == 0 {
+		r.err = parseError
+		return true
+	}
+	c.pos, c.hash = 0, fnvOffset
+	if c.length == 0 {
+		c.state = rsTrailerStart
+		return false
+	}
+	c.remaining = c.length
+	c.state = rsChunkData
+	return true
+}
+
+func (c *modelConn) teTokenEnd() {
+	if c.pos == 7 && c.hash == hashChunked {
+		c.hflags |= hfChunked
+	}
+	c.pos, c.hash = 0, fnvOffset
+}
+
+func hexValue(ch byte) int {
+	switch {
+	case ch >= '0' && ch <= '9':
+		return int(ch - '0')
+	case lower(ch) >= 'a' && lower(ch) <= 'f':
+		return int(lower(ch)-'a') + 10
+	}
+	return -1
+}
+
+// responseByte mirrors response_byte; it returns true where that returns 1.
+func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
+	bad := func() bool { r.err = parseError; return true }
+	r.used = i + 1
+	switch c.state {
+	case rsStatus:
+		if ch != ' ' {
+			if c.pos >= 8 {
+				return bad()
+			}
+			fnvAdd(&c.pos, &c.hash, ch)
+			if c.pos == 5 && c.hash != hashHTTPVersion {
+				return bad()
+			}
+			return false
+		}
+		if c.pos < 6 {
+			return bad()
+		}
+		c.state = rsCode
+		c.status = 0
+		c.pos, c.hash = 0, fnvOffset
+		return false
+	case rsCode:
+		if ch >= '0' && ch <= '9' && c.pos < 3 {
+			c.status = c.status*10 + uint16(ch-'0')
+			c.pos++
+			return false
+		}
+		if c.pos != 3 {
+			return bad()
+		}
+		if ch == '\n' {
+			c.state = rsLineStart
+		} else {
+			c.state = rsSkipLine
+		}
+		return false
+	case rsSkipLine:
+		if ch == '\n' {
+			c.state = rsLineStart
+		}
+		return false
+	case rsLineStart, rsName:
+		if c.state == rsLineStart {
+			if ch == '\r' {
+				c.state = rsHeadersLF
+				return false
+			}
+			if ch == '\n' {
+				return c.headersDone(r)
+			}
+			c.state = rsName
+			c.pos, c.hash = 0, fnvOffset
+		}
+		if ch == ':' {
+			c.state = rsSkipLine
+			if c.pos == 14 && c.hash == hashContentLength {
+				c.state = rsCLValue
+				c.hflags |= hfLength
+				c.length = 0
+			} else if c.pos == 17 && c.hash == hashTransferEncoding {
+				c.state = rsTEValue
+			}
+			c.pos, c.hash = 0, fnvOffset
+			return false
+		}
+		if ch == '\n' {
+			return bad()
+		}
+		fnvAdd(&c.pos, &c.hash, lower(ch))
+		return false
+	case rsCLValue:
+		if ch >= '0' && ch <= '9' {
+			if c.pos >= 18 {
+				return bad()
+			}
+			c.length = c.length*10 + uint64(ch-'0')
+			c.pos++
+			return false
+		}
+		if ch == ' ' || ch == '\t' || ch == '\r' {
+			return false
+		}
+		if ch == '\n' && c.pos > 0 {
+			c.state = rsLineStart
+			return false
+		}
+		return bad()
+	case rsTEValue:
+		if ch == '\n' {
+			c.teTokenEnd()
+			c.state = rsLineStart
+			return false
+		}
+		if ch == ',' || ch == ' ' || ch == '\t' || ch == '\r' {
+			c.teTokenEnd()
+			return false
+		}
+		fnvAdd(&c.pos, &c.hash, lower(ch))
+		return false
+	case rsHeadersLF:
+		if ch != '\n' {
+			return bad()
+		}
+		return c.headersDone(r)
+	case rsChunkSize:
+		if v := hexValue(ch); v >= 0 {
+			if c.pos >= 15 {
+				return bad()
+			}
+			c.length = c.length*16 + uint64(v)
+			c.pos++
+			return false
+		}
+		switch ch {
+		case ';', ' ', '\t':
+			c.state = rsChunkExt
+			return false
+		case '\r':
+			return false
+		case '\n':
+			return c.chunkSizeDone(r)
+		}
+		return bad()
+	case rsChunkExt:
+		if ch == '\n' {
+			return c.chunkSizeDone(r)
+		}
+		return false
+	case rsChunkEnd:
+		if ch == '\r' {
+			return false
+		}
+		if ch != '\n' {
+			return bad()
+		}
+		c.state = rsChunkSize
+		c.length = 0
+		c.pos, c.hash = 0, fnvOffset
+		return false
+	case rsTrailerStart:
+		switch ch {
+		case '\r':
+			c.state = rsTrailerLF
+		case '\n':
+			c.responseDone(r)
+		default:
+			c.state = rsTrailerSkip
+		}
+		return false
+	case rsTrailerSkip:
+		if ch == '\n' {
+			c.state = rsTrailerStart
+		}
+		return false
+	case rsTrailerLF:
+		if ch != '\n' {
+			return bad()
+		}
+		c.responseDone(r)
+		return false
+	}
+	r.used = i
+	return true
+}

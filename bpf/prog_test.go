@@ -1,0 +1,356 @@
+//go:build linux
+
+package bpf
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/go-cmp/cmp"
+
+)
+
+// progHarness runs the cgroup_skb programs on crafted packets with
+// BPF_PROG_TEST_RUN. sock_ops cannot be test-run, so the harness creates the
+// connection entry that PASSIVE_ESTABLISHED would.
+type progHarness struct {
+	t    testing.TB
+	objs accountingObjects
+	pod  netip.Addr
+	peer netip.Addr
+	key  accountingConnKey
+}
+
+const (
+	testPodPort  = 8080
+	testPeerPort = 40000
+	testPodID    = 0xfeedface
+)
+
+func newProgHarness(t testing.TB) *progHarness {
+	t.Helper()
+	requireBPF(t)
+	h := &progHarness{t: t}
+	if err := loadAccountingObjects(&h.objs, nil); err != nil {
+		t.Fatalf("load objects: %v", err)
+	}
+	t.Cleanup(func() { h.objs.Close() })
+	h.reset()
+	return h
+}
+
+// reset gives the harness a fresh pod and connection on the same objects
+// (the fuzz target reuses one load for all its inputs).
+func (h *progHarness) reset() {
+	t := h.t
+	h.pod, h.peer = netip.MustParseAddr("10.213.0.2"), netip.MustParseAddr("10.213.0.1")
+	podKey, _ := ipKey(h.pod)
+	peerKey, _ := ipKey(h.peer)
+	if err := h.objs.Pods.Update(podKey, &accountingPodStats{Id: testPodID}, ebpf.UpdateAny); err != nil {
+		t.Fatalf("add pod: %v", err)
+	}
+	h.key = accountingConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
+	h.connect(1000, 5000, false)
+}
+
+// connect replaces the connection entry, as an accept would.
+func (h *progHarness) connect(rxNext, txNext uint32, proxied bool) {
+	h.t.Helper()
+	c := accountingConn{PodId: testPodID, RxNext: rxNext, TxNext: txNext, Hash: fnvOffset}
+	if proxied {
+		c.Proxied = 1
+	}
+	if err := h.objs.Conns.Update(&h.key, &c, ebpf.UpdateAny); err != nil {
+		h.t.Fatalf("add conn: %v", err)
+	}
+}
+
+func htons(v uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// packet builds an Ethernet frame with an IPv4 and a TCP header (no
+// options, so the payload starts at ipTCPHeaderLen of the IP packet).
+func packet(src, dst netip.Addr, sport, dport uint16, seq uint32, payload []byte) []byte {
+	b := make([]byte, 14+ipTCPHeaderLen+len(payload))
+	binary.BigEndian.PutUint16(b[12:], 0x0800)
+	ip := b[14:]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(ipTCPHeaderLen+len(payload)))
+	ip[8] = 64
+	ip[9] = 6 // TCP
+	s, d := src.As4(), dst.As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	tcp := ip[20:]
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], dport)
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	tcp[12] = 5 << 4
+	tcp[13] = 0x18 // PSH, ACK
+	copy(tcp[20:], payload)
+	return b
+}
+
+func (h *progHarness) run(prog *ebpf.Program, pkt []byte) {
+	h.t.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: pkt})
+	if err != nil {
+		h.t.Fatalf("test run: %v", err)
+	}
+	if ret != 1 {
+		h.t.Fatalf("verdict = %d, want 1 (the programs never drop)", ret)
+	}
+}
+
+// ingress sends client bytes at sequence number seq.
+func (h *progHarness) ingress(seq uint32, payload string) {
+	h.t.Helper()
+	h.run(h.objs.SockscaleIngress, packet(h.peer, h.pod, testPeerPort, testPodPort, seq, []byte(payload)))
+}
+
+// egress sends server bytes at sequence number seq.
+func (h *progHarness) egress(seq uint32, payload string) {
+	h.t.Helper()
+	h.run(h.objs.SockscaleEgress, packet(h.pod, h.peer, testPodPort, testPeerPort, seq, []byte(payload)))
+}
+
+func (h *progHarness) stats() accountingPodStats {
+	h.t.Helper()
+	podKey, _ := ipKey(h.pod)
+	var v accountingPodStats
+	if err := h.objs.Pods.LookupWithFlags(podKey, &v, ebpf.LookupLock); err != nil {
+		h.t.Fatalf("read pod: %v", err)
+	}
+	return v
+}
+
+func (h *progHarness) conn() accountingConn {
+	h.t.Helper()
+	var c accountingConn
+	if err := h.objs.Conns.Lookup(&h.key, &c); err != nil {
+		h.t.Fatalf("read conn: %v", err)
+	}
+	return c
+}
+
+// counts is what the table tests assert.
+type counts struct {
+	InFlight, Started, Completed       int64
+	ProxiedInFlight, ProxiedStarted    int64
+	Probes, OpaqueInFlight, OpaqueTotal int64
+}
+
+func (h *progHarness) counts() counts {
+	s := h.stats()
+	return counts{
+		InFlight: s.All.InFlight, Started: int64(s.All.Started), Completed: int64(s.All.Completed),
+		ProxiedInFlight: s.Proxied.InFlight, ProxiedStarted: int64(s.Proxied.Started),
+		Probes: int64(s.ProbesTotal), OpaqueInFlight: s.OpaqueInFlight, OpaqueTotal: int64(s.OpaqueTotal),
+	}
+}
+
+// seg is one segment of a scripted exchange; seq offsets are relative to
+// the connection's initial sequence numbers (1000 client, 5000 server).
+type seg struct {
+	in   bool
+	off  uint32
+	data string
+}
+
+func in(off uint32, data string) seg  { return seg{true, off, data} }
+func out(off uint32, data string) seg { return seg{false, off, data} }
+
+const get = "GET /x HTTP/1.1\r\nHost: hello\r\nUser-Agent: hey/1.0\r\n\r\n"
+
+func TestProgRequestRules(t *testing.T) {
+	ok5 := "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello"
+	chunked := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1a;ext=1\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nTrailer: x\r\n\r\n"
+	tests := []struct {
+		name    string
+		proxied bool
+		segs    []seg
+		want    counts
+	}{
+		{"request in flight until its response", false,
+			[]seg{in(0, get)}, counts{InFlight: 1, Started: 1}},
+		{"content-length response completes it", false,
+			[]seg{in(0, get), out(0, ok5)}, counts{Started: 1, Completed: 1}},
+		{"response body split over segments", false,
+			[]seg{in(0, get), out(0, ok5[:len(ok5)-4]), out(uint32(len(ok5)-4), "el"), out(uint32(len(ok5)-2), "lo")},
+			counts{Started: 1, Completed: 1}},
+		{"response split before the body: not complete yet", false,
+			[]seg{in(0, get), out(0, ok5[:20])}, counts{InFlight: 1, Started: 1}},
+		{"request split over segments starts once", false,
+			[]seg{in(0, get[:7]), in(7, get[7:]), out(0, ok5)}, counts{Started: 1, Completed: 1}},
+		{"retransmitted request after the response is no new request", false,
+			[]seg{in(0, get), out(0, ok5), in(0, get)}, counts{Started: 1, Completed: 1}},
+		{"retransmitted response completes once", false,
+			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), get), out(0, ok5)},
+			counts{InFlight: 1, Started: 2, Completed: 1}},
+		{"retransmission carrying new bytes at its end", false,
+			[]seg{in(0, get), out(0, ok5[:30]), out(0, ok5)}, counts{Started: 1, Completed: 1}},
+		{"keep-alive: second request on the connection", false,
+			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), get), out(uint32(len(ok5)), ok5)},
+			counts{Started: 2, Completed: 2}},
+		{"chunked response with extensions and trailers", false,
+			[]seg{in(0, get), out(0, chunked)}, counts{Started: 1, Completed: 1}},
+		{"chunked response cut inside a chunk-size line", false,
+			[]seg{in(0, get), out(0, chunked[:60]), out(60, chunked[60:80]), out(80, chunked[80:])},
+			counts{Started: 1, Completed: 1}},
+		{"chunked response without its last chunk is in flight", false,
+			[]seg{in(0, get), out(0, chunked[:len(chunked)-20])}, counts{InFlight: 1, Started: 1}},
+		{"HEAD response has no body", false,
+			[]seg{in(0, "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n"), out(0, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")},
+			counts{Started: 1, Completed: 1}},
+		{"204 has no body", false,
+			[]seg{in(0, get), out(0, "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n")}, counts{Started: 1, Completed: 1}},
+		{"304 has no body", false,
+			[]seg{in(0, get), out(0, "HTTP/1.1 304 Not Modified\r\n\r\n")}, counts{Started: 1, Completed: 1}},
+		{"100 Continue is not the response", false,
+			[]seg{in(0, "POST /u HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n"), out(0, "HTTP/1.1 100 Continue\r\n\r\n")},
+			counts{InFlight: 1, Started: 1}},
+		{"100 Continue then the final response", false,
+			[]seg{in(0, "POST /u HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n"), out(0, "HTTP/1.1 100 Continue\r\n\r\n"),
+				in(61, "abc"), out(25, ok5)},
+			counts{Started: 1, Completed: 1}},
+		{"101 upgrade stays in flight until close", false,
+			[]seg{in(0, "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"), out(0, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"), out(60, "\x81\x05hello")},
+			counts{InFlight: 1, Started: 1}},
+		{"response without length lasts until close", false,
+			[]seg{in(0, get), out(0, "HTTP/1.0 200 OK\r\n\r\nsome bytes"), out(29, "more")},
+			counts{InFlight: 1, Started: 1}},
+		{"request body does not start requests", false,
+			[]seg{in(0, "POST /u HTTP/1.1\r\nContent-Length: 10\r\n\r\n"), in(40, "0123456789"), out(0, ok5)},
+			counts{Started: 1, Completed: 1}},
+		{"kubelet probe is not load", false,
+			[]seg{in(0, "GET /healthz HTTP/1.1\r\nHost: 10.0.0.1:8080\r\nUser-Agent: kube-probe/1.36\r\nAccept: */*\r\n\r\n"), out(0, ok5)},
+			counts{Probes: 1}},
+		{"probe user agent is matched case-sensitively in value, any case in name", false,
+			[]seg{in(0, "GET /healthz HTTP/1.1\r\nuser-AGENT:kube-probe/1.36\r\n\r\n")},
+			counts{Probes: 1}},
+		{"sockscale probe is not load", false,
+			[]seg{in(0, "GET / HTTP/1.1\r\nUser-Agent: sockscale-probe/0.1\r\n\r\n"), out(0, ok5), in(54, get), out(uint32(len(ok5)), ok5)},
+			counts{Probes: 1, Started: 1, Completed: 1}},
+		{"a kube-probe look-alike is load", false,
+			[]seg{in(0, "GET / HTTP/1.1\r\nUser-Agent: kube-prob/1\r\n\r\n")},
+			counts{InFlight: 1, Started: 1}},
+		{"proxied connection counts in both", true,
+			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), get)},
+			counts{InFlight: 1, Started: 2, Completed: 1, ProxiedInFlight: 1, ProxiedStarted: 2}},
+		{"TLS is accounted at connection level", false,
+			[]seg{in(0, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"), out(0, "\x16\x03\x03\x00\x7a")},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
+		{"HTTP/2 preface is accounted at connection level", false,
+			[]seg{in(0, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
+		{"a server that speaks first is not HTTP", false,
+			[]seg{out(0, "220 smtp.example ESMTP\r\n"), in(0, "EHLO x\r\n")},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
+		{"a malformed response falls back to connection level", false,
+			[]seg{in(0, get), out(0, "HTTX/1.1 200 OK\r\n\r\n")},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
+		{"pipelined requests are one request in flight", false,
+			[]seg{in(0, get + get), out(0, ok5 + ok5)},
+			counts{Started: 1, Completed: 1}},
+		{"tiny segments take the byte-by-byte path", false,
+			[]seg{in(0, "GET / HTTP/1.1\r\n"), in(16, "\r\n"), out(0, "HTTP/1.1 200 OK\r\n"), out(17, "Content-Length: 2\r\n"), out(36, "\r\n"), out(38, "o"), out(39, "k")},
+			counts{Started: 1, Completed: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newProgHarness(t)
+			h.connect(1000, 5000, tt.proxied)
+			for _, s := range tt.segs {
+				if s.in {
+					h.ingress(1000+s.off, s.data)
+				} else {
+					h.egress(5000+s.off, s.data)
+				}
+			}
+			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestProgLargeBodySkippedByCount(t *testing.T) {
+	h := newProgHarness(t)
+	h.ingress(1000, get)
+	head := "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"
+	h.egress(5000, head)
+	body := make([]byte, 1400)
+	for i := range body {
+		body[i] = 'x'
+	}
+	seq := uint32(5000 + len(head))
+	for sent := 0; sent < 1000000; sent += len(body) {
+		n := min(len(body), 1000000-sent)
+		if sent == 1400*10 {
+			if got := h.counts(); got.Completed != 0 || got.InFlight != 1 {
+				t.Fatalf("mid-body counts = %+v, want in flight", got)
+			}
+		}
+		h.egress(seq, string(body[:n]))
+		seq += uint32(n)
+	}
+	if diff := cmp.Diff(counts{Started: 1, Completed: 1}, h.counts()); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}
+
+func TestProgSequenceWraparound(t *testing.T) {
+	h := newProgHarness(t)
+	rx, tx := uint32(0xffffffff-10), uint32(0xffffffff-5)
+	h.connect(rx, tx, false)
+	h.ingress(rx, get)
+	h.egress(tx, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	h.ingress(rx+uint32(len(get)), get) // wraps past zero
+	if diff := cmp.Diff(counts{InFlight: 1, Started: 2, Completed: 1}, h.counts()); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}
+
+func TestProgIPReuseIgnoresOldConnections(t *testing.T) {
+	h := newProgHarness(t)
+	h.ingress(1000, get)
+	// The pod goes and another pod gets its address (new id) before the old
+	// connection's response: the new pod's counters stay untouched.
+	podKey, _ := ipKey(h.pod)
+	if err := h.objs.Pods.Update(podKey, &accountingPodStats{Id: testPodID + 1}, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	h.egress(5000, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	if diff := cmp.Diff(counts{}, h.counts()); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}
+
+func TestProgParseErrorIsCounted(t *testing.T) {
+	h := newProgHarness(t)
+	h.ingress(1000, get)
+	h.egress(5000, "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n")
+	var perCPU []uint64
+	if err := h.objs.Events.Lookup(uint32(1+0), &perCPU); err != nil { // EV_PARSE_LIMIT
+		t.Fatal(err)
+	}
+	var errs []uint64
+	if err := h.objs.Events.Lookup(uint32(2), &errs); err != nil { // EV_PARSE_ERROR
+		t.Fatal(err)
+	}
+	var total uint64
+	for _, n := range errs {
+		total += n
+	}
+	if total != 1 {
+		t.Errorf("parse errors = %d, want 1", total)
+	}
+	if c := h.conn(); c.Opaque != 1 {
+		t.Errorf("conn opaque = %d, want 1 after a parse error", c.Opaque)
+	}
+}

@@ -16,13 +16,13 @@ import (
 // modelView is the state compared between the BPF programs and the model.
 type modelView struct {
 	InFlight, Started, Completed, Probes, OpaqueInFlight, OpaqueTotal int64
-	RxNext, TxNext                                                     uint32
-	Req                                                                int
-	Opaque, Seen, Head                                                 bool
-	State, Hflags, Pos                                                 uint8
-	Status                                                             uint16
-	Hash                                                               uint32
-	Length, Remaining                                                  uint64
+	RxNext, TxNext                                                    uint32
+	Req                                                               int
+	Opaque, Seen, Head                                                bool
+	State, Hflags, Pos                                                uint8
+	Status                                                            uint16
+	Hash                                                              uint32
+	Length, Remaining                                                 uint64
 }
 
 func (h *progHarness) view() modelView {

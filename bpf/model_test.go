@@ -351,7 +351,7 @@ func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
 
 type respCtx struct {
 	off, end, skip, used, done int
-	err                      int
+	err                        int
 }
 
 // parse mirrors parse_response.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
-
 )
 
 // progHarness runs the cgroup_skb programs on crafted packets with
@@ -140,8 +139,8 @@ func (h *progHarness) conn() accountingConn {
 
 // counts is what the table tests assert.
 type counts struct {
-	InFlight, Started, Completed       int64
-	ProxiedInFlight, ProxiedStarted    int64
+	InFlight, Started, Completed        int64
+	ProxiedInFlight, ProxiedStarted     int64
 	Probes, OpaqueInFlight, OpaqueTotal int64
 }
 
@@ -255,7 +254,7 @@ func TestProgRequestRules(t *testing.T) {
 			[]seg{in(0, get), out(0, "HTTX/1.1 200 OK\r\n\r\n")},
 			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
 		{"pipelined requests are one request in flight", false,
-			[]seg{in(0, get + get), out(0, ok5 + ok5)},
+			[]seg{in(0, get+get), out(0, ok5+ok5)},
 			counts{Started: 1, Completed: 1}},
 		{"tiny segments take the byte-by-byte path", false,
 			[]seg{in(0, "GET / HTTP/1.1\r\n"), in(16, "\r\n"), out(0, "HTTP/1.1 200 OK\r\n"), out(17, "Content-Length: 2\r\n"), out(36, "\r\n"), out(38, "o"), out(39, "k")},

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -72,7 +73,8 @@ func New(opts Options) (*Accounting, error) {
 	if err := spec.LoadAndAssign(&a.objs, &collOpts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load accounting programs (verifier): %+v", verr)
+			// The whole verifier log says what was refused; %v shows only its end.
+			return nil, fmt.Errorf("load accounting programs: %w\n%s", err, strings.Join(verr.Log, "\n"))
 		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("load accounting programs: pinned maps in %s are from an incompatible version; remove them with Uninstall (agent --uninstall): %w", opts.PinDir, err)

@@ -69,7 +69,7 @@ const (
 )
 
 type modelPod struct {
-	inFlight, opaqueInFlight, connsInFlight int64
+	inFlight, opaqueInFlight                int64
 	started, completed, probes, opaqueTotal uint64
 	proxiedInFlight                         int64
 	proxiedStarted, proxiedCompleted        uint64
@@ -149,18 +149,6 @@ func (c *modelConn) goOpaque(p *modelPod) {
 		c.req = reqIdle
 	}
 	c.startRequest(p, reqBusy)
-}
-
-func (c *modelConn) close(p *modelPod) {
-	if c.closed {
-		return
-	}
-	c.closed = true
-	c.endRequest(p)
-	p.connsInFlight--
-	if c.opaque {
-		p.opaqueInFlight--
-	}
 }
 
 // newBytes returns the part of a segment not seen before and advances next,

@@ -37,7 +37,11 @@
 
 #include "accounting.h"
 
-#define AF_INET 2 // from sys/socket.h, which is not for BPF targets
+#define AF_INET 2   // from sys/socket.h, which is not for BPF targets
+#define AF_INET6 10
+
+// CTX_LOAD reads a context field with a single load instruction.
+#define CTX_LOAD(field) (*(volatile typeof(field) *)&(field))
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
@@ -183,19 +187,44 @@ static __always_inline void go_opaque(const struct conn_key *key, struct conn *c
 
 /* ---- sock_ops: connection lifecycle ---- */
 
+// conn_key_of fills the key of a sock_ops socket. Returns 0 if the socket
+// carries IPv4: an AF_INET socket, or an AF_INET6 socket whose addresses are
+// IPv4-mapped (Go and many other servers listen on [::] for both).
+static __always_inline int conn_key_of(struct bpf_sock_ops *skops, struct conn_key *key)
+{
+	if (skops->family == AF_INET6) {
+		// One load per field: the verifier refuses loads through a context
+		// pointer that clang offset first, which it does for arrays.
+		__u32 l0 = CTX_LOAD(skops->local_ip6[0]);
+		__u32 l1 = CTX_LOAD(skops->local_ip6[1]);
+		__u32 l2 = CTX_LOAD(skops->local_ip6[2]);
+
+		if (l0 != 0 || l1 != 0 || l2 != bpf_htonl(0xffff))
+			return -1;
+		key->pod_ip = CTX_LOAD(skops->local_ip6[3]);
+		key->peer_ip = CTX_LOAD(skops->remote_ip6[3]);
+	} else if (skops->family == AF_INET) {
+		key->pod_ip = skops->local_ip4;
+		key->peer_ip = skops->remote_ip4;
+	} else {
+		return -1;
+	}
+	key->pod_port = bpf_htons((__u16)skops->local_port);
+	// remote_port holds the port in network order in its upper half on
+	// little endian; ntohl brings it to host order in the low half.
+	key->peer_port = bpf_htons((__u16)bpf_ntohl(skops->remote_port));
+	return 0;
+}
+
 static __always_inline void on_established(struct bpf_sock_ops *skops)
 {
-	struct conn_key key = {
-		.pod_ip = skops->local_ip4,
-		.peer_ip = skops->remote_ip4,
-		.pod_port = bpf_htons((__u16)skops->local_port),
-		// remote_port holds the port in network order in its upper half
-		// on little endian; ntohl brings it to host order in the low half.
-		.peer_port = bpf_htons((__u16)bpf_ntohl(skops->remote_port)),
-	};
-	struct pod_stats *p = bpf_map_lookup_elem(&pods, &key.pod_ip);
+	struct conn_key key;
+	struct pod_stats *p;
 	struct conn c = {};
 
+	if (conn_key_of(skops, &key))
+		return;
+	p = bpf_map_lookup_elem(&pods, &key.pod_ip);
 	if (!p)
 		return;
 	c.pod_id = p->id;
@@ -218,17 +247,14 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 // a server that closed sends nothing more, so any response is complete.
 static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 state)
 {
-	struct conn_key key = {
-		.pod_ip = skops->local_ip4,
-		.peer_ip = skops->remote_ip4,
-		.pod_port = bpf_htons((__u16)skops->local_port),
-		.peer_port = bpf_htons((__u16)bpf_ntohl(skops->remote_port)),
-	};
+	struct conn_key key;
 	struct pod_stats *p;
 	struct conn *c;
 	__u64 now;
 
 	if (state != BPF_TCP_FIN_WAIT1 && state != BPF_TCP_LAST_ACK && state != BPF_TCP_CLOSE)
+		return;
+	if (conn_key_of(skops, &key))
 		return;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
@@ -250,8 +276,6 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 st
 SEC("sockops")
 int sockscale_sockops(struct bpf_sock_ops *skops)
 {
-	if (skops->family != AF_INET)
-		return 1;
 	switch (skops->op) {
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		on_established(skops);

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sockscale/sockscale/internal/testenv"
 )
 
 // progHarness runs the cgroup_skb programs on crafted packets with
@@ -30,7 +32,7 @@ const (
 
 func newProgHarness(t testing.TB) *progHarness {
 	t.Helper()
-	requireBPF(t)
+	testenv.RequireRoot(t)
 	h := &progHarness{t: t}
 	if err := loadAccountingObjects(&h.objs, nil); err != nil {
 		t.Fatalf("load objects: %v", err)

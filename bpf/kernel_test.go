@@ -1,0 +1,426 @@
+//go:build linux
+
+package bpf
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/testpod"
+)
+
+func TestMain(m *testing.M) {
+	testpod.Main() // returns unless this process is a test pod's server
+	os.Exit(m.Run())
+}
+
+// kernelEnv is a cgroup subtree with the accounting attached at its root,
+// and a pod below it serving HTTP.
+type kernelEnv struct {
+	root string // the attach point
+	acct *Accounting
+	pod  *testpod.Pod
+}
+
+var nextSubnet atomic.Uint32
+
+func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
+	t.Helper()
+	testenv.RequireRoot(t)
+	cg2, err := testenv.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(cg2, fmt.Sprintf("sockscale-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_")))
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(root) }) // after the pod's cleanup removed its cgroup
+	e := &kernelEnv{root: root}
+	e.pod = testpod.New(t, testpod.Options{Subnet: uint8(100 + nextSubnet.Add(1)%100), CgroupParent: root})
+	e.acct = e.attach(t, pinDir)
+	if err := e.acct.AddPod(e.pod.IP, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *kernelEnv) attach(t *testing.T, pinDir string) *Accounting {
+	t.Helper()
+	a, err := New(Options{CgroupRoot: e.root, PinDir: pinDir})
+	if err != nil {
+		t.Fatalf("attach accounting: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+func (e *kernelEnv) counters(t *testing.T) (PodCounters, time.Duration) {
+	t.Helper()
+	s, err := e.acct.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Pods[e.pod.IP], s.At
+}
+
+// waitCounters polls until cond holds for the pod's counters (the kernel
+// sees a connection's end a moment after the client does).
+func (e *kernelEnv) waitCounters(t *testing.T, what string, cond func(PodCounters) bool) PodCounters {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, _ := e.counters(t)
+		if cond(c) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never held; last counters %+v", what, c)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *kernelEnv) url(query string) string {
+	return "http://" + e.pod.Addr(testpod.HTTPPort) + "/?" + query
+}
+
+// loadStats are the client's own view of a closed-loop load.
+type loadStats struct {
+	mu        sync.Mutex
+	completed int64
+	failures  int64
+	spans     [][2]time.Time // each completed request, from connection in hand to body read
+	wait      func()         // returns when every client has stopped
+}
+
+// inFlightArea is the client's time integral of its requests in flight
+// within [from, to]: by Little's law, divided by the window it is the
+// concurrency the server should have seen.
+func (s *loadStats) inFlightArea(from, to time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var area time.Duration
+	for _, sp := range s.spans {
+		start, end := sp[0], sp[1]
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) {
+			area += end.Sub(start)
+		}
+	}
+	return area
+}
+
+// closedLoop keeps c requests in flight against url until ctx ends, then
+// waits for the last ones.
+func closedLoop(ctx context.Context, url string, c int, keepAlive bool, header http.Header) *loadStats {
+	stats := &loadStats{}
+	tr := &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				var start time.Time
+				// The request is in flight from when the client has a
+				// connection: dialling is not the server's time.
+				trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { start = time.Now() }}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
+				for k, v := range header {
+					req.Header[k] = v
+				}
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				end := time.Now()
+				stats.mu.Lock()
+				if err != nil {
+					stats.failures++
+				} else {
+					stats.completed++
+					stats.spans = append(stats.spans, [2]time.Time{start, end})
+				}
+				stats.mu.Unlock()
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		tr.CloseIdleConnections()
+	}()
+	stats.wait = wg.Wait
+	return stats
+}
+
+func TestKernelConcurrencyAccuracy(t *testing.T) {
+	e := newKernelEnv(t, "")
+	// Long enough that a new connection's set-up (which the client spends
+	// and the server does not count) stays well under 1 % of a request.
+	const sleep = 100 * time.Millisecond
+	var total int64
+	for _, keepAlive := range []bool{true, false} {
+		for _, c := range []int{1, 8, 64} {
+			t.Run(fmt.Sprintf("c=%d keepalive=%v", c, keepAlive), func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				load := closedLoop(ctx, e.url("sleep="+sleep.String()), c, keepAlive, nil)
+				time.Sleep(300 * time.Millisecond) // every client in its loop
+				c0, at0 := e.counters(t)
+				wall0 := time.Now()
+				time.Sleep(2 * time.Second)
+				c1, at1 := e.counters(t)
+				wall1 := time.Now()
+				cancel()
+				load.wait()
+
+				window := (at1 - at0).Seconds()
+				measured := (c1.Requests.Area - c0.Requests.Area).Seconds() / window
+				little := load.inFlightArea(wall0, wall1).Seconds() / wall1.Sub(wall0).Seconds()
+				t.Logf("offered %d, measured %.3f (%+.2f%%), client-side %.3f (%+.2f%%), %d requests",
+					c, measured, 100*(measured-float64(c))/float64(c), little, 100*(measured-little)/little, c1.Requests.Completed-c0.Requests.Completed)
+				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
+					t.Errorf("measured concurrency %.3f is %.1f%% off the offered %d (limit 2%%)", measured, 100*rel, c)
+				}
+				if rel := math.Abs(measured-little) / little; rel > 0.02 {
+					t.Errorf("measured concurrency %.3f is %.1f%% off the client's Little's law %.3f (limit 2%%)", measured, 100*rel, little)
+				}
+				if load.failures > 0 {
+					t.Errorf("%d requests failed", load.failures)
+				}
+				total += load.completed
+			})
+		}
+	}
+	got := e.waitCounters(t, "every request completed", func(c PodCounters) bool { return c.Requests.InFlight == 0 })
+	if int64(got.Requests.Started) != total || int64(got.Requests.Completed) != total {
+		t.Errorf("started=%d completed=%d, want both = the client's %d", got.Requests.Started, got.Requests.Completed, total)
+	}
+}
+
+func TestKernelIdleKeepAliveIsNotLoad(t *testing.T) {
+	e := newKernelEnv(t, "")
+	// The pod's readiness dial was a connection too; count from its end.
+	base := e.waitCounters(t, "readiness dial closed", func(c PodCounters) bool { return c.ConnsInFlight == 0 })
+	const n = 10
+	var conns []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", e.pod.Addr(testpod.HTTPPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: pod\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		buf := make([]byte, 4096)
+		if _, err := c.Read(buf); err != nil { // the response (small: one read)
+			t.Fatal(err)
+		}
+	}
+	got := e.waitCounters(t, "responses done", func(c PodCounters) bool { return c.Requests.Completed == n })
+	if got.ConnsInFlight != n || got.Requests.InFlight != 0 || got.Requests.Started != n {
+		t.Errorf("idle keep-alive: conns in flight=%d requests in flight=%d started=%d, want %d, 0, %d",
+			got.ConnsInFlight, got.Requests.InFlight, got.Requests.Started, n, n)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	e.waitCounters(t, "connections closed", func(c PodCounters) bool { return c.ConnsInFlight == 0 && c.ConnsTotal == base.ConnsTotal+n })
+}
+
+func TestKernelProbesAreNotLoad(t *testing.T) {
+	e := newKernelEnv(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	load := closedLoop(ctx, e.url(""), 2, true, http.Header{"User-Agent": {"kube-probe/1.36"}})
+	load.wait()
+	got := e.waitCounters(t, "probes counted", func(c PodCounters) bool { return int64(c.ProbesTotal) == load.completed })
+	if got.Requests.Started != 0 || got.Requests.Area != 0 {
+		t.Errorf("probes counted as load: started=%d area=%v", got.Requests.Started, got.Requests.Area)
+	}
+	if load.completed == 0 {
+		t.Fatal("no probe completed")
+	}
+}
+
+func TestKernelResponseFramings(t *testing.T) {
+	e := newKernelEnv(t, "")
+	queries := []string{
+		"size=0", "size=10", "size=4000000", // large: many GSO segments
+		"chunked=1&size=0", "chunked=1&size=100", "chunked=1&size=3000000",
+		"close=1&size=100", "close=1&chunked=1&size=100000",
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for range 3 {
+		for _, q := range queries {
+			resp, err := client.Get(e.url(q))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	n := uint64(3 * len(queries))
+	got := e.waitCounters(t, "all responses complete", func(c PodCounters) bool { return c.Requests.Completed == n })
+	if got.Requests.Started != n || got.Requests.InFlight != 0 || got.OpaqueConnsTotal != 0 {
+		t.Errorf("started=%d in flight=%d opaque=%d, want %d, 0, 0", got.Requests.Started, got.Requests.InFlight, got.OpaqueConnsTotal, n)
+	}
+	ev, err := e.acct.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev != (Events{}) {
+		t.Errorf("events = %+v, want none", ev)
+	}
+}
+
+func TestKernelProxiedRequests(t *testing.T) {
+	e := newKernelEnv(t, "")
+	if err := e.acct.SetActivators([]netip.Addr{e.pod.HostIP}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		resp, err := http.Get(e.url("size=1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	got := e.waitCounters(t, "proxied requests", func(c PodCounters) bool { return c.Proxied.Completed == 5 })
+	if got.Requests.Completed != 5 || got.Proxied.Started != 5 {
+		t.Errorf("requests completed=%d proxied started=%d, want 5 and 5", got.Requests.Completed, got.Proxied.Started)
+	}
+	if err := e.acct.SetActivators(nil); err != nil {
+		t.Fatal(err)
+	}
+	// A connection keeps the marking it got when accepted: use a new one.
+	http.DefaultClient.CloseIdleConnections()
+	resp, err := http.Get(e.url("size=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	got = e.waitCounters(t, "direct request", func(c PodCounters) bool { return c.Requests.Completed == 6 })
+	if got.Proxied.Started != 5 {
+		t.Errorf("after removing the activator, proxied started=%d, want still 5", got.Proxied.Started)
+	}
+}
+
+func TestKernelOpaqueConnections(t *testing.T) {
+	e := newKernelEnv(t, "")
+	if err := e.pod.Start(testpod.RoleEcho, testpod.EchoPort); err != nil {
+		t.Fatal(err)
+	}
+	// The readiness dial above was a connection too; start from its end.
+	base := e.waitCounters(t, "readiness dials closed", func(c PodCounters) bool { return c.ConnsInFlight == 0 })
+	c, err := net.Dial("tcp", e.pod.Addr(testpod.EchoPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := "\x16\x03\x01\x00\x2a\x01\x00\x00\x26\x03\x03" // a TLS ClientHello's start
+	if _, err := io.WriteString(c, hello); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, len(hello))); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitCounters(t, "opaque connection", func(p PodCounters) bool { return p.OpaqueConnsInFlight == 1 })
+	if got.Requests.InFlight != 1 || got.OpaqueConnsTotal != base.OpaqueConnsTotal+1 {
+		t.Errorf("open TLS connection: requests in flight=%d opaque total=%d, want 1 and %d", got.Requests.InFlight, got.OpaqueConnsTotal, base.OpaqueConnsTotal+1)
+	}
+	c.Close()
+	e.waitCounters(t, "opaque connection released", func(p PodCounters) bool {
+		return p.OpaqueConnsInFlight == 0 && p.Requests.InFlight == 0 && p.ConnsInFlight == 0
+	})
+}
+
+func TestKernelAgentRestartLosesNothing(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
+		t.Fatal(err)
+	}
+	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-test-%d", os.Getpid())
+	t.Cleanup(func() { _ = Uninstall(pinDir) })
+	e := newKernelEnv(t, pinDir)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	load := closedLoop(ctx, e.url("sleep=20ms"), 8, true, nil)
+	time.Sleep(time.Second)
+	// The agent stops (its fds close; the pins keep everything attached)
+	// and a new one starts while requests are in flight.
+	if err := e.acct.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	e.acct = e.attach(t, pinDir)
+	time.Sleep(time.Second)
+	cancel()
+	load.wait()
+
+	got := e.waitCounters(t, "load done", func(c PodCounters) bool { return c.Requests.InFlight == 0 })
+	if int64(got.Requests.Started) != load.completed || int64(got.Requests.Completed) != load.completed {
+		t.Errorf("across the restart: started=%d completed=%d, want both = the client's %d", got.Requests.Started, got.Requests.Completed, load.completed)
+	}
+	if n := attachedPrograms(t, e.root); n != 3 {
+		t.Errorf("after the restart %d programs are attached at the root, want 3 (one per hook)", n)
+	}
+	if err := e.acct.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(pinDir); err != nil {
+		t.Fatal(err)
+	}
+	if n := attachedPrograms(t, e.root); n != 0 {
+		t.Errorf("after Uninstall %d programs are attached, want 0", n)
+	}
+	if _, err := os.Stat(pinDir); !os.IsNotExist(err) {
+		t.Errorf("pin directory still there after Uninstall: %v", err)
+	}
+}
+
+// attachedPrograms counts the programs attached at a cgroup, as bpftool
+// reports them.
+func attachedPrograms(t *testing.T, cgroup string) int {
+	t.Helper()
+	out, err := exec.Command("bpftool", "cgroup", "show", cgroup).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bpftool cgroup show: %v: %s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "sockscale_") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,64 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequireRoot skips t when not root, and fails it instead when CI=true: in
+// CI a skipped privileged test would hide that it never ran.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (BPF, network namespaces, cgroups); CI=true forbids skipping it")
+	}
+	t.Skip("needs root (BPF, network namespaces, cgroups)")
+}
+
+// Cgroup2Root returns where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup
+// on most nodes, /sys/fs/cgroup/unified on hybrid layouts.
+func Cgroup2Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// ... mount-point ... - fstype source options
+		fields := strings.Fields(s.Text())
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	return "", errors.New("no cgroup2 file system is mounted")
+}
+
+// EnsureBPFFS mounts a bpffs at dir unless one is there.
+func EnsureBPFFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, ""); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
+	}
+	return nil
+}

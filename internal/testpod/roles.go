@@ -1,0 +1,110 @@
+package testpod
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+// roleEnv tells a re-executed test binary which role to play in a pod.
+const roleEnv = "SOCKSCALE_TESTPOD_ROLE"
+
+// Roles a pod process can play.
+const (
+	// RoleHTTP serves HTTP on HTTPPort: ?sleep=50ms waits, ?size=N answers
+	// N bytes, ?chunked=1 answers chunked, ?close=1 closes after the response.
+	RoleHTTP = "http"
+	// RoleEcho echoes raw TCP on EchoPort and keeps connections open.
+	RoleEcho = "echo"
+)
+
+// Ports the roles listen on.
+const (
+	HTTPPort = 8080
+	EchoPort = 9000
+)
+
+// Main plays the role this process was started for and exits; it returns at
+// once in a normal test process. Call it first in TestMain.
+func Main() {
+	role := os.Getenv(roleEnv)
+	if role == "" {
+		return
+	}
+	waitForGate()
+	var err error
+	switch role {
+	case RoleHTTP:
+		err = serveHTTP()
+	case RoleEcho:
+		err = serveEcho()
+	default:
+		err = fmt.Errorf("unknown test pod role %q", role)
+	}
+	fmt.Fprintln(os.Stderr, "test pod:", err)
+	os.Exit(1)
+}
+
+// Handler is the test server's handler (also used by benchmarks in-process).
+func Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if d, err := time.ParseDuration(q.Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
+		if q.Get("close") == "1" {
+			w.Header().Set("Connection", "close")
+		}
+		size, _ := strconv.Atoi(q.Get("size"))
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = 'a' + byte(i%26)
+		}
+		if q.Get("chunked") == "1" {
+			// Flushing before the end makes net/http send chunks.
+			for len(body) > 0 {
+				n := min(len(body), 32<<10)
+				_, _ = w.Write(body[:n])
+				body = body[n:]
+				w.(http.Flusher).Flush()
+			}
+			if size == 0 {
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = w.Write(body)
+	})
+	return mux
+}
+
+func serveHTTP() error {
+	srv := &http.Server{Addr: ":" + strconv.Itoa(HTTPPort), Handler: Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+func serveEcho() error {
+	l, err := net.Listen("tcp", ":"+strconv.Itoa(EchoPort))
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}

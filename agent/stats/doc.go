@@ -1,0 +1,37 @@
+// Package stats is the wire format and transport of per-pod request
+// statistics from node agents to the controller.
+//
+// # Transport
+//
+// Every report period (1 s by default) each agent POSTs one batch to
+// /v1/stats on every controller replica: it resolves the controller's
+// headless Service to all its addresses, so the standby replica keeps the
+// same windows as the leader and takes over warm. Connections are kept
+// alive, so a cluster of N nodes holds N connections per replica. A batch
+// that fails is dropped, not retried: the next period brings fresh data,
+// and the windows tolerate a missing second.
+//
+// # Encoding
+//
+// A batch is little-endian binary, version 1 ("uvarint" and "varint" are
+// encoding/binary's):
+//
+//	magic     4 bytes  "SSST"
+//	version   1 byte   1
+//	node      uvarint length, then UTF-8 bytes
+//	start     varint   period start, Unix nanoseconds
+//	duration  uvarint  period length in nanoseconds (> 0)
+//	count     uvarint  number of pod records
+//	records   count times:
+//	  ip                4 bytes  pod IPv4
+//	  namespace, pod    uvarint length, then bytes, each
+//	  workload          uvarint length, then bytes (e.g. the Deployment's name)
+//	  concurrency       8 bytes  float64: average requests in flight
+//	  proxied           8 bytes  float64: average of those that came through an activator
+//	  requests          uvarint  requests completed in the period
+//	  proxiedRequests   uvarint  of those, through an activator
+//
+// A record takes about 50 bytes plus its names: 100 pods are ~7 KB, so
+// 5,000 nodes send ~35 MB/s to each replica, which decodes at well over
+// that rate on one core (see BenchmarkDecode).
+package stats

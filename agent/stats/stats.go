@@ -1,0 +1,258 @@
+package stats
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/netip"
+	"time"
+)
+
+// Path is where controllers accept batches.
+const Path = "/v1/stats"
+
+// ContentType marks a batch in HTTP.
+const ContentType = "application/vnd.sockscale.stats.v1"
+
+// MaxBatchBytes bounds what a receiver reads: far above any real node
+// (110 pods is ~10 KB), far below what could hurt a controller.
+const MaxBatchBytes = 4 << 20
+
+const (
+	magic   = "SSST"
+	version = 1
+	// maxName bounds names: Kubernetes names are at most 253 bytes.
+	maxName = 253
+)
+
+// PodStat is one pod's requests over one period.
+type PodStat struct {
+	IP        netip.Addr
+	Namespace string
+	Pod       string
+	// Workload names what the pod belongs to in its namespace (for a
+	// Deployment's pod, the Deployment).
+	Workload string
+	// Concurrency is the average number of requests in flight, proxied ones
+	// included; ProxiedConcurrency the average of those from activators.
+	Concurrency, ProxiedConcurrency float64
+	// Requests completed in the period; ProxiedRequests of those through
+	// an activator.
+	Requests, ProxiedRequests uint64
+}
+
+// Batch is what one node reports for one period.
+type Batch struct {
+	Node   string
+	Start  time.Time
+	Period time.Duration
+	Pods   []PodStat
+}
+
+// ErrMalformed is wrapped by every decoding error.
+var ErrMalformed = errors.New("malformed stats batch")
+
+// Append encodes b at the end of dst.
+func Append(dst []byte, b *Batch) ([]byte, error) {
+	if b.Period <= 0 {
+		return nil, fmt.Errorf("encode stats: period %v must be positive", b.Period)
+	}
+	dst = append(dst, magic...)
+	dst = append(dst, version)
+	dst = appendString(dst, b.Node)
+	dst = binary.AppendVarint(dst, b.Start.UnixNano())
+	dst = binary.AppendUvarint(dst, uint64(b.Period))
+	dst = binary.AppendUvarint(dst, uint64(len(b.Pods)))
+	for i := range b.Pods {
+		p := &b.Pods[i]
+		if !p.IP.Is4() {
+			return nil, fmt.Errorf("encode stats: pod %s/%s address %s is not IPv4", p.Namespace, p.Pod, p.IP)
+		}
+		ip := p.IP.As4()
+		dst = append(dst, ip[:]...)
+		dst = appendString(dst, p.Namespace)
+		dst = appendString(dst, p.Pod)
+		dst = appendString(dst, p.Workload)
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.Concurrency))
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.ProxiedConcurrency))
+		dst = binary.AppendUvarint(dst, p.Requests)
+		dst = binary.AppendUvarint(dst, p.ProxiedRequests)
+	}
+	return dst, nil
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// Decode parses one batch. Errors wrap ErrMalformed and say what and where.
+func Decode(data []byte) (*Batch, error) {
+	d := decoder{data: data}
+	if len(data) < len(magic)+1 || string(data[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: does not start with %q", ErrMalformed, magic)
+	}
+	d.off = len(magic)
+	if v := d.data[d.off]; v != version {
+		return nil, fmt.Errorf("%w: version %d, this controller reads version %d", ErrMalformed, v, version)
+	}
+	d.off++
+	b := &Batch{Node: d.string("node")}
+	start := d.varint("start")
+	period := d.uvarint("period")
+	count := d.uvarint("pod count")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if period == 0 || period > uint64(time.Hour) {
+		return nil, fmt.Errorf("%w: period %v out of range (0, 1h]", ErrMalformed, time.Duration(period))
+	}
+	// Each record takes at least 24 bytes: reject counts the data cannot hold.
+	if count > uint64(len(data)-d.off)/24 {
+		return nil, fmt.Errorf("%w: %d pods cannot fit in %d bytes", ErrMalformed, count, len(data)-d.off)
+	}
+	b.Start = time.Unix(0, start)
+	b.Period = time.Duration(period)
+	b.Pods = make([]PodStat, count)
+	for i := range b.Pods {
+		p := &b.Pods[i]
+		p.IP = netip.AddrFrom4(d.ip4())
+		p.Namespace = d.string("namespace")
+		p.Pod = d.string("pod")
+		p.Workload = d.string("workload")
+		p.Concurrency = d.float("concurrency")
+		p.ProxiedConcurrency = d.float("proxied concurrency")
+		p.Requests = d.uvarint("requests")
+		p.ProxiedRequests = d.uvarint("proxied requests")
+		if d.err != nil {
+			return nil, fmt.Errorf("pod record %d: %w", i, d.err)
+		}
+	}
+	if d.off != len(data) {
+		return nil, fmt.Errorf("%w: %d bytes after the last record", ErrMalformed, len(data)-d.off)
+	}
+	return b, nil
+}
+
+type decoder struct {
+	data []byte
+	off  int
+	err  error
+}
+
+func (d *decoder) fail(what string, why string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s at byte %d: %s", ErrMalformed, what, d.off, why)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.data[d.off:])
+	if n <= 0 {
+		d.fail(what, "truncated or overlong varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.data[d.off:])
+	if n <= 0 {
+		d.fail(what, "truncated or overlong varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) string(what string) string {
+	n := d.uvarint(what + " length")
+	if d.err != nil {
+		return ""
+	}
+	if n > maxName {
+		d.fail(what, fmt.Sprintf("length %d exceeds %d", n, maxName))
+		return ""
+	}
+	if uint64(len(d.data)-d.off) < n {
+		d.fail(what, "truncated")
+		return ""
+	}
+	s := string(d.data[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
+
+func (d *decoder) float(what string) float64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.data)-d.off < 8 {
+		d.fail(what, "truncated")
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(d.data[d.off:]))
+	d.off += 8
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		d.fail(what, fmt.Sprintf("%v is not a finite non-negative number", v))
+		return 0
+	}
+	return v
+}
+
+func (d *decoder) ip4() [4]byte {
+	var ip [4]byte
+	if d.err != nil {
+		return ip
+	}
+	if len(d.data)-d.off < 4 {
+		d.fail("ip", "truncated")
+		return ip
+	}
+	copy(ip[:], d.data[d.off:])
+	d.off += 4
+	return ip
+}
+
+// Handler decodes batches POSTed to it and hands each to accept. Bad
+// batches get 400 with the reason; accept's error gets 503.
+func Handler(accept func(*Batch) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "stats: only POST is allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		var buf bytes.Buffer
+		n, err := io.Copy(&buf, io.LimitReader(r.Body, MaxBatchBytes+1))
+		if err != nil {
+			http.Error(w, "stats: read body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if n > MaxBatchBytes {
+			http.Error(w, fmt.Sprintf("stats: batch larger than %d bytes", MaxBatchBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		b, err := Decode(buf.Bytes())
+		if err != nil {
+			http.Error(w, "stats: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := accept(b); err != nil {
+			http.Error(w, "stats: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

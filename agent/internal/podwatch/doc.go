@@ -1,0 +1,3 @@
+// Package podwatch keeps the kernel's pod map equal to the running pods of
+// this node and remembers who each pod address belongs to.
+package podwatch

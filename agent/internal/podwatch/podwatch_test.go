@@ -1,0 +1,191 @@
+package podwatch
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// fakeAccounting is the kernel map as a Go map.
+type fakeAccounting struct{ pods map[netip.Addr]uint64 }
+
+func newFakeAccounting() *fakeAccounting { return &fakeAccounting{pods: map[netip.Addr]uint64{}} }
+
+func (f *fakeAccounting) AddPod(ip netip.Addr, id uint64) error { f.pods[ip] = id; return nil }
+func (f *fakeAccounting) RemovePod(ip netip.Addr) error         { delete(f.pods, ip); return nil }
+func (f *fakeAccounting) Pods() (map[netip.Addr]uint64, error) {
+	out := map[netip.Addr]uint64{}
+	for k, v := range f.pods {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// podBuilder builds test pods: pod("a").IP("10.0.0.5").Obj().
+type podBuilder struct{ p *corev1.Pod }
+
+func pod(name string) *podBuilder {
+	return &podBuilder{&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}}
+}
+
+func (b *podBuilder) IP(ips ...string) *podBuilder {
+	b.p.Status.PodIPs = nil
+	for _, ip := range ips {
+		b.p.Status.PodIPs = append(b.p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		b.p.Status.PodIP = ips[0]
+	}
+	return b
+}
+func (b *podBuilder) UID(uid string) *podBuilder          { b.p.UID = types.UID(uid); return b }
+func (b *podBuilder) HostNetwork() *podBuilder            { b.p.Spec.HostNetwork = true; return b }
+func (b *podBuilder) Phase(p corev1.PodPhase) *podBuilder { b.p.Status.Phase = p; return b }
+func (b *podBuilder) Owner(kind, name, hash string) *podBuilder {
+	yes := true
+	b.p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: name, Controller: &yes}}
+	if hash != "" {
+		b.p.Labels = map[string]string{"pod-template-hash": hash}
+	}
+	return b
+}
+func (b *podBuilder) Obj() *corev1.Pod { return b.p.DeepCopy() }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func TestKernelMapFollowsPods(t *testing.T) {
+	acct := newFakeAccounting()
+	w := New(acct, quiet())
+
+	w.Update(pod("pending").Obj())                               // no address yet
+	w.Update(pod("web").IP("10.0.0.5").Obj())                    // accounted
+	w.Update(pod("host").IP("192.168.1.10").HostNetwork().Obj()) // shares the node's address
+	w.Update(pod("v6").IP("fd00::5").Obj())                      // IPv6 only
+	w.Update(pod("dual").IP("fd00::6", "10.0.0.6").Obj())        // dual stack: its IPv4
+	w.Update(pod("done").IP("10.0.0.7").Phase(corev1.PodSucceeded).Obj())
+
+	want := map[netip.Addr]uint64{addr("10.0.0.5"): podID("uid-web"), addr("10.0.0.6"): podID("uid-dual")}
+	if diff := cmp.Diff(want, acct.pods, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("kernel map (-want +got):\n%s", diff)
+	}
+	st := w.Status()
+	if diff := cmp.Diff(Status{Tracked: 2, Skipped: map[string]int{SkipHostNetwork: 1, SkipNoIPv4: 1}, Synced: false}, st); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+
+	// The pending pod gets its address; the finished one leaves.
+	w.Update(pod("pending").IP("10.0.0.8").Obj())
+	w.Update(pod("web").IP("10.0.0.5").Phase(corev1.PodFailed).Obj())
+	if _, ok := acct.pods[addr("10.0.0.8")]; !ok {
+		t.Error("pod that got its address is not accounted")
+	}
+	if _, ok := acct.pods[addr("10.0.0.5")]; ok {
+		t.Error("failed pod is still accounted")
+	}
+	w.Delete(pod("dual").Obj())
+	if _, ok := acct.pods[addr("10.0.0.6")]; ok {
+		t.Error("deleted pod is still accounted")
+	}
+}
+
+func TestAddressReuse(t *testing.T) {
+	acct := newFakeAccounting()
+	w := New(acct, quiet())
+	w.Update(pod("old").IP("10.0.0.9").Obj())
+	// The new pod's event can come before the old pod's deletion.
+	w.Update(pod("new").IP("10.0.0.9").Obj())
+	w.Delete(pod("old").Obj())
+	if got := acct.pods[addr("10.0.0.9")]; got != podID("uid-new") {
+		t.Errorf("kernel id for reused address = %x, want the new pod's %x", got, podID("uid-new"))
+	}
+	if p, ok := w.Lookup(addr("10.0.0.9")); !ok || p.Name != "new" {
+		t.Errorf("Lookup = %+v, %v; want the new pod", p, ok)
+	}
+}
+
+func TestRestartKeepsLiveRemovesStale(t *testing.T) {
+	acct := newFakeAccounting()
+	acct.pods[addr("10.0.0.5")] = podID("uid-web") // live: keeps its counters
+	acct.pods[addr("10.0.0.99")] = 42              // a pod that went while we were down
+	w := New(acct, quiet())
+	w.Update(pod("web").IP("10.0.0.5").Obj())
+	if err := w.RemoveStale(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Addr]uint64{addr("10.0.0.5"): podID("uid-web")}
+	if diff := cmp.Diff(want, acct.pods, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("kernel map after resync (-want +got):\n%s", diff)
+	}
+	if !w.Status().Synced {
+		t.Error("not synced after RemoveStale")
+	}
+}
+
+func TestWorkloadNames(t *testing.T) {
+	tests := []struct {
+		pod        *corev1.Pod
+		name, kind string
+	}{
+		{pod("hello-7d9f8b6c5d-x2x4z").Owner("ReplicaSet", "hello-7d9f8b6c5d", "7d9f8b6c5d").Obj(), "hello", "Deployment"},
+		{pod("rs-only-abcde").Owner("ReplicaSet", "rs-only", "").Obj(), "rs-only", "ReplicaSet"},
+		{pod("db-0").Owner("StatefulSet", "db", "").Obj(), "db", "StatefulSet"},
+		{pod("bare").Obj(), "bare", "Pod"},
+	}
+	for _, tt := range tests {
+		got := describe(tt.pod)
+		if got.Workload != tt.name || got.WorkloadKind != tt.kind {
+			t.Errorf("%s: workload %s/%s, want %s/%s", tt.pod.Name, got.WorkloadKind, got.Workload, tt.kind, tt.name)
+		}
+	}
+}
+
+func TestRunWithInformer(t *testing.T) {
+	client := fake.NewClientset(pod("web").IP("10.0.0.5").Obj())
+	acct := newFakeAccounting()
+	acct.pods[addr("10.0.0.99")] = 1 // stale
+	w := New(acct, quiet())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx, client, "node-a") }()
+	waitFor(t, func() bool { return w.Status().Synced })
+	if _, ok := acct.pods[addr("10.0.0.99")]; ok {
+		t.Error("stale entry survived the first sync")
+	}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, pod("two").IP("10.0.0.6").Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := w.Lookup(addr("10.0.0.6")); return ok })
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := w.Lookup(addr("10.0.0.5")); return !ok })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,170 @@
+package sampler
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/agent/internal/podwatch"
+	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/bpf"
+)
+
+// Accounting modes of a pod, the label values of the mode metric.
+const (
+	ModeHTTP       = "http"       // requests parsed from HTTP/1.x
+	ModeConnection = "connection" // some connections were not HTTP/1.x: counted per connection
+)
+
+// Source is the kernel side, as the bpf package's Accounting has it.
+type Source interface {
+	Snapshot() (bpf.Snapshot, error)
+	Events() (bpf.Events, error)
+}
+
+// Pods says who a pod address belongs to.
+type Pods interface {
+	Lookup(ip netip.Addr) (podwatch.Pod, bool)
+}
+
+// Recorder receives the sampler's own health.
+type Recorder interface {
+	ObserveSnapshot(d time.Duration)
+	Error(stage string)
+}
+
+// PodSample is one pod at one sample.
+type PodSample struct {
+	IP       netip.Addr
+	Pod      podwatch.Pod // zero if the address is not (yet) known to the watcher
+	Counters bpf.PodCounters
+	Mode     string
+}
+
+// Sample is every pod at one instant, with the averages of the period that
+// ended there.
+type Sample struct {
+	Time   time.Time // wall clock
+	Pods   []PodSample
+	Events bpf.Events
+	// Batch holds the averages over the period since the previous sample,
+	// for the controller; nil for the first sample.
+	Batch *stats.Batch
+}
+
+// Sampler takes a Sample every period.
+type Sampler struct {
+	src      Source
+	pods     Pods
+	rec      Recorder
+	node     string
+	period   time.Duration
+	clock    clock.WithTicker
+	log      *slog.Logger
+	onSample func(*Sample)
+
+	latest atomic.Pointer[Sample]
+	prev   bpf.Snapshot
+	prevAt time.Time
+}
+
+// Options configure a Sampler.
+type Options struct {
+	Node     string
+	Period   time.Duration
+	Clock    clock.WithTicker
+	Log      *slog.Logger
+	Recorder Recorder
+	// OnSample, if set, is called with each sample (the reporter).
+	OnSample func(*Sample)
+}
+
+// New returns a sampler of src.
+func New(src Source, pods Pods, opts Options) *Sampler {
+	return &Sampler{src: src, pods: pods, rec: opts.Recorder, node: opts.Node, period: opts.Period,
+		clock: opts.Clock, log: opts.Log, onSample: opts.OnSample}
+}
+
+// Run samples every period until ctx ends.
+func (s *Sampler) Run(ctx context.Context) {
+	t := s.clock.NewTicker(s.period)
+	defer t.Stop()
+	for {
+		if err := s.SampleOnce(); err != nil {
+			s.log.Error("read kernel counters", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// Latest is the newest sample, or nil before the first.
+func (s *Sampler) Latest() *Sample { return s.latest.Load() }
+
+// SampleOnce takes one sample now.
+func (s *Sampler) SampleOnce() error {
+	start := s.clock.Now()
+	snap, err := s.src.Snapshot()
+	if err != nil {
+		s.rec.Error("snapshot")
+		return err
+	}
+	s.rec.ObserveSnapshot(s.clock.Since(start))
+	ev, err := s.src.Events()
+	if err != nil {
+		s.rec.Error("events")
+		return err
+	}
+	now := s.clock.Now()
+	sample := &Sample{Time: now, Events: ev, Pods: make([]PodSample, 0, len(snap.Pods))}
+	havePrev := s.prev.Pods != nil
+	if havePrev {
+		sample.Batch = &stats.Batch{Node: s.node, Start: s.prevAt, Period: now.Sub(s.prevAt)}
+	}
+	for ip, c := range snap.Pods {
+		ps := PodSample{IP: ip, Counters: c, Mode: ModeHTTP}
+		ps.Pod, _ = s.pods.Lookup(ip)
+		prev, seen := s.prev.Pods[ip]
+		if !seen || c.Requests.Started < prev.Requests.Started {
+			prev = bpf.PodCounters{} // new pod, or its counters were reset
+		}
+		if c.OpaqueConnsInFlight > 0 || c.OpaqueConnsTotal > prev.OpaqueConnsTotal {
+			ps.Mode = ModeConnection
+		}
+		sample.Pods = append(sample.Pods, ps)
+		if havePrev && ps.Pod.Name != "" {
+			sample.Batch.Pods = append(sample.Batch.Pods, periodStat(ps, prev, snap.At-s.prev.At))
+		}
+	}
+	sort.Slice(sample.Pods, func(i, j int) bool { return sample.Pods[i].IP.Less(sample.Pods[j].IP) })
+	s.prev, s.prevAt = snap, now
+	s.latest.Store(sample)
+	if s.onSample != nil {
+		s.onSample(sample)
+	}
+	return nil
+}
+
+// periodStat averages a pod's requests over the kernel time dt between two
+// snapshots: the growth of the in-flight integral divided by dt.
+func periodStat(ps PodSample, prev bpf.PodCounters, dt time.Duration) stats.PodStat {
+	c := ps.Counters
+	st := stats.PodStat{
+		IP: ps.IP, Namespace: ps.Pod.Namespace, Pod: ps.Pod.Name, Workload: ps.Pod.Workload,
+		Requests:        c.Requests.Completed - prev.Requests.Completed,
+		ProxiedRequests: c.Proxied.Completed - prev.Proxied.Completed,
+	}
+	if dt > 0 {
+		st.Concurrency = max(0, float64(c.Requests.Area-prev.Requests.Area)/float64(dt))
+		st.ProxiedConcurrency = max(0, float64(c.Proxied.Area-prev.Proxied.Area)/float64(dt))
+	}
+	return st
+}

@@ -1,0 +1,87 @@
+package sampler
+
+import (
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/sockscale/sockscale/agent/internal/podwatch"
+	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/bpf"
+)
+
+type scripted struct{ snaps []bpf.Snapshot }
+
+func (s *scripted) Snapshot() (bpf.Snapshot, error) {
+	snap := s.snaps[0]
+	s.snaps = s.snaps[1:]
+	return snap, nil
+}
+func (s *scripted) Events() (bpf.Events, error) { return bpf.Events{}, nil }
+
+type pods map[netip.Addr]podwatch.Pod
+
+func (p pods) Lookup(ip netip.Addr) (podwatch.Pod, bool) { v, ok := p[ip]; return v, ok }
+
+type nopRecorder struct{}
+
+func (nopRecorder) ObserveSnapshot(time.Duration) {}
+func (nopRecorder) Error(string)                  {}
+
+var web = netip.MustParseAddr("10.0.0.5")
+
+func counters(started, completed uint64, area time.Duration, opaque uint64) bpf.PodCounters {
+	return bpf.PodCounters{
+		Requests:         bpf.RequestCounters{InFlight: int64(started - completed), Started: started, Completed: completed, Area: area},
+		OpaqueConnsTotal: opaque,
+	}
+}
+
+func TestPeriodAverages(t *testing.T) {
+	src := &scripted{snaps: []bpf.Snapshot{
+		{At: 10 * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: counters(10, 8, 3*time.Second, 0)}},
+		// 2 s later: 2.5 request-seconds more (1.25 in flight on average), 7 completed.
+		{At: 12 * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: counters(16, 15, 5500*time.Millisecond, 0)}},
+		// Counters reset (address reused): averages from zero; one opaque connection.
+		{At: 13 * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: counters(2, 1, 500*time.Millisecond, 1)}},
+	}}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := New(src, pods{web: {Namespace: "ns", Name: "web-1", Workload: "web"}}, Options{
+		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
+	})
+	if err := s.SampleOnce(); err != nil {
+		t.Fatal(err)
+	}
+	if b := s.Latest().Batch; b != nil {
+		t.Errorf("first sample has a batch %+v; there is no period yet", b)
+	}
+	clk.Step(2 * time.Second)
+	if err := s.SampleOnce(); err != nil {
+		t.Fatal(err)
+	}
+	want := &stats.Batch{Node: "node-a", Start: time.Unix(1000, 0), Period: 2 * time.Second, Pods: []stats.PodStat{
+		{IP: web, Namespace: "ns", Pod: "web-1", Workload: "web", Concurrency: 1.25, Requests: 7},
+	}}
+	if diff := cmp.Diff(want, s.Latest().Batch, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("batch (-want +got):\n%s", diff)
+	}
+	if m := s.Latest().Pods[0].Mode; m != ModeHTTP {
+		t.Errorf("mode = %s, want http", m)
+	}
+	clk.Step(time.Second)
+	if err := s.SampleOnce(); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Latest()
+	if st := got.Batch.Pods[0]; st.Concurrency != 0.5 || st.Requests != 1 {
+		t.Errorf("after a reset: concurrency %v requests %d, want 0.5 and 1", st.Concurrency, st.Requests)
+	}
+	if m := got.Pods[0].Mode; m != ModeConnection {
+		t.Errorf("mode = %s after an opaque connection, want connection", m)
+	}
+}

@@ -1,0 +1,268 @@
+// Command sockscale-agent is the per-node agent: it loads the request
+// accounting programs, keeps their pod map equal to the node's pods, serves
+// the node's /metrics and reports per-pod stats to the controller.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/agent/internal/metrics"
+	"github.com/sockscale/sockscale/agent/internal/podwatch"
+	"github.com/sockscale/sockscale/agent/internal/preflight"
+	"github.com/sockscale/sockscale/agent/internal/report"
+	"github.com/sockscale/sockscale/agent/internal/sampler"
+	"github.com/sockscale/sockscale/bpf"
+)
+
+type config struct {
+	nodeName           string
+	cgroupRoot         string
+	bpffsDir           string
+	kubeconfig         string
+	metricsAddr        string
+	healthAddr         string
+	reportPeriod       time.Duration
+	controllerStats    string
+	activatorSelector  string
+	activatorNamespace string
+	logLevel           string
+	uninstall          bool
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("sockscale-agent", flag.ContinueOnError)
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
+	fs.StringVar(&c.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup v2 directory to attach at; every pod's cgroup must be below it")
+	fs.StringVar(&c.bpffsDir, "bpffs-dir", "/sys/fs/bpf/sockscale", "directory on a bpffs where maps and links are pinned (survive restarts)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.DurationVar(&c.reportPeriod, "report-period", time.Second, "how often counters are read and reported (100ms..1m)")
+	fs.StringVar(&c.controllerStats, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report")
+	fs.StringVar(&c.activatorSelector, "activator-selector", "app.kubernetes.io/component=activator", "label selector of activator pods: their requests count as proxied; empty: none")
+	fs.StringVar(&c.activatorNamespace, "activator-namespace", "", "namespace of the activator pods (default: all namespaces)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: sockscale-agent takes flags only", fs.Args())
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if !c.uninstall && c.nodeName == "" {
+		errs = append(errs, errors.New("--node-name is empty: set it or $NODE_NAME (the chart sets it from spec.nodeName)"))
+	}
+	if c.reportPeriod < 100*time.Millisecond || c.reportPeriod > time.Minute {
+		errs = append(errs, fmt.Errorf("--report-period=%v: must be between 100ms and 1m", c.reportPeriod))
+	}
+	if c.bpffsDir == "" || c.bpffsDir == "/" {
+		errs = append(errs, fmt.Errorf("--bpffs-dir=%q: must be a directory of its own on a bpffs, e.g. /sys/fs/bpf/sockscale", c.bpffsDir))
+	}
+	for flagName, addr := range map[string]string{"--metrics-bind-address": c.metricsAddr, "--health-probe-bind-address": c.healthAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :9090", flagName, addr))
+		}
+	}
+	if c.controllerStats != "" {
+		if _, _, err := net.SplitHostPort(c.controllerStats); err != nil {
+			errs = append(errs, fmt.Errorf("--controller-stats-address=%q: want host:port", c.controllerStats))
+		}
+	}
+	if _, err := parseLevel(c.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level=%q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sockscale-agent:", err)
+		os.Exit(2)
+	}
+	level, _ := parseLevel(cfg.logLevel)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "agent", "node", cfg.nodeName)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("agent failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+	if cfg.uninstall {
+		if err := bpf.Uninstall(cfg.bpffsDir); err != nil {
+			return fmt.Errorf("uninstall: %w", err)
+		}
+		log.Info("uninstalled: programs detached and pins removed", "dir", cfg.bpffsDir)
+		return nil
+	}
+	if err := preflightChecks(cfg); err != nil {
+		return err
+	}
+	client, err := kubeClient(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	acct, err := bpf.New(bpf.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir})
+	if err != nil {
+		return err
+	}
+	// Closing keeps the pinned programs attached and counting: a restarted
+	// agent carries on. --uninstall is what removes them.
+	defer func() {
+		if err := acct.Close(); err != nil {
+			log.Error("release accounting", "err", err)
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pods := podwatch.New(acct, log)
+	var smp *sampler.Sampler
+	agentMetrics := metrics.New(reg, func() *sampler.Sample { return smp.Latest() }, pods.Status)
+
+	var reporter *report.Reporter
+	var onSample func(*sampler.Sample)
+	if cfg.controllerStats != "" {
+		reporter, err = report.New(cfg.controllerStats, cfg.reportPeriod, agentMetrics, log)
+		if err != nil {
+			return err
+		}
+		onSample = func(s *sampler.Sample) {
+			if s.Batch != nil {
+				reporter.Offer(s.Batch)
+			}
+		}
+	}
+	smp = sampler.New(acct, pods, sampler.Options{
+		Node: cfg.nodeName, Period: cfg.reportPeriod, Clock: clock.RealClock{}, Log: log,
+		Recorder: agentMetrics, OnSample: onSample,
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 4)
+	go func() { errc <- pods.Run(ctx, client, cfg.nodeName) }()
+	if cfg.activatorSelector != "" {
+		go func() {
+			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, log)
+		}()
+	}
+	go smp.Run(ctx)
+	if reporter != nil {
+		go reporter.Run(ctx)
+	}
+	go func() { errc <- serve(ctx, cfg.metricsAddr, metricsMux(reg)) }()
+	go func() { errc <- serve(ctx, cfg.healthAddr, healthMux(pods, smp)) }()
+	log.Info("agent started", "cgroupRoot", cfg.cgroupRoot, "bpffsDir", cfg.bpffsDir, "reportPeriod", cfg.reportPeriod)
+
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func preflightChecks(cfg *config) error {
+	if err := preflight.CheckCgroupRoot(cfg.cgroupRoot); err != nil {
+		return err
+	}
+	if err := preflight.EnsureBPFFS(cfg.bpffsDir); err != nil {
+		return err
+	}
+	if err := preflight.CheckPermission(); err != nil {
+		return err
+	}
+	return preflight.CheckKernel()
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "sockscale-agent"
+	return kubernetes.NewForConfig(rc)
+}
+
+func metricsMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
+// healthMux: alive while serving; ready once the pod map is in sync and the
+// counters have been read.
+func healthMux(pods *podwatch.Watcher, smp *sampler.Sampler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case !pods.Status().Synced:
+			http.Error(w, "pod list not synced yet", http.StatusServiceUnavailable)
+		case smp.Latest() == nil:
+			http.Error(w, "kernel counters not read yet", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ok"))
+		}
+	})
+	return mux
+}
+
+func serve(ctx context.Context, addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", addr, err)
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFlagErrorsNameValueAndAllowed(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node-name="}, "--node-name is empty"},
+		{[]string{"--node-name=n", "--report-period=10ms"}, "--report-period=10ms: must be between 100ms and 1m"},
+		{[]string{"--node-name=n", "--bpffs-dir=/"}, `--bpffs-dir="/"`},
+		{[]string{"--node-name=n", "--metrics-bind-address=9090"}, `--metrics-bind-address="9090": want [host]:port`},
+		{[]string{"--node-name=n", "--controller-stats-address=controller"}, `--controller-stats-address="controller": want host:port`},
+		{[]string{"--node-name=n", "--log-level=loud"}, `--log-level="loud": want debug, info, warn or error`},
+		{[]string{"--node-name=n", "extra"}, "takes flags only"},
+	}
+	for _, tt := range tests {
+		t.Setenv("NODE_NAME", "")
+		_, err := parseFlags(tt.args)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: err = %v, want it to contain %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+func TestFlagDefaults(t *testing.T) {
+	t.Setenv("NODE_NAME", "node-a")
+	c, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.nodeName != "node-a" || c.cgroupRoot != "/sys/fs/cgroup" || c.bpffsDir != "/sys/fs/bpf/sockscale" || c.reportPeriod.String() != "1s" {
+		t.Errorf("defaults = %+v", c)
+	}
+	if _, err := parseFlags([]string{"--uninstall"}); err != nil {
+		t.Errorf("--uninstall needs no node name: %v", err)
+	}
+}

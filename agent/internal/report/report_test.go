@@ -1,0 +1,100 @@
+package report
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sockscale/sockscale/agent/stats"
+)
+
+type counts struct {
+	mu       sync.Mutex
+	ok, fail int
+}
+
+func (c *counts) Report(ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok {
+		c.ok++
+	} else {
+		c.fail++
+	}
+}
+func (c *counts) Error(string) {}
+
+func TestSendReachesEveryReplica(t *testing.T) {
+	var mu sync.Mutex
+	received := map[string]int{}
+	replica := func(name string) *httptest.Server {
+		return httptest.NewServer(stats.Handler(func(b *stats.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			received[name] += len(b.Pods)
+			return nil
+		}))
+	}
+	a, b := replica("a"), replica("b")
+	defer a.Close()
+	defer b.Close()
+	// Both replicas listen on loopback; give them one port by resolving the
+	// Service name to both listeners' host:port pairs through a fake
+	// resolver that returns addresses, and the port from the target.
+	_, portA, _ := net.SplitHostPort(a.Listener.Addr().String())
+	_, portB, _ := net.SplitHostPort(b.Listener.Addr().String())
+	rec := &counts{}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, port := range []string{portA, portB} {
+		r, err := New("controller-stats.sockscale-system.svc:"+port, time.Second, rec, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.resolve = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+		r.Send(context.Background(), &stats.Batch{Node: "n", Start: time.Now(), Period: time.Second,
+			Pods: []stats.PodStat{{IP: netip.MustParseAddr("10.0.0.1"), Namespace: "ns", Pod: "p", Workload: "w", Concurrency: 1}}})
+	}
+	if received["a"] != 1 || received["b"] != 1 || rec.ok != 2 || rec.fail != 0 {
+		t.Errorf("received %v, ok=%d fail=%d; want one pod at each replica", received, rec.ok, rec.fail)
+	}
+}
+
+func TestSendCountsRefusals(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "stats: not the leader yet", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	rec := &counts{}
+	r, err := New(srv.Listener.Addr().String(), time.Second, rec, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Send(context.Background(), &stats.Batch{Node: "n", Start: time.Now(), Period: time.Second})
+	if rec.fail != 1 || rec.ok != 0 {
+		t.Errorf("ok=%d fail=%d, want the refusal counted as a failure", rec.ok, rec.fail)
+	}
+}
+
+func TestNewRejectsBadTarget(t *testing.T) {
+	for _, target := range []string{"", "controller", ":8443", "host:"} {
+		if _, err := New(target, time.Second, &counts{}, nil); err == nil {
+			t.Errorf("New(%q) accepted a target without host and port", target)
+		}
+	}
+}
+
+func TestOfferKeepsNewest(t *testing.T) {
+	r, _ := New("h:1", time.Second, &counts{}, nil)
+	r.Offer(&stats.Batch{Node: "old"})
+	r.Offer(&stats.Batch{Node: "new"})
+	if b := <-r.queue; b.Node != "new" {
+		t.Errorf("queued %q, want the newest batch", b.Node)
+	}
+}

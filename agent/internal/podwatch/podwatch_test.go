@@ -68,7 +68,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-func TestKernelMapFollowsPods(t *testing.T) {
+func TestPodMapFollowsPods(t *testing.T) {
 	acct := newFakeAccounting()
 	w := New(acct, quiet())
 

@@ -75,6 +75,9 @@ test-unit: ## Unit tests of every package (no privileges needed).
 test-bpf: ## BPF tests in the real kernel (root; under CI=true a skip is a failure).
 	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./...
 
+BENCH_FLAGS ?=
+
 .PHONY: bench
-bench: deps ## Benchmarks: data-path cost, accuracy, agent footprint (prints tables).
-	$(GO) run ./hack/bench
+bench: deps queue-proxy ## Benchmarks (root): data path off/on/queue-proxy, accuracy, Go micro-benchmarks.
+	$(GO) run ./test/bench -queue-proxy $(QUEUE_PROXY) $(BENCH_FLAGS)
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./agent/stats/

@@ -382,17 +382,19 @@ static long scan_byte(__u64 i, void *data)
 		token_reset(&c->rx_pos, &c->rx_hash);
 		// fall through: this byte is the value's first
 	case RQ_UA_VALUE:
-		if (ch == '\n') {
-			c->rx_state = RQ_LINE_START;
-			return 0;
+		if (ch == '\r' || ch == '\n') {
+			c->rx_state = RQ_DONE; // a short agent that is not a probe
+			return 1;
 		}
 		token_add(&c->rx_pos, &c->rx_hash, ch);
 		if ((c->rx_pos == 11 && c->rx_hash == HASH_KUBE_PROBE) || (c->rx_pos == 16 && c->rx_hash == HASH_SOCKSCALE_PROBE)) {
 			c->rx_verdict = VERDICT_PROBE;
 			return 1;
 		}
-		if (c->rx_pos > 16)
-			c->rx_state = RQ_SKIP_LINE;
+		if (c->rx_pos >= 16) {
+			c->rx_state = RQ_DONE; // another agent: load, and nothing else to learn
+			return 1;
+		}
 		return 0;
 	}
 	return 1;
@@ -895,15 +897,15 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	off = ip.ihl * 4;
 	if (bpf_skb_load_bytes(skb, off, &tcp, sizeof(tcp)))
 		return 1;
+	off += tcp.doff * 4;
+	if (skb->len <= off)
+		return 1; // no payload: a pure ACK, SYN or FIN (half the packets)
 	key.peer_ip = ingress ? ip.saddr : ip.daddr;
 	key.pod_port = ingress ? tcp.dest : tcp.source;
 	key.peer_port = ingress ? tcp.source : tcp.dest;
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c || c->closed)
 		return 1;
-	off += tcp.doff * 4;
-	if (skb->len <= off)
-		return 1; // no payload: a pure ACK, SYN or FIN
 	len = skb->len - off;
 	seq = bpf_ntohl(tcp.seq);
 	end = seq + len;

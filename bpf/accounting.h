@@ -88,7 +88,6 @@ enum {
 	RQ_NAME,
 	RQ_UA_SPACE,
 	RQ_UA_VALUE,
-	RQ_UA_REST,
 	RQ_DONE,
 };
 

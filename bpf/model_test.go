@@ -64,7 +64,6 @@ const (
 	rqName
 	rqUASpace
 	rqUAValue
-	rqUARest
 	rqDone
 )
 
@@ -297,17 +296,18 @@ func (s *scanState) scanByte(ch byte) bool {
 			s.state = rqUAValue
 			s.pos, s.hash = 0, fnvOffset
 		}
-		if ch == '\n' {
-			s.state = rqLineStart
-			return false
+		if ch == '\r' || ch == '\n' {
+			s.state = rqDone
+			return true
 		}
 		fnvAdd(&s.pos, &s.hash, ch)
 		if (s.pos == 11 && s.hash == hashKubeProbe) || (s.pos == 16 && s.hash == hashSockscaleProbe) {
 			s.verdict = verdictProbe
 			return true
 		}
-		if s.pos > 16 {
-			s.state = rqSkipLine
+		if s.pos >= 16 {
+			s.state = rqDone
+			return true
 		}
 		return false
 	}

@@ -140,15 +140,25 @@ func (p *Pod) Start(role string, port int, args ...string) error {
 	if port == 0 {
 		return nil
 	}
-	addr := netip.AddrPortFrom(p.IP, uint16(port)).String()
-	deadline := time.Now().Add(10 * time.Second)
+	return p.WaitListening(port, 10*time.Second)
+}
+
+// Adopt makes cmd, started in the pod by the caller, one of the pod's
+// processes: Delete kills it.
+func (p *Pod) Adopt(cmd *exec.Cmd) { p.procs = append(p.procs, cmd) }
+
+// WaitListening waits until something in the pod accepts connections on
+// port.
+func (p *Pod) WaitListening(port int, timeout time.Duration) error {
+	addr := p.Addr(port)
+	deadline := time.Now().Add(timeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			return c.Close()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s in pod did not listen on %s: %w", role, addr, err)
+			return fmt.Errorf("nothing in pod %s listens on %s: %w", p.Name, addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,0 +1,380 @@
+// Command bench measures sockscale's data path and accounting on this
+// machine and prints comparable tables: every ratio is measured side by
+// side in one run, rounds interleaved, because shared machines are noisy.
+//
+//	go run ./test/bench [-duration 4s] [-rounds 2] [-queue-proxy PATH]
+//
+// It needs root (network namespaces, cgroups, BPF). Traffic goes only to
+// the fake pods it creates in network namespaces on this machine.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/testpod"
+)
+
+func main() {
+	testpod.Main() // returns unless this process is a fake pod's server
+	duration := flag.Duration("duration", 4*time.Second, "length of one measurement")
+	rounds := flag.Int("rounds", 2, "interleaved rounds per case (results are averaged)")
+	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
+	only := flag.String("only", "datapath,accuracy", "comma-separated parts: datapath, accuracy")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
+		os.Exit(2)
+	}
+	b, err := newBench()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	defer b.close()
+	for _, part := range strings.Split(*only, ",") {
+		switch part {
+		case "datapath":
+			err = b.dataPath(*duration, *rounds, *queueProxy)
+		case "accuracy":
+			err = b.accuracy(*duration)
+		default:
+			err = fmt.Errorf("unknown part %q: want datapath or accuracy", part)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+type bench struct {
+	root string // cgroup the accounting attaches at
+	pod  *testpod.Pod
+}
+
+func newBench() (*bench, error) {
+	cg2, err := testenv.Cgroup2Root()
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(cg2, fmt.Sprintf("sockscale-bench-%d", os.Getpid()))
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	pod, err := testpod.Create(testpod.Options{Subnet: 77, CgroupParent: root})
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{root: root, pod: pod}
+	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	_ = b.pod.Delete()
+	_ = os.Remove(b.root)
+}
+
+// attach turns accounting on for the pod; the returned func turns it off.
+func (b *bench) attach() (*bpf.Accounting, func(), error) {
+	a, err := bpf.New(bpf.Options{CgroupRoot: b.root})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.AddPod(b.pod.IP, 1); err != nil {
+		return nil, nil, errors.Join(err, a.Close())
+	}
+	return a, func() { _ = a.Close() }, nil
+}
+
+// result of one closed-loop measurement.
+type result struct {
+	requests  int64
+	failures  int64
+	elapsed   time.Duration
+	latencies []time.Duration
+	cpu       time.Duration // whole machine, busy time
+	spans     [][2]time.Time
+}
+
+func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+func (r result) percentile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func (r result) cpuPerRequest() time.Duration {
+	if r.requests == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.requests)
+}
+
+// closedLoop keeps c requests in flight against url for d.
+func closedLoop(url string, c int, keepAlive bool, d time.Duration, keepSpans bool) result {
+	tr := &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	var mu sync.Mutex
+	var res result
+	cpu0 := machineBusy()
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			var lats []time.Duration
+			var spans [][2]time.Time
+			var ok, failed int64
+			for time.Now().Before(deadline) {
+				var got time.Time
+				trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { got = time.Now() }}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if err != nil {
+					failed++
+					continue
+				}
+				end := time.Now()
+				ok++
+				lats = append(lats, end.Sub(t0))
+				if keepSpans {
+					spans = append(spans, [2]time.Time{got, end})
+				}
+			}
+			mu.Lock()
+			res.requests += ok
+			res.failures += failed
+			res.latencies = append(res.latencies, lats...)
+			res.spans = append(res.spans, spans...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.cpu = machineBusy() - cpu0
+	return res
+}
+
+// machineBusy is the CPU time all CPUs spent not idle, from /proc/stat.
+func machineBusy() time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)[1:]
+	var busy int64
+	for i, f := range fields {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		busy += v
+	}
+	return time.Duration(busy) * (time.Second / 100) // USER_HZ
+}
+
+type mode struct {
+	name string
+	url  string
+	on   bool // accounting attached
+}
+
+func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
+	direct := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
+	modes := []mode{{"off", direct, false}, {"on", direct, true}}
+	if queueProxy != "" {
+		if err := startQueueProxy(b.pod, queueProxy); err != nil {
+			return fmt.Errorf("queue-proxy: %w", err)
+		}
+		modes = append(modes, mode{"queue-proxy", "http://" + b.pod.Addr(queueProxyPort) + "/", false})
+	}
+	concurrencies := []int{1, 16, 64}
+	results := map[string][]result{}
+	key := func(c int, m string) string { return fmt.Sprint(c, m) }
+	for round := range rounds {
+		for _, c := range concurrencies {
+			for _, m := range rotate(modes, round) {
+				var detach func()
+				if m.on {
+					var err error
+					if _, detach, err = b.attach(); err != nil {
+						return err
+					}
+				}
+				closedLoop(m.url, c, true, d/4, false) // warm up connections and caches
+				r := closedLoop(m.url, c, true, d, false)
+				if detach != nil {
+					detach()
+				}
+				if r.failures > 0 {
+					return fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.failures)
+				}
+				results[key(c, m.name)] = append(results[key(c, m.name)], r)
+			}
+		}
+	}
+	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop, %v x %d interleaved rounds per cell\n", d, rounds)
+	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost.")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\t")
+	for _, c := range concurrencies {
+		off := merge(results[key(c, "off")])
+		for _, m := range modes {
+			r := merge(results[key(c, m.name)])
+			fmt.Fprintf(w, "%d\t%s\t%.0f\t%.3f\t%v\t%v\t%v\t%+v\t\n", c, m.name, r.rps(), r.rps()/off.rps(),
+				r.percentile(0.5).Round(time.Microsecond), r.percentile(0.99).Round(time.Microsecond),
+				r.cpuPerRequest().Round(100*time.Nanosecond), (r.cpuPerRequest() - off.cpuPerRequest()).Round(100*time.Nanosecond))
+		}
+	}
+	return w.Flush()
+}
+
+// rotate changes the order of modes every round so no mode always runs
+// first (or right after another's warm-up).
+func rotate(modes []mode, round int) []mode {
+	out := slices.Clone(modes)
+	k := round % len(out)
+	return append(out[k:], out[:k]...)
+}
+
+func merge(rs []result) result {
+	var m result
+	for _, r := range rs {
+		m.requests += r.requests
+		m.elapsed += r.elapsed
+		m.cpu += r.cpu
+		m.latencies = append(m.latencies, r.latencies...)
+	}
+	return m
+}
+
+func (b *bench) accuracy(d time.Duration) error {
+	a, detach, err := b.attach()
+	if err != nil {
+		return err
+	}
+	defer detach()
+	const sleep = 50 * time.Millisecond
+	url := "http://" + b.pod.Addr(testpod.HTTPPort) + "/?sleep=" + sleep.String()
+	fmt.Printf("\nAccuracy: handler sleeping %v, closed loop for %v; measured = growth of the kernel's in-flight integral / time\n", sleep, d)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "keep-alive\toffered\tmeasured\terror\tclient-side (Little)\terror vs client\t")
+	for _, keepAlive := range []bool{true, false} {
+		for _, c := range []int{1, 8, 64} {
+			type snap struct {
+				area time.Duration
+				at   time.Duration
+				wall time.Time
+			}
+			read := func() (snap, error) {
+				s, err := a.Snapshot()
+				return snap{s.Pods[b.pod.IP].Requests.Area, s.At, time.Now()}, err
+			}
+			var s0, s1 snap
+			var errs [2]error
+			done := make(chan result)
+			go func() { done <- closedLoop(url, c, keepAlive, d, true) }()
+			time.Sleep(d / 8)
+			s0, errs[0] = read()
+			time.Sleep(d * 3 / 4)
+			s1, errs[1] = read()
+			r := <-done
+			if err := errors.Join(errs[:]...); err != nil {
+				return err
+			}
+			measured := (s1.area - s0.area).Seconds() / (s1.at - s0.at).Seconds()
+			client := spanArea(r.spans, s0.wall, s1.wall).Seconds() / s1.wall.Sub(s0.wall).Seconds()
+			fmt.Fprintf(w, "%v\t%d\t%.3f\t%+.2f%%\t%.3f\t%+.2f%%\t\n", keepAlive, c, measured,
+				100*(measured-float64(c))/float64(c), client, 100*(measured-client)/client)
+		}
+	}
+	return w.Flush()
+}
+
+// spanArea integrates the client's requests in flight over [from, to].
+func spanArea(spans [][2]time.Time, from, to time.Time) time.Duration {
+	var area time.Duration
+	for _, s := range spans {
+		start, end := s[0], s[1]
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) {
+			area += end.Sub(start)
+		}
+	}
+	return area
+}
+
+const queueProxyPort = 8012
+
+// startQueueProxy runs Knative's queue-proxy in the pod's network namespace
+// in front of the pod's server, as a Knative revision would.
+func startQueueProxy(pod *testpod.Pod, bin string) error {
+	cmd := exec.Command("ip", "netns", "exec", pod.Name, bin)
+	cmd.Env = append(os.Environ(), queueProxyEnv(pod)...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pod.Adopt(cmd)
+	return pod.WaitListening(queueProxyPort, 10*time.Second)
+}
+
+func queueProxyEnv(pod *testpod.Pod) []string {
+	// The variables queue-proxy v0.50.0 requires (pkg/queue/sharedmain), set
+	// as a revision with containerConcurrency 0 would have them.
+	env := map[string]string{
+		"SERVING_NAMESPACE": "bench", "SERVING_SERVICE": "bench", "SERVING_CONFIGURATION": "bench",
+		"SERVING_REVISION": "bench-00001", "SERVING_POD": "bench-pod", "SERVING_POD_IP": pod.IP.String(),
+		"QUEUE_SERVING_PORT": strconv.Itoa(queueProxyPort), "QUEUE_SERVING_TLS_PORT": "8112",
+		"USER_PORT": strconv.Itoa(testpod.HTTPPort), "CONTAINER_CONCURRENCY": "0",
+		"REVISION_TIMEOUT_SECONDS": "300", "SERVING_LOGGING_CONFIG": "", "SERVING_LOGGING_LEVEL": "error",
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}

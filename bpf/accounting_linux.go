@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -341,4 +342,29 @@ func keyIP(key uint32) netip.Addr {
 	var b [4]byte
 	binary.NativeEndian.PutUint32(b[:], key)
 	return netip.AddrFrom4(b)
+}
+
+// RunTime is how long the accounting programs have run, in total, and how
+// often, since they were loaded. The kernel only keeps these while BPF
+// run-time statistics are enabled (EnableRunTimeStats).
+func (a *Accounting) RunTime() (total time.Duration, runs uint64, err error) {
+	for _, p := range []*ebpf.Program{a.objs.SockscaleSockops, a.objs.SockscaleIngress, a.objs.SockscaleEgress} {
+		st, err := p.Stats()
+		if err != nil {
+			return 0, 0, fmt.Errorf("read program statistics: %w", err)
+		}
+		total += st.Runtime
+		runs += st.RunCount
+	}
+	return total, runs, nil
+}
+
+// EnableRunTimeStats makes the kernel measure BPF programs' run time until
+// the returned Closer is closed. Measuring costs a clock read per run.
+func EnableRunTimeStats() (io.Closer, error) {
+	c, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
+	}
+	return c, nil
 }

@@ -115,6 +115,7 @@ type result struct {
 	elapsed   time.Duration
 	latencies []time.Duration
 	cpu       time.Duration // whole machine, busy time
+	bpf       time.Duration // run time of the accounting programs
 	spans     [][2]time.Time
 }
 
@@ -221,6 +222,12 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 		}
 		modes = append(modes, mode{"queue-proxy", "http://" + b.pod.Addr(queueProxyPort) + "/", false})
 	}
+	// The kernel measures the programs' own run time only while asked to.
+	stats, err := bpf.EnableRunTimeStats()
+	if err != nil {
+		return err
+	}
+	defer stats.Close()
 	concurrencies := []int{1, 16, 64}
 	results := map[string][]result{}
 	key := func(c int, m string) string { return fmt.Sprint(c, m) }
@@ -228,14 +235,26 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 		for _, c := range concurrencies {
 			for _, m := range rotate(modes, round) {
 				var detach func()
+				var acct *bpf.Accounting
 				if m.on {
 					var err error
-					if _, detach, err = b.attach(); err != nil {
+					if acct, detach, err = b.attach(); err != nil {
 						return err
 					}
 				}
 				closedLoop(m.url, c, true, d/4, false) // warm up connections and caches
+				var bpf0 time.Duration
+				if acct != nil {
+					bpf0, _, _ = acct.RunTime()
+				}
 				r := closedLoop(m.url, c, true, d, false)
+				if acct != nil {
+					bpf1, _, err := acct.RunTime()
+					if err != nil {
+						return err
+					}
+					r.bpf = bpf1 - bpf0
+				}
 				if detach != nil {
 					detach()
 				}
@@ -247,16 +266,21 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 		}
 	}
 	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop, %v x %d interleaved rounds per cell\n", d, rounds)
-	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost.")
+	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost;")
+	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\t")
+	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tBPF run time/req\t")
 	for _, c := range concurrencies {
 		off := merge(results[key(c, "off")])
 		for _, m := range modes {
 			r := merge(results[key(c, m.name)])
-			fmt.Fprintf(w, "%d\t%s\t%.0f\t%.3f\t%v\t%v\t%v\t%+v\t\n", c, m.name, r.rps(), r.rps()/off.rps(),
+			bpfPerReq := "-"
+			if m.on {
+				bpfPerReq = (r.bpf / time.Duration(r.requests)).String()
+			}
+			fmt.Fprintf(w, "%d\t%s\t%.0f\t%.3f\t%v\t%v\t%v\t%+v\t%s\t\n", c, m.name, r.rps(), r.rps()/off.rps(),
 				r.percentile(0.5).Round(time.Microsecond), r.percentile(0.99).Round(time.Microsecond),
-				r.cpuPerRequest().Round(100*time.Nanosecond), (r.cpuPerRequest() - off.cpuPerRequest()).Round(100*time.Nanosecond))
+				r.cpuPerRequest().Round(100*time.Nanosecond), (r.cpuPerRequest() - off.cpuPerRequest()).Round(100*time.Nanosecond), bpfPerReq)
 		}
 	}
 	return w.Flush()
@@ -276,6 +300,7 @@ func merge(rs []result) result {
 		m.requests += r.requests
 		m.elapsed += r.elapsed
 		m.cpu += r.cpu
+		m.bpf += r.bpf
 		m.latencies = append(m.latencies, r.latencies...)
 	}
 	return m

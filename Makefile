@@ -65,19 +65,23 @@ build: ## Build the binaries into ./bin.
 PRIVILEGED_TESTS := ^(TestKernel|TestProg|FuzzProg)
 
 .PHONY: test
-test: deps lint verify test-unit test-bpf ## Everything CI runs (the README's test command).
+test: deps lint verify test-unit test-bpf test-integration ## Everything CI runs (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests of every package (no privileges needed).
 	$(GO) test -count=1 -skip '$(PRIVILEGED_TESTS)' ./...
 
 .PHONY: test-bpf
-test-bpf: ## BPF tests in the real kernel (root; under CI=true a skip is a failure).
-	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./...
+test-bpf: ## BPF and agent tests in the real kernel (root; under CI=true a skip is a failure).
+	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./bpf/... ./agent/...
+
+.PHONY: test-integration
+test-integration: control-plane ## The agent binary against a real kube-apiserver and etcd, and the real kernel (root).
+	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./test/integration/...
 
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: deps queue-proxy ## Benchmarks (root): data path off/on/queue-proxy, accuracy, Go micro-benchmarks.
+bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint, Go micro-benchmarks.
 	$(GO) run ./test/bench -queue-proxy $(QUEUE_PROXY) $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./agent/stats/

@@ -326,11 +326,12 @@ static long scan_byte(__u64 i, void *data)
 	struct conn *c = s->c;
 	__u8 ch;
 
+	// Byte i of the loop is byte skip+i of buf: the first skip bytes of a
+	// tail window were scanned in the previous one (see scan_window).
+	i += c->rx_skip;
 	// The verifier needs i bounded to index buf; bpf_loop never passes more.
 	if (i >= SCAN_WINDOW)
 		return 1;
-	if (i < c->rx_skip)
-		return 0; // scanned in the previous window (see scan_window)
 	ch = s->buf[i];
 
 	switch (c->rx_state) {
@@ -420,7 +421,7 @@ static long scan_window(__u64 i, void *data)
 	if (bpf_skb_load_bytes(s->skb, lo, s->buf, SCAN_WINDOW))
 		return 1;
 	c->rx_skip = off - lo;
-	bpf_loop(SCAN_WINDOW, scan_byte, s, 0);
+	bpf_loop(SCAN_WINDOW - c->rx_skip, scan_byte, s, 0);
 	off = lo + SCAN_WINDOW;
 	if (off > MAX_SEGMENT)
 		return 1;
@@ -586,11 +587,12 @@ static long response_byte(__u64 i, void *data)
 	__u8 ch;
 	int v;
 
+	// Byte i of the loop is byte skip+i of buf: the first skip bytes of a
+	// tail window were parsed in the previous one (see response_step).
+	i += c->tx_skip;
 	// The verifier needs i bounded to index buf; bpf_loop never passes more.
 	if (i >= SCAN_WINDOW)
 		return 1;
-	if (i < c->tx_skip)
-		return 0; // parsed in the previous window (see response_step)
 	ch = r->buf[i];
 	c->tx_used = i + 1;
 
@@ -790,7 +792,7 @@ static long response_step(__u64 i, void *data)
 	}
 	c->tx_skip = off - lo;
 	c->tx_used = SCAN_WINDOW;
-	bpf_loop(SCAN_WINDOW, response_byte, r, 0);
+	bpf_loop(SCAN_WINDOW - c->tx_skip, response_byte, r, 0);
 	off = lo + c->tx_used;
 	if (off > MAX_SEGMENT) {
 		c->tx_err = PARSE_LIMIT;

@@ -140,7 +140,11 @@ struct conn {
 	// Scratch of the parsers while one segment is processed. It lives in
 	// the map value, not on the stack, because the verifier tracks constants
 	// on the stack through the parse loops and would check every
-	// combination of them; map values it treats as unknown.
+	// combination of them; map values it treats as unknown. Egress runs are
+	// serialised by the socket lock; two ingress runs of one connection can
+	// overlap (the hook runs before TCP locks the socket), which at worst
+	// misclassifies that request (probe or HEAD): start_request's cmpxchg
+	// keeps the count exact.
 	__u32 rx_off, rx_end; // request bytes not yet classified
 	__u32 rx_skip;        // bytes of the window already classified
 	__u32 rx_hash;        // FNV-1a of the request token being matched

@@ -29,6 +29,8 @@ type Pod struct {
 	Name string
 	// IP is the pod's address; HostIP the host end of its veth.
 	IP, HostIP netip.Addr
+	// IPs are all the pod's addresses, IP first (see Options.Addresses).
+	IPs []netip.Addr
 	// Cgroup is the pod's cgroup v2 directory.
 	Cgroup string
 
@@ -43,6 +45,9 @@ type Options struct {
 	Subnet uint8
 	// CgroupParent is the cgroup v2 directory the pod's cgroup is made in.
 	CgroupParent string
+	// Addresses gives the pod this many addresses (.2, .3, ...; at most
+	// 250), so one process can stand in for many pods. Default 1.
+	Addresses int
 }
 
 // New creates a pod and removes it when t ends.
@@ -81,6 +86,17 @@ func Create(opts Options) (*Pod, error) {
 		{"-n", p.Name, "addr", "add", p.IP.String() + "/24", "dev", podLink},
 		{"-n", p.Name, "link", "set", podLink, "up"},
 		{"-n", p.Name, "link", "set", "lo", "up"},
+	}
+	n := max(1, opts.Addresses)
+	if n > 250 {
+		return nil, fmt.Errorf("test pod: %d addresses, at most 250 fit its /24", n)
+	}
+	for i := range n {
+		a := netip.AddrFrom4([4]byte{10, 213, opts.Subnet, byte(2 + i)})
+		p.IPs = append(p.IPs, a)
+		if i > 0 {
+			steps = append(steps, []string{"-n", p.Name, "addr", "add", a.String() + "/24", "dev", podLink})
+		}
 	}
 	for _, args := range steps {
 		if err := ip(args...); err != nil {

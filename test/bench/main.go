@@ -37,7 +37,7 @@ func main() {
 	duration := flag.Duration("duration", 4*time.Second, "length of one measurement")
 	rounds := flag.Int("rounds", 2, "interleaved rounds per case (results are averaged)")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
-	only := flag.String("only", "datapath,accuracy", "comma-separated parts: datapath, accuracy")
+	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
@@ -55,8 +55,10 @@ func main() {
 			err = b.dataPath(*duration, *rounds, *queueProxy)
 		case "accuracy":
 			err = b.accuracy(*duration)
+		case "footprint":
+			err = footprint(b.root, 2*(*duration))
 		default:
-			err = fmt.Errorf("unknown part %q: want datapath or accuracy", part)
+			err = fmt.Errorf("unknown part %q: want datapath, accuracy or footprint", part)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

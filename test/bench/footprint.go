@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/sockscale/sockscale/internal/testpod"
+)
+
+// footprint runs the real agent against a real kube-apiserver with 50 and
+// then 250 pods on its node under load, and reports the agent's CPU and
+// memory. One process with 250 addresses stands in for the pods: to the
+// agent and the kernel they are 250 pods (250 addresses, 250 Pod objects).
+func footprint(root string, d time.Duration) error {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return errors.New("footprint: KUBEBUILDER_ASSETS is not set (run through `make bench`, which builds etcd and kube-apiserver)")
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("start etcd and kube-apiserver: %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	user, err := env.AddUser(envtest.User{Name: "sockscale-agent", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sockscale-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+
+	pod, err := testpod.Create(testpod.Options{Subnet: 78, CgroupParent: root, Addresses: 250})
+	if err != nil {
+		return err
+	}
+	defer pod.Delete()
+	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
+		return err
+	}
+
+	bin := filepath.Join(dir, "sockscale-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sockscale/sockscale/agent/cmd/sockscale-agent").CombinedOutput(); err != nil {
+		return fmt.Errorf("build agent: %w: %s", err, out)
+	}
+	metricsAddr, healthAddr := "127.0.0.1:19090", "127.0.0.1:18081"
+	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-bench-%d", os.Getpid())
+	agent := exec.Command(bin, "--node-name=bench-node", "--cgroup-root="+root, "--bpffs-dir="+pinDir,
+		"--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-level=warn")
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = agent.Process.Kill()
+		_ = agent.Wait()
+		_ = exec.Command(bin, "--uninstall", "--bpffs-dir="+pinDir).Run()
+	}()
+	if err := waitHTTP("http://"+healthAddr+"/readyz", 20*time.Second); err != nil {
+		return fmt.Errorf("agent not ready: %w", err)
+	}
+
+	fmt.Printf("\nAgent footprint: real agent and kube-apiserver; closed loop c=32 spread over the pods; /metrics scraped every second; %v per row\n", d)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "pods\trps\tagent CPU (% of a core)\tagent RSS\t/metrics size\t")
+	created := 0
+	for _, n := range []int{50, 250} {
+		for ; created < n; created++ {
+			if err := createPod(client, created, pod.IPs[created].String()); err != nil {
+				return err
+			}
+		}
+		if err := waitTracked(metricsAddr, n, 30*time.Second); err != nil {
+			return err
+		}
+		urls := make([]string, n)
+		for i := range urls {
+			urls[i] = "http://" + net.JoinHostPort(pod.IPs[i].String(), strconv.Itoa(testpod.HTTPPort)) + "/?sleep=5ms"
+		}
+		cpu0 := processCPU(agent.Process.Pid)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		var size atomic.Int64
+		go func() { // a Prometheus scraping every second
+			for ctx.Err() == nil {
+				if body, err := get("http://" + metricsAddr + "/metrics"); err == nil {
+					size.Store(int64(len(body)))
+				}
+				time.Sleep(time.Second)
+			}
+		}()
+		requests := spreadLoad(ctx, urls, 32)
+		cancel()
+		elapsed := time.Since(start)
+		cpu := processCPU(agent.Process.Pid) - cpu0
+		fmt.Fprintf(w, "%d\t%.0f\t%.2f%%\t%.1f MB\t%d KB\t\n", n, float64(requests)/elapsed.Seconds(),
+			100*cpu.Seconds()/elapsed.Seconds(), float64(processRSS(agent.Process.Pid))/(1<<20), size.Load()>>10)
+	}
+	return w.Flush()
+}
+
+func createPod(client kubernetes.Interface, i int, ip string) error {
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("bench-%03d", i)},
+		Spec:       corev1.PodSpec{NodeName: "bench-node", Containers: []corev1.Container{{Name: "c", Image: "c"}}},
+	}
+	created, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	_, err = client.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+func waitTracked(metricsAddr string, n int, timeout time.Duration) error {
+	want := fmt.Sprintf("sockscale_agent_tracked_pods %d\n", n)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if body, err := get("http://" + metricsAddr + "/metrics"); err == nil && strings.Contains(body, want) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("agent never tracked %d pods", n)
+}
+
+// spreadLoad keeps c requests in flight, each client cycling over urls.
+func spreadLoad(ctx context.Context, urls []string, c int) int64 {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 10 * time.Second}
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for g := range c {
+		wg.Go(func() {
+			for i := g; ctx.Err() == nil; i += c {
+				resp, err := client.Get(urls[i%len(urls)])
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				total.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return total.Load()
+}
+
+func get(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func waitHTTP(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not OK within %v", url, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processCPU is a process's user and system time from /proc.
+func processCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis; utime and stime are
+	// the 14th and 15th fields of the whole line.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100)
+}
+
+// processRSS is a process's resident memory in bytes.
+func processRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

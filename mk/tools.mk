@@ -1,5 +1,9 @@
 ##@ Tools (pinned, built from the Go module proxy into $(CACHE_DIR)/bin)
 
+# Each binary's path names its version, so a bump builds a new one and a
+# cached build is never stale; the rules deliberately do not depend on the
+# tools' go.mod files, whose times are those of the checkout.
+
 # Knative's queue-proxy, for the data-path benchmark's comparison column.
 QUEUE_PROXY_VERSION := v0.50.0
 QUEUE_PROXY := $(CACHE_DIR)/bin/queue-proxy-$(QUEUE_PROXY_VERSION)
@@ -7,7 +11,7 @@ QUEUE_PROXY := $(CACHE_DIR)/bin/queue-proxy-$(QUEUE_PROXY_VERSION)
 .PHONY: queue-proxy
 queue-proxy: $(QUEUE_PROXY) ## Build Knative's queue-proxy (pinned in hack/tools/queue-proxy).
 
-$(QUEUE_PROXY): hack/tools/queue-proxy/go.mod
+$(QUEUE_PROXY):
 	cd hack/tools/queue-proxy && $(GO) build -trimpath -ldflags '-s -w' -o $@ knative.dev/serving/cmd/queue
 
 # The control plane for integration and end-to-end tests, pinned in
@@ -32,11 +36,11 @@ $(KUBEBUILDER_ASSETS)/kube-apiserver: $(KUBE_APISERVER) $(KUBECTL) $(ETCD)
 	ln -sf $(KUBECTL) $(KUBEBUILDER_ASSETS)/kubectl
 	ln -sf $(KUBE_APISERVER) $(KUBEBUILDER_ASSETS)/kube-apiserver
 
-$(CACHE_DIR)/bin/kube-%-$(KUBE_VERSION): hack/tools/kube/go.mod
+$(CACHE_DIR)/bin/kube-%-$(KUBE_VERSION):
 	cd hack/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/cmd/kube-$*
 
-$(KUBECTL): hack/tools/kube/go.mod
+$(KUBECTL):
 	cd hack/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/cmd/kubectl
 
-$(ETCD): hack/tools/etcd/go.mod
+$(ETCD):
 	cd hack/tools/etcd && $(GO) build -trimpath -ldflags '-s -w' -o $@ .

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -45,6 +46,11 @@ type Accounting struct {
 	objs   accountingObjects
 	links  []link.Link
 	closed bool
+
+	// Snapshot's buffers, kept between calls: a node reads every second.
+	snapMu   sync.Mutex
+	snapKeys []uint32
+	snapVals []accountingPodStats
 }
 
 // New loads the accounting programs and attaches them at opts.CgroupRoot.
@@ -253,25 +259,27 @@ func (a *Accounting) SetActivators(ips []netip.Addr) error {
 // under its lock, so in-flight count, start-time sum and completed time are
 // of one instant, and the areas are evaluated at the returned At.
 func (a *Accounting) Snapshot() (Snapshot, error) {
-	var keys []uint32
-	var key uint32
-	var val accountingPodStats
-	it := a.objs.Pods.Iterate()
-	for it.Next(&key, &val) {
-		keys = append(keys, key)
+	// One batch syscall reads every pod (a hash map's batch lookup returns
+	// whole buckets, so a chunk may stop short; the cursor carries on).
+	a.snapMu.Lock()
+	defer a.snapMu.Unlock()
+	if a.snapKeys == nil {
+		a.snapKeys, a.snapVals = make([]uint32, MaxPods), make([]accountingPodStats, MaxPods)
 	}
-	if err := it.Err(); err != nil {
-		return Snapshot{}, fmt.Errorf("iterate pods: %w", err)
-	}
-	raw := make(map[netip.Addr]accountingPodStats, len(keys))
-	for _, k := range keys {
-		if err := a.objs.Pods.LookupWithFlags(k, &val, ebpf.LookupLock); err != nil {
-			if errors.Is(err, ebpf.ErrKeyNotExist) {
-				continue // removed since we listed it
-			}
-			return Snapshot{}, fmt.Errorf("read pod %s: %w", keyIP(k), err)
+	keys, vals := a.snapKeys, a.snapVals
+	raw := make(map[netip.Addr]accountingPodStats)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := a.objs.Pods.BatchLookup(&cursor, keys, vals, &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
+		for i := range n {
+			raw[keyIP(keys[i])] = vals[i]
 		}
-		raw[keyIP(k)] = val
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break // the end of the map
+		}
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("read pods: %w", err)
+		}
 	}
 	// Read the clock after the counters: every start time in them is then
 	// before now, and the areas are exact as of now.

@@ -51,7 +51,7 @@ func footprint(root string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return err
@@ -62,7 +62,7 @@ func footprint(root string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer pod.Delete()
+	defer func() { _ = pod.Delete() }()
 	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
 		return err
 	}

@@ -229,7 +229,7 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	if err != nil {
 		return err
 	}
-	defer stats.Close()
+	defer func() { _ = stats.Close() }()
 	concurrencies := []int{1, 16, 64}
 	results := map[string][]result{}
 	key := func(c int, m string) string { return fmt.Sprint(c, m) }

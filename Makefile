@@ -36,10 +36,11 @@ generate: deps ## Regenerate the BPF objects and Go bindings (bpf2go).
 	cd bpf && $(GO) generate ./...
 
 .PHONY: verify
-verify: generate ## Regenerate everything and fail if the tree differs from what is committed.
+verify: generate ## Regenerate everything and fail if the tree differs from what is committed; go.mod tidy.
 	@if [ -n "$$(git status --porcelain -- bpf)" ]; then \
 	  git status --porcelain -- bpf; git diff --stat -- bpf; \
 	  echo "verify: generated files are out of date; run 'make generate' and commit" >&2; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "verify: go.mod/go.sum are not tidy; run 'go mod tidy' and commit" >&2; exit 1; }
 
 .PHONY: fmt
 fmt: ## gofmt the tree.

@@ -876,6 +876,24 @@ static __always_inline void on_response_bytes(struct __sk_buff *skb, const struc
 
 /* ---- cgroup_skb: every TCP segment of every socket below the root ---- */
 
+// load_header copies the 20-byte IP or TCP header at off into dst: straight
+// from the packet's linear part when it is there (headers nearly always
+// are), else through the helper. Returns 0 on success.
+#define HEADER_LEN 20
+_Static_assert(sizeof(struct iphdr) == HEADER_LEN && sizeof(struct tcphdr) == HEADER_LEN, "header sizes");
+static __always_inline int load_header(struct __sk_buff *skb, __u32 off, void *dst)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	// off is at most 60 (ihl * 4): bounded, so the verifier can check it.
+	if (off <= 60 && data + off + HEADER_LEN <= data_end) {
+		__builtin_memcpy(dst, data + off, HEADER_LEN);
+		return 0;
+	}
+	return bpf_skb_load_bytes(skb, off, dst, HEADER_LEN);
+}
+
 // on_segment finds the pod connection a segment belongs to and hands the
 // bytes it has not seen before to the request or the response side.
 static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
@@ -888,7 +906,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return 1;
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
+	if (load_header(skb, 0, &ip))
 		return 1;
 	if (ip.version != 4 || ip.protocol != IPPROTO_TCP)
 		return 1;
@@ -897,7 +915,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	if (!bpf_map_lookup_elem(&pods, &key.pod_ip))
 		return 1;
 	off = ip.ihl * 4;
-	if (bpf_skb_load_bytes(skb, off, &tcp, sizeof(tcp)))
+	if (load_header(skb, off, &tcp))
 		return 1;
 	off += tcp.doff * 4;
 	if (skb->len <= off)

@@ -17,10 +17,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sockscale/sockscale/internal/testpod"
 )
@@ -33,6 +35,7 @@ func footprint(root string, d time.Duration) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("footprint: KUBEBUILDER_ASSETS is not set (run through `make bench`, which builds etcd and kube-apiserver)")
 	}
+	crlog.SetLogger(logr.Discard()) // envtest logs through controller-runtime
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {

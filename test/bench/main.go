@@ -324,7 +324,9 @@ func (b *bench) accuracy(d time.Duration) error {
 		return err
 	}
 	defer detach()
-	const sleep = 50 * time.Millisecond
+	// Long enough that the client's own scheduling on a busy 2-core machine
+	// stays small next to a request.
+	const sleep = 100 * time.Millisecond
 	url := "http://" + b.pod.Addr(testpod.HTTPPort) + "/?sleep=" + sleep.String()
 	fmt.Printf("\nAccuracy: handler sleeping %v, closed loop for %v; measured = growth of the kernel's in-flight integral / time\n", sleep, d)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

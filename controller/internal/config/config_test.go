@@ -1,0 +1,103 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaultConfigMapParsesToDefaults(t *testing.T) {
+	got, err := Parse(DefaultConfigMapData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Defaults(), got); diff != "" {
+		t.Errorf("parsed defaults (-want +got):\n%s", diff)
+	}
+	if len(DefaultConfigMapData()) != len(Keys()) {
+		t.Errorf("default ConfigMap has %d keys, the parser knows %d", len(DefaultConfigMapData()), len(Keys()))
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	got, err := Parse(map[string]string{
+		"container-concurrency-target-percentage": "0.8", // a fraction
+		"stable-window":              "30s",
+		"panic-threshold-percentage": "300",
+		"target-burst-capacity":      "-1",
+		"_example":                   "documentation is ignored",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Utilization != 0.8 || got.StableWindow != 30*time.Second || got.PanicThreshold != 3 || got.TargetBurstCapacity != -1 {
+		t.Errorf("parsed %+v", got)
+	}
+}
+
+func TestParseErrorsNameKeyValueAndRange(t *testing.T) {
+	tests := []struct {
+		key, value, want string
+	}{
+		{"container-concurrency-target-percentage", "0", "percentage in (0, 100]"},
+		{"container-concurrency-target-percentage", "150", "percentage in (0, 100]"},
+		{"container-concurrency-target-default", "0", "a number >= 0.01"},
+		{"requests-per-second-target-default", "lots", "a number >= 0.01"},
+		{"target-burst-capacity", "-2", "must be -1 (activator always in the path), 0, or a positive number"},
+		{"stable-window", "5s", "whole seconds from 6s to 1h"},
+		{"stable-window", "90m", "whole seconds from 6s to 1h"},
+		{"stable-window", "6500ms", "whole seconds from 6s to 1h"},
+		{"panic-window-percentage", "0", "a percentage from 1 to 100"},
+		{"panic-threshold-percentage", "100", "a percentage from 110 to 1000"},
+		{"max-scale-up-rate", "1", "a number > 1"},
+		{"max-scale-down-rate", "0.5", "a number > 1"},
+		{"enable-scale-to-zero", "yes please", "true or false"},
+		{"scale-to-zero-grace-period", "0s", "a duration from 1s to 1h"},
+		{"scale-to-zero-pod-retention-period", "2h", "a duration from 0s to 1h"},
+		{"activator-capacity", "0", "a number >= 1"},
+		{"initial-scale", "-1", "a whole number >= 0"},
+		{"max-scale", "1.5", "a whole number >= 0"},
+		{"scale-down-delay", "-1s", "a duration from 0s to 1h"},
+	}
+	for _, tt := range tests {
+		_, err := Parse(map[string]string{tt.key: tt.value})
+		want := `key "` + tt.key + `": value "` + tt.value + `": `
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s=%q: err = %v, want %q ... %q", tt.key, tt.value, err, want, tt.want)
+		}
+	}
+}
+
+func TestParseReportsEveryError(t *testing.T) {
+	_, err := Parse(map[string]string{"stable-window": "1s", "max-scale": "x", "stabel-window": "60s"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`"stable-window"`, `"max-scale"`, `key "stabel-window" is not an autoscaler setting; known keys: activator-capacity,`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+func TestParseCrossKeyRules(t *testing.T) {
+	tests := []struct {
+		data map[string]string
+		want string
+	}{
+		{map[string]string{"min-scale": "5", "max-scale": "3"}, "min-scale 5 is above max-scale 3"},
+		{map[string]string{"max-scale-limit": "10"}, "max-scale 0: with max-scale-limit 10 it must be from 1 to 10"},
+		{map[string]string{"max-scale-limit": "10", "max-scale": "11"}, "max-scale 11: with max-scale-limit 10"},
+		{map[string]string{"initial-scale": "0"}, "initial-scale 0 needs allow-zero-initial-scale: true"},
+	}
+	for _, tt := range tests {
+		if _, err := Parse(tt.data); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: err = %v, want %q", tt.data, err, tt.want)
+		}
+	}
+	if _, err := Parse(map[string]string{"initial-scale": "0", "allow-zero-initial-scale": "true"}); err != nil {
+		t.Errorf("initial-scale 0 allowed: %v", err)
+	}
+}

@@ -1,0 +1,10 @@
+// Package config parses the autoscaler's cluster defaults (a ConfigMap) and
+// per-target settings into validated, typed values.
+//
+// Precedence for one target, highest first: the PodAutoscaler's spec, then
+// the autoscaling.knative.dev/<key> annotations on the target's pod
+// template, then the cluster ConfigMap, then the built-in defaults of
+// Defaults. Every value is validated where it is read, and the merged
+// settings are validated again for rules across keys (min-scale <=
+// max-scale, activation-scale <= max-scale, max-scale <= max-scale-limit).
+package config

@@ -1,0 +1,296 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// AnnotationPrefix marks per-target settings on a Deployment's pod template.
+const AnnotationPrefix = "autoscaling.knative.dev/"
+
+// Metrics a target can scale on.
+const (
+	MetricConcurrency = "concurrency"
+	MetricRPS         = "rps"
+)
+
+// Aggregation algorithms of the metric windows.
+const (
+	AggregationLinear              = "linear"
+	AggregationWeightedExponential = "weighted-exponential"
+)
+
+// Overrides are per-target settings; nil means "not set here". The
+// PodAutoscaler spec and the annotations each give one.
+type Overrides struct {
+	MinScale, MaxScale, InitialScale, ActivationScale *int32
+	ScaleDownDelay                                    *time.Duration
+	Metric                                            *string
+	Target                                            *float64
+	TargetUtilizationPercentage                       *float64
+	TargetBurstCapacity                               *float64
+	Window                                            *time.Duration
+	PanicWindowPercentage                             *float64
+	PanicThresholdPercentage                          *float64
+	ScaleToZeroPodRetentionPeriod                     *time.Duration
+	Aggregation                                       *string
+}
+
+// annotation parses one annotation into o.
+type annotation struct {
+	key   string
+	parse func(o *Overrides, v string) error
+}
+
+func setCount(dst **int32) func(*Overrides, string) error {
+	return func(_ *Overrides, v string) error {
+		n, err := count(v)
+		*dst = &n
+		return err
+	}
+}
+
+// annotations returns the parsers bound to o's fields.
+func (o *Overrides) annotations() []annotation {
+	return []annotation{
+		{"min-scale", setCount(&o.MinScale)},
+		{"max-scale", setCount(&o.MaxScale)},
+		{"initial-scale", setCount(&o.InitialScale)},
+		{"activation-scale", func(o *Overrides, v string) error {
+			n, err := count(v)
+			if err == nil && n < 2 {
+				err = errors.New("must be a whole number >= 2")
+			}
+			o.ActivationScale = &n
+			return err
+		}},
+		{"scale-down-delay", func(o *Overrides, v string) error {
+			d, err := durationIn(v, 0, time.Hour, "a duration from 0s to 1h")
+			o.ScaleDownDelay = &d
+			return err
+		}},
+		{"metric", func(o *Overrides, v string) error {
+			if v != MetricConcurrency && v != MetricRPS {
+				return fmt.Errorf("must be %q or %q", MetricConcurrency, MetricRPS)
+			}
+			o.Metric = &v
+			return nil
+		}},
+		{"target", func(o *Overrides, v string) error {
+			f, err := floatIn(v, 0.01, math.Inf(1), "a number >= 0.01")
+			o.Target = &f
+			return err
+		}},
+		{"target-utilization-percentage", func(o *Overrides, v string) error {
+			f, err := floatIn(v, 1, 100, "a percentage from 1 to 100")
+			o.TargetUtilizationPercentage = &f
+			return err
+		}},
+		{"target-burst-capacity", func(o *Overrides, v string) error {
+			f, err := burstCapacity(v)
+			o.TargetBurstCapacity = &f
+			return err
+		}},
+		{"window", func(o *Overrides, v string) error {
+			d, err := window(v)
+			o.Window = &d
+			return err
+		}},
+		{"panic-window-percentage", func(o *Overrides, v string) error {
+			f, err := floatIn(v, 1, 100, "a percentage from 1 to 100")
+			o.PanicWindowPercentage = &f
+			return err
+		}},
+		{"panic-threshold-percentage", func(o *Overrides, v string) error {
+			f, err := floatIn(v, 110, 1000, "a percentage from 110 to 1000")
+			o.PanicThresholdPercentage = &f
+			return err
+		}},
+		{"scale-to-zero-pod-retention-period", func(o *Overrides, v string) error {
+			d, err := durationIn(v, 0, time.Hour, "a duration from 0s to 1h")
+			o.ScaleToZeroPodRetentionPeriod = &d
+			return err
+		}},
+		{"metric-aggregation-algorithm", func(o *Overrides, v string) error {
+			if v != AggregationLinear && v != AggregationWeightedExponential {
+				return fmt.Errorf("must be %q or %q", AggregationLinear, AggregationWeightedExponential)
+			}
+			o.Aggregation = &v
+			return nil
+		}},
+	}
+}
+
+// ParseAnnotations reads the autoscaling.knative.dev/<key> annotations;
+// other annotations are ignored, unknown keys under the prefix are errors.
+func ParseAnnotations(annotations map[string]string) (*Overrides, error) {
+	o := &Overrides{}
+	parsers := o.annotations()
+	byKey := make(map[string]annotation, len(parsers))
+	for _, a := range parsers {
+		byKey[a.key] = a
+	}
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []error
+	for _, k := range keys {
+		name, ok := strings.CutPrefix(k, AnnotationPrefix)
+		if !ok {
+			continue
+		}
+		a, ok := byKey[name]
+		if !ok {
+			known := make([]string, 0, len(parsers))
+			for _, p := range parsers {
+				known = append(known, p.key)
+			}
+			sort.Strings(known)
+			errs = append(errs, fmt.Errorf("annotation %q is not a per-target setting; known keys after %s: %s", k, AnnotationPrefix, strings.Join(known, ", ")))
+			continue
+		}
+		v := annotations[k]
+		if err := a.parse(o, strings.TrimSpace(v)); err != nil {
+			errs = append(errs, fmt.Errorf("annotation %q: value %q: %w", k, v, err))
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+// Settings are one target's effective autoscaling settings.
+type Settings struct {
+	Metric string
+	// Total is one pod's capacity for the metric; TargetValue what the
+	// autoscaler aims at per pod: max(0.01, Total * Utilization).
+	Total, Utilization, TargetValue float64
+	ContainerConcurrency            int32
+	TargetBurstCapacity             float64
+	StableWindow, PanicWindow       time.Duration
+	PanicThreshold                  float64
+	MaxScaleUpRate                  float64
+	MaxScaleDownRate                float64
+	MinScale, MaxScale              int32
+	InitialScale                    int32
+	ActivationScale                 int32
+	ScaleDownDelay                  time.Duration
+	EnableScaleToZero               bool
+	ScaleToZeroGracePeriod          time.Duration
+	ScaleToZeroPodRetentionPeriod   time.Duration
+	ActivatorCapacity               float64
+	Aggregation                     string
+}
+
+// Effective merges, highest first, spec, annotations and the cluster
+// config into one target's settings, and validates rules across keys.
+// containerConcurrency is the target's hard limit (0: none).
+func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrides) (Settings, error) {
+	s := Settings{
+		Metric:                        MetricConcurrency,
+		Utilization:                   c.Utilization,
+		ContainerConcurrency:          containerConcurrency,
+		TargetBurstCapacity:           c.TargetBurstCapacity,
+		StableWindow:                  c.StableWindow,
+		PanicThreshold:                c.PanicThreshold,
+		MaxScaleUpRate:                c.MaxScaleUpRate,
+		MaxScaleDownRate:              c.MaxScaleDownRate,
+		MinScale:                      c.MinScale,
+		MaxScale:                      c.MaxScale,
+		InitialScale:                  c.InitialScale,
+		ScaleDownDelay:                c.ScaleDownDelay,
+		EnableScaleToZero:             c.EnableScaleToZero,
+		ScaleToZeroGracePeriod:        c.ScaleToZeroGracePeriod,
+		ScaleToZeroPodRetentionPeriod: c.ScaleToZeroPodRetentionPeriod,
+		ActivatorCapacity:             c.ActivatorCapacity,
+		Aggregation:                   AggregationLinear,
+	}
+	panicPct := c.PanicWindowPercentage
+	var target *float64
+	// Lower precedence first, so spec values overwrite annotation values.
+	for _, o := range []*Overrides{annotations, spec} {
+		if o == nil {
+			continue
+		}
+		setIf(&s.MinScale, o.MinScale)
+		setIf(&s.MaxScale, o.MaxScale)
+		setIf(&s.InitialScale, o.InitialScale)
+		setIf(&s.ActivationScale, o.ActivationScale)
+		setIf(&s.ScaleDownDelay, o.ScaleDownDelay)
+		setIf(&s.Metric, o.Metric)
+		setIf(&s.TargetBurstCapacity, o.TargetBurstCapacity)
+		setIf(&s.StableWindow, o.Window)
+		setIf(&panicPct, o.PanicWindowPercentage)
+		setIf(&s.ScaleToZeroPodRetentionPeriod, o.ScaleToZeroPodRetentionPeriod)
+		setIf(&s.Aggregation, o.Aggregation)
+		if o.Target != nil {
+			target = o.Target
+		}
+		if o.TargetUtilizationPercentage != nil {
+			s.Utilization = *o.TargetUtilizationPercentage / 100
+		}
+		if o.PanicThresholdPercentage != nil {
+			s.PanicThreshold = *o.PanicThresholdPercentage / 100
+		}
+	}
+
+	// A pod's capacity (KPA.md "Target value").
+	switch s.Metric {
+	case MetricRPS:
+		s.Total = c.RPSTargetDefault
+		if target != nil {
+			s.Total = *target
+		}
+	default:
+		s.Total = c.ConcurrencyTargetDefault
+		if containerConcurrency > 0 {
+			s.Total = float64(containerConcurrency)
+		}
+		if target != nil {
+			s.Total = *target
+			if containerConcurrency > 0 {
+				s.Total = math.Min(*target, float64(containerConcurrency))
+			}
+		}
+	}
+	s.TargetValue = math.Max(0.01, s.Total*s.Utilization)
+
+	// The panic window: a whole number of seconds, at least one.
+	// Example: 60s * 10% = 6s; 10s * 15% = 1.5s -> 2s.
+	s.PanicWindow = max(time.Second, time.Duration(math.Round(s.StableWindow.Seconds()*panicPct/100))*time.Second)
+
+	return s, s.validate(c)
+}
+
+func setIf[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+func (s *Settings) validate(c *Config) error {
+	var errs []error
+	if s.ContainerConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("containerConcurrency %d: must be 0 (no limit) or more", s.ContainerConcurrency))
+	}
+	if s.MaxScale > 0 && s.MinScale > s.MaxScale {
+		errs = append(errs, fmt.Errorf("min-scale %d is above max-scale %d", s.MinScale, s.MaxScale))
+	}
+	if c.MaxScaleLimit > 0 && (s.MaxScale == 0 || s.MaxScale > c.MaxScaleLimit) {
+		errs = append(errs, fmt.Errorf("max-scale %d: the cluster's max-scale-limit %d allows 1 to %d", s.MaxScale, c.MaxScaleLimit, c.MaxScaleLimit))
+	}
+	if c.MaxScaleLimit > 0 && s.MinScale > c.MaxScaleLimit {
+		errs = append(errs, fmt.Errorf("min-scale %d: the cluster's max-scale-limit %d allows at most %d", s.MinScale, c.MaxScaleLimit, c.MaxScaleLimit))
+	}
+	if s.ActivationScale > 0 && s.MaxScale > 0 && s.ActivationScale > s.MaxScale {
+		errs = append(errs, fmt.Errorf("activation-scale %d is above max-scale %d", s.ActivationScale, s.MaxScale))
+	}
+	if s.InitialScale == 0 && !c.AllowZeroInitialScale {
+		errs = append(errs, errors.New("initial-scale 0 needs the cluster's allow-zero-initial-scale: true"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,271 @@
+package decider
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sockscale/sockscale/controller/internal/config"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func ptr[T any](v T) *T { return &v }
+
+// settings builds a target's settings from the defaults and a spec.
+func settings(t testing.TB, cc int32, spec *config.Overrides) config.Settings {
+	t.Helper()
+	s, err := config.Effective(config.Defaults(), cc, nil, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func in(ready int32, stable, panic float64) Inputs {
+	return Inputs{ReadyPods: ready, Stable: stable, Panic: panic, HasData: true, Reachable: true}
+}
+
+func TestOneDecision(t *testing.T) {
+	def := settings(t, 0, nil) // target value 70, TBC 211
+	tests := []struct {
+		name string
+		s    config.Settings
+		in   Inputs
+		want int32
+	}{
+		{"stable 140 at target 70 => 2", def, in(1, 140, 140), 2},
+		{"stable 141 => ceil(2.01) = 3", def, in(2, 141, 141), 3},
+		{"idle and reachable: ready 4 may drop to floor(4/2) = 2", def, in(4, 0, 0), 2},
+		{"idle and unreachable: straight to 0", def, Inputs{ReadyPods: 4, HasData: true}, 0},
+		{"scale up rate 2 caps ready 3 at ceil(2*3) = 6", settings(t, 0, nil), in(3, 70*10, 70*3), 10},
+		{"activation scale 5 lifts 1 to 5", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), in(0, 10, 10), 5},
+		{"activation scale leaves 0 alone", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), Inputs{HasData: true}, 0},
+	}
+	limited := settings(t, 0, nil)
+	limited.MaxScaleUpRate = 2
+	tests[4].s = limited
+	tests[4].want = 6
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := New(tt.s, 0, t0, logr.Discard())
+			got := d.Decide(t0, tt.in)
+			if !got.Valid || got.DesiredScale != tt.want {
+				t.Errorf("desired %d (valid %v), want %d", got.DesiredScale, got.Valid, tt.want)
+			}
+		})
+	}
+}
+
+func TestNoDataNoDecision(t *testing.T) {
+	d := New(settings(t, 0, nil), 0, t0, logr.Discard())
+	got := d.Decide(t0, Inputs{ReadyPods: 0})
+	want := Decision{DesiredScale: -1, ExcessBurstCapacity: int32(math.Floor(-211)), Activators: 3}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestExcessBurstCapacity(t *testing.T) {
+	tests := []struct {
+		tbc   float64
+		ready int32
+		panic float64
+		want  int32
+	}{
+		{10, 3, 15.8, 4},   // 3*10 - 10 - 15.8 = 4.2 => 4
+		{10, 1, 15.8, -16}, // 10 - 10 - 15.8 = -15.8 => -16
+		{0, 3, 15.8, 0},    // no burst capacity wanted
+		{-1, 30, 0, -1},    // activator always in the path
+		{211, 10, 0, -111}, // default TBC with 10 pods of 10: 100 - 211
+	}
+	for _, tt := range tests {
+		s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)}) // total 10
+		got := New(s, 0, t0, logr.Discard()).Decide(t0, in(tt.ready, tt.panic, tt.panic))
+		if got.ExcessBurstCapacity != tt.want {
+			t.Errorf("TBC %v ready %d panic %v: EBC %d, want %d", tt.tbc, tt.ready, tt.panic, got.ExcessBurstCapacity, tt.want)
+		}
+	}
+}
+
+func TestActivators(t *testing.T) {
+	tests := []struct {
+		tbc   float64
+		ready int32
+		want  int32
+	}{
+		{0, 50, 2},     // TBC 0: always 2
+		{211, 0, 3},    // ceil(211/100)
+		{211, 5, 3},    // ceil((50+211)/100)
+		{211, 100, 13}, // ceil((1000+211)/100)
+		{-1, 100, 10},  // ceil(1000/100)
+		{-1, 0, 2},     // at least 2
+	}
+	for _, tt := range tests {
+		s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)})
+		if got := Activators(s, tt.ready); got != tt.want {
+			t.Errorf("TBC %v ready %d: %d activators, want %d", tt.tbc, tt.ready, got, tt.want)
+		}
+	}
+}
+
+func TestPanicTimeline(t *testing.T) {
+	s := settings(t, 0, nil) // target 70, threshold 2, stable window 60s
+	d := New(s, 1, t0, logr.Discard())
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	steps := []struct {
+		at        int
+		in        Inputs
+		want      int32
+		panicking bool
+	}{
+		{0, in(1, 50, 50), 1, false},     // calm
+		{2, in(1, 60, 280), 4, true},     // burst: 280/70 = 4 pods, 4/1 >= 2 => PANICKING
+		{4, in(4, 80, 100), 4, true},     // calmer panic window: never below 4 in a panic
+		{6, in(4, 300, 700), 10, true},   // over again (10/4 >= 2): up to 10, the panic extends
+		{30, in(10, 100, 100), 10, true}, // still in panic: holds 10
+		{65, in(10, 100, 100), 10, true}, // 59 s after the last time over: still panicking
+		{66, in(10, 100, 100), 5, false}, // a stable window since: Un-panicking, floor(10/2)=5 is the rate limit
+	}
+	for _, st := range steps {
+		got := d.Decide(at(st.at), st.in)
+		if got.DesiredScale != st.want || got.Panicking != st.panicking {
+			t.Fatalf("at %ds: desired %d panicking %v, want %d %v", st.at, got.DesiredScale, got.Panicking, st.want, st.panicking)
+		}
+	}
+}
+
+func TestRestartStartsInPanic(t *testing.T) {
+	s := settings(t, 0, nil)
+	d := New(s, 5, t0, logr.Discard()) // a busy target when the controller starts
+	// Quiet first windows (a fresh collector) must not scale it down.
+	if got := d.Decide(t0.Add(2*time.Second), in(5, 10, 10)); got.DesiredScale != 5 || !got.Panicking {
+		t.Errorf("first decision after a restart: %d panicking %v, want 5 true", got.DesiredScale, got.Panicking)
+	}
+	if got := New(s, 1, t0, logr.Discard()).Decide(t0, in(1, 10, 10)); got.Panicking {
+		t.Error("a target with one ready pod starts panicking")
+	}
+}
+
+func TestScaleDownDelay(t *testing.T) {
+	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr(30 * time.Second)})
+	s.MaxScaleDownRate = 1000 // let the delay alone hold the count
+	d := New(s, 1, t0, logr.Discard())
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	steps := []struct {
+		at   int
+		in   Inputs
+		want int32
+	}{
+		{0, in(1, 280, 50), 4},   // 4 pods (the panic window is calm)
+		{10, in(4, 70, 70), 4},   // 1 wanted, 4 seen 10 s ago: hold 4
+		{29, in(4, 70, 70), 4},   // 4 is 29 s old: hold
+		{31, in(4, 70, 70), 1},   // 31 s: the 4 left the window
+		{40, in(1, 140, 140), 2}, // up at once
+	}
+	for _, st := range steps {
+		if got := d.Decide(at(st.at), st.in); got.DesiredScale != st.want {
+			t.Fatalf("at %ds: desired %d, want %d", st.at, got.DesiredScale, st.want)
+		}
+	}
+}
+
+// TestStepLoadStaysInBand replays KPA.md's step load: offered concurrency
+// steps up and the pod count follows, within [floor(c/u) - 1,
+// ceil(ceil(target/u) * 1.1)] at every check (here with target 10, u 0.7).
+func TestStepLoadStaysInBand(t *testing.T) {
+	s := settings(t, 0, &config.Overrides{Target: ptr(10.0)}) // target value 7
+	d := New(s, 1, t0, logr.Discard())
+	ready := int32(1)
+	now := t0
+	for _, offered := range []float64{7, 14, 21, 28} {
+		for range 30 { // 60 s at this step, a decision every 2 s
+			now = now.Add(2 * time.Second)
+			got := d.Decide(now, in(ready, offered, offered))
+			ready = got.DesiredScale // pods start at once
+		}
+		wantPods := int32(math.Ceil(offered / 7))
+		if ready < wantPods-1 || float64(ready) > math.Ceil(float64(wantPods)*1.1) {
+			t.Errorf("offered %v: %d pods, want about %d", offered, ready, wantPods)
+		}
+	}
+	if ready != 4 {
+		t.Errorf("after the last step: %d pods, want 4", ready)
+	}
+}
+
+// TestBurstCapacitySettlesAtTwo is KPA.md's TBC=7, CC=10 scenario: steady
+// load needing 2 pods settles at exactly 2, with a positive EBC.
+func TestBurstCapacitySettlesAtTwo(t *testing.T) {
+	s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(7.0)}) // target value 7
+	d := New(s, 1, t0, logr.Discard())
+	ready := int32(1)
+	var got Decision
+	for i := range 60 {
+		got = d.Decide(t0.Add(time.Duration(2*i)*time.Second), in(ready, 10, 10))
+		ready = got.DesiredScale
+	}
+	// 10 in flight at 7 per pod => 2 pods; EBC = 2*10 - 7 - 10 = 3 >= 0.
+	if got.DesiredScale != 2 || got.ExcessBurstCapacity != 3 {
+		t.Errorf("settled at %d pods, EBC %d; want 2 and 3", got.DesiredScale, got.ExcessBurstCapacity)
+	}
+}
+
+func TestSubsetIsStableAndSpread(t *testing.T) {
+	acts := []string{"act-a", "act-b", "act-c", "act-d", "act-e"}
+	if diff := cmp.Diff(Subset("ns/hello", acts, 2), Subset("ns/hello", []string{"act-e", "act-d", "act-c", "act-b", "act-a"}, 2)); diff != "" {
+		t.Errorf("order of activators changed the subset (-first +second):\n%s", diff)
+	}
+	counts := map[string]int{}
+	for i := range 1000 {
+		for _, a := range Subset(fmt.Sprintf("ns/t-%d", i), acts, 2) {
+			counts[a]++
+		}
+	}
+	for _, a := range acts {
+		if counts[a] < 300 || counts[a] > 500 { // 400 each on average
+			t.Errorf("activator %s serves %d of 1000 targets' 2 slots, want about 400", a, counts[a])
+		}
+	}
+	// Removing an activator moves only the targets that had it.
+	moved := 0
+	for i := range 1000 {
+		before := Subset(fmt.Sprintf("ns/t-%d", i), acts, 2)
+		after := Subset(fmt.Sprintf("ns/t-%d", i), acts[:4], 2)
+		if !cmp.Equal(before, after) && !contains(before, "act-e") {
+			moved++
+		}
+	}
+	if moved != 0 {
+		t.Errorf("%d targets without act-e changed subset when act-e left", moved)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkDecide10000 is one tick for 10,000 targets on one core.
+func BenchmarkDecide10000(b *testing.B) {
+	s := settings(b, 0, nil)
+	ds := make([]*Decider, 10000)
+	for i := range ds {
+		ds[i] = New(s, 3, t0, logr.Discard())
+	}
+	now := t0
+	for b.Loop() {
+		now = now.Add(2 * time.Second)
+		for i, d := range ds {
+			d.Decide(now, in(3, float64(i%300), float64(i%400)))
+		}
+	}
+}

@@ -9,17 +9,16 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sockscale/sockscale/internal/loadgen"
 	"github.com/sockscale/sockscale/internal/testenv"
 	"github.com/sockscale/sockscale/internal/testpod"
 )
@@ -103,80 +102,6 @@ func (e *kernelEnv) url(query string) string {
 	return "http://" + e.pod.Addr(testpod.HTTPPort) + "/?" + query
 }
 
-// loadStats are the client's own view of a closed-loop load.
-type loadStats struct {
-	mu        sync.Mutex
-	completed int64
-	failures  int64
-	spans     [][2]time.Time // each completed request, from connection in hand to body read
-	wait      func()         // returns when every client has stopped
-}
-
-// inFlightArea is the client's time integral of its requests in flight
-// within [from, to]: by Little's law, divided by the window it is the
-// concurrency the server should have seen.
-func (s *loadStats) inFlightArea(from, to time.Time) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var area time.Duration
-	for _, sp := range s.spans {
-		start, end := sp[0], sp[1]
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(to) {
-			end = to
-		}
-		if end.After(start) {
-			area += end.Sub(start)
-		}
-	}
-	return area
-}
-
-// closedLoop keeps c requests in flight against url until ctx ends, then
-// waits for the last ones.
-func closedLoop(ctx context.Context, url string, c int, keepAlive bool, header http.Header) *loadStats {
-	stats := &loadStats{}
-	tr := &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var wg sync.WaitGroup
-	for range c {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				var start time.Time
-				// The request is in flight from when the client has a
-				// connection: dialling is not the server's time.
-				trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { start = time.Now() }}
-				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
-				for k, v := range header {
-					req.Header[k] = v
-				}
-				resp, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				end := time.Now()
-				stats.mu.Lock()
-				if err != nil {
-					stats.failures++
-				} else {
-					stats.completed++
-					stats.spans = append(stats.spans, [2]time.Time{start, end})
-				}
-				stats.mu.Unlock()
-			}
-		})
-	}
-	go func() {
-		wg.Wait()
-		tr.CloseIdleConnections()
-	}()
-	stats.wait = wg.Wait
-	return stats
-}
-
 func TestKernelConcurrencyAccuracy(t *testing.T) {
 	e := newKernelEnv(t, "")
 	// Long enough that what the client spends outside the server (its own
@@ -187,20 +112,18 @@ func TestKernelConcurrencyAccuracy(t *testing.T) {
 	for _, keepAlive := range []bool{true, false} {
 		for _, c := range []int{1, 8, 64} {
 			t.Run(fmt.Sprintf("c=%d keepalive=%v", c, keepAlive), func(t *testing.T) {
-				ctx, cancel := context.WithCancel(context.Background())
-				load := closedLoop(ctx, e.url("sleep="+sleep.String()), c, keepAlive, nil)
+				load := loadgen.Start(context.Background(), loadgen.Options{URLs: []string{e.url("sleep=" + sleep.String())}, Concurrency: c, KeepAlive: keepAlive, Spans: true})
 				time.Sleep(300 * time.Millisecond) // every client in its loop
 				c0, at0 := e.counters(t)
 				wall0 := time.Now()
 				time.Sleep(2 * time.Second)
 				c1, at1 := e.counters(t)
 				wall1 := time.Now()
-				cancel()
-				load.wait()
+				res := load.Stop()
 
 				window := (at1 - at0).Seconds()
 				measured := (c1.Requests.Area - c0.Requests.Area).Seconds() / window
-				little := load.inFlightArea(wall0, wall1).Seconds() / wall1.Sub(wall0).Seconds()
+				little := res.InFlightArea(wall0, wall1).Seconds() / wall1.Sub(wall0).Seconds()
 				t.Logf("offered %d, measured %.3f (%+.2f%%), client-side %.3f (%+.2f%%), %d requests",
 					c, measured, 100*(measured-float64(c))/float64(c), little, 100*(measured-little)/little, c1.Requests.Completed-c0.Requests.Completed)
 				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
@@ -209,10 +132,10 @@ func TestKernelConcurrencyAccuracy(t *testing.T) {
 				if rel := math.Abs(measured-little) / little; rel > 0.02 {
 					t.Errorf("measured concurrency %.3f is %.1f%% off the client's Little's law %.3f (limit 2%%)", measured, 100*rel, little)
 				}
-				if load.failures > 0 {
-					t.Errorf("%d requests failed", load.failures)
+				if res.Failed > 0 {
+					t.Errorf("%d requests failed", res.Failed)
 				}
-				total += load.completed
+				total += res.Completed
 			})
 		}
 	}
@@ -258,15 +181,12 @@ func TestKernelIdleKeepAliveIsNotLoad(t *testing.T) {
 
 func TestKernelProbesAreNotLoad(t *testing.T) {
 	e := newKernelEnv(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	load := closedLoop(ctx, e.url(""), 2, true, http.Header{"User-Agent": {"kube-probe/1.36"}})
-	load.wait()
-	got := e.waitCounters(t, "probes counted", func(c PodCounters) bool { return int64(c.ProbesTotal) == load.completed })
+	load := loadgen.Run(loadgen.Options{URLs: []string{e.url("")}, Concurrency: 2, KeepAlive: true, Header: http.Header{"User-Agent": {"kube-probe/1.36"}}}, 500*time.Millisecond)
+	got := e.waitCounters(t, "probes counted", func(c PodCounters) bool { return int64(c.ProbesTotal) == load.Completed })
 	if got.Requests.Started != 0 || got.Requests.Area != 0 {
 		t.Errorf("probes counted as load: started=%d area=%v", got.Requests.Started, got.Requests.Area)
 	}
-	if load.completed == 0 {
+	if load.Completed == 0 {
 		t.Fatal("no probe completed")
 	}
 }
@@ -374,8 +294,7 @@ func TestKernelAgentRestartLosesNothing(t *testing.T) {
 	t.Cleanup(func() { _ = Uninstall(pinDir) })
 	e := newKernelEnv(t, pinDir)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	load := closedLoop(ctx, e.url("sleep=20ms"), 8, true, nil)
+	load := loadgen.Start(context.Background(), loadgen.Options{URLs: []string{e.url("sleep=20ms")}, Concurrency: 8, KeepAlive: true})
 	time.Sleep(time.Second)
 	// The agent stops (its fds close; the pins keep everything attached)
 	// and a new one starts while requests are in flight.
@@ -385,12 +304,11 @@ func TestKernelAgentRestartLosesNothing(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	e.acct = e.attach(t, pinDir)
 	time.Sleep(time.Second)
-	cancel()
-	load.wait()
+	res := load.Stop()
 
 	got := e.waitCounters(t, "load done", func(c PodCounters) bool { return c.Requests.InFlight == 0 })
-	if int64(got.Requests.Started) != load.completed || int64(got.Requests.Completed) != load.completed {
-		t.Errorf("across the restart: started=%d completed=%d, want both = the client's %d", got.Requests.Started, got.Requests.Completed, load.completed)
+	if int64(got.Requests.Started) != res.Completed || int64(got.Requests.Completed) != res.Completed {
+		t.Errorf("across the restart: started=%d completed=%d, want both = the client's %d", got.Requests.Started, got.Requests.Completed, res.Completed)
 	}
 	if n := attachedPrograms(t, e.root); n != 3 {
 		t.Errorf("after the restart %d programs are attached at the root, want 3 (one per hook)", n)

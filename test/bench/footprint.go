@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sockscale/sockscale/internal/loadgen"
 	"github.com/sockscale/sockscale/internal/testpod"
 )
 
@@ -126,7 +126,9 @@ func footprint(root string, d time.Duration) error {
 					}
 				}
 			}()
-			requests := spreadLoad(ctx, urls, 32)
+			load := loadgen.Start(ctx, loadgen.Options{URLs: urls, Concurrency: 32, KeepAlive: true})
+			<-ctx.Done()
+			requests := load.Stop().Completed
 			cancel()
 			elapsed := time.Since(start)
 			cpu := processCPU(agent.Process.Pid) - cpu0
@@ -162,28 +164,6 @@ func waitTracked(metricsAddr string, n int, timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("agent never tracked %d pods", n)
-}
-
-// spreadLoad keeps c requests in flight, each client cycling over urls.
-func spreadLoad(ctx context.Context, urls []string, c int) int64 {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 10 * time.Second}
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	for g := range c {
-		wg.Go(func() {
-			for i := g; ctx.Err() == nil; i += c {
-				resp, err := client.Get(urls[i%len(urls)])
-				if err != nil {
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				total.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	return total.Load()
 }
 
 func get(url string) (string, error) {

@@ -9,13 +9,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,11 +20,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/loadgen"
 	"github.com/sockscale/sockscale/internal/testenv"
 	"github.com/sockscale/sockscale/internal/testpod"
 )
@@ -110,85 +107,27 @@ func (b *bench) attach() (*bpf.Accounting, func(), error) {
 	return a, func() { _ = a.Close() }, nil
 }
 
-// result of one closed-loop measurement.
+// result of one closed-loop measurement: the client's view, the machine's
+// CPU, and the accounting programs' own run time where measured.
 type result struct {
-	requests    int64
-	failures    int64
-	elapsed     time.Duration
-	latencies   []time.Duration
+	*loadgen.Result
 	cpu         time.Duration // whole machine, busy time
 	bpf         time.Duration // run time of the accounting programs, in a timed run
 	bpfRequests int64         // requests of that timed run
-	spans       [][2]time.Time
-}
-
-func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
-
-func (r result) percentile(p float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	s := slices.Clone(r.latencies)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 func (r result) cpuPerRequest() time.Duration {
-	if r.requests == 0 {
+	if r.Completed == 0 {
 		return 0
 	}
-	return r.cpu / time.Duration(r.requests)
+	return r.cpu / time.Duration(r.Completed)
 }
 
 // closedLoop keeps c requests in flight against url for d.
-func closedLoop(url string, c int, keepAlive bool, d time.Duration, keepSpans bool) result {
-	tr := &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var mu sync.Mutex
-	var res result
+func closedLoop(url string, c int, keepAlive bool, d time.Duration, spans bool) result {
 	cpu0 := machineBusy()
-	start := time.Now()
-	deadline := start.Add(d)
-	var wg sync.WaitGroup
-	for range c {
-		wg.Go(func() {
-			var lats []time.Duration
-			var spans [][2]time.Time
-			var ok, failed int64
-			for time.Now().Before(deadline) {
-				var got time.Time
-				trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { got = time.Now() }}
-				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				if err != nil {
-					failed++
-					continue
-				}
-				end := time.Now()
-				ok++
-				lats = append(lats, end.Sub(t0))
-				if keepSpans {
-					spans = append(spans, [2]time.Time{got, end})
-				}
-			}
-			mu.Lock()
-			res.requests += ok
-			res.failures += failed
-			res.latencies = append(res.latencies, lats...)
-			res.spans = append(res.spans, spans...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	res.cpu = machineBusy() - cpu0
-	return res
+	r := loadgen.Run(loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: keepAlive, Spans: spans}, d)
+	return result{Result: r, cpu: machineBusy() - cpu0}
 }
 
 // machineBusy is the CPU time all CPUs spent not idle, from /proc/stat.
@@ -252,8 +191,8 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 				if detach != nil {
 					detach()
 				}
-				if r.failures > 0 {
-					return fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.failures)
+				if r.Failed > 0 {
+					return fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.Failed)
 				}
 				results[key(c, m.name)] = append(results[key(c, m.name)], r)
 			}
@@ -272,8 +211,8 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 			if m.on {
 				bpfPerReq = (r.bpf / time.Duration(r.bpfRequests)).String()
 			}
-			fmt.Fprintf(w, "%d\t%s\t%.0f\t%.3f\t%v\t%v\t%v\t%+v\t%s\t\n", c, m.name, r.rps(), r.rps()/off.rps(),
-				r.percentile(0.5).Round(time.Microsecond), r.percentile(0.99).Round(time.Microsecond),
+			fmt.Fprintf(w, "%d\t%s\t%.0f\t%.3f\t%v\t%v\t%v\t%+v\t%s\t\n", c, m.name, r.RPS(), r.RPS()/off.RPS(),
+				r.Percentile(0.5).Round(time.Microsecond), r.Percentile(0.99).Round(time.Microsecond),
 				r.cpuPerRequest().Round(100*time.Nanosecond), (r.cpuPerRequest() - off.cpuPerRequest()).Round(100*time.Nanosecond), bpfPerReq)
 		}
 	}
@@ -294,7 +233,7 @@ func timedRun(acct *bpf.Accounting, url string, c int, d time.Duration) (time.Du
 	}
 	r := closedLoop(url, c, true, d, false)
 	t1, _, err := acct.RunTime()
-	return t1 - t0, r.requests, err
+	return t1 - t0, r.Completed, err
 }
 
 // rotate changes the order of modes every round so no mode always runs
@@ -306,14 +245,14 @@ func rotate(modes []mode, round int) []mode {
 }
 
 func merge(rs []result) result {
-	var m result
+	m := result{Result: &loadgen.Result{}}
 	for _, r := range rs {
-		m.requests += r.requests
-		m.elapsed += r.elapsed
+		m.Completed += r.Completed
+		m.Elapsed += r.Elapsed
+		m.Latencies = append(m.Latencies, r.Latencies...)
 		m.cpu += r.cpu
 		m.bpf += r.bpf
 		m.bpfRequests += r.bpfRequests
-		m.latencies = append(m.latencies, r.latencies...)
 	}
 	return m
 }
@@ -355,30 +294,12 @@ func (b *bench) accuracy(d time.Duration) error {
 				return err
 			}
 			measured := (s1.area - s0.area).Seconds() / (s1.at - s0.at).Seconds()
-			client := spanArea(r.spans, s0.wall, s1.wall).Seconds() / s1.wall.Sub(s0.wall).Seconds()
+			client := r.InFlightArea(s0.wall, s1.wall).Seconds() / s1.wall.Sub(s0.wall).Seconds()
 			fmt.Fprintf(w, "%v\t%d\t%.3f\t%+.2f%%\t%.3f\t%+.2f%%\t\n", keepAlive, c, measured,
 				100*(measured-float64(c))/float64(c), client, 100*(measured-client)/client)
 		}
 	}
 	return w.Flush()
-}
-
-// spanArea integrates the client's requests in flight over [from, to].
-func spanArea(spans [][2]time.Time, from, to time.Time) time.Duration {
-	var area time.Duration
-	for _, s := range spans {
-		start, end := s[0], s[1]
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(to) {
-			end = to
-		}
-		if end.After(start) {
-			area += end.Sub(start)
-		}
-	}
-	return area
 }
 
 const queueProxyPort = 8012

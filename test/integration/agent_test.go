@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/internal/loadgen"
 	"github.com/sockscale/sockscale/internal/testenv"
 	"github.com/sockscale/sockscale/internal/testpod"
 )
@@ -75,8 +75,7 @@ func TestKernelAgentEndToEnd(t *testing.T) {
 	agent := startAgent(t, bin, args, healthAddr)
 
 	// Load: 8 clients, 100 ms handler.
-	ctx, cancel := context.WithCancel(context.Background())
-	load := runLoad(ctx, "http://"+pod.Addr(testpod.HTTPPort)+"/?sleep=100ms", 8)
+	load := loadgen.Start(context.Background(), loadgen.Options{URLs: []string{"http://" + pod.Addr(testpod.HTTPPort) + "/?sleep=100ms"}, Concurrency: 8, KeepAlive: true})
 	time.Sleep(3500 * time.Millisecond)
 
 	// The stats the controller would get: steady periods average ~8.
@@ -94,10 +93,9 @@ func TestKernelAgentEndToEnd(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	agent = startAgent(t, bin, args, healthAddr)
 	time.Sleep(1500 * time.Millisecond)
-	cancel()
-	load.wait()
-	if load.failed > 0 {
-		t.Errorf("%d requests failed", load.failed)
+	res := load.Stop()
+	if res.Failed > 0 {
+		t.Errorf("%d requests failed", res.Failed)
 	}
 
 	// /metrics: every request the clients completed, with the pod's names.
@@ -105,11 +103,11 @@ func TestKernelAgentEndToEnd(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got := scrape(t, metricsAddr, "sockscale_agent_requests_total", labels)
-		if got == float64(load.completed) {
+		if got == float64(res.Completed) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sockscale_agent_requests_total = %v, want the clients' %d", got, load.completed)
+			t.Fatalf("sockscale_agent_requests_total = %v, want the clients' %d", got, res.Completed)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -288,38 +286,6 @@ func (r *statsReceiver) concurrencies(pod string) []float64 {
 		}
 	}
 	return out
-}
-
-type load struct {
-	mu                sync.Mutex
-	completed, failed int64
-	wg                sync.WaitGroup
-}
-
-func (l *load) wait() { l.wg.Wait() }
-
-func runLoad(ctx context.Context, url string, c int) *load {
-	l := &load{}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c}, Timeout: 10 * time.Second}
-	for range c {
-		l.wg.Go(func() {
-			for ctx.Err() == nil {
-				resp, err := client.Get(url)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				l.mu.Lock()
-				if err != nil {
-					l.failed++
-				} else {
-					l.completed++
-				}
-				l.mu.Unlock()
-			}
-		})
-	}
-	return l
 }
 
 // scrape returns the value of the series of name with these labels.

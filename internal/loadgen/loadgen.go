@@ -1,0 +1,155 @@
+package loadgen
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Options describe a closed loop.
+type Options struct {
+	// URLs are requested round-robin (each client starts at its own index).
+	URLs []string
+	// Concurrency is how many requests are kept in flight.
+	Concurrency int
+	// KeepAlive reuses connections; without it every request dials.
+	KeepAlive bool
+	// Header is added to every request.
+	Header http.Header
+	// Spans keeps each request's in-flight span (see Result.InFlightArea).
+	Spans bool
+}
+
+// Span is one request from the moment the client had a connection for it
+// (dialling is not the server's time) to the end of its body.
+type Span struct{ Start, End time.Time }
+
+// Result is the client's view of the load.
+type Result struct {
+	Completed, Failed int64
+	Elapsed           time.Duration
+	Latencies         []time.Duration // whole requests, dialling included
+	Spans             []Span
+}
+
+// Load is a running closed loop.
+type Load struct {
+	mu     sync.Mutex
+	res    Result
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start keeps opts.Concurrency requests in flight until ctx ends or Stop.
+func Start(ctx context.Context, opts Options) *Load {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &Load{cancel: cancel, done: make(chan struct{})}
+	tr := &http.Transport{DisableKeepAlives: !opts.KeepAlive, MaxIdleConnsPerHost: opts.Concurrency, MaxConnsPerHost: opts.Concurrency}
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range opts.Concurrency {
+		wg.Go(func() {
+			var mine Result
+			for i := g; ctx.Err() == nil; i += opts.Concurrency {
+				span, took, err := do(client, opts.URLs[i%len(opts.URLs)], opts.Header)
+				if err != nil {
+					mine.Failed++
+					continue
+				}
+				mine.Completed++
+				mine.Latencies = append(mine.Latencies, took)
+				if opts.Spans {
+					mine.Spans = append(mine.Spans, span)
+				}
+			}
+			l.mu.Lock()
+			l.res.Completed += mine.Completed
+			l.res.Failed += mine.Failed
+			l.res.Latencies = append(l.res.Latencies, mine.Latencies...)
+			l.res.Spans = append(l.res.Spans, mine.Spans...)
+			l.mu.Unlock()
+		})
+	}
+	go func() {
+		wg.Wait()
+		l.res.Elapsed = time.Since(start)
+		tr.CloseIdleConnections()
+		close(l.done)
+	}()
+	return l
+}
+
+// Run is Start for a fixed duration, then Stop.
+func Run(opts Options, d time.Duration) *Result {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	l := Start(ctx, opts)
+	<-ctx.Done()
+	return l.Stop()
+}
+
+// Stop ends the loop, waits for the requests in flight and returns the
+// result.
+func (l *Load) Stop() *Result {
+	l.cancel()
+	<-l.done
+	return &l.res
+}
+
+func do(client *http.Client, url string, header http.Header) (Span, time.Duration, error) {
+	var span Span
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { span.Start = time.Now() }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
+	if err != nil {
+		return span, 0, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	span.End = time.Now()
+	return span, span.End.Sub(t0), err
+}
+
+// InFlightArea is the time integral of the client's requests in flight
+// within [from, to]: divided by the window, the concurrency the server
+// should have seen (Little's law).
+func (r *Result) InFlightArea(from, to time.Time) time.Duration {
+	var area time.Duration
+	for _, s := range r.Spans {
+		start, end := s.Start, s.End
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) {
+			area += end.Sub(start)
+		}
+	}
+	return area
+}
+
+// RPS is completed requests per second.
+func (r *Result) RPS() float64 { return float64(r.Completed) / r.Elapsed.Seconds() }
+
+// Percentile of the latencies, p in [0, 1].
+func (r *Result) Percentile(p float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.Latencies)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}

@@ -333,6 +333,7 @@ static long scan_byte(__u64 i, void *data)
 	if (i >= SCAN_WINDOW)
 		return 1;
 	ch = s->buf[i];
+	c->rx_used = i + 1;
 
 	switch (c->rx_state) {
 	case RQ_METHOD:
@@ -352,7 +353,7 @@ static long scan_byte(__u64 i, void *data)
 		}
 		c->head = c->rx_pos == 4 && c->rx_hash == HASH_HEAD;
 		c->rx_state = RQ_SKIP_LINE;
-		return 0;
+		return 1; // the caller skips the rest of the line word by word
 	case RQ_SKIP_LINE:
 		if (ch == '\n')
 			c->rx_state = RQ_LINE_START;
@@ -367,8 +368,12 @@ static long scan_byte(__u64 i, void *data)
 		// fall through: this byte is the name's first
 	case RQ_NAME:
 		if (ch == ':') {
-			c->rx_state = c->rx_pos == 10 && c->rx_hash == HASH_USER_AGENT ? RQ_UA_SPACE : RQ_SKIP_LINE;
-			return 0;
+			if (c->rx_pos == 10 && c->rx_hash == HASH_USER_AGENT) {
+				c->rx_state = RQ_UA_SPACE;
+				return 0;
+			}
+			c->rx_state = RQ_SKIP_LINE;
+			return 1; // the caller skips the rest of the line word by word
 		}
 		if (ch == '\n') {
 			c->rx_state = RQ_LINE_START;
@@ -401,6 +406,36 @@ static long scan_byte(__u64 i, void *data)
 	return 1;
 }
 
+// find_lf returns the index of the first '\n' in buf at or after start, or
+// -1: eight bytes at a time, so a header line we do not care about costs a
+// few instructions per word instead of a parse step per byte.
+static __always_inline int find_lf(const __u8 *buf, __u32 start)
+{
+#pragma unroll
+	for (int w = 0; w < SCAN_WINDOW / 8; w++) {
+		__u64 x, t;
+
+		if (start >= (__u32)(w + 1) * 8)
+			continue;
+		__builtin_memcpy(&x, buf + w * 8, 8);
+		x ^= 0x0a0a0a0a0a0a0a0aULL; // a '\n' becomes a zero byte
+		// Bytes before start become 0xff: neither zero nor a borrow that
+		// could flag the bytes above them.
+		if (start > (__u32)w * 8)
+			x |= ~(~0ULL << ((start - w * 8) * 8));
+		// The lowest byte flagged here is the first zero byte (higher flags
+		// may be borrows, so only the lowest one is used).
+		t = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
+		if (!t)
+			continue;
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			if (t & (0x80ULL << (8 * k)))
+				return w * 8 + k;
+	}
+	return -1;
+}
+
 // scan_window loads the next window of request bytes and classifies them.
 // It runs under bpf_loop, so the verifier checks it once rather than once
 // per window; returns 1 when the scan is over.
@@ -408,7 +443,8 @@ static long scan_window(__u64 i, void *data)
 {
 	struct parse_ctx *s = data;
 	struct conn *c = s->c;
-	__u32 off = c->rx_off, lo;
+	__u32 off = c->rx_off, lo, skip;
+	int lf;
 
 	if (off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
 		return 1;
@@ -420,9 +456,22 @@ static long scan_window(__u64 i, void *data)
 		lo = c->rx_end - SCAN_WINDOW;
 	if (bpf_skb_load_bytes(s->skb, lo, s->buf, SCAN_WINDOW))
 		return 1;
-	c->rx_skip = off - lo;
-	bpf_loop(SCAN_WINDOW - c->rx_skip, scan_byte, s, 0);
-	off = lo + SCAN_WINDOW;
+	skip = off - lo;
+	c->rx_used = SCAN_WINDOW;
+	if (c->rx_state == RQ_SKIP_LINE) {
+		lf = find_lf(s->buf, skip);
+		if (lf >= 0) {
+			c->rx_state = RQ_LINE_START;
+			skip = lf + 1;
+		} else {
+			skip = SCAN_WINDOW;
+		}
+	}
+	if (skip < SCAN_WINDOW) {
+		c->rx_skip = skip;
+		bpf_loop(SCAN_WINDOW - skip, scan_byte, s, 0);
+	}
+	off = lo + c->rx_used;
 	if (off > MAX_SEGMENT)
 		return 1;
 	c->rx_off = off;
@@ -442,11 +491,12 @@ static long scan_short_byte(__u64 i, void *data)
 		return 1;
 	c->rx_skip = 0;
 	c->rx_off++;
-	return scan_byte(0, s);
+	scan_byte(0, s);
+	return 0; // the checks above end the loop
 }
 
-// classify_request looks at up to SCAN_BYTES of the bytes [off, end) that
-// start a request: HTTP/1.x or not, a probe or load, HEAD or not. Bytes
+// classify_request takes up to SCAN_STEPS steps over the bytes [off, end)
+// that start a request: HTTP/1.x or not, a probe or load, HEAD or not. Bytes
 // beyond this segment are not looked at; an undecided scan is load.
 static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
 {
@@ -465,7 +515,7 @@ static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn 
 	if (end < SCAN_WINDOW)
 		bpf_loop(SCAN_WINDOW, scan_short_byte, &s, 0);
 	else
-		bpf_loop(SCAN_BYTES / SCAN_WINDOW, scan_window, &s, 0);
+		bpf_loop(SCAN_STEPS, scan_window, &s, 0);
 	return c->rx_verdict;
 }
 
@@ -620,8 +670,12 @@ static long response_byte(__u64 i, void *data)
 		}
 		if (c->pos != 3)
 			goto bad;
-		c->state = ch == '\n' ? RS_LINE_START : RS_SKIP_LINE;
-		return 0;
+		if (ch == '\n') {
+			c->state = RS_LINE_START;
+			return 0;
+		}
+		c->state = RS_SKIP_LINE;
+		return 1; // the caller skips the reason phrase word by word
 	case RS_SKIP_LINE:
 		if (ch == '\n')
 			c->state = RS_LINE_START;
@@ -647,7 +701,9 @@ static long response_byte(__u64 i, void *data)
 				c->state = RS_TE_VALUE;
 			}
 			token_reset(&c->pos, &c->hash);
-			return 0;
+			// A header we do not care about: the caller skips its value
+			// word by word.
+			return c->state == RS_SKIP_LINE;
 		}
 		if (ch == '\n')
 			goto bad; // a header line without a colon
@@ -727,7 +783,7 @@ static long response_byte(__u64 i, void *data)
 			return 0;
 		}
 		c->state = RS_TRAILER_SKIP;
-		return 0;
+		return 1; // the caller skips the trailer word by word
 	case RS_TRAILER_SKIP:
 		if (ch == '\n')
 			c->state = RS_TRAILER_START;
@@ -775,7 +831,8 @@ static long response_step(__u64 i, void *data)
 {
 	struct parse_ctx *r = data;
 	struct conn *c = r->c;
-	__u32 off, lo;
+	__u32 off, lo, skip;
+	int lf;
 
 	if (c->tx_off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
 		return 1;
@@ -790,9 +847,21 @@ static long response_step(__u64 i, void *data)
 		c->tx_err = PARSE_ERROR;
 		return 1;
 	}
-	c->tx_skip = off - lo;
+	skip = off - lo;
 	c->tx_used = SCAN_WINDOW;
-	bpf_loop(SCAN_WINDOW - c->tx_skip, response_byte, r, 0);
+	if (c->state == RS_SKIP_LINE || c->state == RS_TRAILER_SKIP) {
+		lf = find_lf(r->buf, skip);
+		if (lf >= 0) {
+			c->state = c->state == RS_SKIP_LINE ? RS_LINE_START : RS_TRAILER_START;
+			skip = lf + 1;
+		} else {
+			skip = SCAN_WINDOW;
+		}
+	}
+	if (skip < SCAN_WINDOW) {
+		c->tx_skip = skip;
+		bpf_loop(SCAN_WINDOW - skip, response_byte, r, 0);
+	}
 	off = lo + c->tx_used;
 	if (off > MAX_SEGMENT) {
 		c->tx_err = PARSE_LIMIT;

@@ -10,8 +10,8 @@
 #define MAX_ACTIVATORS 1024   // activator pods in the cluster
 
 #define SCAN_WINDOW 64        // bytes parsed per bpf_loop call (stack buffer)
-#define SCAN_BYTES 1024       // request bytes classified at a request's start
-#define MAX_WINDOWS 64        // parse steps per segment before giving up
+#define SCAN_STEPS 32         // request classifier steps (windows or header lines)
+#define MAX_WINDOWS 256       // response parse steps per segment before giving up
 #define MAX_METHOD 16         // longest HTTP method token accepted
 
 // One kind of request (all, or proxied only) of one pod.
@@ -147,11 +147,13 @@ struct conn {
 	// keeps the count exact.
 	__u32 rx_off, rx_end; // request bytes not yet classified
 	__u32 rx_skip;        // bytes of the window already classified
+	__u32 rx_used;        // bytes of the window classified when bpf_loop stopped
 	__u32 rx_hash;        // FNV-1a of the request token being matched
 	__u8 rx_state;        // RQ_*
 	__u8 rx_pos;          // length of the request token being matched
 	__u8 rx_verdict;      // VERDICT_*
 	__u8 _pad;
+	__u32 _pad2;
 	__u32 tx_off, tx_end; // response bytes not yet parsed
 	__u32 tx_skip;        // bytes of the window already parsed
 	__u32 tx_used;        // bytes of the window parsed when bpf_loop stopped

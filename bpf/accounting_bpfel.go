@@ -35,11 +35,13 @@ type accountingConn struct {
 	RxOff      uint32
 	RxEnd      uint32
 	RxSkip     uint32
+	RxUsed     uint32
 	RxHash     uint32
 	RxState    uint8
 	RxPos      uint8
 	RxVerdict  uint8
 	Pad        uint8
+	Pad2       uint32
 	TxOff      uint32
 	TxEnd      uint32
 	TxSkip     uint32

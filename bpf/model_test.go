@@ -8,8 +8,8 @@ package bpf
 // Limits and constants mirrored from accounting.h.
 const (
 	scanWindow = 64
-	scanBytes  = 1024
-	maxWindows = 64
+	scanSteps  = 32
+	maxWindows = 256
 	maxMethod  = 16
 	maxSegment = 0xffff
 
@@ -204,13 +204,11 @@ func classify(payload []byte, off, end int) (verdict int, head bool) {
 			}
 			ch := byteAt(off)
 			off++
-			if s.scanByte(ch) {
-				break
-			}
+			s.scanByte(ch) // the loop's own checks end it, as in scan_short_byte
 		}
 		return int(s.verdict), s.head
 	}
-	for w := 0; w < scanBytes/scanWindow; w++ {
+	for step := 0; step < scanSteps; step++ {
 		if off >= end || s.state == rqDone || s.verdict != verdictRequest {
 			break
 		}
@@ -222,12 +220,22 @@ func classify(payload []byte, off, end int) (verdict int, head bool) {
 		for i := range buf {
 			buf[i] = byteAt(lo + i)
 		}
-		for i := off - lo; i < scanWindow; i++ {
+		skip, used := off-lo, scanWindow
+		if s.state == rqSkipLine {
+			if lf := findLF(buf[:], skip); lf >= 0 {
+				s.state = rqLineStart
+				skip = lf + 1
+			} else {
+				skip = scanWindow
+			}
+		}
+		for i := skip; i < scanWindow; i++ {
+			used = i + 1
 			if s.scanByte(buf[i]) {
 				break
 			}
 		}
-		off = lo + scanWindow
+		off = lo + used
 		if off > maxSegment {
 			break
 		}
@@ -259,7 +267,7 @@ func (s *scanState) scanByte(ch byte) bool {
 		}
 		s.head = s.pos == 4 && s.hash == hashHead
 		s.state = rqSkipLine
-		return false
+		return true
 	case rqSkipLine:
 		if ch == '\n' {
 			s.state = rqLineStart
@@ -277,10 +285,10 @@ func (s *scanState) scanByte(ch byte) bool {
 		if ch == ':' {
 			if s.pos == 10 && s.hash == hashUserAgent {
 				s.state = rqUASpace
-			} else {
-				s.state = rqSkipLine
+				return false
 			}
-			return false
+			s.state = rqSkipLine
+			return true
 		}
 		if ch == '\n' {
 			s.state = rqLineStart
@@ -337,6 +345,16 @@ func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
 	}
 }
 
+// findLF mirrors find_lf: the first '\n' at or after start, or -1.
+func findLF(buf []byte, start int) int {
+	for i := start; i < len(buf); i++ {
+		if buf[i] == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
 type respCtx struct {
 	off, end, skip, used, done int
 	err                        int
@@ -384,10 +402,26 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 			if r.end-r.off < scanWindow {
 				lo = r.end - scanWindow
 			}
-			r.skip = r.off - lo
+			var buf [scanWindow]byte
+			for i := range buf {
+				buf[i] = byteAt(lo + i)
+			}
+			skip := r.off - lo
 			r.used = scanWindow
-			for i := r.skip; i < scanWindow; i++ {
-				if c.responseByte(&r, i, byteAt(lo+i)) {
+			if c.state == rsSkipLine || c.state == rsTrailerSkip {
+				if lf := findLF(buf[:], skip); lf >= 0 {
+					if c.state == rsSkipLine {
+						c.state = rsLineStart
+					} else {
+						c.state = rsTrailerStart
+					}
+					skip = lf + 1
+				} else {
+					skip = scanWindow
+				}
+			}
+			for i := skip; i < scanWindow; i++ {
+				if c.responseByte(&r, i, buf[i]) {
 					break
 				}
 			}
@@ -531,10 +565,10 @@ func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
 		}
 		if ch == '\n' {
 			c.state = rsLineStart
-		} else {
-			c.state = rsSkipLine
+			return false
 		}
-		return false
+		c.state = rsSkipLine
+		return true
 	case rsSkipLine:
 		if ch == '\n' {
 			c.state = rsLineStart
@@ -562,7 +596,7 @@ func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
 				c.state = rsTEValue
 			}
 			c.pos, c.hash = 0, fnvOffset
-			return false
+			return c.state == rsSkipLine
 		}
 		if ch == '\n' {
 			return bad()
@@ -646,6 +680,7 @@ func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
 			c.responseDone(r)
 		default:
 			c.state = rsTrailerSkip
+			return true
 		}
 		return false
 	case rsTrailerSkip:

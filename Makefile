@@ -32,13 +32,15 @@ deps: ## Install the Debian packages the build and tests need (only those missin
 ##@ Development
 
 .PHONY: generate
-generate: deps ## Regenerate the BPF objects and Go bindings (bpf2go).
+generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (bpf2go), deepcopy and CRDs (controller-gen).
 	cd bpf && $(GO) generate ./...
+	$(CONTROLLER_GEN) object paths=./controller/api/...
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./controller/api/... output:crd:artifacts:config=charts/sockscale/crds
 
 .PHONY: verify
 verify: generate ## Regenerate everything and fail if the tree differs from what is committed; go.mod tidy.
-	@if [ -n "$$(git status --porcelain -- bpf)" ]; then \
-	  git status --porcelain -- bpf; git diff --stat -- bpf; \
+	@if [ -n "$$(git status --porcelain -- bpf controller/api charts/sockscale/crds)" ]; then \
+	  git status --porcelain -- bpf controller/api charts/sockscale/crds; git diff --stat -- bpf controller/api charts/sockscale/crds; \
 	  echo "verify: generated files are out of date; run 'make generate' and commit" >&2; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "verify: go.mod/go.sum are not tidy; run 'go mod tidy' and commit" >&2; exit 1; }
 
@@ -62,8 +64,10 @@ build: ## Build the binaries into ./bin.
 ##@ Test
 
 # Tests that load BPF programs are named TestKernel* (real sockets),
-# TestProg* and FuzzProg* (BPF_PROG_TEST_RUN); they need root.
-PRIVILEGED_TESTS := ^(TestKernel|TestProg|FuzzProg)
+# TestProg* and FuzzProg* (BPF_PROG_TEST_RUN); they need root. Tests named
+# TestIntegration* need the pinned etcd and kube-apiserver. test-unit runs
+# neither.
+PRIVILEGED_TESTS := ^(TestKernel|TestProg|FuzzProg|TestIntegration)
 
 .PHONY: test
 test: deps lint verify test-unit test-bpf test-integration ## Everything CI runs (the README's test command).

@@ -44,3 +44,13 @@ $(KUBECTL):
 
 $(ETCD):
 	cd hack/tools/etcd && $(GO) build -trimpath -ldflags '-s -w' -o $@ .
+
+# controller-gen: CRDs and deepcopy for controller/api.
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN := $(CACHE_DIR)/bin/controller-gen-$(CONTROLLER_GEN_VERSION).d/controller-gen
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen (pinned).
+
+$(CONTROLLER_GEN):
+	GOBIN=$(dir $@) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

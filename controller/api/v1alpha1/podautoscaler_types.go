@@ -1,0 +1,173 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Mode says where a target's public Service sends traffic.
+// +kubebuilder:validation:Enum=Serve;Proxy
+type Mode string
+
+const (
+	// ModeServe means the public endpoints are the target's pods.
+	ModeServe Mode = "Serve"
+	// ModeProxy means the public endpoints are activators (scale from
+	// zero, or not enough burst capacity).
+	ModeProxy Mode = "Proxy"
+)
+
+// ScaleTargetRef points at what is scaled: any resource with a /scale
+// subresource; Deployments first.
+type ScaleTargetRef struct {
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// ServiceRef names the Service clients call; it becomes the public service.
+type ServiceRef struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Port of the Service the target serves on; 0 or unset: every port.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}
+
+// PodAutoscalerSpec is what users ask for. Every key of Knative's KPA has a
+// field here; unset fields take the autoscaling.knative.dev/<key>
+// annotation of the target's pod template, then the cluster defaults.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minScale) || !has(self.maxScale) || self.maxScale == 0 || self.minScale <= self.maxScale",message="minScale must not exceed maxScale (maxScale 0 means unlimited)"
+// +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.maxScale) || self.maxScale == 0 || self.activationScale <= self.maxScale",message="activationScale must not exceed maxScale"
+type PodAutoscalerSpec struct {
+	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
+	Service        ServiceRef     `json:"service"`
+
+	// Metric to scale on.
+	// +kubebuilder:validation:Enum=concurrency;rps
+	// +kubebuilder:default=concurrency
+	// +optional
+	Metric string `json:"metric,omitempty"`
+	// Target per pod for the metric (before utilization): concurrent
+	// requests or requests per second.
+	// +kubebuilder:validation:XValidation:rule="self >= 0.01",message="target must be at least 0.01"
+	// +optional
+	Target *float64 `json:"target,omitempty"`
+	// ContainerConcurrency is the hard limit of requests one pod gets at
+	// once through the activator; 0 means no limit.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	ContainerConcurrency int32 `json:"containerConcurrency,omitempty"`
+
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinScale *int32 `json:"minScale,omitempty"`
+	// MaxScale: 0 means unlimited.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxScale *int32 `json:"maxScale,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	InitialScale *int32 `json:"initialScale,omitempty"`
+	// ActivationScale: the pods a scale from zero starts with.
+	// +kubebuilder:validation:Minimum=2
+	// +optional
+	ActivationScale *int32 `json:"activationScale,omitempty"`
+	// ScaleDownDelay: a scale-down must be wanted this long (0s..1h).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="scaleDownDelay must be from 0s to 1h"
+	// +optional
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	TargetUtilizationPercentage *float64 `json:"targetUtilizationPercentage,omitempty"`
+	// TargetBurstCapacity: -1 keeps the activator in the path, 0 never.
+	// +kubebuilder:validation:XValidation:rule="self == -1.0 || self >= 0.0",message="targetBurstCapacity must be -1 (activator always in the path), 0, or positive"
+	// +optional
+	TargetBurstCapacity *float64 `json:"targetBurstCapacity,omitempty"`
+	// Window is the stable window: whole seconds from 6s to 1h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('6s') && duration(self) <= duration('1h') && duration(self).getMilliseconds() % 1000 == 0",message="window must be whole seconds from 6s to 1h"
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	PanicWindowPercentage *float64 `json:"panicWindowPercentage,omitempty"`
+	// +kubebuilder:validation:Minimum=110
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	PanicThresholdPercentage *float64 `json:"panicThresholdPercentage,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="scaleToZeroPodRetentionPeriod must be from 0s to 1h"
+	// +optional
+	ScaleToZeroPodRetentionPeriod *metav1.Duration `json:"scaleToZeroPodRetentionPeriod,omitempty"`
+	// +kubebuilder:validation:Enum=linear;weighted-exponential
+	// +optional
+	MetricAggregationAlgorithm string `json:"metricAggregationAlgorithm,omitempty"`
+}
+
+// PodAutoscalerStatus is what the controller observed and decided.
+type PodAutoscalerStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// DesiredScale is the decided pod count; -1 before any data.
+	// +optional
+	DesiredScale *int32 `json:"desiredScale,omitempty"`
+	// ActualScale is the target's ready pods.
+	// +optional
+	ActualScale *int32 `json:"actualScale,omitempty"`
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+	// StableValue and PanicValue are the metric's averages over the stable
+	// and panic windows, as decimal strings.
+	// +optional
+	StableValue string `json:"stableValue,omitempty"`
+	// +optional
+	PanicValue string `json:"panicValue,omitempty"`
+	// +optional
+	Panicking bool `json:"panicking,omitempty"`
+	// +optional
+	ExcessBurstCapacity *int32 `json:"excessBurstCapacity,omitempty"`
+	// Activators in the target's path when in Proxy mode.
+	// +optional
+	Activators []string `json:"activators,omitempty"`
+	// Conditions: Ready, Active, ScaleTargetInitialized.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PodAutoscaler scales a Deployment on the requests its pods serve.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pa,categories=sockscale
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredScale`
+// +kubebuilder:printcolumn:name="Actual",type=integer,JSONPath=`.status.actualScale`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
+// +kubebuilder:printcolumn:name="Stable",type=string,JSONPath=`.status.stableValue`
+// +kubebuilder:printcolumn:name="Panic",type=boolean,JSONPath=`.status.panicking`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+type PodAutoscaler struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PodAutoscalerSpec   `json:"spec"`
+	Status PodAutoscalerStatus `json:"status,omitempty"`
+}
+
+// PodAutoscalerList is a list of PodAutoscalers.
+//
+// +kubebuilder:object:root=true
+type PodAutoscalerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PodAutoscaler `json:"items"`
+}

@@ -1,0 +1,67 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ServerlessServiceSpec is what the controller wants for a target's
+// Services.
+type ServerlessServiceSpec struct {
+	// Mode wanted: Serve (public endpoints are the pods) or Proxy
+	// (activators).
+	Mode Mode `json:"mode"`
+	// NumActivators to put in the path in Proxy mode.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NumActivators int32 `json:"numActivators,omitempty"`
+}
+
+// ServerlessServiceStatus is what is in place.
+type ServerlessServiceStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+	// Activators in the public endpoints.
+	// +optional
+	Activators []string `json:"activators,omitempty"`
+	// ServiceName is the public Service; PrivateServiceName selects the pods.
+	// +optional
+	ServiceName string `json:"serviceName,omitempty"`
+	// +optional
+	PrivateServiceName string `json:"privateServiceName,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ServerlessService is made by the controller for each PodAutoscaler: it
+// owns the public Service's endpoints and switches them between the pods
+// and the activators.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sks,categories=sockscale
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
+// +kubebuilder:printcolumn:name="Activators",type=string,JSONPath=`.status.activators`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.status.serviceName`
+// +kubebuilder:printcolumn:name="Private",type=string,JSONPath=`.status.privateServiceName`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+type ServerlessService struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ServerlessServiceSpec   `json:"spec"`
+	Status ServerlessServiceStatus `json:"status,omitempty"`
+}
+
+// ServerlessServiceList is a list of ServerlessServices.
+//
+// +kubebuilder:object:root=true
+type ServerlessServiceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ServerlessService `json:"items"`
+}

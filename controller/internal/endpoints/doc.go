@@ -1,0 +1,3 @@
+// Package endpoints decides a target's mode (Serve or Proxy) and what its
+// public Service's endpoints are in that mode.
+package endpoints

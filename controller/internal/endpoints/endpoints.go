@@ -1,0 +1,87 @@
+package endpoints
+
+import (
+	"net/netip"
+	"sort"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/decider"
+)
+
+// Reasons a mode was chosen, as they appear in conditions.
+const (
+	ReasonServing         = "Serving"              // pods ready, enough burst capacity
+	ReasonNoBurstCapacity = "NoBurstCapacity"      // Proxy: excess burst capacity < 0
+	ReasonScaledToZero    = "ScaledToZero"         // Proxy: no pods wanted
+	ReasonNoReadyPods     = "NoReadyPods"          // forced Proxy: the private service has no ready endpoint
+	ReasonNoActivators    = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to
+)
+
+// Endpoint is one address behind the public Service.
+type Endpoint struct {
+	// Name is the pod's name (for activators, what the subset hashes).
+	Name string
+	IP   netip.Addr
+}
+
+// Inputs are what the mode depends on.
+type Inputs struct {
+	// DesiredScale and ExcessBurstCapacity come from the decider.
+	DesiredScale, ExcessBurstCapacity int32
+	// Pods are the target's ready pods (the private Service's endpoints).
+	Pods []Endpoint
+	// Activators are the ready activator pods; NumActivators how many of
+	// them this target should use.
+	Activators    []Endpoint
+	NumActivators int32
+	// Target names the target for the activator subset ("namespace/name").
+	Target string
+}
+
+// Result is the public Service's endpoints and why.
+type Result struct {
+	Mode      v1alpha1.Mode
+	Reason    string
+	Endpoints []Endpoint
+}
+
+// Public decides the mode and the public endpoints (KPA.md "From decision
+// to action"): Serve when pods are wanted and the burst capacity is
+// covered; else Proxy through a stable subset of activators. With no ready
+// pod, Proxy is forced (the activator holds requests while pods start);
+// with no activator, Serve is forced (better the pods than nothing).
+func Public(in Inputs) Result {
+	mode, reason := v1alpha1.ModeServe, ReasonServing
+	switch {
+	case in.DesiredScale == 0:
+		mode, reason = v1alpha1.ModeProxy, ReasonScaledToZero
+	case in.ExcessBurstCapacity < 0:
+		mode, reason = v1alpha1.ModeProxy, ReasonNoBurstCapacity
+	}
+	if len(in.Pods) == 0 {
+		mode, reason = v1alpha1.ModeProxy, ReasonNoReadyPods
+	}
+	if mode == v1alpha1.ModeProxy && len(in.Activators) == 0 {
+		mode, reason = v1alpha1.ModeServe, ReasonNoActivators
+	}
+	if mode == v1alpha1.ModeServe {
+		return Result{Mode: mode, Reason: reason, Endpoints: sorted(in.Pods)}
+	}
+	byName := make(map[string]Endpoint, len(in.Activators))
+	names := make([]string, 0, len(in.Activators))
+	for _, a := range in.Activators {
+		byName[a.Name] = a
+		names = append(names, a.Name)
+	}
+	var eps []Endpoint
+	for _, n := range decider.Subset(in.Target, names, int(max(1, in.NumActivators))) {
+		eps = append(eps, byName[n])
+	}
+	return Result{Mode: mode, Reason: reason, Endpoints: sorted(eps)}
+}
+
+func sorted(eps []Endpoint) []Endpoint {
+	out := append([]Endpoint(nil), eps...)
+	sort.Slice(out, func(i, j int) bool { return out[i].IP.Less(out[j].IP) })
+	return out
+}

@@ -1,0 +1,55 @@
+package endpoints
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+func eps(prefix string, n int) []Endpoint {
+	var out []Endpoint
+	for i := range n {
+		out = append(out, Endpoint{Name: fmt.Sprintf("%s-%d", prefix, i), IP: netip.AddrFrom4([4]byte{10, 1, byte(len(prefix)), byte(i + 1)})})
+	}
+	return out
+}
+
+func TestModes(t *testing.T) {
+	pods, acts := eps("pod", 3), eps("activator", 4)
+	tests := []struct {
+		name       string
+		in         Inputs
+		wantMode   v1alpha1.Mode
+		wantReason string
+		wantCount  int
+	}{
+		{"pods wanted and burst covered: Serve", Inputs{DesiredScale: 3, ExcessBurstCapacity: 5, Pods: pods, Activators: acts, NumActivators: 2}, v1alpha1.ModeServe, ReasonServing, 3},
+		{"negative excess burst capacity: Proxy", Inputs{DesiredScale: 3, ExcessBurstCapacity: -1, Pods: pods, Activators: acts, NumActivators: 2}, v1alpha1.ModeProxy, ReasonNoBurstCapacity, 2},
+		{"scaled to zero: Proxy", Inputs{DesiredScale: 0, Pods: pods, Activators: acts, NumActivators: 2}, v1alpha1.ModeProxy, ReasonScaledToZero, 2},
+		{"no ready pod forces Proxy", Inputs{DesiredScale: 3, ExcessBurstCapacity: 5, Activators: acts, NumActivators: 3}, v1alpha1.ModeProxy, ReasonNoReadyPods, 3},
+		{"no activator forces Serve", Inputs{DesiredScale: 3, ExcessBurstCapacity: -1, Pods: pods}, v1alpha1.ModeServe, ReasonNoActivators, 3},
+		{"more activators wanted than exist: all of them", Inputs{DesiredScale: 0, Pods: pods, Activators: acts, NumActivators: 9}, v1alpha1.ModeProxy, ReasonScaledToZero, 4},
+	}
+	for _, tt := range tests {
+		got := Public(tt.in)
+		if got.Mode != tt.wantMode || got.Reason != tt.wantReason || len(got.Endpoints) != tt.wantCount {
+			t.Errorf("%s: %s %s with %d endpoints, want %s %s with %d", tt.name, got.Mode, got.Reason, len(got.Endpoints), tt.wantMode, tt.wantReason, tt.wantCount)
+		}
+	}
+}
+
+func TestProxySubsetIsStablePerTarget(t *testing.T) {
+	acts := eps("activator", 6)
+	in := Inputs{DesiredScale: 0, Pods: eps("pod", 1), Activators: acts, NumActivators: 2, Target: "ns/hello"}
+	first := Public(in)
+	// The activator list in another order picks the same subset.
+	in.Activators = append([]Endpoint{acts[5], acts[3]}, acts[:3]...)
+	in.Activators = append(in.Activators, acts[4])
+	if diff := cmp.Diff(first, Public(in), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("subset changed with the list's order (-first +second):\n%s", diff)
+	}
+}

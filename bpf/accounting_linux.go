@@ -3,7 +3,9 @@
 package bpf
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,8 +65,12 @@ func New(opts Options) (*Accounting, error) {
 		return nil, fmt.Errorf("load accounting spec: %w", err)
 	}
 	var collOpts ebpf.CollectionOptions
+	pinDir := ""
 	if opts.PinDir != "" {
-		if err := os.MkdirAll(opts.PinDir, 0o700); err != nil {
+		// This build's objects live in a subdirectory of their own: another
+		// version's maps may have another layout and are never reused.
+		pinDir = filepath.Join(opts.PinDir, objectsVersion)
+		if err := os.MkdirAll(pinDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create pin directory: %w", err)
 		}
 		for _, m := range spec.Maps {
@@ -73,7 +79,7 @@ func New(opts Options) (*Accounting, error) {
 			}
 			m.Pinning = ebpf.PinByName
 		}
-		collOpts.Maps.PinPath = opts.PinDir
+		collOpts.Maps.PinPath = pinDir
 	}
 
 	a := &Accounting{}
@@ -84,26 +90,58 @@ func New(opts Options) (*Accounting, error) {
 			return nil, fmt.Errorf("load accounting programs: %w\n%s", err, strings.Join(verr.Log, "\n"))
 		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("load accounting programs: pinned maps in %s are from an incompatible version; remove them with Uninstall (agent --uninstall): %w", opts.PinDir, err)
+			return nil, fmt.Errorf("load accounting programs: pinned maps in %s do not match this build; remove them with Uninstall (agent --uninstall): %w", pinDir, err)
 		}
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
 	for _, at := range attachments {
-		l, err := attach(opts, at.name, at.attach, at.prog(&a.objs.accountingPrograms))
+		l, err := attach(opts.CgroupRoot, pinDir, at.name, at.attach, at.prog(&a.objs.accountingPrograms))
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
 		a.links = append(a.links, l)
 	}
+	if opts.PinDir != "" {
+		// An upgrade: the previous version's programs are still attached
+		// from their own pins. Ours count now; detach theirs.
+		if err := removeOtherVersions(opts.PinDir); err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+	}
 	return a, nil
+}
+
+// objectsVersion names the pin subdirectory of this build's objects: a hash
+// of the BPF object file.
+var objectsVersion = func() string {
+	sum := sha256.Sum256(_AccountingBytes)
+	return objectsPrefix + hex.EncodeToString(sum[:6])
+}()
+
+const objectsPrefix = "objects-"
+
+func removeOtherVersions(pinDir string) error {
+	entries, err := os.ReadDir(pinDir)
+	if err != nil {
+		return fmt.Errorf("read pin directory: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), objectsPrefix) && e.Name() != objectsVersion {
+			if err := uninstallDir(filepath.Join(pinDir, e.Name())); err != nil {
+				errs = append(errs, fmt.Errorf("detach previous version %s: %w", e.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // attach attaches prog at the cgroup root, or replaces the program of a link
 // pinned by a previous run.
-func attach(opts Options, name string, typ ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
+func attach(cgroupRoot, pinDir, name string, typ ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
 	pin := ""
-	if opts.PinDir != "" {
-		pin = filepath.Join(opts.PinDir, "link_"+name)
+	if pinDir != "" {
+		pin = filepath.Join(pinDir, "link_"+name)
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 			if err := l.Update(prog); err != nil {
 				return nil, errors.Join(fmt.Errorf("replace %s program of pinned link %s: %w", name, pin, err), l.Close())
@@ -113,9 +151,9 @@ func attach(opts Options, name string, typ ebpf.AttachType, prog *ebpf.Program) 
 			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
 	}
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: opts.CgroupRoot, Attach: typ, Program: prog})
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: typ, Program: prog})
 	if err != nil {
-		return nil, fmt.Errorf("attach %s to %s: %w", name, opts.CgroupRoot, err)
+		return nil, fmt.Errorf("attach %s to %s: %w", name, cgroupRoot, err)
 	}
 	if pin != "" {
 		if err := l.Pin(pin); err != nil {
@@ -141,9 +179,14 @@ func (a *Accounting) Close() error {
 	return errors.Join(errs...)
 }
 
-// Uninstall detaches the programs and removes the state pinned in pinDir.
-// It is what a clean uninstall runs; a missing directory is not an error.
+// Uninstall detaches the programs and removes the state pinned in pinDir,
+// of every version. It is what a clean uninstall runs; a missing directory
+// is not an error.
 func Uninstall(pinDir string) error {
+	return uninstallDir(pinDir)
+}
+
+func uninstallDir(pinDir string) error {
 	entries, err := os.ReadDir(pinDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -154,6 +197,10 @@ func Uninstall(pinDir string) error {
 	var errs []error
 	for _, e := range entries {
 		path := filepath.Join(pinDir, e.Name())
+		if e.IsDir() {
+			errs = append(errs, uninstallDir(path))
+			continue
+		}
 		if l, err := link.LoadPinnedLink(path, nil); err == nil {
 			// Unpin drops the last reference that is not ours; Close ours.
 			errs = append(errs, l.Unpin(), l.Close())

@@ -343,3 +343,38 @@ func attachedPrograms(t *testing.T, cgroup string) int {
 	}
 	return n
 }
+
+func TestKernelUpgradeDetachesPreviousVersion(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
+		t.Fatal(err)
+	}
+	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-test-upgrade-%d", os.Getpid())
+	t.Cleanup(func() { _ = Uninstall(pinDir) })
+	current := objectsVersion
+	objectsVersion = objectsPrefix + "previous" // what an older agent pinned
+	e := newKernelEnv(t, pinDir)
+	objectsVersion = current
+	if err := e.acct.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The new version attaches its own programs and detaches the old ones.
+	e.acct = e.attach(t, pinDir)
+	if n := attachedPrograms(t, e.root); n != 3 {
+		t.Errorf("after the upgrade %d programs are attached, want 3", n)
+	}
+	if _, err := os.Stat(filepath.Join(pinDir, objectsPrefix+"previous")); !os.IsNotExist(err) {
+		t.Errorf("the previous version's pins are still there: %v", err)
+	}
+	// The new maps start empty: the agent adds its pods again and counts.
+	if err := e.acct.AddPod(e.pod.IP, 1); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(e.url("size=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	e.waitCounters(t, "the new version counts", func(c PodCounters) bool { return c.Requests.Completed == 1 })
+}

@@ -81,8 +81,8 @@ test-bpf: ## BPF and agent tests in the real kernel (root; under CI=true a skip 
 	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./bpf/... ./agent/...
 
 .PHONY: test-integration
-test-integration: control-plane ## The agent binary against a real kube-apiserver and etcd, and the real kernel (root).
-	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./test/integration/...
+test-integration: control-plane ## The agent, the API and the reconcilers against a real kube-apiserver and etcd (root).
+	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./test/integration/... ./controller/...
 
 BENCH_FLAGS ?=
 

@@ -62,3 +62,17 @@ func EnsureBPFFS(dir string) error {
 	}
 	return nil
 }
+
+// RequireControlPlane skips a test that needs the pinned etcd and
+// kube-apiserver (KUBEBUILDER_ASSETS, set by the Makefile) when they are not
+// built, and fails it instead under CI=true.
+func RequireControlPlane(t testing.TB) {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test-integration`, which builds etcd and kube-apiserver")
+	}
+	t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-integration` (builds etcd and kube-apiserver)")
+}

@@ -128,22 +128,9 @@ func TestKernelAgentEndToEnd(t *testing.T) {
 	}
 }
 
-// requireAssets skips (or under CI=true fails) a test that needs the pinned
-// etcd and kube-apiserver when they are not built.
-func requireAssets(t *testing.T) {
-	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test-integration`, which builds etcd and kube-apiserver")
-	}
-	t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-integration` (builds etcd and kube-apiserver)")
-}
-
 func startAPIServer(t *testing.T) (kubernetes.Interface, string) {
 	t.Helper()
-	requireAssets(t)
+	testenv.RequireControlPlane(t)
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {

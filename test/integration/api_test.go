@@ -13,13 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testenv"
 )
 
 // TestIntegrationAPIValidation installs the generated CRDs in a real
 // kube-apiserver and checks that bad PodAutoscalers are refused with a
 // message naming the field and what is allowed.
 func TestIntegrationAPIValidation(t *testing.T) {
-	requireAssets(t)
+	testenv.RequireControlPlane(t)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "sockscale", "crds")}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {

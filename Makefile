@@ -59,7 +59,7 @@ $(GOLANGCI_LINT):
 
 .PHONY: build
 build: ## Build the binaries into ./bin.
-	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/...
+	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/... ./controller/cmd/...
 
 ##@ Test
 

@@ -1,0 +1,175 @@
+// Command sockscale-controller runs the KPA controller: it receives the
+// agents' stats, decides each PodAutoscaler's pod count and scales its
+// target.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
+	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler"
+)
+
+type flags struct {
+	metricsAddr, healthAddr, statsAddr string
+	leaderElect                        bool
+	configMap                          string // namespace/name
+}
+
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("sockscale-controller", flag.ContinueOnError)
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics")
+	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&f.statsAddr, "stats-bind-address", ":8443", "address where agents POST their stats (every replica listens, so a standby stays warm)")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica scales targets")
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "sockscale-system"
+	}
+	fs.StringVar(&f.configMap, "autoscaler-config", ns+"/sockscale-autoscaler", "namespace/name of the autoscaler ConfigMap (missing: built-in defaults)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var errs []error
+	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8080", name, addr))
+		}
+	}
+	if ns, name, ok := strings.Cut(f.configMap, "/"); !ok || ns == "" || name == "" {
+		errs = append(errs, fmt.Errorf("--autoscaler-config=%q: want namespace/name", f.configMap))
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q: sockscale-controller takes flags only", fs.Args()))
+	}
+	return f, errors.Join(errs...)
+}
+
+func main() {
+	f, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sockscale-controller:", err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New())
+	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
+		ctrl.Log.Error(err, "controller failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f *flags) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress: f.healthAddr,
+		LeaderElection:         f.leaderElect,
+		LeaderElectionID:       "sockscale-controller.sockscale.dev",
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	cfg, err := loadConfig(ctx, mgr.GetAPIReader(), f.configMap)
+	if err != nil {
+		return err
+	}
+	var current atomic.Pointer[config.Config]
+	current.Store(cfg)
+
+	col := collector.New()
+	// Every replica takes stats, leader or not: a standby has warm windows.
+	if err := mgr.Add(&statsServer{addr: f.statsAddr, handler: stats.Handler(func(b *stats.Batch) error {
+		col.RecordPods(b)
+		return nil
+	})}); err != nil {
+		return err
+	}
+	pa := &reconciler.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.PodAutoscaler{}).Complete(pa); err != nil {
+		return fmt.Errorf("set up the PodAutoscaler controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// loadConfig reads the autoscaler ConfigMap; a missing one means defaults,
+// a bad one is an error naming every bad key.
+func loadConfig(ctx context.Context, r client.Reader, ref string) (*config.Config, error) {
+	ns, name, _ := strings.Cut(ref, "/")
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			ctrl.Log.Info("autoscaler ConfigMap not found; using the defaults", "configMap", ref)
+			return config.Defaults(), nil
+		}
+		return nil, fmt.Errorf("read autoscaler ConfigMap %s: %w", ref, err)
+	}
+	cfg, err := config.Parse(cm.Data)
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler ConfigMap %s: %w", ref, err)
+	}
+	return cfg, nil
+}
+
+// statsServer serves the agents' stats on every replica.
+type statsServer struct {
+	addr    string
+	handler http.Handler
+}
+
+func (s *statsServer) NeedLeaderElection() bool { return false }
+
+func (s *statsServer) Start(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.Handle(stats.Path, s.handler)
+	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve stats on %s: %w", s.addr, err)
+	}
+	return nil
+}

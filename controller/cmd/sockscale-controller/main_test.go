@@ -1,0 +1,27 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFlagErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stats-bind-address=8443"}, `--stats-bind-address="8443": want [host]:port`},
+		{[]string{"--autoscaler-config=just-a-name"}, `--autoscaler-config="just-a-name": want namespace/name`},
+		{[]string{"extra"}, "takes flags only"},
+	}
+	for _, tt := range tests {
+		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: err = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	t.Setenv("POD_NAMESPACE", "ops")
+	f, err := parseFlags(nil)
+	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" {
+		t.Errorf("defaults: %+v, %v", f, err)
+	}
+}

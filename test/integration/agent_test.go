@@ -24,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/internal/loadgen"
@@ -43,7 +42,8 @@ func TestMain(m *testing.M) {
 // reports, a restart under load, and --uninstall.
 func TestKernelAgentEndToEnd(t *testing.T) {
 	testenv.RequireRoot(t)
-	client, kubeconfig := startAPIServer(t)
+	cl := testenv.ControlPlane(t)
+	client, kubeconfig := kubernetes.NewForConfigOrDie(cl.Config), cl.Kubeconfig
 	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
 		t.Fatal(err)
 	}
@@ -126,30 +126,6 @@ func TestKernelAgentEndToEnd(t *testing.T) {
 	if out, _ := exec.Command("bpftool", "cgroup", "show", root).CombinedOutput(); strings.Contains(string(out), "sockscale_") {
 		t.Errorf("programs still attached after --uninstall:\n%s", out)
 	}
-}
-
-func startAPIServer(t *testing.T) (kubernetes.Interface, string) {
-	t.Helper()
-	testenv.RequireControlPlane(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start etcd and kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	user, err := env.AddUser(envtest.User{Name: "sockscale-agent", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return kubernetes.NewForConfigOrDie(cfg), path
 }
 
 // createPod makes the API object of a Deployment's pod on node-a whose

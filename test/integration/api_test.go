@@ -2,15 +2,11 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testenv"
@@ -20,21 +16,7 @@ import (
 // kube-apiserver and checks that bad PodAutoscalers are refused with a
 // message naming the field and what is allowed.
 func TestIntegrationAPIValidation(t *testing.T) {
-	testenv.RequireControlPlane(t)
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "charts", "sockscale", "crds")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start etcd and kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testenv.ControlPlane(t).Client
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

@@ -3,22 +3,17 @@ package reconciler_test
 import (
 	"context"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
@@ -31,40 +26,9 @@ import (
 // TestIntegrationPodAutoscalerScales drives the PodAutoscaler reconciler
 // against a real kube-apiserver with scripted stats and a controlled clock.
 func TestIntegrationPodAutoscalerScales(t *testing.T) {
-	testenv.RequireControlPlane(t)
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "..", "charts", "sockscale", "crds")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start etcd and kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "hello"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "hello"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "hello", Image: "hello"}}},
-			},
-		},
-	}
-	if err := c.Create(ctx, deploy); err != nil {
-		t.Fatal(err)
-	}
-	deploy.Status.Replicas, deploy.Status.ReadyReplicas = 1, 1
-	if err := c.Status().Update(ctx, deploy); err != nil {
-		t.Fatal(err)
-	}
+	cl := testenv.ControlPlane(t)
+	c, ctx := cl.Client, context.Background()
+	deploy := cl.CreateDeployment(t, "default", "hello", 1, 1)
 	pa := &v1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
 		Spec: v1alpha1.PodAutoscalerSpec{
@@ -88,14 +52,7 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 	}
 	// First tick: no stats yet, the scale stays.
 	reconcileOnce("hello")
-	replicas := func() int32 {
-		t.Helper()
-		var d appsv1.Deployment
-		if err := c.Get(ctx, client.ObjectKeyFromObject(deploy), &d); err != nil {
-			t.Fatal(err)
-		}
-		return *d.Spec.Replicas
-	}
+	replicas := func() int32 { return cl.Replicas(t, "default", "hello") }
 	if got := replicas(); got != 1 {
 		t.Fatalf("without stats the Deployment went to %d replicas", got)
 	}

@@ -1,0 +1,109 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// Cluster is a real etcd and kube-apiserver with sockscale's CRDs.
+type Cluster struct {
+	Config *rest.Config
+	// Client knows the core and sockscale types.
+	Client client.Client
+	// Kubeconfig is a file for binaries the test starts (cluster admin).
+	Kubeconfig string
+}
+
+// ControlPlane starts etcd and kube-apiserver (the pinned builds of
+// KUBEBUILDER_ASSETS) with the CRDs of charts/sockscale/crds installed, and
+// stops them when t ends.
+func ControlPlane(t testing.TB) *Cluster {
+	t.Helper()
+	RequireControlPlane(t)
+	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start etcd and kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "sockscale-test", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scheme := kruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cluster{Config: cfg, Client: c, Kubeconfig: path}
+}
+
+// crdDir is charts/sockscale/crds, found from this file's place in the module.
+func crdDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "sockscale", "crds")
+}
+
+// CreateDeployment makes a Deployment with replicas wanted and ready ones
+// reported in its status (no controller-manager runs to do it).
+func (c *Cluster) CreateDeployment(t testing.TB, namespace, name string, replicas, ready int32) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: name}}},
+			},
+		},
+	}
+	ctx := context.Background()
+	if err := c.Client.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Status.Replicas, d.Status.ReadyReplicas = ready, ready
+	if err := c.Client.Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Replicas is a Deployment's wanted replicas now.
+func (c *Cluster) Replicas(t testing.TB, namespace, name string) int32 {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := c.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &d); err != nil {
+		t.Fatal(err)
+	}
+	return *d.Spec.Replicas
+}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sockscale/sockscale/agent/stats"
@@ -118,7 +119,8 @@ func run(ctx context.Context, f *flags) error {
 	})}); err != nil {
 		return err
 	}
-	pa := &reconciler.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load}
+	pa := &reconciler.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
+		Metrics: reconciler.NewMetrics(crmetrics.Registry)}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.PodAutoscaler{}).Complete(pa); err != nil {
 		return fmt.Errorf("set up the PodAutoscaler controller: %w", err)
 	}

@@ -40,6 +40,8 @@ type PodAutoscaler struct {
 	Clock     clock.PassiveClock
 	// Config returns the cluster defaults in force.
 	Config func() *config.Config
+	// Metrics, if set, get each decision.
+	Metrics *Metrics
 
 	mu      sync.Mutex
 	targets map[collector.Key]*targetState // by PodAutoscaler
@@ -66,11 +68,13 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.Client.Get(ctx, req.NamespacedName, &pa); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(key)
+			r.Metrics.forget(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
+	started := time.Now() // the decision's latency is wall time, whatever Clock says
 	status := pa.Status.DeepCopy()
 	status.ObservedGeneration = pa.Generation
 
@@ -111,6 +115,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			"stable", values.Stable, "panic", values.Panic, "panicking", dec.Panicking)
 	}
 
+	r.Metrics.record(pa.Namespace, pa.Name, want, values.Stable, values.Panic, dec.ExcessBurstCapacity, dec.Panicking, time.Since(started).Seconds())
 	status.DesiredScale = ptr(want)
 	status.ActualScale = ptr(ready)
 	status.StableValue = strconv.FormatFloat(values.Stable, 'f', 3, 64)

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +46,8 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	col := collector.New()
-	r := &reconciler.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults}
+	reg := prometheus.NewRegistry()
+	r := &reconciler.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Metrics: reconciler.NewMetrics(reg)}
 	reconcileOnce := func(name string) {
 		t.Helper()
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}); err != nil {
@@ -78,6 +82,17 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 	}
 	if got.Status.DesiredScale == nil || *got.Status.DesiredScale != 2 || got.Status.StableValue != "140.000" {
 		t.Errorf("status desired %v stable %q, want 2 and 140.000", got.Status.DesiredScale, got.Status.StableValue)
+	}
+	want := `
+# HELP sockscale_controller_desired_pods Pods the autoscaler wants for the target (after bounds).
+# TYPE sockscale_controller_desired_pods gauge
+sockscale_controller_desired_pods{namespace="default",podautoscaler="hello"} 2
+# HELP sockscale_controller_stable_value The target's metric averaged over the stable window.
+# TYPE sockscale_controller_stable_value gauge
+sockscale_controller_stable_value{namespace="default",podautoscaler="hello"} 140
+`
+	if err := promtestutil.GatherAndCompare(reg, strings.NewReader(want), "sockscale_controller_desired_pods", "sockscale_controller_stable_value"); err != nil {
+		t.Error(err)
 	}
 
 	// A bad annotation on the pod template is reported, not acted on.

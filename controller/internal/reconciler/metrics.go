@@ -1,0 +1,65 @@
+package reconciler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the controller's per-target series, labelled namespace and
+// podautoscaler. Register them with controller-runtime's registry
+// (sigs.k8s.io/controller-runtime/pkg/metrics.Registry) in main.
+type Metrics struct {
+	desired, stable, panicValue, ebc, panicking *prometheus.GaugeVec
+	decisions                                   prometheus.Counter
+	latency                                     prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	labels := []string{"namespace", "podautoscaler"}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sockscale_controller_" + name, Help: help}, labels)
+	}
+	m := &Metrics{
+		desired:    gauge("desired_pods", "Pods the autoscaler wants for the target (after bounds)."),
+		stable:     gauge("stable_value", "The target's metric averaged over the stable window."),
+		panicValue: gauge("panic_value", "The target's metric averaged over the panic window."),
+		ebc:        gauge("excess_burst_capacity", "Excess burst capacity; negative keeps the activator in the path."),
+		panicking:  gauge("panic_mode", "1 while the target is in panic mode, else 0."),
+		decisions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sockscale_controller_decisions_total", Help: "Autoscaling decisions made (every target every tick).",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sockscale_controller_decision_duration_seconds",
+			Help:    "Time to reconcile one PodAutoscaler tick: read, decide, scale, write status.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16), // 100us .. 3.3s
+		}),
+	}
+	reg.MustRegister(m.desired, m.stable, m.panicValue, m.ebc, m.panicking, m.decisions, m.latency)
+	return m
+}
+
+func (m *Metrics) record(ns, name string, desired int32, stable, panicValue float64, ebc int32, panicking bool, seconds float64) {
+	if m == nil {
+		return
+	}
+	m.desired.WithLabelValues(ns, name).Set(float64(desired))
+	m.stable.WithLabelValues(ns, name).Set(stable)
+	m.panicValue.WithLabelValues(ns, name).Set(panicValue)
+	m.ebc.WithLabelValues(ns, name).Set(float64(ebc))
+	p := 0.0
+	if panicking {
+		p = 1
+	}
+	m.panicking.WithLabelValues(ns, name).Set(p)
+	m.decisions.Inc()
+	m.latency.Observe(seconds)
+}
+
+func (m *Metrics) forget(ns, name string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.GaugeVec{m.desired, m.stable, m.panicValue, m.ebc, m.panicking} {
+		v.DeleteLabelValues(ns, name)
+	}
+}

@@ -110,6 +110,9 @@ func run(ctx context.Context, f *flags) error {
 	}
 	var current atomic.Pointer[config.Config]
 	current.Store(cfg)
+	if err := mgr.Add(&configWatcher{reader: mgr.GetAPIReader(), ref: f.configMap, current: &current, period: 10 * time.Second}); err != nil {
+		return err
+	}
 
 	col := collector.New()
 	// Every replica takes stats, leader or not: a standby has warm windows.
@@ -150,6 +153,44 @@ func loadConfig(ctx context.Context, r client.Reader, ref string) (*config.Confi
 		return nil, fmt.Errorf("autoscaler ConfigMap %s: %w", ref, err)
 	}
 	return cfg, nil
+}
+
+// configWatcher re-reads the autoscaler ConfigMap every period (one GET,
+// no cluster-wide ConfigMap watch). A bad edit is logged with every bad
+// key and the previous configuration stays in force.
+type configWatcher struct {
+	reader  client.Reader
+	ref     string
+	current *atomic.Pointer[config.Config]
+	period  time.Duration
+}
+
+func (w *configWatcher) NeedLeaderElection() bool { return false }
+
+func (w *configWatcher) Start(ctx context.Context) error {
+	t := time.NewTicker(w.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.refresh(ctx)
+		}
+	}
+}
+
+// refresh loads the ConfigMap and swaps it in if it parses.
+func (w *configWatcher) refresh(ctx context.Context) {
+	cfg, err := loadConfig(ctx, w.reader, w.ref)
+	if err != nil {
+		ctrl.Log.Error(err, "autoscaler ConfigMap rejected; keeping the previous configuration", "configMap", w.ref)
+		return
+	}
+	if prev := w.current.Load(); *prev != *cfg {
+		ctrl.Log.Info("autoscaler configuration updated", "configMap", w.ref)
+		w.current.Store(cfg)
+	}
 }
 
 // statsServer serves the agents' stats on every replica.

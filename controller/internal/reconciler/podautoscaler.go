@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -254,7 +255,12 @@ func (r *PodAutoscaler) scale(ctx context.Context, d *appsv1.Deployment, replica
 	return nil
 }
 
+// writeStatus writes status if it changed: every target ticks every 2 s,
+// and an idle one should not cost the API server a write each time.
 func (r *PodAutoscaler) writeStatus(ctx context.Context, pa *v1alpha1.PodAutoscaler, status *v1alpha1.PodAutoscalerStatus) error {
+	if equality.Semantic.DeepEqual(&pa.Status, status) {
+		return nil
+	}
 	pa.Status = *status
 	if err := r.Client.Status().Update(ctx, pa); err != nil && !apierrors.IsConflict(err) {
 		return fmt.Errorf("update status of %s: %w", pa.Name, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/sockscale/sockscale/agent/internal/report"
 	"github.com/sockscale/sockscale/agent/internal/sampler"
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/serve"
 )
 
 type config struct {
@@ -189,8 +190,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if reporter != nil {
 		go reporter.Run(ctx)
 	}
-	go func() { errc <- serve(ctx, cfg.metricsAddr, metricsMux(reg)) }()
-	go func() { errc <- serve(ctx, cfg.healthAddr, healthMux(pods, smp)) }()
+	go func() { errc <- serve.Serve(ctx, cfg.metricsAddr, metricsMux(reg)) }()
+	go func() { errc <- serve.Serve(ctx, cfg.healthAddr, healthMux(pods, smp)) }()
 	log.Info("agent started", "cgroupRoot", cfg.cgroupRoot, "bpffsDir", cfg.bpffsDir, "reportPeriod", cfg.reportPeriod)
 
 	select {
@@ -251,18 +252,4 @@ func healthMux(pods *podwatch.Watcher, smp *sampler.Sampler) *http.ServeMux {
 		}
 	})
 	return mux
-}
-
-func serve(ctx context.Context, addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", addr, err)
-	}
-	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler"
+	"github.com/sockscale/sockscale/internal/serve"
 )
 
 type flags struct {
@@ -204,15 +205,5 @@ func (s *statsServer) NeedLeaderElection() bool { return false }
 func (s *statsServer) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle(stats.Path, s.handler)
-	srv := &http.Server{Addr: s.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve stats on %s: %w", s.addr, err)
-	}
-	return nil
+	return serve.Serve(ctx, s.addr, mux)
 }

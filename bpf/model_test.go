@@ -356,7 +356,7 @@ func findLF(buf []byte, start int) int {
 }
 
 type respCtx struct {
-	off, end, skip, used, done int
+	off, end, used, done int
 	err                        int
 }
 
@@ -383,7 +383,7 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 				}
 				continue
 			}
-			r.skip, r.used = 0, 1
+			r.used = 1
 			c.responseByte(&r, 0, byteAt(r.off))
 			r.off += r.used
 		}

@@ -32,6 +32,8 @@ func in(ready int32, stable, panic float64) Inputs {
 
 func TestOneDecision(t *testing.T) {
 	def := settings(t, 0, nil) // target value 70, TBC 211
+	limited := settings(t, 0, nil)
+	limited.MaxScaleUpRate = 2
 	tests := []struct {
 		name string
 		s    config.Settings
@@ -42,14 +44,10 @@ func TestOneDecision(t *testing.T) {
 		{"stable 141 => ceil(2.01) = 3", def, in(2, 141, 141), 3},
 		{"idle and reachable: ready 4 may drop to floor(4/2) = 2", def, in(4, 0, 0), 2},
 		{"idle and unreachable: straight to 0", def, Inputs{ReadyPods: 4, HasData: true}, 0},
-		{"scale up rate 2 caps ready 3 at ceil(2*3) = 6", settings(t, 0, nil), in(3, 70*10, 70*3), 10},
+		{"scale up rate 2 caps ready 3 at ceil(2*3) = 6", limited, in(3, 70*10, 70*3), 6},
 		{"activation scale 5 lifts 1 to 5", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), in(0, 10, 10), 5},
 		{"activation scale leaves 0 alone", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), Inputs{HasData: true}, 0},
 	}
-	limited := settings(t, 0, nil)
-	limited.MaxScaleUpRate = 2
-	tests[4].s = limited
-	tests[4].want = 6
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := New(tt.s, 0, t0, logr.Discard())

@@ -357,7 +357,7 @@ func findLF(buf []byte, start int) int {
 
 type respCtx struct {
 	off, end, used, done int
-	err                        int
+	err                  int
 }
 
 // parse mirrors parse_response.

@@ -5,15 +5,24 @@ import (
 )
 
 // ServerlessServiceSpec is what the controller wants for a target's
-// Services.
+// Services. The PodAutoscaler of the same name writes it every tick.
 type ServerlessServiceSpec struct {
 	// Mode wanted: Serve (public endpoints are the pods) or Proxy
-	// (activators).
+	// (activators). The forced cases (no ready pod, no activator) are
+	// applied on top and show in status.
 	Mode Mode `json:"mode"`
 	// NumActivators to put in the path in Proxy mode.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	NumActivators int32 `json:"numActivators,omitempty"`
+	// PublicService is the Service clients call (it must have no
+	// selector: its EndpointSlices are written here).
+	// +kubebuilder:validation:MinLength=1
+	PublicService string `json:"publicService"`
+	// Selector selects the target's pods; the private Service
+	// <publicService>-private gets it.
+	// +kubebuilder:validation:MinProperties=1
+	Selector map[string]string `json:"selector"`
 }
 
 // ServerlessServiceStatus is what is in place.

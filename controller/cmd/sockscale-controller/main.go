@@ -17,10 +17,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -32,6 +34,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler"
+	"github.com/sockscale/sockscale/internal/activatorprobe"
 	"github.com/sockscale/sockscale/internal/serve"
 )
 
@@ -39,6 +42,9 @@ type flags struct {
 	metricsAddr, healthAddr, statsAddr string
 	leaderElect                        bool
 	configMap                          string // namespace/name
+	activatorNamespace                 string
+	activatorSelector                  labels.Selector
+	activatorPort                      int
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -53,10 +59,24 @@ func parseFlags(args []string) (*flags, error) {
 		ns = "sockscale-system"
 	}
 	fs.StringVar(&f.configMap, "autoscaler-config", ns+"/sockscale-autoscaler", "namespace/name of the autoscaler ConfigMap (missing: built-in defaults)")
+	fs.StringVar(&f.activatorNamespace, "activator-namespace", ns, "namespace of the activator pods (\"\": all namespaces)")
+	selector := fs.String("activator-selector", "app.kubernetes.io/component=activator", "label selector of the activator pods")
+	fs.IntVar(&f.activatorPort, "activator-port", 8012, "port on which activators take proxied requests")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var errs []error
+	sel, err := labels.Parse(*selector)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("--activator-selector=%q: %w", *selector, err))
+	case sel.Empty():
+		errs = append(errs, fmt.Errorf("--activator-selector=%q: must select something, e.g. app.kubernetes.io/component=activator", *selector))
+	}
+	f.activatorSelector = sel
+	if f.activatorPort < 1 || f.activatorPort > 65535 {
+		errs = append(errs, fmt.Errorf("--activator-port=%d: want 1..65535", f.activatorPort))
+	}
 	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8080", name, addr))
@@ -101,6 +121,8 @@ func run(ctx context.Context, f *flags) error {
 		HealthProbeBindAddress: f.healthAddr,
 		LeaderElection:         f.leaderElect,
 		LeaderElectionID:       "sockscale-controller.sockscale.dev",
+		// Of all pods, only the activators are watched (and cached).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: f.activatorSelector}}},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -116,17 +138,25 @@ func run(ctx context.Context, f *flags) error {
 	}
 
 	col := collector.New()
+	pa := &reconciler.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
+		Metrics: reconciler.NewMetrics(crmetrics.Registry),
+		Prober:  &activatorprobe.Prober{Resolve: publicAddress(mgr.GetClient())},
+		Events:  mgr.GetEventRecorder("sockscale-controller")}
 	// Every replica takes stats, leader or not: a standby has warm windows.
+	// Load for a target at zero pokes its decider at once.
 	if err := mgr.Add(&statsServer{addr: f.statsAddr, handler: stats.Handler(func(b *stats.Batch) error {
-		col.RecordPods(b)
+		pa.Poke(col.RecordPods(b))
 		return nil
 	})}); err != nil {
 		return err
 	}
-	pa := &reconciler.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
-		Metrics: reconciler.NewMetrics(crmetrics.Registry)}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.PodAutoscaler{}).Complete(pa); err != nil {
+	if err := pa.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the PodAutoscaler controller: %w", err)
+	}
+	sks := &reconciler.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,
+		ActivatorSelector: f.activatorSelector, ActivatorPort: int32(f.activatorPort)}
+	if err := sks.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the ServerlessService controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -191,6 +221,21 @@ func (w *configWatcher) refresh(ctx context.Context) {
 	if prev := w.current.Load(); *prev != *cfg {
 		ctrl.Log.Info("autoscaler configuration updated", "configMap", w.ref)
 		w.current.Store(cfg)
+	}
+}
+
+// publicAddress resolves a public Service to the ClusterIP and port its
+// clients dial (the first port when it has several).
+func publicAddress(c client.Reader) activatorprobe.Resolve {
+	return func(ctx context.Context, ns, name string) (string, error) {
+		var svc corev1.Service
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+			return "", err
+		}
+		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
+			return "", fmt.Errorf("service %s/%s has no ClusterIP and port to probe", ns, name)
+		}
+		return activatorprobe.HostPort(svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), nil
 	}
 }
 

@@ -22,6 +22,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--stats-bind-address=8443"}, `--stats-bind-address="8443": want [host]:port`},
 		{[]string{"--autoscaler-config=just-a-name"}, `--autoscaler-config="just-a-name": want namespace/name`},
 		{[]string{"extra"}, "takes flags only"},
+		{[]string{"--activator-selector=a in (b"}, `--activator-selector="a in (b"`},
+		{[]string{"--activator-selector="}, "must select something"},
+		{[]string{"--activator-port=0"}, "--activator-port=0: want 1..65535"},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -30,7 +33,7 @@ func TestFlagErrors(t *testing.T) {
 	}
 	t.Setenv("POD_NAMESPACE", "ops")
 	f, err := parseFlags(nil)
-	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" {
+	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 }

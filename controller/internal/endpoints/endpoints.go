@@ -13,6 +13,7 @@ const (
 	ReasonServing         = "Serving"              // pods ready, enough burst capacity
 	ReasonNoBurstCapacity = "NoBurstCapacity"      // Proxy: excess burst capacity < 0
 	ReasonScaledToZero    = "ScaledToZero"         // Proxy: no pods wanted
+	ReasonProxying        = "Proxying"             // Proxy asked for, reason not given
 	ReasonNoReadyPods     = "NoReadyPods"          // forced Proxy: the private service has no ready endpoint
 	ReasonNoActivators    = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to
 )
@@ -24,10 +25,25 @@ type Endpoint struct {
 	IP   netip.Addr
 }
 
-// Inputs are what the mode depends on.
+// Wanted is the mode the autoscaler's decision asks for (KPA.md "From
+// decision to action"): Serve when pods are wanted and their burst capacity
+// is covered, else Proxy. Example: desired 3, EBC -4 (a burst the ready pods
+// could not absorb) => Proxy, so the activator buffers and spreads it.
+func Wanted(desiredScale, excessBurstCapacity int32) (v1alpha1.Mode, string) {
+	switch {
+	case desiredScale == 0:
+		return v1alpha1.ModeProxy, ReasonScaledToZero
+	case excessBurstCapacity < 0:
+		return v1alpha1.ModeProxy, ReasonNoBurstCapacity
+	}
+	return v1alpha1.ModeServe, ReasonServing
+}
+
+// Inputs are what the public endpoints depend on.
 type Inputs struct {
-	// DesiredScale and ExcessBurstCapacity come from the decider.
-	DesiredScale, ExcessBurstCapacity int32
+	// Want is the mode the decision asks for and WantReason why (Wanted).
+	Want       v1alpha1.Mode
+	WantReason string
 	// Pods are the target's ready pods (the private Service's endpoints).
 	Pods []Endpoint
 	// Activators are the ready activator pods; NumActivators how many of
@@ -45,18 +61,18 @@ type Result struct {
 	Endpoints []Endpoint
 }
 
-// Public decides the mode and the public endpoints (KPA.md "From decision
-// to action"): Serve when pods are wanted and the burst capacity is
-// covered; else Proxy through a stable subset of activators. With no ready
-// pod, Proxy is forced (the activator holds requests while pods start);
-// with no activator, Serve is forced (better the pods than nothing).
+// Public decides the mode in force and the public endpoints: the wanted
+// mode, except that with no ready pod Proxy is forced (the activator holds
+// requests while pods start), and with no activator Serve is forced (better
+// the pods, or nothing, than a dead end). In Proxy mode the endpoints are a
+// stable per-target subset of the activators.
 func Public(in Inputs) Result {
-	mode, reason := v1alpha1.ModeServe, ReasonServing
-	switch {
-	case in.DesiredScale == 0:
-		mode, reason = v1alpha1.ModeProxy, ReasonScaledToZero
-	case in.ExcessBurstCapacity < 0:
-		mode, reason = v1alpha1.ModeProxy, ReasonNoBurstCapacity
+	mode, reason := in.Want, in.WantReason
+	if reason == "" {
+		reason = ReasonServing
+		if mode == v1alpha1.ModeProxy {
+			reason = ReasonProxying
+		}
 	}
 	if len(in.Pods) == 0 {
 		mode, reason = v1alpha1.ModeProxy, ReasonNoReadyPods

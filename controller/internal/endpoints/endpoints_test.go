@@ -18,6 +18,12 @@ func eps(prefix string, n int) []Endpoint {
 	return out
 }
 
+// in fills the wanted mode from a decision, as the reconcilers do.
+func in(desired, ebc int32, i Inputs) Inputs {
+	i.Want, i.WantReason = Wanted(desired, ebc)
+	return i
+}
+
 func TestModes(t *testing.T) {
 	pods, acts := eps("pod", 3), eps("activator", 4)
 	tests := []struct {
@@ -27,12 +33,12 @@ func TestModes(t *testing.T) {
 		wantReason string
 		wantCount  int
 	}{
-		{"pods wanted and burst covered: Serve", Inputs{DesiredScale: 3, ExcessBurstCapacity: 5, Pods: pods, Activators: acts, NumActivators: 2}, v1alpha1.ModeServe, ReasonServing, 3},
-		{"negative excess burst capacity: Proxy", Inputs{DesiredScale: 3, ExcessBurstCapacity: -1, Pods: pods, Activators: acts, NumActivators: 2}, v1alpha1.ModeProxy, ReasonNoBurstCapacity, 2},
-		{"scaled to zero: Proxy", Inputs{DesiredScale: 0, Pods: pods, Activators: acts, NumActivators: 2}, v1alpha1.ModeProxy, ReasonScaledToZero, 2},
-		{"no ready pod forces Proxy", Inputs{DesiredScale: 3, ExcessBurstCapacity: 5, Activators: acts, NumActivators: 3}, v1alpha1.ModeProxy, ReasonNoReadyPods, 3},
-		{"no activator forces Serve", Inputs{DesiredScale: 3, ExcessBurstCapacity: -1, Pods: pods}, v1alpha1.ModeServe, ReasonNoActivators, 3},
-		{"more activators wanted than exist: all of them", Inputs{DesiredScale: 0, Pods: pods, Activators: acts, NumActivators: 9}, v1alpha1.ModeProxy, ReasonScaledToZero, 4},
+		{"pods wanted and burst covered: Serve", in(3, 5, Inputs{Pods: pods, Activators: acts, NumActivators: 2}), v1alpha1.ModeServe, ReasonServing, 3},
+		{"negative excess burst capacity: Proxy", in(3, -1, Inputs{Pods: pods, Activators: acts, NumActivators: 2}), v1alpha1.ModeProxy, ReasonNoBurstCapacity, 2},
+		{"scaled to zero: Proxy", in(0, 0, Inputs{Pods: pods, Activators: acts, NumActivators: 2}), v1alpha1.ModeProxy, ReasonScaledToZero, 2},
+		{"no ready pod forces Proxy", in(3, 5, Inputs{Activators: acts, NumActivators: 3}), v1alpha1.ModeProxy, ReasonNoReadyPods, 3},
+		{"no activator forces Serve", in(3, -1, Inputs{Pods: pods}), v1alpha1.ModeServe, ReasonNoActivators, 3},
+		{"more activators wanted than exist: all of them", in(0, 0, Inputs{Pods: pods, Activators: acts, NumActivators: 9}), v1alpha1.ModeProxy, ReasonScaledToZero, 4},
 	}
 	for _, tt := range tests {
 		got := Public(tt.in)
@@ -44,12 +50,12 @@ func TestModes(t *testing.T) {
 
 func TestProxySubsetIsStablePerTarget(t *testing.T) {
 	acts := eps("activator", 6)
-	in := Inputs{DesiredScale: 0, Pods: eps("pod", 1), Activators: acts, NumActivators: 2, Target: "ns/hello"}
-	first := Public(in)
+	input := in(0, 0, Inputs{Pods: eps("pod", 1), Activators: acts, NumActivators: 2, Target: "ns/hello"})
+	first := Public(input)
 	// The activator list in another order picks the same subset.
-	in.Activators = append([]Endpoint{acts[5], acts[3]}, acts[:3]...)
-	in.Activators = append(in.Activators, acts[4])
-	if diff := cmp.Diff(first, Public(in), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+	input.Activators = append([]Endpoint{acts[5], acts[3]}, acts[:3]...)
+	input.Activators = append(input.Activators, acts[4])
+	if diff := cmp.Diff(first, Public(input), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("subset changed with the list's order (-first +second):\n%s", diff)
 	}
 }

@@ -27,7 +27,9 @@ func TestBounded(t *testing.T) {
 		{"max-scale caps", valid(30), s(func(c *config.Settings) { c.MaxScale = 10 }), 1, true, 10},
 		{"initial scale holds until reached", valid(1), s(func(c *config.Settings) { c.InitialScale = 3 }), 3, false, 3},
 		{"initial scale no longer applies once reached", valid(1), s(func(c *config.Settings) { c.InitialScale = 3 }), 3, true, 1},
-		{"no scale to zero before the activator exists", valid(0), s(func(*config.Settings) {}), 2, true, 1},
+		{"idle with scale to zero: 0 is wished (zeroState decides when)", valid(0), s(func(*config.Settings) {}), 2, true, 0},
+		{"scale to zero disabled keeps one pod", valid(0), s(func(c *config.Settings) { c.EnableScaleToZero = false }), 2, true, 1},
+		{"min-scale 1 keeps one pod", valid(0), s(func(c *config.Settings) { c.MinScale = 1 }), 2, true, 1},
 	}
 	for _, tt := range tests {
 		if got := bounded(tt.dec, tt.s, tt.current, tt.initialized); got != tt.want {

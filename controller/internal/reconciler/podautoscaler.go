@@ -9,20 +9,27 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/decider"
+	"github.com/sockscale/sockscale/controller/internal/endpoints"
 )
 
 // TickPeriod is how often each target is decided (KPA.md: every 2 s).
@@ -31,6 +38,7 @@ const TickPeriod = 2 * time.Second
 // Condition types and reasons of a PodAutoscaler.
 const (
 	ConditionReady       = "Ready"
+	ConditionActive      = "Active"
 	ConditionInitialized = "ScaleTargetInitialized"
 )
 
@@ -43,9 +51,21 @@ type PodAutoscaler struct {
 	Config func() *config.Config
 	// Metrics, if set, get each decision.
 	Metrics *Metrics
+	// Prober tells whether an activator answers on a public Service; the
+	// last pod of a target goes only when one does.
+	Prober Prober
+	// Events, if set, gets an Event per scaling and panic transition.
+	Events events.EventRecorder
 
 	mu      sync.Mutex
 	targets map[collector.Key]*targetState // by PodAutoscaler
+	// pokes carries PodAutoscalers to decide at once (Poke).
+	pokes chan event.GenericEvent
+}
+
+// Prober tells whether requests to a public Service reach an activator.
+type Prober interface {
+	ActivatorInPath(ctx context.Context, namespace, service string) (bool, error)
 }
 
 // targetState is what a PodAutoscaler's ticks carry over.
@@ -53,6 +73,9 @@ type targetState struct {
 	decider *decider.Decider
 	// collected is the collector's key: the Deployment's name.
 	collected collector.Key
+	// lastDesired is the last decided count (a poke wakes targets at 0).
+	lastDesired int32
+	zero        zeroState
 }
 
 var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
@@ -61,6 +84,8 @@ var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
 // +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile decides one target and scales it.
 func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -108,12 +133,39 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	initialized := meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || ready >= settings.InitialScale
 	want := bounded(dec, settings, current, initialized)
+	// The mode follows the decision (KPA.md: Serve iff pods are wanted and
+	// their burst capacity is covered); the zero rules below may still hold
+	// the last pod while the activator takes over.
+	mode, _ := endpoints.Wanted(want, dec.ExcessBurstCapacity)
+	sks, err := r.ensureSKS(ctx, &pa, deploy, mode, dec.Activators)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	zero := r.state(key).zero.apply(zeroInputs{
+		now: now, want: want, current: current, ready: ready, mode: sks.Status.Mode, s: settings,
+		progressDeadline: progressDeadline(deploy),
+		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service.Name) },
+	})
+	want = zero.pods
 	if want != current {
 		if err := r.scale(ctx, deploy, want); err != nil {
 			return ctrl.Result{}, err
 		}
 		log.FromContext(ctx).Info("scaled", "target", deploy.Name, "from", current, "to", want,
-			"stable", values.Stable, "panic", values.Panic, "panicking", dec.Panicking)
+			"stable", values.Stable, "panic", values.Panic, "panicking", dec.Panicking, "reason", zero.reason)
+		r.event(&pa, corev1.EventTypeNormal, "Scaled", "Scale", "scaled Deployment %s from %d to %d pods (stable %s %.3f, panic %.3f; %s)",
+			deploy.Name, current, want, settings.Metric, values.Stable, values.Panic, zero.reason)
+	}
+	if dec.Valid && dec.Panicking != pa.Status.Panicking {
+		if dec.Panicking {
+			r.event(&pa, corev1.EventTypeWarning, "Panicking", "Decide", "panic mode: the %s over the panic window (%.3f) wants %d pods, at least %.0f%% of the %d ready",
+				settings.Metric, values.Panic, dec.DesiredScale, settings.PanicThreshold*100, ready)
+		} else {
+			r.event(&pa, corev1.EventTypeNormal, "Unpanicked", "Decide", "left panic mode: no burst for a stable window (%s)", settings.StableWindow)
+		}
+	}
+	if dec.Valid {
+		r.state(key).lastDesired = want
 	}
 
 	r.Metrics.record(pa.Namespace, pa.Name, want, values.Stable, values.Panic, dec.ExcessBurstCapacity, dec.Panicking, time.Since(started).Seconds())
@@ -125,6 +177,12 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if dec.Valid {
 		status.ExcessBurstCapacity = ptr(dec.ExcessBurstCapacity)
 	}
+	status.Mode, status.Activators = sks.Status.Mode, sks.Status.Activators
+	activeStatus := metav1.ConditionFalse
+	if zero.active {
+		activeStatus = metav1.ConditionTrue
+	}
+	setCondition(status, pa.Generation, ConditionActive, activeStatus, zero.reason, zero.message)
 	if initialized {
 		setCondition(status, pa.Generation, ConditionInitialized, metav1.ConditionTrue, "Initialized", fmt.Sprintf("the target reached its initial scale of %d", settings.InitialScale))
 	} else {
@@ -153,6 +211,9 @@ func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) 
 			return nil, "ScaleTargetNotFound", fmt.Sprintf("Deployment %q does not exist in namespace %q", ref.Name, pa.Namespace)
 		}
 		return nil, "ScaleTargetUnreadable", err.Error()
+	}
+	if d.Spec.Selector == nil || len(d.Spec.Selector.MatchLabels) == 0 || len(d.Spec.Selector.MatchExpressions) > 0 {
+		return nil, "UnsupportedSelector", fmt.Sprintf("Deployment %q: its selector must be matchLabels only, because the private Service selects the same pods", ref.Name)
 	}
 	return &d, "", ""
 }
@@ -192,16 +253,20 @@ func specOverrides(s *v1alpha1.PodAutoscalerSpec) *config.Overrides {
 }
 
 // bounded applies the target's bounds to a decision. Without data the
-// current scale stays. min-scale applies (the target is reachable in Serve
-// mode), max-scale caps, and until the target first reaches its initial
-// scale it is not taken below it. Scale to zero needs an activator in the
-// path to hold the next request (KPA.md's scale-to-zero rules); until the
-// activator exists the last pod stays.
+// current scale stays. min-scale applies (the target is reachable), and
+// without scale to zero at least one pod stays; max-scale caps, and until
+// the target first reaches its initial scale it is not taken below it. A
+// 0 here is only a wish: the scale-to-zero rules (zeroState) decide when
+// the last pod really goes.
 func bounded(dec decider.Decision, s config.Settings, current int32, initialized bool) int32 {
 	if !dec.Valid || dec.DesiredScale < 0 {
 		return current
 	}
-	want := max(dec.DesiredScale, s.MinScale, 1)
+	lowest := s.MinScale
+	if !s.EnableScaleToZero {
+		lowest = max(lowest, 1)
+	}
+	want := max(dec.DesiredScale, lowest)
 	if !initialized {
 		want = max(want, s.InitialScale)
 	}
@@ -209,6 +274,57 @@ func bounded(dec decider.Decision, s config.Settings, current int32, initialized
 		want = min(want, s.MaxScale)
 	}
 	return want
+}
+
+// progressDeadline is how long the Deployment may take to make progress
+// (Kubernetes' default 600 s).
+func progressDeadline(d *appsv1.Deployment) time.Duration {
+	if d.Spec.ProgressDeadlineSeconds != nil {
+		return time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second
+	}
+	return 600 * time.Second
+}
+
+// activatorInPath asks the Prober; an error is logged and counts as no.
+func (r *PodAutoscaler) activatorInPath(ctx context.Context, ns, service string) bool {
+	if r.Prober == nil {
+		return false
+	}
+	ok, err := r.Prober.ActivatorInPath(ctx, ns, service)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("activator probe failed; keeping the last pod", "service", service, "error", err.Error())
+	}
+	return ok && err == nil
+}
+
+// ensureSKS writes the target's ServerlessService (same name, owned by the
+// PodAutoscaler) with the wanted mode, and returns it with its status.
+func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment, mode v1alpha1.Mode, activators int32) (*v1alpha1.ServerlessService, error) {
+	spec := v1alpha1.ServerlessServiceSpec{Mode: mode, NumActivators: activators, PublicService: pa.Spec.Service.Name, Selector: d.Spec.Selector.MatchLabels}
+	sks := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(sks), sks)
+	switch {
+	case apierrors.IsNotFound(err):
+		sks.Spec = spec
+		if err := controllerutil.SetControllerReference(pa, sks, r.Client.Scheme()); err != nil {
+			return nil, err
+		}
+		if err := r.Client.Create(ctx, sks); err != nil {
+			return nil, fmt.Errorf("create ServerlessService %s: %w", sks.Name, err)
+		}
+		return sks, nil
+	case err != nil:
+		return nil, err
+	case !metav1.IsControlledBy(sks, pa):
+		return nil, fmt.Errorf("ServerlessService %s exists and is not owned by PodAutoscaler %s", sks.Name, pa.Name)
+	case equality.Semantic.DeepEqual(sks.Spec, spec):
+		return sks, nil
+	}
+	sks.Spec = spec
+	if err := r.Client.Update(ctx, sks); err != nil {
+		return nil, fmt.Errorf("update ServerlessService %s: %w", sks.Name, err)
+	}
+	return sks, nil
 }
 
 // decider returns the PodAutoscaler's decider, made on its first tick (a
@@ -221,7 +337,7 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 	}
 	t, ok := r.targets[key]
 	if !ok {
-		t = &targetState{decider: decider.New(s, ready, now, log.Log.WithName("decider").WithValues("podautoscaler", key.String()))}
+		t = &targetState{decider: decider.New(s, ready, now, log.Log.WithName("decider").WithValues("podautoscaler", key.String())), lastDesired: -1}
 		r.targets[key] = t
 	}
 	if t.collected != collected && t.collected != (collector.Key{}) {
@@ -230,6 +346,57 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 	t.collected = collected
 	t.decider.Update(s)
 	return t.decider
+}
+
+// state is the PodAutoscaler's carried state (made by decider).
+func (r *PodAutoscaler) state(key collector.Key) *targetState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.targets[key]
+}
+
+// Poke decides at once the targets (collector keys, by Deployment) that
+// got load while their last desired scale was 0 (KPA.md "Timing"): a
+// request waiting in the activator should not wait for the next tick.
+func (r *PodAutoscaler) Poke(loaded []collector.Key) {
+	if len(loaded) == 0 {
+		return
+	}
+	r.mu.Lock()
+	var wake []collector.Key
+	for _, k := range loaded {
+		for pa, t := range r.targets {
+			if t.collected == k && t.lastDesired == 0 {
+				wake = append(wake, pa)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, pa := range wake {
+		select {
+		case r.pokeChannel() <- event.GenericEvent{Object: &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}}:
+		default: // a poke is already queued; the tick comes anyway
+		}
+	}
+}
+
+func (r *PodAutoscaler) pokeChannel() chan event.GenericEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pokes == nil {
+		r.pokes = make(chan event.GenericEvent, 1024)
+	}
+	return r.pokes
+}
+
+// SetupWithManager watches PodAutoscalers, their ServerlessServices, and
+// pokes.
+func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.PodAutoscaler{}).
+		Owns(&v1alpha1.ServerlessService{}).
+		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{})).
+		Complete(r)
 }
 
 // forget drops a deleted PodAutoscaler's state.
@@ -266,6 +433,12 @@ func (r *PodAutoscaler) writeStatus(ctx context.Context, pa *v1alpha1.PodAutosca
 		return fmt.Errorf("update status of %s: %w", pa.Name, err)
 	}
 	return nil
+}
+
+func (r *PodAutoscaler) event(pa *v1alpha1.PodAutoscaler, typ, reason, action, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(pa, nil, typ, reason, action, note, args...)
+	}
 }
 
 func setCondition(s *v1alpha1.PodAutoscalerStatus, gen int64, typ string, st metav1.ConditionStatus, reason, msg string) {

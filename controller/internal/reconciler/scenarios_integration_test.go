@@ -1,0 +1,411 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"sort"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
+	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler"
+	"github.com/sockscale/sockscale/internal/testenv"
+)
+
+const activatorNS = "sockscale-system"
+
+// TestIntegrationScenarios replays KPA.md's scenarios against a real
+// kube-apiserver: both reconcilers, scripted per-second stats and a
+// controlled clock. The test plays the parts no controller-manager plays
+// here: a Deployment's pods become ready as soon as they are asked for,
+// and its private Service's EndpointSlice lists them.
+func TestIntegrationScenarios(t *testing.T) {
+	cl := testenv.ControlPlane(t)
+	createActivators(t, cl.Client, 3)
+
+	t.Run("step load follows 1-2-3-4 pods within the band", func(t *testing.T) {
+		// target 10 x 70 % = 7 concurrent requests per pod.
+		r := newRig(t, cl, "step", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })
+		for _, offered := range []float64{7, 14, 21, 28} {
+			r.offered = offered
+			for range 45 { // 90 s per step
+				r.tick()
+				// KPA.md's band: floor(load/targetValue) - 1 .. ceil(ceil(load/targetValue) * 1.1).
+				lo, hi := int32(math.Floor(offered/7))-1, int32(math.Ceil(math.Ceil(offered/7)*1.1))
+				if got := r.replicas(); got < lo || got > hi {
+					t.Fatalf("%s: at %v in flight the target has %d pods, outside [%d, %d]", r.elapsed(), offered, got, lo, hi)
+				}
+			}
+			if got, want := r.replicas(), int32(offered/7); got != want {
+				t.Errorf("after 90 s at %v in flight: %d pods, want %d", offered, got, want)
+			}
+		}
+		// Default TBC 211 with 4 pods of 10: EBC = 40 - 211 - 28 < 0, so the
+		// activators stay in the path.
+		r.expectPublic(v1alpha1.ModeProxy, 3)
+	})
+
+	t.Run("a burst panics and panic never scales down", func(t *testing.T) {
+		r := newRig(t, cl, "burst", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })
+		r.offered = 7
+		r.run(70 * time.Second)
+		if got := r.replicas(); got != 1 {
+			t.Fatalf("steady at 7: %d pods, want 1", got)
+		}
+		r.offered = 35 // 5 pods' worth: 5/1 >= 200 % => panic
+		r.run(6 * time.Second)
+		pa := r.pa()
+		if !pa.Status.Panicking || r.replicas() != 5 {
+			t.Fatalf("after a burst to 35: panicking=%v with %d pods, want panic with 5", pa.Status.Panicking, r.replicas())
+		}
+		burstEnd := r.clk.Now()
+		r.offered = 7
+		for r.clk.Now().Sub(burstEnd) < 50*time.Second {
+			r.tick()
+			if got := r.replicas(); got < 5 {
+				t.Fatalf("%s after the burst ended: scaled down to %d pods while panicking", r.clk.Now().Sub(burstEnd), got)
+			}
+		}
+		r.run(90 * time.Second)
+		if pa := r.pa(); pa.Status.Panicking || r.replicas() != 1 {
+			t.Errorf("long after the burst: panicking=%v with %d pods, want 1 pod out of panic", pa.Status.Panicking, r.replicas())
+		}
+	})
+
+	t.Run("scale-down delay holds the count", func(t *testing.T) {
+		r := newRig(t, cl, "delay", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Target = ptr(10.0)
+			s.MinScale = ptr(int32(1))
+			s.ScaleDownDelay = &metav1.Duration{Duration: 30 * time.Second}
+			s.Window = &metav1.Duration{Duration: 6 * time.Second}
+		})
+		r.offered = 28
+		r.run(60 * time.Second)
+		if got := r.replicas(); got != 4 {
+			t.Fatalf("at 28 in flight: %d pods, want 4", got)
+		}
+		drop := r.clk.Now()
+		r.offered = 7
+		for r.clk.Now().Sub(drop) < 28*time.Second { // 4 was last wanted at the drop: held 30 s
+			r.tick()
+			if got := r.replicas(); got != 4 {
+				t.Fatalf("%s after the load dropped: %d pods, want 4 for the delay", r.clk.Now().Sub(drop), got)
+			}
+		}
+		r.run(40 * time.Second)
+		if got := r.replicas(); got != 1 {
+			t.Errorf("after the delay: %d pods, want 1", got)
+		}
+	})
+
+	t.Run("TBC 7 with CC 10 settles at 2 pods served directly", func(t *testing.T) {
+		r := newRig(t, cl, "tbc", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.ContainerConcurrency = 10
+			s.TargetBurstCapacity = ptr(7.0)
+			s.MinScale = ptr(int32(1))
+		})
+		// 12 in flight: ceil(12/7) = 2 pods; EBC = 2*10 - 7 - 12 = 1 >= 0.
+		r.offered = 12
+		r.run(90 * time.Second)
+		if got := r.replicas(); got != 2 {
+			t.Errorf("%d pods, want 2", got)
+		}
+		r.expectPublic(v1alpha1.ModeServe, 2)
+	})
+
+	t.Run("TBC -1 keeps the activators in the path", func(t *testing.T) {
+		r := newRig(t, cl, "always-proxy", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.TargetBurstCapacity = ptr(-1.0)
+			s.MinScale = ptr(int32(2))
+		})
+		r.offered = 1
+		r.run(20 * time.Second)
+		// 2 ready pods of 100, TBC -1: ceil((200 + 0) / 100) = 2 activators.
+		r.expectPublic(v1alpha1.ModeProxy, 2)
+	})
+
+	t.Run("up, down to zero through the activator, up again", func(t *testing.T) {
+		r := newRig(t, cl, "zero", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Target = ptr(10.0)
+			s.TargetBurstCapacity = ptr(0.0) // no burst capacity: Serve whenever pods are wanted
+			s.Window = &metav1.Duration{Duration: 10 * time.Second}
+		})
+		r.offered = 14
+		r.run(30 * time.Second)
+		if got := r.replicas(); got != 2 {
+			t.Fatalf("at 14 in flight: %d pods, want 2", got)
+		}
+		r.expectPublic(v1alpha1.ModeServe, 2)
+
+		// Idle: the activator must answer a probe of the public Service
+		// before the last pod goes.
+		r.offered = 0
+		r.run(60 * time.Second)
+		if got := r.replicas(); got != 1 {
+			t.Fatalf("idle while the probe fails: %d pods, want the last pod kept", got)
+		}
+		r.expectPublic(v1alpha1.ModeProxy, 2)
+		assertCondition(t, cl.Client, "zero", reconciler.ConditionActive, reconciler.ReasonWaitingForActivator)
+		r.prober.inPath = true
+		r.run(4 * time.Second)
+		if got := r.replicas(); got != 0 {
+			t.Fatalf("idle with the activator in the path: %d pods, want 0", got)
+		}
+		assertCondition(t, cl.Client, "zero", reconciler.ConditionActive, reconciler.ReasonNoTraffic)
+
+		// A request arrives at the activator: it reports at once, the
+		// target is poked and scales from zero.
+		r.activatorLoad = 3
+		r.run(2 * time.Second)
+		if got := r.replicas(); got != 1 {
+			t.Fatalf("after the activator's report: %d pods, want 1", got)
+		}
+	})
+}
+
+// rig is one target under test.
+type rig struct {
+	t      *testing.T
+	cl     *testenv.Cluster
+	name   string
+	clk    *clocktesting.FakeClock
+	start  time.Time
+	col    *collector.Collector
+	pa     func() *v1alpha1.PodAutoscaler
+	paRec  *reconciler.PodAutoscaler
+	sksRec *reconciler.ServerlessService
+	prober *fakeProber
+	// offered is the concurrency the pods serve in all; activatorLoad what
+	// the activator holds (reported by it, not by pods).
+	offered, activatorLoad float64
+}
+
+type fakeProber struct{ inPath bool }
+
+func (p *fakeProber) ActivatorInPath(context.Context, string, string) (bool, error) {
+	return p.inPath, nil
+}
+
+func newRig(t *testing.T, cl *testenv.Cluster, name string, spec func(*v1alpha1.PodAutoscalerSpec)) *rig {
+	t.Helper()
+	ctx, c := context.Background(), cl.Client
+	cl.CreateDeployment(t, "default", name, 1, 1)
+	public := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if err := c.Create(ctx, public); err != nil {
+		t.Fatal(err)
+	}
+	pa := &v1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			Service:        v1alpha1.ServiceRef{Name: name},
+		},
+	}
+	spec(&pa.Spec)
+	if err := c.Create(ctx, pa); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	col := collector.New()
+	prober := &fakeProber{}
+	r := &rig{
+		t: t, cl: cl, name: name, clk: clk, start: clk.Now(), col: col, prober: prober,
+		paRec: &reconciler.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Prober: prober},
+		sksRec: &reconciler.ServerlessService{Client: c, ActivatorNamespace: activatorNS,
+			ActivatorSelector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "activator"}), ActivatorPort: 8012},
+	}
+	r.pa = func() *v1alpha1.PodAutoscaler {
+		var got v1alpha1.PodAutoscaler
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pa), &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	r.reconcile() // the first tick creates the ServerlessService
+	return r
+}
+
+func (r *rig) elapsed() time.Duration { return r.clk.Now().Sub(r.start) }
+
+// run ticks for d.
+func (r *rig) run(d time.Duration) {
+	for end := r.clk.Now().Add(d); r.clk.Now().Before(end); {
+		r.tick()
+	}
+}
+
+// tick is one 2 s decider period: two seconds of stats, then both
+// reconcilers, then what Kubernetes would do.
+func (r *rig) tick() {
+	r.t.Helper()
+	for range 2 {
+		r.record()
+		r.clk.Step(time.Second)
+	}
+	r.reconcile()
+}
+
+// record reports one second: the ready pods share the offered load (one
+// agent batch), and the activator reports what it holds.
+func (r *rig) record() {
+	ready := r.readyPods()
+	b := &stats.Batch{Node: "node-a", Start: r.clk.Now(), Period: time.Second}
+	for i := range ready {
+		b.Pods = append(b.Pods, stats.PodStat{IP: podIP(i), Namespace: "default", Pod: podName(r.name, i), Workload: r.name,
+			Concurrency: r.offered / float64(ready), Requests: uint64(10 * r.offered / float64(ready))})
+	}
+	r.paRec.Poke(r.col.RecordPods(b))
+	if r.activatorLoad > 0 && r.col.RecordActivator(collector.Key{Namespace: "default", Name: r.name}, r.clk.Now(), time.Second, r.activatorLoad, 1) {
+		r.paRec.Poke([]collector.Key{{Namespace: "default", Name: r.name}})
+	}
+}
+
+func (r *rig) reconcile() {
+	r.t.Helper()
+	ctx := context.Background()
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: r.name}}
+	if _, err := r.paRec.Reconcile(ctx, req); err != nil {
+		r.t.Fatalf("reconcile PodAutoscaler: %v", err)
+	}
+	r.becomeReady()
+	if _, err := r.sksRec.Reconcile(ctx, req); err != nil {
+		r.t.Fatalf("reconcile ServerlessService: %v", err)
+	}
+}
+
+// becomeReady plays the Deployment and EndpointSlice controllers: every
+// wanted pod is ready, and the private Service's slice lists them.
+func (r *rig) becomeReady() {
+	ctx, c := context.Background(), r.cl.Client
+	n := r.replicas()
+	d := r.deployment()
+	if d.Status.ReadyReplicas != n {
+		d.Status.Replicas, d.Status.ReadyReplicas = n, n
+		if err := c.Status().Update(ctx, d); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	private := reconciler.PrivateServiceName(r.name)
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: private + "-abcde"}}
+	err := c.Get(ctx, client.ObjectKeyFromObject(slice), slice)
+	exists := err == nil
+	slice.Labels = map[string]string{discoveryv1.LabelServiceName: private, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}
+	slice.AddressType = discoveryv1.AddressTypeIPv4
+	slice.Ports = []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}}
+	slice.Endpoints = nil
+	for i := range n {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{podIP(i).String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: podName(r.name, i)}})
+	}
+	if exists {
+		err = c.Update(ctx, slice)
+	} else {
+		err = c.Create(ctx, slice)
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) deployment() *appsv1.Deployment {
+	var d appsv1.Deployment
+	if err := r.cl.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: r.name}, &d); err != nil {
+		r.t.Fatal(err)
+	}
+	return &d
+}
+
+func (r *rig) replicas() int32 { return *r.deployment().Spec.Replicas }
+
+func (r *rig) readyPods() int32 { return r.deployment().Status.ReadyReplicas }
+
+// expectPublic checks the ServerlessService's mode and the public
+// Service's endpoints: the pods in Serve mode, n activators in Proxy.
+func (r *rig) expectPublic(mode v1alpha1.Mode, n int) {
+	r.t.Helper()
+	ctx, c := context.Background(), r.cl.Client
+	var sks v1alpha1.ServerlessService
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: r.name}, &sks); err != nil {
+		r.t.Fatal(err)
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &slices, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: r.name}); err != nil {
+		r.t.Fatal(err)
+	}
+	var ips []string
+	port := int32(0)
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			ips = append(ips, e.Addresses...)
+		}
+		if len(s.Ports) > 0 {
+			port = *s.Ports[0].Port
+		}
+	}
+	sort.Strings(ips)
+	want := []string{}
+	wantPort := int32(8080)
+	if mode == v1alpha1.ModeServe {
+		for i := range n {
+			want = append(want, podIP(int32(i)).String())
+		}
+	} else {
+		wantPort = 8012
+		if len(sks.Status.Activators) != n {
+			r.t.Errorf("ServerlessService lists activators %v, want %d", sks.Status.Activators, n)
+		}
+	}
+	if sks.Status.Mode != mode || len(ips) != n || port != wantPort || (mode == v1alpha1.ModeServe && fmt.Sprint(ips) != fmt.Sprint(want)) {
+		r.t.Errorf("mode %s with public endpoints %v port %d; want %s with %d endpoints on port %d %v", sks.Status.Mode, ips, port, mode, n, wantPort, want)
+	}
+	if pa := r.pa(); pa.Status.Mode != mode {
+		r.t.Errorf("PodAutoscaler status mode %s, want %s", pa.Status.Mode, mode)
+	}
+}
+
+func podIP(i int32) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 10)}) }
+
+func podName(target string, i int32) string { return fmt.Sprintf("%s-pod-%d", target, i) }
+
+// createActivators makes n ready activator pods (status written by hand:
+// no kubelet runs here).
+func createActivators(t *testing.T, c client.Client, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: activatorNS}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: activatorNS, Name: fmt.Sprintf("activator-%d", i), Labels: map[string]string{"app.kubernetes.io/component": "activator"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "activator", Image: "sockscale-activator"}}},
+		}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: fmt.Sprintf("10.0.2.%d", i+10),
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if err := c.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package reconciler
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// TestServerlessServiceRefusesForeignObjects: objects sockscale does not
+// own are reported in the Ready condition and left as they are.
+func TestServerlessServiceRefusesForeignObjects(t *testing.T) {
+	sks := func() *v1alpha1.ServerlessService {
+		return &v1alpha1.ServerlessService{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "sks-uid"},
+			Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "hello", Selector: map[string]string{"app": "hello"}},
+		}
+	}
+	public := func(selector map[string]string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+			Spec: corev1.ServiceSpec{Selector: selector, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	}
+	tests := []struct {
+		name       string
+		objs       []client.Object
+		wantReason string
+		wantInMsg  string
+	}{
+		{"no public Service", nil, ReasonPublicServiceNotFound, `Service "hello" does not exist`},
+		{"public Service with a selector", []client.Object{public(map[string]string{"app": "hello"})}, ReasonPublicServiceHasSelector, "remove spec.selector"},
+		{"a foreign private Service", []client.Object{public(nil), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-private"}}},
+			ReasonNotOwned, `Service "hello-private" exists and is not managed`},
+		{"a foreign EndpointSlice of the public Service", []client.Object{public(nil), &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "hello-manual", Labels: map[string]string{discoveryv1.LabelServiceName: "hello", discoveryv1.LabelManagedBy: "someone"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}}, ReasonNotOwned, `EndpointSlice "hello-manual" of Service "hello" is managed by "someone"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = v1alpha1.AddToScheme(scheme)
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).
+				WithObjects(append(tt.objs, sks())...).Build()
+			r := &ServerlessService{Client: c, ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.ServerlessService
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "hello"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != tt.wantReason || !strings.Contains(cond.Message, tt.wantInMsg) {
+				t.Errorf("Ready = %+v, want False %s with %q", cond, tt.wantReason, tt.wantInMsg)
+			}
+			// Foreign objects are untouched.
+			for _, o := range tt.objs {
+				fresh := o.DeepCopyObject().(client.Object)
+				if err := c.Get(context.Background(), client.ObjectKeyFromObject(o), fresh); err != nil {
+					t.Errorf("%s was removed: %v", o.GetName(), err)
+				} else if len(fresh.GetOwnerReferences()) > 0 {
+					t.Errorf("%s was taken over: %v", o.GetName(), fresh.GetOwnerReferences())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,44 @@
+package activatorprobe
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestActivatorInPath(t *testing.T) {
+	activator := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !IsProbe(r) || !strings.HasPrefix(r.UserAgent(), "sockscale-probe/") {
+			t.Errorf("probe arrived with headers %v", r.Header)
+		}
+		w.Header().Set(ResponseHeader, "activator-0")
+	}))
+	defer activator.Close()
+	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("hello from the pod"))
+	}))
+	defer pod.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedAddr := closed.Listener.Addr().String()
+	closed.Close()
+
+	tests := []struct {
+		name    string
+		addr    string
+		want    bool
+		wantErr bool
+	}{
+		{"an activator answers", activator.Listener.Addr().String(), true, false},
+		{"the pod answers: not yet", pod.Listener.Addr().String(), false, false},
+		{"nothing listens", closedAddr, false, true},
+	}
+	for _, tt := range tests {
+		p := &Prober{Resolve: func(context.Context, string, string) (string, error) { return tt.addr, nil }}
+		got, err := p.ActivatorInPath(context.Background(), "default", "hello")
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("%s: got %v, %v; want %v, error %v", tt.name, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+{{/*
+Prefix of every object's name: "sockscale" unless fullnameOverride is set.
+Not derived from the release name: the agents find the controller as
+"<prefix>-controller-stats.<namespace>.svc", and cluster-scoped objects
+(ClusterRoles) must not clash with a second release's anyway.
+*/}}
+{{- define "sockscale.fullname" -}}
+{{- .Values.fullnameOverride | default "sockscale" | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sockscale.agent.fullname" -}}
+{{- printf "%s-agent" (include "sockscale.fullname" .) -}}
+{{- end -}}
+
+{{- define "sockscale.controller.fullname" -}}
+{{- printf "%s-controller" (include "sockscale.fullname" .) -}}
+{{- end -}}
+
+{{/* The headless Service every controller replica is behind. */}}
+{{- define "sockscale.controller.statsService" -}}
+{{- printf "%s-controller-stats" (include "sockscale.fullname" .) -}}
+{{- end -}}
+
+{{/* The autoscaler ConfigMap's name; the controller reads <ns>/<this>. */}}
+{{- define "sockscale.autoscalerConfigMap" -}}
+{{- printf "%s-autoscaler" (include "sockscale.fullname" .) -}}
+{{- end -}}
+
+{{- define "sockscale.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Labels of every object. Call with (dict "ctx" $ "component" "agent").
+*/}}
+{{- define "sockscale.labels" -}}
+helm.sh/chart: {{ include "sockscale.chart" .ctx }}
+{{ include "sockscale.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: sockscale
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Selector labels: immutable in a DaemonSet's and a Deployment's selector, so
+they never include the version. Call with (dict "ctx" $ "component" "agent").
+*/}}
+{{- define "sockscale.selectorLabels" -}}
+app.kubernetes.io/name: sockscale
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+An image reference: repository, then @digest if set, else :tag (default: the
+chart's appVersion). Call with (dict "image" .Values.agent.image "ctx" $).
+*/}}
+{{- define "sockscale.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .ctx.Chart.AppVersion | toString) -}}
+{{- end -}}
+{{- end -}}

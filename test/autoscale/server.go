@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// app serves the work endpoint and the readiness endpoint.
+type app struct {
+	pod string
+	log *slog.Logger
+	// ready is false while starting (--startup-delay) and again once
+	// draining, so /healthz tells the kubelet, and through it every
+	// endpoints consumer, to stop sending new requests.
+	ready    atomic.Bool
+	inFlight atomic.Int64
+}
+
+func (a *app) handler() http.Handler {
+	mux := http.NewServeMux()
+	// "GET /{$}": exactly "/"; other paths get 404 and other methods 405
+	// from the mux. GET patterns also match HEAD.
+	mux.HandleFunc("GET /{$}", a.serveWork)
+	mux.HandleFunc("GET /healthz", a.serveHealth)
+	return mux
+}
+
+// serveWork does what the query asks, in this order: bloat (the memory
+// stays allocated until the response is written, so it counts for the
+// whole request), prime, then sleep.
+func (a *app) serveWork(w http.ResponseWriter, r *http.Request) {
+	a.inFlight.Add(1)
+	defer a.inFlight.Add(-1)
+
+	wk, err := parseWork(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var did []string
+	var mem []byte
+	if wk.bloatMB > 0 {
+		mem = bloat(wk.bloatMB)
+		did = append(did, fmt.Sprintf("allocated %d MB", wk.bloatMB))
+	}
+	if wk.prime > 0 {
+		n, largest := primes(wk.prime)
+		did = append(did, fmt.Sprintf("found %d primes up to %d, the largest %d", n, wk.prime, largest))
+	}
+	if wk.sleep > 0 {
+		if err := sleep(r.Context(), wk.sleep); err != nil {
+			return // the client went away: nobody to answer
+		}
+		did = append(did, fmt.Sprintf("slept %s", wk.sleep))
+	}
+	if len(did) == 0 {
+		did = append(did, "did nothing (ask with ?sleep=100&prime=10000&bloat=10)")
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "pod %s: %s\n", a.pod, strings.Join(did, "; "))
+	runtime.KeepAlive(mem)
+}
+
+func (a *app) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if !a.ready.Load() {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// options are the command line's settings.
+type options struct {
+	port int
+	// startupDelay: /healthz answers 503 this long after start, like an
+	// application that loads before it can serve.
+	startupDelay time.Duration
+	// shutdownDelay: after SIGTERM, keep serving (with /healthz at 503)
+	// this long before closing the listener, so endpoints and proxies stop
+	// routing new connections here before they would be refused.
+	shutdownDelay time.Duration
+	// drainTimeout: then wait at most this long for requests in flight.
+	drainTimeout time.Duration
+}
+
+// serve runs the server on ln until ctx is done (SIGTERM), then drains:
+// readiness 503, shutdownDelay, and a graceful shutdown that waits for
+// requests in flight up to drainTimeout. It returns an error if requests
+// were cut off.
+func serve(ctx context.Context, ln net.Listener, a *app, o options) error {
+	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	startup := time.NewTimer(o.startupDelay)
+	defer startup.Stop()
+	select {
+	case <-startup.C:
+		a.ready.Store(true)
+		a.log.Info("ready", "pod", a.pod, "address", ln.Addr().String())
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	a.ready.Store(false)
+	a.log.Info("draining", "inFlight", a.inFlight.Load(), "shutdownDelay", o.shutdownDelay, "drainTimeout", o.drainTimeout)
+	select {
+	case <-time.After(o.shutdownDelay):
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(dctx); err != nil {
+		left := a.inFlight.Load()
+		_ = srv.Close() // cut off what is left, so the process can exit
+		return fmt.Errorf("drain: %d requests still in flight after %s: %w", left, o.drainTimeout, err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	a.log.Info("drained")
+	return nil
+}

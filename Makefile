@@ -72,7 +72,7 @@ build: ## Build the binaries into ./bin (the images' binaries: agent, controller
 PRIVILEGED_TESTS := ^(TestKernel|TestProg|FuzzProg|TestIntegration|TestE2E)
 
 .PHONY: test
-test: deps lint verify test-unit test-bpf test-integration ## Everything CI runs (the README's test command).
+test: deps lint verify test-unit test-bpf test-integration test-e2e ## Everything CI runs (the README's test command).
 
 .PHONY: test-unit
 test-unit: $(HELM) ## Unit tests of every package, the chart's included (no privileges needed).
@@ -85,6 +85,14 @@ test-bpf: ## BPF and agent tests in the real kernel (root; under CI=true a skip 
 .PHONY: test-integration
 test-integration: control-plane ## The agent, the API and the reconcilers against a real kube-apiserver and etcd (root).
 	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./test/integration/... ./controller/...
+
+##@ Demo
+
+DEMO_FLAGS ?=
+
+.PHONY: demo
+demo: deps cluster-binaries build $(HELM) ## The README's first command (root): a local cluster, the chart, a load ramp with a live table, out/demo.png.
+	$(GO) run ./test/demo --bin-dir $(BIN_DIR) --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR) --out out/demo.png $(DEMO_FLAGS)
 
 BENCH_FLAGS ?=
 

@@ -19,12 +19,21 @@ $(QUEUE_PROXY):
 # hack/tools/etcd. kube-apiserver takes ~6 minutes to build cold on 2 cores.
 KUBE_VERSION := v1.36.3
 ETCD_VERSION := v3.6.16
-KUBE_APISERVER := $(CACHE_DIR)/bin/kube-apiserver-$(KUBE_VERSION)
-KUBECTL := $(CACHE_DIR)/bin/kubectl-$(KUBE_VERSION)
+# The binaries are stamped with their version as Kubernetes' own release
+# build does (hack/lib/version.sh): unstamped, kube-apiserver reports
+# v0.0.0-master, which helm refuses for a chart's kubeVersion and kubectl
+# shows to users. KUBE_BUILD names the build recipe in the cached path: bump
+# it when the flags change so that older cached builds are not reused.
+KUBE_BUILD := $(KUBE_VERSION)-stamped
+KUBE_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+KUBE_LDFLAGS := -s -w $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(KUBE_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(KUBE_MINOR) -X $(pkg).gitTreeState=clean)
+KUBE_APISERVER := $(CACHE_DIR)/bin/kube-apiserver-$(KUBE_BUILD)
+KUBECTL := $(CACHE_DIR)/bin/kubectl-$(KUBE_BUILD)
 ETCD := $(CACHE_DIR)/bin/etcd-$(ETCD_VERSION)
 # What controller-runtime's envtest expects: a directory with etcd,
 # kube-apiserver and kubectl.
-KUBEBUILDER_ASSETS := $(CACHE_DIR)/envtest-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
+KUBEBUILDER_ASSETS := $(CACHE_DIR)/envtest-$(KUBE_BUILD)-etcd-$(ETCD_VERSION)
 export KUBEBUILDER_ASSETS
 
 .PHONY: control-plane
@@ -36,11 +45,11 @@ $(KUBEBUILDER_ASSETS)/kube-apiserver: $(KUBE_APISERVER) $(KUBECTL) $(ETCD)
 	ln -sf $(KUBECTL) $(KUBEBUILDER_ASSETS)/kubectl
 	ln -sf $(KUBE_APISERVER) $(KUBEBUILDER_ASSETS)/kube-apiserver
 
-$(CACHE_DIR)/bin/kube-%-$(KUBE_VERSION):
-	cd hack/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/cmd/kube-$*
+$(CACHE_DIR)/bin/kube-%-$(KUBE_BUILD):
+	cd hack/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-$*
 
 $(KUBECTL):
-	cd hack/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/cmd/kubectl
+	cd hack/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubectl
 
 $(ETCD):
 	cd hack/tools/etcd && $(GO) build -trimpath -ldflags '-s -w' -o $@ .

@@ -243,7 +243,9 @@ func TestStartupDelayEnds(t *testing.T) {
 	a := newApp()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, a, options{startupDelay: 20 * time.Millisecond}) }()
+	go func() {
+		done <- serve(ctx, ln, a, options{startupDelay: 20 * time.Millisecond, drainTimeout: 5 * time.Second})
+	}()
 	waitFor(t, func() bool { return status(t, "http://"+ln.Addr().String()+"/healthz") == http.StatusOK })
 	cancel()
 	if err := <-done; err != nil {

@@ -1,0 +1,61 @@
+##@ Local cluster (test/cluster: real control plane, simulated nodes)
+
+# mk/*.mk are read in name order, so the versions of mk/tools.mk are not set
+# yet when this file is read: these variables are recursive (=) and the
+# prerequisites below are expanded a second time (.SECONDEXPANSION).
+KUBE_CONTROLLER_MANAGER = $(CACHE_DIR)/bin/kube-controller-manager-$(KUBE_BUILD)
+KUBE_SCHEDULER = $(CACHE_DIR)/bin/kube-scheduler-$(KUBE_BUILD)
+KUBE_PROXY = $(CACHE_DIR)/bin/kube-proxy-$(KUBE_BUILD)
+# CoreDNS with only the plugins the cluster uses, pinned in hack/tools/coredns;
+# the harness runs it on the host.
+COREDNS_VERSION := v1.15.0
+COREDNS := $(CACHE_DIR)/bin/coredns-$(COREDNS_VERSION)
+
+# The directory test/cluster finds every control-plane binary in; relinked by
+# every `make cluster-binaries`, so it always points at the pinned versions.
+CLUSTER_BIN_DIR := $(CACHE_DIR)/cluster-bin
+export SOCKSCALE_CLUSTER_BINARIES := $(CLUSTER_BIN_DIR)
+# Where the local cluster keeps its state, logs and kubeconfig.
+CLUSTER_STATE_DIR ?= $(CACHE_DIR)/cluster
+CLUSTER_NODES ?= 2
+# The cluster command, and the images' binaries (sockscale-agent, ...).
+SOCKSCALE_CLUSTER := $(BIN_DIR)/sockscale-cluster
+
+.SECONDEXPANSION:
+
+.PHONY: cluster-binaries
+cluster-binaries: $$(ETCD) $$(KUBE_APISERVER) $$(KUBECTL) $$(KUBE_CONTROLLER_MANAGER) $$(KUBE_SCHEDULER) $$(KUBE_PROXY) $$(COREDNS) ## Build the pinned control plane, kube-proxy and CoreDNS for the local cluster.
+	mkdir -p $(CLUSTER_BIN_DIR)
+	ln -sf $(ETCD) $(CLUSTER_BIN_DIR)/etcd
+	ln -sf $(KUBECTL) $(CLUSTER_BIN_DIR)/kubectl
+	ln -sf $(KUBE_APISERVER) $(CLUSTER_BIN_DIR)/kube-apiserver
+	ln -sf $(KUBE_CONTROLLER_MANAGER) $(CLUSTER_BIN_DIR)/kube-controller-manager
+	ln -sf $(KUBE_SCHEDULER) $(CLUSTER_BIN_DIR)/kube-scheduler
+	ln -sf $(KUBE_PROXY) $(CLUSTER_BIN_DIR)/kube-proxy
+	ln -sf $(COREDNS) $(CLUSTER_BIN_DIR)/coredns
+
+$(COREDNS):
+	cd hack/tools/coredns && $(GO) build -trimpath -ldflags '-s -w' -o $@ .
+
+.PHONY: sockscale-cluster
+sockscale-cluster: ## Build the local cluster's command into $(BIN_DIR).
+	$(GO) build -o $(SOCKSCALE_CLUSTER) ./test/cluster/cmd/sockscale-cluster
+
+CLUSTER_FLAGS = --nodes $(CLUSTER_NODES) --state-dir $(CLUSTER_STATE_DIR) --bin-dir $(BIN_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR)
+
+.PHONY: cluster-up
+cluster-up: cluster-binaries build sockscale-cluster ## Start the local cluster (root); images run the binaries of $(BIN_DIR). Prints the kubeconfig.
+	$(SOCKSCALE_CLUSTER) up $(CLUSTER_FLAGS)
+
+.PHONY: cluster-status
+cluster-status: sockscale-cluster ## What the local cluster runs, and its nodes.
+	$(SOCKSCALE_CLUSTER) status $(CLUSTER_FLAGS)
+
+.PHONY: cluster-down
+cluster-down: sockscale-cluster ## Stop the local cluster and remove everything it made on the host.
+	$(SOCKSCALE_CLUSTER) down $(CLUSTER_FLAGS)
+
+.PHONY: test-e2e
+# One cluster per machine: the packages run one after the other (-p 1).
+test-e2e: deps cluster-binaries build $$(HELM) ## End-to-end tests (TestE2E*): the harness itself, then KPA.md's scenarios with the chart installed by helm (root).
+	$(GO) test -count=1 -p 1 -timeout 40m -run '^TestE2E' ./test/...

@@ -1,0 +1,79 @@
+// Command sockscale-cluster runs a local Kubernetes cluster whose nodes are
+// simulated on this machine (see package test/cluster):
+//
+//	sockscale-cluster up [--nodes 2] [--state-dir DIR] [--bin-dir DIR]
+//	sockscale-cluster status
+//	sockscale-cluster down
+//
+// `simulate` and `pod-init` are its own helpers, started by `up`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sockscale/sockscale/test/cluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sockscale-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	if len(os.Args) < 2 {
+		return fmt.Errorf("usage: sockscale-cluster up|down|status [flags]")
+	}
+	cmd := os.Args[1]
+	if cmd == "pod-init" {
+		if len(os.Args) != 3 {
+			return fmt.Errorf("usage: sockscale-cluster pod-init SPEC")
+		}
+		return cluster.PodInit(os.Args[2])
+	}
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	var opts cluster.Options
+	fs.IntVar(&opts.Nodes, "nodes", 2, "number of simulated nodes")
+	fs.StringVar(&opts.StateDir, "state-dir", cluster.DefaultStateDir(), "certificates, kubeconfig, logs and state")
+	fs.StringVar(&opts.BinDir, "bin-dir", "bin", "directory of the images' binaries (sockscale-agent, sockscale-controller, sockscale-activator, autoscale)")
+	fs.StringVar(&opts.KubeBinDir, "kube-bin-dir", cluster.DefaultKubeBinDir(), "etcd, kube-apiserver, ... (make cluster-binaries)")
+	if err := fs.Parse(os.Args[2:]); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch cmd {
+	case "up":
+		c, err := cluster.Up(ctx, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("up in %s\nkubeconfig: %s\nlogs: %s\nexport KUBECONFIG=%s\n",
+			c.UpTime.Round(100*time.Millisecond), c.Kubeconfig, c.LogDir(), c.Kubeconfig)
+		return nil
+	case "down":
+		return cluster.Down(opts)
+	case "status":
+		c, err := cluster.Connect(opts)
+		if err != nil {
+			return err
+		}
+		return c.Status(ctx, os.Stdout)
+	case "simulate":
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "node-simulator")
+		return cluster.Simulate(ctx, cluster.SimOptions{StateDir: opts.StateDir, BinDir: opts.BinDir, Nodes: opts.Nodes, Self: self, Log: log})
+	}
+	return fmt.Errorf("unknown command %q: want up, down or status", cmd)
+}

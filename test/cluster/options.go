@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Names and ranges. Every link, netns, cgroup, bpffs directory and iptables
+// chain the cluster makes carries Prefix, so `down` (and an `up` after a
+// crash) finds and removes them all.
+const (
+	Prefix = "sccl"
+	// ClusterName names the cgroup subtree and the bpffs directory.
+	ClusterName = "sockscale-cluster"
+
+	// HostBridge has no ports: it carries HostIP (the apiserver's and the
+	// DNS's address, reachable from every pod through its gateway) and, with
+	// its /16, a local route for every address of ClusterCIDR that is no node's.
+	HostBridge = Prefix + "-host"
+	// ServiceBridge has no ports: it only gives ServiceCIDR a local route, so
+	// an unassigned ClusterIP times out here instead of leaving the machine.
+	ServiceBridge = Prefix + "-svc"
+	// ForwardChain keeps forwarded pod traffic on the machine (see hostnet.go).
+	ForwardChain = "SCCL-FORWARD"
+
+	APIServerPort = 6443
+	EtcdPort      = 12379
+	EtcdPeerPort  = 12380
+	DNSPort       = 53
+	ClusterDomain = "cluster.local"
+)
+
+var (
+	// ClusterCIDR holds HostIP and every node's pod CIDR (10.244.<i+1>.0/24).
+	ClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	// HostIP is the host's address on HostBridge: the apiserver's, the
+	// cluster DNS's, and the source of host traffic to ClusterIPs.
+	HostIP = netip.MustParseAddr("10.244.0.1")
+	// ServiceCIDR is the apiserver's --service-cluster-ip-range.
+	ServiceCIDR = netip.MustParsePrefix("10.96.0.0/16")
+	// KubernetesServiceIP is the first address of ServiceCIDR, as the
+	// apiserver allocates it.
+	KubernetesServiceIP = netip.MustParseAddr("10.96.0.1")
+)
+
+// Options says what cluster to run.
+type Options struct {
+	// Nodes is the number of simulated nodes (node-a, node-b, ...).
+	Nodes int
+	// StateDir keeps certificates, kubeconfigs, logs, etcd's data and the
+	// state file of what runs.
+	StateDir string
+	// BinDir holds the images' binaries (see ImageTable).
+	BinDir string
+	// KubeBinDir holds etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler, kube-proxy, kubectl and coredns (make cluster-binaries).
+	KubeBinDir string
+	// Self is the sockscale-cluster binary: it runs the node simulator and is
+	// the helper every container starts through. Empty: this process's own
+	// binary if it is sockscale-cluster, else built with `go build`.
+	Self string
+}
+
+// DefaultStateDir is ~/.cache/sockscale/cluster.
+func DefaultStateDir() string {
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "sockscale", "cluster")
+}
+
+// DefaultKubeBinDir is $SOCKSCALE_CLUSTER_BINARIES, else where
+// `make cluster-binaries` links them.
+func DefaultKubeBinDir() string {
+	if d := os.Getenv("SOCKSCALE_CLUSTER_BINARIES"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "sockscale", "cluster-bin")
+}
+
+func (o *Options) defaults() error {
+	if o.Nodes == 0 {
+		o.Nodes = 2
+	}
+	if o.Nodes < 1 || o.Nodes > 26 {
+		return fmt.Errorf("nodes: %d, want 1..26", o.Nodes)
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir()
+	}
+	if o.KubeBinDir == "" {
+		o.KubeBinDir = DefaultKubeBinDir()
+	}
+	var err error
+	for _, p := range []*string{&o.StateDir, &o.BinDir, &o.KubeBinDir} {
+		if *p != "" {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// NodeName is the name of node i: node-a, node-b, ...
+func NodeName(i int) string { return "node-" + string(rune('a'+i)) }
+
+// NodeIndex is the inverse of NodeName, -1 if name is none of ours.
+func NodeIndex(name string) int {
+	if len(name) != 6 || !strings.HasPrefix(name, "node-") || name[5] < 'a' || name[5] > 'z' {
+		return -1
+	}
+	return int(name[5] - 'a')
+}
+
+// NodeCIDR is node i's pod CIDR, 10.244.<i+1>.0/24.
+func NodeCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 0}), 24)
+}
+
+// NodeIP is node i's address: its bridge's, the pods' gateway. It is the
+// Node's InternalIP and the podIP of its hostNetwork pods.
+func NodeIP(i int) netip.Addr { return NodeCIDR(i).Addr().Next() }
+
+// NodeBridge is node i's bridge, its pods' veths are its ports.
+func NodeBridge(node string) string { return Prefix + "-" + node }
+
+// ImageTable maps an image to the binary that stands for it: the key is the
+// image reference's last path element without registry, tag or digest
+// ("ghcr.io/sockscale/sockscale-agent:v1" -> "sockscale-agent"). A pod with
+// any other image waits with reason ErrImagePull naming the image and the
+// table.
+func ImageTable(binDir string) map[string]string {
+	t := map[string]string{}
+	for _, name := range []string{"sockscale-agent", "sockscale-controller", "sockscale-activator", "autoscale"} {
+		t[name] = filepath.Join(binDir, name)
+	}
+	return t
+}
+
+// ImageKey is the key of image in ImageTable.
+func ImageKey(image string) string {
+	if i := strings.IndexByte(image, '@'); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndexByte(image, '/'); i >= 0 {
+		image = image[i+1:]
+	}
+	if i := strings.IndexByte(image, ':'); i >= 0 {
+		image = image[:i]
+	}
+	return image
+}

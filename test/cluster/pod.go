@@ -1,0 +1,688 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// podWorker runs one pod: its sandbox (netns, veth, IP, cgroup), volumes,
+// containers with probes and restarts, its status, and its graceful end.
+type podWorker struct {
+	s    *sim
+	node *simNode
+
+	mu       sync.Mutex
+	pod      *corev1.Pod
+	ip       netip.Addr
+	netns    string // "" for hostNetwork
+	dir      string // <state>/pods/<uid>
+	cgroup   string
+	sandbox  error // why the sandbox is not ready
+	initDone bool
+	ctrs     []*container
+	started  time.Time
+
+	changed  chan struct{} // a new pod object or state: status to write
+	deleting chan struct{} // closed when the pod has a deletionTimestamp
+	vanished chan struct{} // closed when the pod object is gone
+	delOnce  sync.Once
+	goneOnce sync.Once
+}
+
+func newPodWorker(s *sim, n *simNode, p *corev1.Pod) *podWorker {
+	w := &podWorker{s: s, node: n, pod: p.DeepCopy(), changed: make(chan struct{}, 1),
+		deleting: make(chan struct{}), vanished: make(chan struct{}), started: time.Now(),
+		dir:    filepath.Join(s.opts.StateDir, "pods", string(p.UID)),
+		cgroup: filepath.Join(nodeCgroup(s.cgroupRoot, n.name), "pods", string(p.UID))}
+	if p.DeletionTimestamp != nil {
+		w.delOnce.Do(func() { close(w.deleting) })
+	}
+	return w
+}
+
+func (w *podWorker) update(p *corev1.Pod) {
+	w.mu.Lock()
+	w.pod = p.DeepCopy()
+	w.mu.Unlock()
+	if p.DeletionTimestamp != nil {
+		w.delOnce.Do(func() { close(w.deleting) })
+	}
+}
+
+func (w *podWorker) gone() {
+	w.goneOnce.Do(func() { close(w.vanished) })
+	w.delOnce.Do(func() { close(w.deleting) })
+}
+
+func (w *podWorker) kick() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (w *podWorker) log() *slog.Logger {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.s.opts.Log.With("pod", w.pod.Namespace+"/"+w.pod.Name, "node", w.node.name)
+}
+
+func (w *podWorker) run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	statusDone := make(chan struct{})
+	go func() { w.statusLoop(ctx); close(statusDone) }()
+	w.kick()
+
+	// Like the kubelet, retry what may come right (a ConfigMap or Secret
+	// created after the pod, the namespace's kube-root-ca.crt not yet
+	// published) until it does or the pod goes.
+	if w.setupSandboxRetrying(ctx) {
+		w.runContainers(ctx)
+	}
+	select {
+	case <-w.deleting:
+	case <-ctx.Done():
+	}
+	w.stop(ctx)
+	w.teardown()
+	cancel()
+	<-statusDone
+	select {
+	case <-w.vanished:
+	default:
+		// The kubelet's last word: the pod object goes once its processes did.
+		pod := w.snapshot()
+		err := w.s.client.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name,
+			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			w.log().Warn("delete pod", "err", err)
+		}
+	}
+}
+
+func (w *podWorker) snapshot() *corev1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod.DeepCopy()
+}
+
+// setupSandboxRetrying runs setupSandbox until it succeeds (true) or the
+// pod goes (false), with a backoff of 1 s doubling to 10 s.
+func (w *podWorker) setupSandboxRetrying(ctx context.Context) bool {
+	backoff := time.Second
+	for {
+		err := w.setupSandbox(ctx, w.snapshot())
+		w.mu.Lock()
+		w.sandbox = err
+		w.mu.Unlock()
+		w.kick()
+		if err == nil {
+			return true
+		}
+		w.log().Warn("sandbox", "err", err)
+		select {
+		case <-w.deleting:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// setupSandbox makes the pod's directory, cgroup and network (once), and
+// writes its volumes.
+func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(w.cgroup, 0o755); err != nil {
+		return fmt.Errorf("pod cgroup: %w", err)
+	}
+	w.mu.Lock()
+	hasIP := w.ip.IsValid()
+	w.mu.Unlock()
+	switch {
+	case hasIP:
+	case pod.Spec.HostNetwork:
+		w.mu.Lock()
+		w.ip = NodeIP(w.node.index)
+		w.mu.Unlock()
+	default:
+		ip, err := w.node.allocIP(pod.UID)
+		if err != nil {
+			return err
+		}
+		ns := fmt.Sprintf("%s-%s-%s", Prefix, w.node.name, shortUID(pod))
+		w.mu.Lock()
+		w.ip, w.netns = ip, ns
+		w.mu.Unlock()
+		if err := podNetwork(ns, "veth"+shortUID(pod), NodeBridge(w.node.name), ip, NodeIP(w.node.index), NodeCIDR(w.node.index).Bits()); err != nil {
+			// Undone, so the next try starts from nothing.
+			_ = run("ip", "netns", "delete", ns)
+			w.node.freeIP(ip)
+			w.mu.Lock()
+			w.ip, w.netns = netip.Addr{}, ""
+			w.mu.Unlock()
+			return fmt.Errorf("pod network: %w", err)
+		}
+	}
+	w.kick()
+	if err := w.writeVolumes(ctx, pod); err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	return nil
+}
+
+func shortUID(p *corev1.Pod) string {
+	u := strings.ReplaceAll(string(p.UID), "-", "")
+	if len(u) > 8 {
+		u = u[:8]
+	}
+	return u
+}
+
+// podNetwork makes netns ns with eth0 at ip/bits, a veth whose host end is
+// a port of bridge (hairpin on, so a pod reaches itself through its
+// Service), and a default route via gw.
+func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error {
+	// Host veth names carry the prefix so `down` finds strays.
+	hostVeth = Prefix + strings.TrimPrefix(hostVeth, "veth")
+	cmds := [][]string{
+		{"netns", "add", ns},
+		{"link", "add", hostVeth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"link", "set", hostVeth, "master", bridge},
+		{"link", "set", hostVeth, "type", "bridge_slave", "hairpin", "on"},
+		{"link", "set", hostVeth, "up"},
+		{"-n", ns, "addr", "add", fmt.Sprintf("%s/%d", ip, bits), "dev", "eth0"},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+		{"-n", ns, "route", "add", "default", "via", gw.String()},
+	}
+	for _, c := range cmds {
+		if err := run("ip", c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runContainers runs the init containers in order, each to success, then
+// starts the containers.
+func (w *podWorker) runContainers(ctx context.Context) {
+	pod := w.snapshot()
+	for i := range pod.Spec.InitContainers {
+		c := newContainer(w, &pod.Spec.InitContainers[i], true)
+		w.mu.Lock()
+		w.ctrs = append(w.ctrs, c)
+		w.mu.Unlock()
+		w.kick()
+		c.loop(ctx)
+		if !c.succeeded() {
+			return
+		}
+	}
+	w.mu.Lock()
+	w.initDone = true
+	var ctrs []*container
+	for i := range pod.Spec.Containers {
+		c := newContainer(w, &pod.Spec.Containers[i], false)
+		w.ctrs = append(w.ctrs, c)
+		ctrs = append(ctrs, c)
+	}
+	w.mu.Unlock()
+	w.kick()
+	for _, c := range ctrs {
+		go c.loop(ctx)
+	}
+}
+
+// stop ends every container: SIGTERM, the grace period, SIGKILL.
+func (w *podWorker) stop(ctx context.Context) {
+	pod := w.snapshot()
+	grace := int64(30)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	select {
+	case <-w.vanished:
+		grace = 0
+	default:
+	}
+	w.mu.Lock()
+	ctrs := append([]*container(nil), w.ctrs...)
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range ctrs {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.terminate(time.Duration(grace) * time.Second) }()
+	}
+	wg.Wait()
+	// Anything the containers left behind (their children) goes too.
+	_ = killCgroupTree(w.cgroup)
+}
+
+func (w *podWorker) teardown() {
+	if w.netns != "" {
+		if err := run("ip", "netns", "delete", w.netns); err != nil {
+			w.log().Warn("teardown", "err", err)
+		}
+	}
+	if w.ip.IsValid() && w.netns != "" {
+		w.node.freeIP(w.ip)
+	}
+	_ = os.RemoveAll(w.dir)
+}
+
+// statusLoop writes the pod's status whenever something changed, and at
+// least every 10 s (probes change readiness without a kick too).
+func (w *podWorker) statusLoop(ctx context.Context) {
+	var last string
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.changed:
+		case <-t.C:
+		}
+		st := w.status()
+		b, _ := json.Marshal(st)
+		if string(b) == last {
+			continue
+		}
+		pod := w.snapshot()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := w.s.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if cur.UID != pod.UID {
+				return nil
+			}
+			cur.Status = mergeStatus(cur.Status, st)
+			_, err = w.s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+				w.log().Warn("update status", "err", err)
+				time.AfterFunc(time.Second, w.kick)
+			}
+			continue
+		}
+		last = string(b)
+	}
+}
+
+// mergeStatus keeps what others own (the scheduler's PodScheduled, QoS,
+// conditions of others) and sets what the kubelet owns.
+func mergeStatus(cur, st corev1.PodStatus) corev1.PodStatus {
+	ours := map[corev1.PodConditionType]bool{}
+	for _, c := range st.Conditions {
+		ours[c.Type] = true
+	}
+	conds := st.Conditions
+	for _, c := range cur.Conditions {
+		if !ours[c.Type] {
+			conds = append(conds, c)
+		}
+	}
+	for i := range conds {
+		for _, o := range cur.Conditions {
+			if o.Type == conds[i].Type && o.Status == conds[i].Status && !o.LastTransitionTime.IsZero() {
+				conds[i].LastTransitionTime = o.LastTransitionTime
+			}
+		}
+	}
+	st.Conditions = conds
+	st.QOSClass = cur.QOSClass
+	if st.StartTime == nil {
+		st.StartTime = cur.StartTime
+	}
+	return st
+}
+
+// status computes the pod's status from its containers.
+func (w *podWorker) status() corev1.PodStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pod := w.pod
+	now := metav1.Now()
+	start := metav1.NewTime(w.started)
+	st := corev1.PodStatus{Phase: corev1.PodPending, StartTime: &start,
+		HostIP: NodeIP(w.node.index).String(), HostIPs: []corev1.HostIP{{IP: NodeIP(w.node.index).String()}}}
+	if w.ip.IsValid() {
+		st.PodIP = w.ip.String()
+		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
+	}
+	byName := map[string]*container{}
+	for _, c := range w.ctrs {
+		byName[c.spec.Name] = c
+	}
+	statusOf := func(spec corev1.Container) corev1.ContainerStatus {
+		if c := byName[spec.Name]; c != nil {
+			return c.status()
+		}
+		reason, msg := "PodInitializing", ""
+		if w.sandbox != nil {
+			reason, msg = "ContainerCreating", w.sandbox.Error()
+		}
+		return corev1.ContainerStatus{Name: spec.Name, Image: spec.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
+	}
+	for _, spec := range pod.Spec.InitContainers {
+		st.InitContainerStatuses = append(st.InitContainerStatuses, statusOf(spec))
+	}
+	allReady, running, succeeded, failed, restarted := true, 0, 0, 0, 0
+	for _, spec := range pod.Spec.Containers {
+		cs := statusOf(spec)
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+		allReady = allReady && cs.Ready
+		if cs.RestartCount > 0 {
+			restarted++
+		}
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0:
+			succeeded++
+		case cs.State.Terminated != nil:
+			failed++
+		}
+	}
+	n := len(pod.Spec.Containers)
+	switch {
+	case w.initDone && succeeded+failed == n && failed > 0:
+		st.Phase = corev1.PodFailed
+	case w.initDone && succeeded == n:
+		st.Phase = corev1.PodSucceeded
+	case w.initDone && running+succeeded+failed == n:
+		st.Phase = corev1.PodRunning
+	case w.initDone && running+restarted > 0:
+		// Running while any container runs or is being restarted.
+		st.Phase = corev1.PodRunning
+	}
+	b := func(v bool) corev1.ConditionStatus {
+		if v {
+			return corev1.ConditionTrue
+		}
+		return corev1.ConditionFalse
+	}
+	ready := w.initDone && allReady && st.Phase == corev1.PodRunning
+	select {
+	case <-w.deleting:
+		ready = false
+	default:
+	}
+	st.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodReadyToStartContainers, Status: b(w.ip.IsValid() && w.sandbox == nil), LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: b(w.initDone), LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: b(ready), LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: b(ready), LastTransitionTime: now},
+	}
+	return st
+}
+
+// container runs one container with restarts and probes.
+type container struct {
+	w    *podWorker
+	spec *corev1.Container
+	init bool
+
+	mu        sync.Mutex
+	state     corev1.ContainerState
+	lastState corev1.ContainerState
+	restarts  int32
+	ready     bool
+	started   bool
+	proc      *os.Process
+	exited    chan struct{}
+}
+
+func newContainer(w *podWorker, spec *corev1.Container, init bool) *container {
+	return &container{w: w, spec: spec, init: init,
+		state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+}
+
+func (c *container) status() corev1.ContainerStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: "sockscale-cluster://" + ImageKey(c.spec.Image),
+		State: c.state, LastTerminationState: c.lastState, RestartCount: c.restarts, Ready: c.ready,
+		Started: ptr.To(c.started)}
+	if c.proc != nil && c.state.Running != nil {
+		cs.ContainerID = fmt.Sprintf("sockscale-cluster://%d", c.proc.Pid)
+	}
+	return cs
+}
+
+func (c *container) set(f func()) {
+	c.mu.Lock()
+	f()
+	c.mu.Unlock()
+	c.w.kick()
+}
+
+func (c *container) succeeded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.Terminated != nil && c.state.Terminated.ExitCode == 0
+}
+
+// Restart backoff: 1 s doubling to 30 s, reset after 60 s of running
+// (shorter than the kubelet's 10 s..5 min, so tests do not wait minutes).
+const (
+	backoffMin   = time.Second
+	backoffMax   = 30 * time.Second
+	backoffReset = 60 * time.Second
+)
+
+func (c *container) loop(ctx context.Context) {
+	backoff := backoffMin
+	for {
+		select {
+		case <-c.w.deleting:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		began := time.Now()
+		code, err := c.runOnce(ctx)
+		if errors.Is(err, errUnknownImage) {
+			return // waits with ErrImagePull until the pod goes
+		}
+		select {
+		case <-c.w.deleting:
+			return
+		default:
+		}
+		policy := c.w.snapshot().Spec.RestartPolicy
+		if c.init && policy == corev1.RestartPolicyAlways {
+			policy = corev1.RestartPolicyOnFailure
+		}
+		if policy == corev1.RestartPolicyNever || (policy == corev1.RestartPolicyOnFailure && code == 0 && err == nil) {
+			return
+		}
+		if time.Since(began) > backoffReset {
+			backoff = backoffMin
+		}
+		c.set(func() {
+			c.restarts++
+			msg := fmt.Sprintf("back-off %s restarting failed container %s", backoff, c.spec.Name)
+			if err != nil {
+				msg = err.Error()
+			}
+			c.lastState = c.state
+			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: msg}}
+		})
+		select {
+		case <-c.w.deleting:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+// runOnce starts the container's process and waits for it to end; it
+// returns the exit code, or an error if it could not start.
+func (c *container) runOnce(ctx context.Context) (int, error) {
+	w := c.w
+	pod := w.snapshot()
+	key := ImageKey(c.spec.Image)
+	bin, ok := w.s.images[key]
+	if ok {
+		if _, err := os.Stat(bin); err != nil {
+			ok = false
+		}
+	}
+	if !ok {
+		c.set(func() {
+			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+				Message: fmt.Sprintf("image %q (key %q) is not in the image table of test/cluster (ImageTable: %s), or its binary is missing",
+					c.spec.Image, key, imageTableString(w.s.images))}}
+		})
+		return 0, errUnknownImage
+	}
+	spec, err := w.initSpec(ctx, pod, c.spec, bin)
+	if err != nil {
+		c.set(func() {
+			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
+		})
+		return 1, err
+	}
+	specPath := filepath.Join(w.dir, c.spec.Name+".json")
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(specPath, b, 0o600); err != nil {
+		return 1, err
+	}
+	logPath := PodLogPath(w.s.opts.StateDir, pod.Namespace, pod.Name, string(pod.UID), c.spec.Name)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return 1, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 1, err
+	}
+	defer logf.Close()
+	cg, err := os.Open(w.cgroup)
+	if err != nil {
+		return 1, err
+	}
+	defer cg.Close()
+	cmd := exec.Command(w.s.opts.Self, "pod-init", specPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// New mount and UTS namespaces from clone (unshare(CLONE_NEWNS) fails in
+	// a multi-threaded Go process); the helper enters the pod's netns.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS,
+		Setpgid: true, UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := cmd.Start(); err != nil {
+		c.set(func() {
+			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: err.Error()}}
+		})
+		return 1, err
+	}
+	exited := make(chan struct{})
+	c.set(func() {
+		c.proc, c.exited = cmd.Process, exited
+		c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+		c.started = c.spec.StartupProbe == nil
+		c.ready = c.spec.ReadinessProbe == nil && c.started
+	})
+	pctx, cancel := context.WithCancel(ctx)
+	if !c.init {
+		go c.probe(pctx)
+	}
+	_ = cmd.Wait() // the exit status is in ProcessState
+	cancel()
+	close(exited)
+	code := cmd.ProcessState.ExitCode()
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	c.set(func() {
+		started := c.state.Running
+		t := &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason, FinishedAt: metav1.Now(),
+			ContainerID: fmt.Sprintf("sockscale-cluster://%d", cmd.Process.Pid)}
+		if started != nil {
+			t.StartedAt = started.StartedAt
+		}
+		c.state = corev1.ContainerState{Terminated: t}
+		c.ready, c.started, c.proc = false, false, nil
+	})
+	return code, nil
+}
+
+// terminate sends SIGTERM to the container's process group, then SIGKILL
+// after grace.
+func (c *container) terminate(grace time.Duration) {
+	c.mu.Lock()
+	p, exited := c.proc, c.exited
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		<-exited
+	}
+}
+
+// kill ends the process for a restart (failed liveness or startup probe).
+func (c *container) kill() {
+	grace := int64(30)
+	if g := c.w.snapshot().Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	c.terminate(time.Duration(grace) * time.Second)
+}
+
+func imageTableString(t map[string]string) string {
+	var parts []string
+	for _, k := range []string{"sockscale-agent", "sockscale-controller", "sockscale-activator", "autoscale"} {
+		if v, ok := t[k]; ok {
+			parts = append(parts, k+" -> "+v)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// PodLogPath is where a container's stdout and stderr go (appended across
+// restarts): <state-dir>/logs/pods/<namespace>_<name>_<uid>/<container>.log.
+func PodLogPath(stateDir, namespace, name, uid, container string) string {
+	return filepath.Join(stateDir, "logs", "pods", fmt.Sprintf("%s_%s_%s", namespace, name, uid), container+".log")
+}

@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestImageKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"ghcr.io/sockscale/sockscale-agent:v0.1.0": "sockscale-agent",
+		"sockscale-controller":                     "sockscale-controller",
+		"localhost:5000/autoscale@sha256:abcd":     "autoscale",
+		"registry:5000/a/b/sockscale-activator:x":  "sockscale-activator",
+	} {
+		if got := ImageKey(in); got != want {
+			t.Errorf("ImageKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestContainerCaps(t *testing.T) {
+	sc := func(add, drop []corev1.Capability) *corev1.SecurityContext {
+		return &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: add, Drop: drop}}
+	}
+	tests := []struct {
+		name string
+		sc   *corev1.SecurityContext
+		want []int
+	}{
+		{"default", nil, []int{0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31}},
+		{"drop all add bpf", sc([]corev1.Capability{"BPF", "CAP_NET_ADMIN", "PERFMON"}, []corev1.Capability{"ALL"}), []int{12, 38, 39}},
+		{"drop one", sc(nil, []corev1.Capability{"NET_RAW", "KILL", "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "SETGID", "SETUID", "SETFCAP", "SETPCAP", "SYS_CHROOT", "AUDIT_WRITE"}), []int{10}},
+	}
+	for _, tt := range tests {
+		got, err := containerCaps(tt.sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: caps (-want +got):\n%s", tt.name, diff)
+		}
+	}
+	all, err := containerCaps(&corev1.SecurityContext{Privileged: ptr.To(true)})
+	if err != nil || len(all) != lastCap()+1 {
+		t.Errorf("privileged: %d caps, %v; want %d", len(all), err, lastCap()+1)
+	}
+	if _, err := containerCaps(sc([]corev1.Capability{"FLY"}, nil)); err == nil {
+		t.Error("unknown capability: no error")
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "1", "NODE": "node-a"}
+	for in, want := range map[string]string{
+		"--node=$(NODE)": "--node=node-a",
+		"$(A)$(B)":       "1$(B)",
+		"$$(A)":          "$(A)",
+		"plain $":        "plain $",
+	} {
+		if got := expand(in, vars); got != want {
+			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestNodeNames(t *testing.T) {
+	for i := 0; i < 3; i++ {
+		if got := NodeIndex(NodeName(i)); got != i {
+			t.Errorf("NodeIndex(NodeName(%d)) = %d", i, got)
+		}
+	}
+	if NodeCIDR(1).String() != "10.244.2.0/24" || NodeIP(1).String() != "10.244.2.1" {
+		t.Errorf("node 1: %s %s", NodeCIDR(1), NodeIP(1))
+	}
+}
+
+func TestHostPathTranslation(t *testing.T) {
+	state := t.TempDir()
+	w := &podWorker{s: &sim{cgroupRoot: "/sys/fs/cgroup/unified", opts: SimOptions{StateDir: state}}, node: &simNode{name: "node-b", index: 1}}
+	node := "/sys/fs/cgroup/unified/sockscale-cluster/node-b"
+	typ := func(t corev1.HostPathType) *corev1.HostPathType { return &t }
+	tests := []struct {
+		path    string
+		typ     *corev1.HostPathType
+		want    string
+		wantErr bool
+	}{
+		{path: "/sys/fs/cgroup/unified", want: node},
+		{path: "/sys/fs/cgroup/unified/", want: node},
+		{path: "/sys/fs/cgroup", want: node},
+		{path: "/sys/fs/cgroup/kubepods", want: node + "/kubepods"},
+		{path: "/proc", want: "/proc"},
+		{path: "/var/lib/no-such-e2e-dir", typ: typ(corev1.HostPathDirectoryOrCreate), want: state + "/nodes/node-b/root/var/lib/no-such-e2e-dir"},
+		{path: "/var/lib/no-such-e2e-file", typ: typ(corev1.HostPathFileOrCreate), want: state + "/nodes/node-b/root/var/lib/no-such-e2e-file"},
+		{path: "/var/lib/no-such-e2e-dir2", typ: typ(corev1.HostPathDirectory), wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := w.hostPath(&corev1.HostPathVolumeSource{Path: tt.path, Type: tt.typ})
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("hostPath(%s) = %q, %v; want %q (error: %v)", tt.path, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

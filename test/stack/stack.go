@@ -1,0 +1,263 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// Namespace is where the chart is installed.
+const Namespace = "sockscale-system"
+
+// AppImage is the autoscale test app's image (the node simulator runs
+// bin/autoscale for it).
+const AppImage = "ghcr.io/sockscale/autoscale:0.1.0"
+
+// Stack is sockscale on a cluster.
+type Stack struct {
+	Kubeconfig string
+	// Helm is the helm binary (the pinned build: $HELM).
+	Helm   string
+	Client client.Client
+	// ServiceCIDR is the cluster's service range: a public Service's
+	// ClusterIP must be in it before any traffic is sent there.
+	ServiceCIDR netip.Prefix
+}
+
+// New connects to the cluster of kubeconfig.
+func New(cfg *rest.Config, kubeconfig, helm string, serviceCIDR netip.Prefix) (*Stack, error) {
+	scheme := kruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	if helm == "" {
+		return nil, errors.New("no helm binary: set HELM (make helm builds the pinned one)")
+	}
+	return &Stack{Kubeconfig: kubeconfig, Helm: helm, Client: c, ServiceCIDR: serviceCIDR}, nil
+}
+
+// ChartDir is charts/sockscale, found from this file's place in the module.
+func ChartDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "sockscale")
+}
+
+// Install installs (or upgrades) the chart with helm and waits until its
+// workloads are ready. sets are extra --set key=value pairs.
+func (s *Stack) Install(ctx context.Context, sets ...string) error {
+	args := []string{"upgrade", "--install", "sockscale", ChartDir(), "--namespace", Namespace, "--create-namespace",
+		"--kubeconfig", s.Kubeconfig, "--wait", "--timeout", "4m"}
+	for _, set := range sets {
+		args = append(args, "--set", set)
+	}
+	cmd := exec.CommandContext(ctx, s.Helm, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// App is one autoscaled test app: a Deployment of the autoscale image, its
+// public Service (no selector: sockscale writes its endpoints) and its
+// PodAutoscaler, all named Name.
+type App struct {
+	Namespace, Name string
+	// Spec adjusts the PodAutoscaler's spec.
+	Spec func(*v1alpha1.PodAutoscalerSpec)
+}
+
+// Deploy creates the app's namespace (if missing), Deployment, Service and
+// PodAutoscaler.
+func (s *Stack) Deploy(ctx context.Context, app App) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: app.Namespace}}
+	if err := s.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	labels := map[string]string{"app": app.Name}
+	one := int32(1)
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr(int64(10)),
+					Containers: []corev1.Container{{
+						Name: "app", Image: AppImage,
+						Args:  []string{"--port=8080", "--shutdown-delay=1s"},
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
+			},
+		},
+	}
+	public := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	pa := &v1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: app.Name},
+			Service:        v1alpha1.ServiceRef{Name: app.Name, Port: 80},
+		},
+	}
+	if app.Spec != nil {
+		app.Spec(&pa.Spec)
+	}
+	for _, o := range []client.Object{deploy, public, pa} {
+		if err := s.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// PublicURL is http://<ClusterIP>:80/ of the app's public Service, once it
+// has a ClusterIP inside the cluster's service range (so traffic to it
+// stays on this machine).
+func (s *Stack) PublicURL(ctx context.Context, ns, name string) (string, error) {
+	var svc corev1.Service
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+		return "", err
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || !s.ServiceCIDR.Contains(ip) {
+		return "", fmt.Errorf("service %s/%s: ClusterIP %q is not in the cluster's service range %s", ns, name, svc.Spec.ClusterIP, s.ServiceCIDR)
+	}
+	return fmt.Sprintf("http://%s/", netip.AddrPortFrom(ip, uint16(svc.Spec.Ports[0].Port))), nil
+}
+
+// PA reads a PodAutoscaler.
+func (s *Stack) PA(ctx context.Context, ns, name string) (*v1alpha1.PodAutoscaler, error) {
+	var pa v1alpha1.PodAutoscaler
+	return &pa, s.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pa)
+}
+
+// Deployment reads the app's Deployment.
+func (s *Stack) Deployment(ctx context.Context, ns, name string) (*appsv1.Deployment, error) {
+	var d appsv1.Deployment
+	return &d, s.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d)
+}
+
+// PodSeries is one pod's series on its node's agent.
+type PodSeries struct {
+	Namespace, Pod, Workload string
+	// Values by metric name (without labels other than the pod's).
+	Values map[string]float64
+}
+
+// AgentMetrics scrapes every agent's /metrics and returns the per-pod
+// series by "namespace/pod".
+func (s *Stack) AgentMetrics(ctx context.Context) (map[string]*PodSeries, error) {
+	var pods corev1.PodList
+	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+		return nil, err
+	}
+	if len(pods.Items) == 0 {
+		return nil, errors.New("no agent pods")
+	}
+	out := make(map[string]*PodSeries)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" {
+			return nil, fmt.Errorf("agent %s has no IP yet", p.Name)
+		}
+		resp, err := hc.Get("http://" + netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), 9090).String() + "/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("scrape agent %s: %w", p.Name, err)
+		}
+		var buf bytes.Buffer
+		_, err = buf.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(&buf)
+		if err != nil {
+			return nil, fmt.Errorf("parse agent %s metrics: %w", p.Name, err)
+		}
+		for name, f := range families {
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["pod"] == "" {
+					continue
+				}
+				key := labels["namespace"] + "/" + labels["pod"]
+				ps := out[key]
+				if ps == nil {
+					ps = &PodSeries{Namespace: labels["namespace"], Pod: labels["pod"], Workload: labels["workload"], Values: map[string]float64{}}
+					out[key] = ps
+				}
+				switch {
+				case m.Counter != nil:
+					ps.Values[name] = m.GetCounter().GetValue()
+				case m.Gauge != nil:
+					ps.Values[name] += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// AgentIP is the address of one ready agent (for a user to curl).
+func (s *Stack) AgentIP(ctx context.Context) (string, error) {
+	var pods corev1.PodList
+	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+		return "", err
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" {
+			return p.Status.PodIP, nil
+		}
+	}
+	return "", errors.New("no agent pod has an IP")
+}
+
+// HelmFromEnv is $HELM, the pinned helm the Makefile builds and exports.
+func HelmFromEnv() string { return os.Getenv("HELM") }
+
+func ptr[T any](v T) *T { return &v }

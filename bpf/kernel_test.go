@@ -24,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testpod.Main()         // returns unless this process is a test pod's server
+	testpod.Main()        // returns unless this process is a test pod's server
 	capabilityProbeMain() // returns unless this process is a capability probe
 	os.Exit(m.Run())
 }

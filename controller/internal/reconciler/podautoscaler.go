@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -63,6 +64,10 @@ type PodAutoscaler struct {
 	pokes chan event.GenericEvent
 }
 
+// errSKSNotOwned: a ServerlessService of the PodAutoscaler's name belongs
+// to someone else.
+var errSKSNotOwned = errors.New("refusing to take it over")
+
 // Prober tells whether requests to a public Service reach an activator.
 type Prober interface {
 	ActivatorInPath(ctx context.Context, namespace, service string) (bool, error)
@@ -114,89 +119,127 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
 		return ctrl.Result{}, r.writeStatus(ctx, &pa, status)
 	}
+	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
+	if errors.Is(err, errSKSNotOwned) {
+		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionFalse, ReasonNotOwned, err.Error())
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.writeStatus(ctx, &pa, status)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.apply(ctx, key, &pa, deploy, settings, o); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, time.Since(started).Seconds())
+	fillStatus(status, pa.Generation, settings, o)
+	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, status)
+}
+
+// outcome is one tick: the decision, the count it leads to, and what the
+// target's ServerlessService reports.
+type outcome struct {
+	dec         decider.Decision
+	values      collector.Values
+	current     int32 // the Deployment's replicas before this tick
+	want        int32 // after bounds and the scale-to-zero rules
+	ready       int32
+	initialized bool
+	zero        zeroOutcome
+	sks         *v1alpha1.ServerlessService
+}
+
+// decide runs the target's decider on the collector's windows, bounds the
+// result, writes the wanted mode to the ServerlessService and applies the
+// scale-to-zero rules.
+func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, settings config.Settings, now time.Time, status *v1alpha1.PodAutoscalerStatus) (outcome, error) {
 	// The collector keys targets by their Deployment, as agents report pods.
 	tkey := collector.Key{Namespace: pa.Namespace, Name: deploy.Name}
 	if err := r.Collector.Watch(tkey, settings); err != nil {
-		return ctrl.Result{}, err
+		return outcome{}, err
 	}
-	ready := deploy.Status.ReadyReplicas
-	d := r.decider(key, tkey, settings, ready, now)
-	values, err := r.Collector.Values(tkey, now)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	dec := d.Decide(now, decider.Inputs{ReadyPods: ready, Stable: values.Stable, Panic: values.Panic, HasData: values.HasData, Reachable: true})
-
-	current := int32(1)
+	o := outcome{ready: deploy.Status.ReadyReplicas, current: 1}
 	if deploy.Spec.Replicas != nil {
-		current = *deploy.Spec.Replicas
+		o.current = *deploy.Spec.Replicas
 	}
-	initialized := meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || ready >= settings.InitialScale
-	want := bounded(dec, settings, current, initialized)
+	d := r.decider(key, tkey, settings, o.ready, now)
+	var err error
+	if o.values, err = r.Collector.Values(tkey, now); err != nil {
+		return outcome{}, err
+	}
+	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: true})
+	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
+	want := bounded(o.dec, settings, o.current, o.initialized)
 	// The mode follows the decision (KPA.md: Serve iff pods are wanted and
 	// their burst capacity is covered); the zero rules below may still hold
 	// the last pod while the activator takes over.
-	mode, _ := endpoints.Wanted(want, dec.ExcessBurstCapacity)
-	sks, err := r.ensureSKS(ctx, &pa, deploy, mode, dec.Activators)
-	if err != nil {
-		return ctrl.Result{}, err
+	mode, _ := endpoints.Wanted(want, o.dec.ExcessBurstCapacity)
+	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, o.dec.Activators); err != nil {
+		return outcome{}, err
 	}
-	zero := r.state(key).zero.apply(zeroInputs{
-		now: now, want: want, current: current, ready: ready, mode: sks.Status.Mode, s: settings,
+	o.zero = r.state(key).zero.apply(zeroInputs{
+		now: now, want: want, current: o.current, ready: o.ready, mode: o.sks.Status.Mode, s: settings,
 		progressDeadline: progressDeadline(deploy),
 		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service.Name) },
 	})
-	want = zero.pods
-	if want != current {
-		if err := r.scale(ctx, deploy, want); err != nil {
-			return ctrl.Result{}, err
-		}
-		log.FromContext(ctx).Info("scaled", "target", deploy.Name, "from", current, "to", want,
-			"stable", values.Stable, "panic", values.Panic, "panicking", dec.Panicking, "reason", zero.reason)
-		r.event(&pa, corev1.EventTypeNormal, "Scaled", "Scale", "scaled Deployment %s from %d to %d pods (stable %s %.3f, panic %.3f; %s)",
-			deploy.Name, current, want, settings.Metric, values.Stable, values.Panic, zero.reason)
-	}
-	if dec.Valid && dec.Panicking != pa.Status.Panicking {
-		if dec.Panicking {
-			r.event(&pa, corev1.EventTypeWarning, "Panicking", "Decide", "panic mode: the %s over the panic window (%.3f) wants %d pods, at least %.0f%% of the %d ready",
-				settings.Metric, values.Panic, dec.DesiredScale, settings.PanicThreshold*100, ready)
-		} else {
-			r.event(&pa, corev1.EventTypeNormal, "Unpanicked", "Decide", "left panic mode: no burst for a stable window (%s)", settings.StableWindow)
-		}
-	}
-	if dec.Valid {
-		r.state(key).lastDesired = want
-	}
+	o.want = o.zero.pods
+	return o, nil
+}
 
-	r.Metrics.record(pa.Namespace, pa.Name, want, values.Stable, values.Panic, dec.ExcessBurstCapacity, dec.Panicking, time.Since(started).Seconds())
-	status.DesiredScale = ptr(want)
-	status.ActualScale = ptr(ready)
-	status.StableValue = strconv.FormatFloat(values.Stable, 'f', 3, 64)
-	status.PanicValue = strconv.FormatFloat(values.Panic, 'f', 3, 64)
-	status.Panicking = dec.Panicking
-	if dec.Valid {
-		status.ExcessBurstCapacity = ptr(dec.ExcessBurstCapacity)
+// apply scales the target through /scale when the count changed, and
+// announces scaling and panic transitions as Events.
+func (r *PodAutoscaler) apply(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, s config.Settings, o outcome) error {
+	if o.want != o.current {
+		if err := r.scale(ctx, deploy, o.want); err != nil {
+			return err
+		}
+		log.FromContext(ctx).Info("scaled", "target", deploy.Name, "from", o.current, "to", o.want,
+			"stable", o.values.Stable, "panic", o.values.Panic, "panicking", o.dec.Panicking, "reason", o.zero.reason)
+		r.event(pa, corev1.EventTypeNormal, "Scaled", "Scale", "scaled Deployment %s from %d to %d pods (stable %s %.3f, panic %.3f; %s)",
+			deploy.Name, o.current, o.want, s.Metric, o.values.Stable, o.values.Panic, o.zero.reason)
 	}
-	status.Mode, status.Activators = sks.Status.Mode, sks.Status.Activators
-	activeStatus := metav1.ConditionFalse
-	if zero.active {
-		activeStatus = metav1.ConditionTrue
+	if o.dec.Valid && o.dec.Panicking != pa.Status.Panicking {
+		if o.dec.Panicking {
+			r.event(pa, corev1.EventTypeWarning, "Panicking", "Decide", "panic mode: the %s over the panic window (%.3f) wants %d pods, at least %.0f%% of the %d ready",
+				s.Metric, o.values.Panic, o.dec.DesiredScale, s.PanicThreshold*100, o.ready)
+		} else {
+			r.event(pa, corev1.EventTypeNormal, "Unpanicked", "Decide", "left panic mode: no burst for a stable window (%s)", s.StableWindow)
+		}
 	}
-	setCondition(status, pa.Generation, ConditionActive, activeStatus, zero.reason, zero.message)
-	if initialized {
-		setCondition(status, pa.Generation, ConditionInitialized, metav1.ConditionTrue, "Initialized", fmt.Sprintf("the target reached its initial scale of %d", settings.InitialScale))
+	if o.dec.Valid {
+		r.state(key).lastDesired = o.want
+	}
+	return nil
+}
+
+// fillStatus writes a tick's outcome into the PodAutoscaler's status.
+func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome) {
+	status.DesiredScale = ptr(o.want)
+	status.ActualScale = ptr(o.ready)
+	status.StableValue = strconv.FormatFloat(o.values.Stable, 'f', 3, 64)
+	status.PanicValue = strconv.FormatFloat(o.values.Panic, 'f', 3, 64)
+	status.Panicking = o.dec.Panicking
+	if o.dec.Valid {
+		status.ExcessBurstCapacity = ptr(o.dec.ExcessBurstCapacity)
+	}
+	status.Mode, status.Activators = o.sks.Status.Mode, o.sks.Status.Activators
+	active := metav1.ConditionFalse
+	if o.zero.active {
+		active = metav1.ConditionTrue
+	}
+	setCondition(status, gen, ConditionActive, active, o.zero.reason, o.zero.message)
+	if o.initialized {
+		setCondition(status, gen, ConditionInitialized, metav1.ConditionTrue, "Initialized", fmt.Sprintf("the target reached its initial scale of %d", s.InitialScale))
 	} else {
-		setCondition(status, pa.Generation, ConditionInitialized, metav1.ConditionFalse, "Initializing", fmt.Sprintf("%d of the initial %d pods are ready", ready, settings.InitialScale))
+		setCondition(status, gen, ConditionInitialized, metav1.ConditionFalse, "Initializing", fmt.Sprintf("%d of the initial %d pods are ready", o.ready, s.InitialScale))
 	}
 	switch {
-	case !values.HasData:
-		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionTrue, "NoData", "no stats have arrived for the target yet; keeping its scale")
-	case ready < want:
-		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", ready, want))
+	case !o.values.HasData:
+		setCondition(status, gen, ConditionReady, metav1.ConditionTrue, "NoData", "no stats have arrived for the target yet; keeping its scale")
+	case o.ready < o.want:
+		setCondition(status, gen, ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
 	default:
-		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %.3f", want, settings.Metric, values.Stable))
+		setCondition(status, gen, ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %.3f", o.want, s.Metric, o.values.Stable))
 	}
-	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, status)
 }
 
 // target returns the Deployment to scale, or why there is none.
@@ -316,7 +359,7 @@ func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscale
 	case err != nil:
 		return nil, err
 	case !metav1.IsControlledBy(sks, pa):
-		return nil, fmt.Errorf("ServerlessService %s exists and is not owned by PodAutoscaler %s", sks.Name, pa.Name)
+		return nil, fmt.Errorf("ServerlessService %q exists and is not controlled by PodAutoscaler %q (delete it so sockscale can make its own): %w", sks.Name, pa.Name, errSKSNotOwned)
 	case equality.Semantic.DeepEqual(sks.Spec, spec):
 		return sks, nil
 	}

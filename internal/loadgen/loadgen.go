@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -116,6 +117,9 @@ func do(client *http.Client, url string, header http.Header) (Span, time.Duratio
 	if err == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if err == nil && resp.StatusCode >= 400 {
+			err = fmt.Errorf("GET %s: %s", url, resp.Status) // an answer, but a failed request
+		}
 	}
 	span.End = time.Now()
 	return span, span.End.Sub(t0), err

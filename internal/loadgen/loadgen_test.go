@@ -36,3 +36,15 @@ func TestClosedLoopCountsAndSpans(t *testing.T) {
 		t.Errorf("median latency %v below the handler's 20ms", p)
 	}
 }
+
+// An error status is an answer but a failed request.
+func TestErrorStatusIsAFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	res := Run(Options{URLs: []string{srv.URL}, Concurrency: 2, KeepAlive: true}, 100*time.Millisecond)
+	if res.Completed != 0 || res.Failed == 0 {
+		t.Errorf("completed %d failed %d, want every 503 failed", res.Completed, res.Failed)
+	}
+}

@@ -114,10 +114,12 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(10)),
+					TerminationGracePeriodSeconds: ptr(int64(30)),
 					Containers: []corev1.Container{{
 						Name: "app", Image: AppImage,
-						Args:  []string{"--port=8080", "--shutdown-delay=1s"},
+						// After SIGTERM the app keeps serving (not ready) for 5 s
+						// while the endpoint removal reaches kube-proxy, then drains.
+						Args:  []string{"--port=8080", "--shutdown-delay=5s"},
 						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 						ReadinessProbe: &corev1.Probe{

@@ -94,6 +94,8 @@ DEMO_FLAGS ?=
 demo: deps cluster-binaries build $(HELM) ## The README's first command (root): a local cluster, the chart, a load ramp with a live table, out/demo.png.
 	$(GO) run ./test/demo --bin-dir $(BIN_DIR) --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR) --out out/demo.png $(DEMO_FLAGS)
 
+##@ Benchmarks
+
 BENCH_FLAGS ?=
 
 .PHONY: bench

@@ -160,8 +160,11 @@ func (s *sim) podChanged(ctx context.Context, p *corev1.Pod) {
 	s.mu.Lock()
 	w := s.workers[p.UID]
 	if w == nil {
-		if p.DeletionTimestamp != nil && len(p.Status.ContainerStatuses) == 0 && p.Status.Phase == "" {
-			// Deleted before it ever ran: nothing to stop.
+		if p.DeletionTimestamp != nil {
+			// Deleted before it ever ran, or its worker already stopped
+			// its processes and left (a late update of the terminating
+			// object): nothing to start or stop, as a kubelet never starts
+			// a terminating pod. The object just goes.
 			s.mu.Unlock()
 			_ = s.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			return

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sockscale/sockscale/internal/cgroup2"
 	"github.com/sockscale/sockscale/internal/testenv"
 )
 
@@ -58,7 +59,7 @@ func TestKernelCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatalf("setpriv (util-linux) is needed to run a process with fewer capabilities: %v", err)
 	}
-	cg2, err := testenv.Cgroup2Root()
+	cg2, err := cgroup2.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

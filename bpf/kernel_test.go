@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sockscale/sockscale/internal/cgroup2"
 	"github.com/sockscale/sockscale/internal/loadgen"
 	"github.com/sockscale/sockscale/internal/testenv"
 	"github.com/sockscale/sockscale/internal/testpod"
@@ -42,7 +43,7 @@ var nextSubnet atomic.Uint32
 func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
-	cg2, err := testenv.Cgroup2Root()
+	cg2, err := cgroup2.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

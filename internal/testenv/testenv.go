@@ -1,11 +1,8 @@
 package testenv
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -22,30 +19,6 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root (BPF, network namespaces, cgroups); CI=true forbids skipping it")
 	}
 	t.Skip("needs root (BPF, network namespaces, cgroups)")
-}
-
-// Cgroup2Root returns where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup
-// on most nodes, /sys/fs/cgroup/unified on hybrid layouts.
-func Cgroup2Root() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", fmt.Errorf("read mounts: %w", err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		// ... mount-point ... - fstype source options
-		fields := strings.Fields(s.Text())
-		for i, f := range fields {
-			if f == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
-				return fields[4], nil
-			}
-		}
-	}
-	if err := s.Err(); err != nil {
-		return "", fmt.Errorf("read mounts: %w", err)
-	}
-	return "", errors.New("no cgroup2 file system is mounted")
 }
 
 // EnsureBPFFS mounts a bpffs at dir unless one is there.

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/cgroup2"
 	"github.com/sockscale/sockscale/internal/loadgen"
-	"github.com/sockscale/sockscale/internal/testenv"
 	"github.com/sockscale/sockscale/internal/testpod"
 )
 
@@ -70,7 +70,7 @@ type bench struct {
 }
 
 func newBench() (*bench, error) {
-	cg2, err := testenv.Cgroup2Root()
+	cg2, err := cgroup2.Root()
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -22,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sockscale/sockscale/internal/cgroup2"
 )
 
 // Cluster is a running local cluster.
@@ -89,7 +90,7 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func newCluster(opts Options) (*Cluster, error) {
-	root, err := Cgroup2Root()
+	root, err := cgroup2.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,7 @@ func Down(opts Options) error {
 	if err := opts.defaults(); err != nil {
 		return err
 	}
-	root, err := Cgroup2Root()
+	root, err := cgroup2.Root()
 	if err != nil {
 		return err
 	}
@@ -612,26 +613,6 @@ func selfBinary(stateDir string) (string, error) {
 		return "", fmt.Errorf("build sockscale-cluster: %w: %s", err, b)
 	}
 	return out, nil
-}
-
-// Cgroup2Root returns where the cgroup v2 hierarchy is mounted:
-// /sys/fs/cgroup on most hosts, /sys/fs/cgroup/unified on hybrid layouts.
-func Cgroup2Root() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
-				return fields[4], nil
-			}
-		}
-	}
-	return "", errors.New("no cgroup v2 mount in /proc/self/mountinfo")
 }
 
 // removeCreatedPaths removes the mount points pod-init had to create on the

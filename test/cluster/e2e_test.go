@@ -108,6 +108,23 @@ func startCluster(t *testing.T) *Cluster {
 	return e2eCluster
 }
 
+// deleteAndWaitGone deletes a pod gracefully and waits until the node
+// simulator has stopped it and the object is gone.
+func deleteAndWaitGone(t *testing.T, c *Cluster, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Client.CoreV1().Pods(e2eNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "pod gone", func() error {
+		_, err := c.Client.CoreV1().Pods(e2eNS).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %w", err)
+	})
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	if err := poll(context.Background(), timeout, f); err != nil {
@@ -383,18 +400,8 @@ func TestE2ECapabilities(t *testing.T) {
 
 func TestE2EGracefulDelete(t *testing.T) {
 	c := startCluster(t)
-	ctx := context.Background()
 	p := createReadyPod(t, c, echoPod("graceful", nil))
-	if err := c.Client.CoreV1().Pods(e2eNS).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "pod gone", func() error {
-		_, err := c.Client.CoreV1().Pods(e2eNS).Get(ctx, p.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there: %w", err)
-	})
+	deleteAndWaitGone(t, c, p.Name)
 	logPath := PodLogPath(c.StateDir(), e2eNS, p.Name, string(p.UID), "echo")
 	b, err := os.ReadFile(logPath)
 	if err != nil || !strings.Contains(string(b), "received SIGTERM") {
@@ -573,7 +580,6 @@ func TestE2EKubectlLogs(t *testing.T) {
 
 func TestE2EStartupProbeAndSIGKILL(t *testing.T) {
 	c := startCluster(t)
-	ctx := context.Background()
 	p := echoPod("stubborn", nil)
 	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
 	ctr := &p.Spec.Containers[0]
@@ -587,16 +593,7 @@ func TestE2EStartupProbeAndSIGKILL(t *testing.T) {
 		t.Errorf("ready but not started: %+v", cs)
 	}
 	start := time.Now()
-	if err := c.Client.CoreV1().Pods(e2eNS).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "pod gone", func() error {
-		_, err := c.Client.CoreV1().Pods(e2eNS).Get(ctx, p.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there: %w", err)
-	})
+	deleteAndWaitGone(t, c, p.Name)
 	// It ignored SIGTERM: the grace period passed, then SIGKILL.
 	if d := time.Since(start); d < 2*time.Second {
 		t.Errorf("gone after %s, before its 2 s grace period", d)

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+
+	"github.com/sockscale/sockscale/internal/cgroup2"
 )
 
 // The node simulator is one long-running process (`sockscale-cluster
@@ -76,7 +78,7 @@ func Simulate(ctx context.Context, opts SimOptions) error {
 	if err != nil {
 		return err
 	}
-	root, err := Cgroup2Root()
+	root, err := cgroup2.Root()
 	if err != nil {
 		return err
 	}

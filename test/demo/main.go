@@ -108,7 +108,7 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 	say("deploying %s/%s: the autoscale app, its public Service and a PodAutoscaler (target 10 per pod at 70%%, min 1, max 10)", appNS, appName)
 	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: appName, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
 		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(10.0), ptr(int32(1)), ptr(int32(10)), ptr(0.0)
-	}}); err != nil && !strings.Contains(err.Error(), "already exists") {
+	}}); err != nil { // Up started a fresh cluster: nothing of the app exists yet
 		return err
 	}
 	url, err := waitReady(ctx, s)

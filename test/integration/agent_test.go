@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/internal/cgroup2"
 	"github.com/sockscale/sockscale/internal/loadgen"
 	"github.com/sockscale/sockscale/internal/testenv"
 	"github.com/sockscale/sockscale/internal/testpod"
@@ -47,7 +48,7 @@ func TestKernelAgentEndToEnd(t *testing.T) {
 	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
 		t.Fatal(err)
 	}
-	cg2, err := testenv.Cgroup2Root()
+	cg2, err := cgroup2.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sockscale/sockscale/internal/cgroup2"
 	"github.com/sockscale/sockscale/internal/testenv"
 )
 
@@ -14,7 +15,7 @@ func TestCheckCgroupRoot(t *testing.T) {
 	if err := CheckCgroupRoot("/proc"); err == nil || !strings.Contains(err.Error(), "is not a cgroup v2 file system") {
 		t.Errorf("/proc: err = %v", err)
 	}
-	root, err := testenv.Cgroup2Root()
+	root, err := cgroup2.Root()
 	if err != nil {
 		t.Skipf("no cgroup2 here: %v", err)
 	}

@@ -1,0 +1,33 @@
+package cgroup2
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Root returns where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on
+// most nodes, /sys/fs/cgroup/unified on hybrid (v1 + v2) layouts.
+func Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// ... mount-point ... - fstype source options
+		fields := strings.Fields(s.Text())
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	return "", errors.New("no cgroup2 file system is mounted")
+}

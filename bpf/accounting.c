@@ -82,12 +82,11 @@ static __always_inline void count_event(__u32 ev)
 		*n += 1;
 }
 
-// pod_of returns the pod's counters if the pod that owned the connection
-// still owns the address, else NULL (the pod is gone or its IP was reused).
-static __always_inline struct pod_stats *pod_of(const struct conn_key *key, const struct conn *c)
+// owner returns p, the counters of the pod that has the connection's address
+// now, if that pod also accepted the connection; else NULL (the pod is gone
+// or its IP was reused).
+static __always_inline struct pod_stats *owner(struct pod_stats *p, const struct conn *c)
 {
-	struct pod_stats *p = bpf_map_lookup_elem(&pods, &key->pod_ip);
-
 	if (!p || p->id != c->pod_id)
 		return NULL;
 	return p;
@@ -127,7 +126,7 @@ static __always_inline void request_completed(struct pod_stats *p, int proxied, 
 
 // start_request moves the connection from idle to busy (or to probe, which
 // is not load) and counts it. Returns 1 if this call started it.
-static __always_inline int start_request(const struct conn_key *key, struct conn *c, __u32 kind, __u64 now)
+static __always_inline int start_request(struct pod_stats *pod, struct conn *c, __u32 kind, __u64 now)
 {
 	struct pod_stats *p;
 
@@ -138,7 +137,7 @@ static __always_inline int start_request(const struct conn_key *key, struct conn
 	// Safe to write after the switch: no response can be parsed before this
 	// program returns and lets the request bytes reach the socket.
 	c->req_start_ns = now;
-	p = pod_of(key, c);
+	p = owner(pod, c);
 	if (!p)
 		return 1;
 	if (kind == REQ_PROBE) {
@@ -151,7 +150,7 @@ static __always_inline int start_request(const struct conn_key *key, struct conn
 
 // end_request moves a busy or probing connection back to idle and counts a
 // completed request. Returns 1 if a counted request ended.
-static __always_inline int end_request(const struct conn_key *key, struct conn *c, __u64 now)
+static __always_inline int end_request(struct pod_stats *pod, struct conn *c, __u64 now)
 {
 	struct pod_stats *p;
 
@@ -159,7 +158,7 @@ static __always_inline int end_request(const struct conn_key *key, struct conn *
 		return 0;
 	if (__sync_val_compare_and_swap(&c->req, REQ_BUSY, REQ_IDLE) != REQ_BUSY)
 		return 0;
-	p = pod_of(key, c);
+	p = owner(pod, c);
 	if (p)
 		request_completed(p, c->proxied, c->req_start_ns, now);
 	return 1;
@@ -167,13 +166,13 @@ static __always_inline int end_request(const struct conn_key *key, struct conn *
 
 // go_opaque switches a connection to connection-level accounting: from now
 // until it closes it is one request in flight, whatever its bytes are.
-static __always_inline void go_opaque(const struct conn_key *key, struct conn *c, __u64 now)
+static __always_inline void go_opaque(struct pod_stats *pod, struct conn *c, __u64 now)
 {
 	struct pod_stats *p;
 
 	if (__sync_val_compare_and_swap(&c->opaque, 0, 1) != 0)
 		return;
-	p = pod_of(key, c);
+	p = owner(pod, c);
 	if (p) {
 		__sync_fetch_and_add(&p->opaque_in_flight, 1);
 		__sync_fetch_and_add(&p->opaque_total, 1);
@@ -182,7 +181,7 @@ static __always_inline void go_opaque(const struct conn_key *key, struct conn *c
 	// a request; a busy one already is.
 	if (c->req == REQ_PROBE)
 		__sync_val_compare_and_swap(&c->req, REQ_PROBE, REQ_IDLE);
-	start_request(key, c, REQ_BUSY, now);
+	start_request(pod, c, REQ_BUSY, now);
 }
 
 /* ---- sock_ops: connection lifecycle ---- */
@@ -261,8 +260,8 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 st
 		return;
 	if (__sync_val_compare_and_swap(&c->closed, 0, 1) == 0) {
 		now = bpf_ktime_get_ns();
-		end_request(&key, c, now);
-		p = pod_of(&key, c);
+		p = owner(bpf_map_lookup_elem(&pods, &key.pod_ip), c);
+		end_request(p, c, now);
 		if (p) {
 			__sync_fetch_and_add(&p->conns_in_flight, -1);
 			if (c->opaque)
@@ -309,25 +308,120 @@ static __always_inline void token_reset(__u8 *pos, __u32 *hash)
 	*hash = FNV_OFFSET;
 }
 
-/* ---- request side: classify the bytes that start a request ---- */
-
 // What the parse loops need besides the connection's own fields.
 struct parse_ctx {
-	__u8 buf[SCAN_WINDOW]; // the window of packet bytes being parsed
+	// The window of packet bytes being parsed. Aligned so that whole words
+	// can be read from it: the verifier refuses unaligned stack loads.
+	__u8 buf[SCAN_WINDOW] __attribute__((aligned(8)));
 	struct __sk_buff *skb; // the packet, for the window loads
 	struct conn *c;        // parser state and scratch (see struct conn)
 };
 
+// load_window copies the packet bytes [off, min(end, off + SCAN_WINDOW))
+// into buf. Returns how many (at least 1), or 0 if there are none or the
+// load failed. The bytes of buf beyond that count are stale.
+static __always_inline __u32 load_window(struct parse_ctx *s, __u32 off, __u32 end)
+{
+	__u32 n = end - off;
+
+	// The bounds let the verifier check the variable-size load; off < end
+	// is the caller's loop condition, so n == 0 only on a wrapped value.
+	if (n > SCAN_WINDOW)
+		n = SCAN_WINDOW;
+	if (n < 1)
+		return 0;
+	if (bpf_skb_load_bytes(s->skb, off, s->buf, n))
+		return 0;
+	return n;
+}
+
+// word reads the eight bytes of buf at i*8 as a little-endian integer.
+static __always_inline __u64 word(const __u8 *buf, int i)
+{
+	return *(const __u64 *)(buf + i * 8);
+}
+
+// TOKEN8 is the word of an 8-byte string literal, as word() reads it. Shorter
+// tokens are padded with \0 and compared under PREFIX_MASK.
+#define TOKEN8(s)                                                                                                   \
+	((__u64)(s)[0] | (__u64)(s)[1] << 8 | (__u64)(s)[2] << 16 | (__u64)(s)[3] << 24 | (__u64)(s)[4] << 32 |   \
+	 (__u64)(s)[5] << 40 | (__u64)(s)[6] << 48 | (__u64)(s)[7] << 56)
+#define PREFIX_MASK(n) ((n) >= 8 ? ~0ULL : (1ULL << (8 * (n))) - 1) // the first n bytes of a word
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+// lower8 lowercases the ASCII letters among eight bytes at once: a byte gets
+// 0x20 added where it is ASCII, >= 'A' and <= 'Z' (sums of its low seven bits
+// carry into its top bit, never into the next byte).
+static __always_inline __u64 lower8(__u64 x)
+{
+	__u64 low7 = x & ~HIGHS;
+	__u64 ge_a = low7 + 0x3f * ONES;  // top bit set where byte >= 0x41 'A'
+	__u64 gt_z = low7 + 0x25 * ONES;  // top bit set where byte >= 0x5b, past 'Z'
+	__u64 upper = ge_a & ~gt_z & ~x & HIGHS;
+
+	return x | (upper >> 2);
+}
+
+// find_either returns the index of the first byte of buf[start, n) that is
+// a or b, or -1; eight bytes at a time, so a header line we do not care about
+// costs a few instructions per word instead of a parse step per byte.
+static __always_inline int find_either(const __u8 *buf, __u32 start, __u32 n, __u8 a, __u8 b)
+{
+#pragma unroll
+	for (int w = 0; w < SCAN_WINDOW / 8; w++) {
+		__u64 x = word(buf, w), xa, xb, t;
+
+		if (start >= (__u32)(w + 1) * 8)
+			continue;
+		if (n <= (__u32)w * 8)
+			return -1; // the rest of buf is stale
+		xa = x ^ (a * ONES); // a byte equal to a becomes zero
+		xb = x ^ (b * ONES);
+		// Bytes before start become 0xff: neither zero nor a borrow that
+		// could flag the bytes above them.
+		if (start > (__u32)w * 8) {
+			__u64 before = ~(~0ULL << ((start - w * 8) * 8));
+
+			xa |= before;
+			xb |= before;
+		}
+		// The lowest byte flagged in either is the first match: above a
+		// zero byte the subtraction's borrow may flag more, never below.
+		t = ((xa - ONES) & ~xa & HIGHS) | ((xb - ONES) & ~xb & HIGHS);
+		if (!t)
+			continue;
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			if (t & (0x80ULL << (8 * k))) {
+				if ((__u32)(w * 8 + k) >= n)
+					return -1; // a stale byte
+				return w * 8 + k;
+			}
+		}
+	}
+	return -1;
+}
+
+static __always_inline int find_lf(const __u8 *buf, __u32 start, __u32 n)
+{
+	return find_either(buf, start, n, '\n', '\n');
+}
+
+/* ---- request side: classify the bytes that start a request ---- */
+
 // scan_byte advances the request classifier by one byte. Returns 1 to stop
-// bpf_loop once the verdict is known.
+// bpf_loop once the verdict is known, or where the caller can go faster
+// (the rest of a line to skip, the start of a line).
 static long scan_byte(__u64 i, void *data)
 {
 	struct parse_ctx *s = data;
 	struct conn *c = s->c;
 	__u8 ch;
 
-	// Byte i of the loop is byte skip+i of buf: the first skip bytes of a
-	// tail window were scanned in the previous one (see scan_window).
+	// Byte i of the loop is byte skip+i of buf: the caller already
+	// classified the first skip bytes (see scan_window).
 	i += c->rx_skip;
 	// The verifier needs i bounded to index buf; bpf_loop never passes more.
 	if (i >= SCAN_WINDOW)
@@ -353,10 +447,12 @@ static long scan_byte(__u64 i, void *data)
 		}
 		c->head = c->rx_pos == 4 && c->rx_hash == HASH_HEAD;
 		c->rx_state = RQ_SKIP_LINE;
-		return 1; // the caller skips the rest of the line word by word
+		return 1;
 	case RQ_SKIP_LINE:
-		if (ch == '\n')
+		if (ch == '\n') {
 			c->rx_state = RQ_LINE_START;
+			return 1;
+		}
 		return 0;
 	case RQ_LINE_START:
 		if (ch == '\r' || ch == '\n') {
@@ -373,11 +469,11 @@ static long scan_byte(__u64 i, void *data)
 				return 0;
 			}
 			c->rx_state = RQ_SKIP_LINE;
-			return 1; // the caller skips the rest of the line word by word
+			return 1;
 		}
 		if (ch == '\n') {
 			c->rx_state = RQ_LINE_START;
-			return 0;
+			return 1;
 		}
 		token_add(&c->rx_pos, &c->rx_hash, lower(ch));
 		return 0;
@@ -406,34 +502,65 @@ static long scan_byte(__u64 i, void *data)
 	return 1;
 }
 
-// find_lf returns the index of the first '\n' in buf at or after start, or
-// -1: eight bytes at a time, so a header line we do not care about costs a
-// few instructions per word instead of a parse step per byte.
-static __always_inline int find_lf(const __u8 *buf, __u32 start)
+// scan_line_fast classifies the start of the line at buf[0] the way
+// scan_byte would, without a parse step per byte: common methods and the
+// User-Agent header and value are compared eight bytes at a time, and any
+// other header name is skipped up to its colon. n bytes of buf are fresh.
+// Returns the bytes consumed, or 0 to leave the line to scan_byte.
+static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 {
-#pragma unroll
-	for (int w = 0; w < SCAN_WINDOW / 8; w++) {
-		__u64 x, t;
+	struct conn *c = s->c;
+	__u64 w0, w1, w2, w3, value0, value1;
+	int q;
 
-		if (start >= (__u32)(w + 1) * 8)
-			continue;
-		__builtin_memcpy(&x, buf + w * 8, 8);
-		x ^= 0x0a0a0a0a0a0a0a0aULL; // a '\n' becomes a zero byte
-		// Bytes before start become 0xff: neither zero nor a borrow that
-		// could flag the bytes above them.
-		if (start > (__u32)w * 8)
-			x |= ~(~0ULL << ((start - w * 8) * 8));
-		// The lowest byte flagged here is the first zero byte (higher flags
-		// may be borrows, so only the lowest one is used).
-		t = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
-		if (!t)
-			continue;
-#pragma unroll
-		for (int k = 0; k < 8; k++)
-			if (t & (0x80ULL << (8 * k)))
-				return w * 8 + k;
+	if (n < 32)
+		return 0; // fewer bytes than the words compared: scan_byte parses them
+	w0 = word(s->buf, 0);
+	if (c->rx_state == RQ_METHOD) {
+		// The method's token is what scan_byte leaves; nothing reads it
+		// after the method.
+		if ((w0 & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w0 & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0")) {
+			c->rx_state = RQ_SKIP_LINE;
+			return 4;
+		}
+		if ((w0 & PREFIX_MASK(5)) == TOKEN8("POST \0\0") || (w0 & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0")) {
+			c->head = (w0 & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0");
+			c->rx_state = RQ_SKIP_LINE;
+			return 5;
+		}
+		return 0;
 	}
-	return -1;
+	// RQ_LINE_START
+	if ((__u8)w0 == '\r' || (__u8)w0 == '\n')
+		return 0;
+	w1 = word(s->buf, 1);
+	if (lower8(w0) == TOKEN8("user-age") && (lower8(w1) & PREFIX_MASK(3)) == TOKEN8("nt:\0\0\0\0")) {
+		c->rx_state = RQ_UA_SPACE;
+		// "User-Agent: v..." with one space: the value's first 16 bytes,
+		// buf[12, 28), decide it (scan_byte's RQ_UA_VALUE rules).
+		if ((__u8)(w1 >> 24) != ' ')
+			return 11;
+		w2 = word(s->buf, 2);
+		w3 = word(s->buf, 3);
+		value0 = w1 >> 32 | w2 << 32;
+		value1 = w2 >> 32 | w3 << 32;
+		if ((__u8)value0 == ' ' || (__u8)value0 == '\t')
+			return 11; // more spaces: scan_byte skips them
+		if ((value0 == TOKEN8("kube-pro") && (value1 & PREFIX_MASK(3)) == TOKEN8("be/\0\0\0\0")) ||
+		    (value0 == TOKEN8("sockscal") && value1 == TOKEN8("e-probe/")))
+			c->rx_verdict = VERDICT_PROBE;
+		else
+			c->rx_state = RQ_DONE; // short or long, another agent is load
+		return 28;
+	}
+	q = find_either(s->buf, 0, n, ':', '\n');
+	if (q < 0)
+		return 0; // a name longer than the window
+	// A name that is not User-Agent: skip its line; or a line without a
+	// colon, which scan_byte ends at its '\n' too.
+	c->rx_state = s->buf[q & (SCAN_WINDOW - 1)] == ':' ? RQ_SKIP_LINE : RQ_LINE_START;
+	token_reset(&c->rx_pos, &c->rx_hash);
+	return q + 1;
 }
 
 // scan_window loads the next window of request bytes and classifies them.
@@ -443,59 +570,47 @@ static long scan_window(__u64 i, void *data)
 {
 	struct parse_ctx *s = data;
 	struct conn *c = s->c;
-	__u32 off = c->rx_off, lo, skip;
+	__u32 off = c->rx_off, n, k = 0;
 	int lf;
 
 	if (off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
 		return 1;
-	// Loads have a constant size: a tail shorter than a window is read as
-	// the packet's last SCAN_WINDOW bytes, skipping those already scanned.
-	// (A size computed from off would make the verifier track every off.)
-	lo = off;
-	if (c->rx_end - off < SCAN_WINDOW)
-		lo = c->rx_end - SCAN_WINDOW;
-	if (bpf_skb_load_bytes(s->skb, lo, s->buf, SCAN_WINDOW))
+	n = load_window(s, off, c->rx_end);
+	if (!n)
 		return 1;
-	skip = off - lo;
-	c->rx_used = SCAN_WINDOW;
-	if (c->rx_state == RQ_SKIP_LINE) {
-		lf = find_lf(s->buf, skip);
+	// A window starts at the parse position, so a line that starts it can
+	// be classified in words; such a line ends the window when it is done.
+	if ((c->rx_state == RQ_METHOD && c->rx_pos == 0) || c->rx_state == RQ_LINE_START) {
+		k = scan_line_fast(s, n);
+		if (c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
+			return 1;
+		if (k && c->rx_state == RQ_LINE_START)
+			goto next;
+	}
+	if (c->rx_state != RQ_SKIP_LINE && k < n) {
+		c->rx_skip = k;
+		c->rx_used = n;
+		bpf_loop(n - k, scan_byte, s, 0);
+		k = c->rx_used;
+	}
+	if (c->rx_state == RQ_SKIP_LINE && k < n) {
+		lf = find_lf(s->buf, k, n);
 		if (lf >= 0) {
 			c->rx_state = RQ_LINE_START;
-			skip = lf + 1;
+			k = lf + 1;
 		} else {
-			skip = SCAN_WINDOW;
+			k = n;
 		}
 	}
-	if (skip < SCAN_WINDOW) {
-		c->rx_skip = skip;
-		bpf_loop(SCAN_WINDOW - skip, scan_byte, s, 0);
-	}
-	off = lo + c->rx_used;
+next:
+	off += k;
 	if (off > MAX_SEGMENT)
 		return 1;
 	c->rx_off = off;
 	return 0;
 }
 
-// scan_short_byte classifies byte i of a packet too short for one window
-// load, loading it on its own.
-static long scan_short_byte(__u64 i, void *data)
-{
-	struct parse_ctx *s = data;
-	struct conn *c = s->c;
-
-	if (c->rx_off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
-		return 1;
-	if (bpf_skb_load_bytes(s->skb, c->rx_off, s->buf, 1))
-		return 1;
-	c->rx_skip = 0;
-	c->rx_off++;
-	scan_byte(0, s);
-	return 0; // the checks above end the loop
-}
-
-// classify_request takes up to SCAN_STEPS steps over the bytes [off, end)
+// classify_request takes up to SCAN_STEPS windows over the bytes [off, end)
 // that start a request: HTTP/1.x or not, a probe or load, HEAD or not. Bytes
 // beyond this segment are not looked at; an undecided scan is load.
 static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
@@ -510,16 +625,11 @@ static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn 
 	c->rx_verdict = VERDICT_REQUEST;
 	c->head = 0;
 	token_reset(&c->rx_pos, &c->rx_hash);
-	// bpf_skb_load_bytes of a whole window fails on a packet shorter than
-	// one; such a request is tiny and scanned byte by byte.
-	if (end < SCAN_WINDOW)
-		bpf_loop(SCAN_WINDOW, scan_short_byte, &s, 0);
-	else
-		bpf_loop(SCAN_STEPS, scan_window, &s, 0);
+	bpf_loop(SCAN_STEPS, scan_window, &s, 0);
 	return c->rx_verdict;
 }
 
-static __always_inline void on_request_bytes(struct __sk_buff *skb, const struct conn_key *key, struct conn *c,
+static __always_inline void on_request_bytes(struct __sk_buff *skb, struct pod_stats *pod, struct conn *c,
 					     __u32 off, __u32 end)
 {
 	__u8 verdict;
@@ -535,10 +645,10 @@ static __always_inline void on_request_bytes(struct __sk_buff *skb, const struct
 	c->seen = 1;
 	now = bpf_ktime_get_ns();
 	if (verdict == VERDICT_OPAQUE) {
-		go_opaque(key, c, now);
+		go_opaque(pod, c, now);
 		return;
 	}
-	start_request(key, c, verdict == VERDICT_PROBE ? REQ_PROBE : REQ_BUSY, now);
+	start_request(pod, c, verdict == VERDICT_PROBE ? REQ_PROBE : REQ_BUSY, now);
 }
 
 /* ---- response side: find where each response ends ---- */
@@ -629,7 +739,9 @@ static __always_inline void te_token_end(struct conn *c)
 }
 
 // response_byte advances the response parser by one byte. Returns 1 to stop
-// bpf_loop: on an error, or before body bytes that the caller skips by count.
+// bpf_loop: on an error, before body bytes that the caller skips by count,
+// or where the caller can go faster (the rest of a line to skip, the start
+// of a header line).
 static long response_byte(__u64 i, void *data)
 {
 	struct parse_ctx *r = data;
@@ -637,8 +749,8 @@ static long response_byte(__u64 i, void *data)
 	__u8 ch;
 	int v;
 
-	// Byte i of the loop is byte skip+i of buf: the first skip bytes of a
-	// tail window were parsed in the previous one (see response_step).
+	// Byte i of the loop is byte skip+i of buf: the caller already parsed
+	// the first skip bytes (see response_step).
 	i += c->tx_skip;
 	// The verifier needs i bounded to index buf; bpf_loop never passes more.
 	if (i >= SCAN_WINDOW)
@@ -672,13 +784,15 @@ static long response_byte(__u64 i, void *data)
 			goto bad;
 		if (ch == '\n') {
 			c->state = RS_LINE_START;
-			return 0;
+			return 1;
 		}
 		c->state = RS_SKIP_LINE;
 		return 1; // the caller skips the reason phrase word by word
 	case RS_SKIP_LINE:
-		if (ch == '\n')
+		if (ch == '\n') {
 			c->state = RS_LINE_START;
+			return 1;
+		}
 		return 0;
 	case RS_LINE_START:
 		if (ch == '\r') {
@@ -721,7 +835,7 @@ static long response_byte(__u64 i, void *data)
 			return 0;
 		if (ch == '\n' && c->pos > 0) {
 			c->state = RS_LINE_START;
-			return 0;
+			return 1;
 		}
 		goto bad;
 	case RS_TE_VALUE:
@@ -730,7 +844,7 @@ static long response_byte(__u64 i, void *data)
 		if (ch == '\n') {
 			te_token_end(c);
 			c->state = RS_LINE_START;
-			return 0;
+			return 1;
 		}
 		if (ch == ',' || ch == ' ' || ch == '\t' || ch == '\r') {
 			te_token_end(c);
@@ -823,73 +937,120 @@ static __always_inline int skip_body(struct conn *c)
 	return 0;
 }
 
+// response_line_fast parses the start of the line at buf[0] the way
+// response_byte would, without a parse step per byte: a status line of
+// HTTP/1.1 or 1.0, the Content-Length and Transfer-Encoding names are
+// compared eight bytes at a time, and any other header name is skipped up to
+// its colon. n bytes of buf are fresh. Returns the bytes consumed, or 0 to
+// leave the line to response_byte.
+static __always_inline __u32 response_line_fast(struct parse_ctx *r, __u32 n)
+{
+	struct conn *c = r->c;
+	__u64 w0, w1, w2;
+	__u8 d0, d1, d2;
+	int q;
+
+	if (n < 24)
+		return 0; // fewer bytes than the words compared: response_byte parses them
+	w0 = word(r->buf, 0);
+	w1 = word(r->buf, 1);
+	if (c->state == RS_STATUS) {
+		// "HTTP/1.x ddd" then '\n' or the reason phrase.
+		if ((w0 != TOKEN8("HTTP/1.1") && w0 != TOKEN8("HTTP/1.0")) || (__u8)w1 != ' ')
+			return 0;
+		d0 = (__u8)(w1 >> 8) - '0';
+		d1 = (__u8)(w1 >> 16) - '0';
+		d2 = (__u8)(w1 >> 24) - '0';
+		if (d0 > 9 || d1 > 9 || d2 > 9)
+			return 0; // response_byte finds it bad
+		// The token state response_byte leaves after three digits.
+		token_reset(&c->pos, &c->hash);
+		c->pos = 3;
+		c->status = d0 * 100 + d1 * 10 + d2;
+		c->state = (__u8)(w1 >> 32) == '\n' ? RS_LINE_START : RS_SKIP_LINE;
+		return 13;
+	}
+	// RS_LINE_START
+	if ((__u8)w0 == '\r' || (__u8)w0 == '\n')
+		return 0; // the end of the headers
+	if (lower8(w0) == TOKEN8("content-") && (lower8(w1) & PREFIX_MASK(7)) == TOKEN8("length:\0")) {
+		c->state = RS_CL_VALUE;
+		c->hflags |= HF_LENGTH;
+		c->length = 0;
+		token_reset(&c->pos, &c->hash);
+		return 15;
+	}
+	w2 = word(r->buf, 2);
+	if (lower8(w0) == TOKEN8("transfer") && lower8(w1) == TOKEN8("-encodin") &&
+	    (lower8(w2) & PREFIX_MASK(2)) == TOKEN8("g:\0\0\0\0\0\0")) {
+		c->state = RS_TE_VALUE;
+		token_reset(&c->pos, &c->hash);
+		return 18;
+	}
+	q = find_either(r->buf, 0, n, ':', '\n');
+	if (q < 0)
+		return 0; // a name longer than the window
+	// q < SCAN_WINDOW; the mask says so to the verifier.
+	if (r->buf[q & (SCAN_WINDOW - 1)] == '\n') {
+		c->tx_err = PARSE_ERROR; // a header line without a colon
+		return 0;
+	}
+	c->state = RS_SKIP_LINE;
+	token_reset(&c->pos, &c->hash);
+	return q + 1;
+}
+
 // response_step takes one step over the response bytes: skips body bytes by
-// count, or loads the next window and parses it byte by byte. It runs under
+// count, or loads the window that starts at the parse position and parses
+// it: the line that starts it in words where it can, then byte by byte, and
+// lines it does not care about by searching for their end. It runs under
 // bpf_loop, so the verifier checks it once rather than once per step;
 // returns 1 when the segment is done or the parse failed.
 static long response_step(__u64 i, void *data)
 {
 	struct parse_ctx *r = data;
 	struct conn *c = r->c;
-	__u32 off, lo, skip;
+	__u32 off = c->tx_off, n, k = 0;
 	int lf;
 
-	if (c->tx_off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
+	if (off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
 		return 1;
 	if (c->state == RS_BODY || c->state == RS_CHUNK_DATA)
 		return skip_body(c);
-	off = c->tx_off;
-	// Constant-size loads, as in scan_window.
-	lo = off;
-	if (c->tx_end - off < SCAN_WINDOW)
-		lo = c->tx_end - SCAN_WINDOW;
-	if (bpf_skb_load_bytes(r->skb, lo, r->buf, SCAN_WINDOW)) {
+	n = load_window(r, off, c->tx_end);
+	if (!n) {
 		c->tx_err = PARSE_ERROR;
 		return 1;
 	}
-	skip = off - lo;
-	c->tx_used = SCAN_WINDOW;
-	if (c->state == RS_SKIP_LINE || c->state == RS_TRAILER_SKIP) {
-		lf = find_lf(r->buf, skip);
+	if ((c->state == RS_STATUS && c->pos == 0) || c->state == RS_LINE_START) {
+		k = response_line_fast(r, n);
+		if (c->tx_err)
+			return 1;
+		if (k && c->state == RS_LINE_START)
+			goto next; // a new line: it starts the next window
+	}
+	if (c->state != RS_SKIP_LINE && c->state != RS_TRAILER_SKIP && k < n) {
+		c->tx_skip = k;
+		c->tx_used = n;
+		bpf_loop(n - k, response_byte, r, 0);
+		k = c->tx_used;
+	}
+	if ((c->state == RS_SKIP_LINE || c->state == RS_TRAILER_SKIP) && k < n) {
+		lf = find_lf(r->buf, k, n);
 		if (lf >= 0) {
 			c->state = c->state == RS_SKIP_LINE ? RS_LINE_START : RS_TRAILER_START;
-			skip = lf + 1;
+			k = lf + 1;
 		} else {
-			skip = SCAN_WINDOW;
+			k = n;
 		}
 	}
-	if (skip < SCAN_WINDOW) {
-		c->tx_skip = skip;
-		bpf_loop(SCAN_WINDOW - skip, response_byte, r, 0);
-	}
-	off = lo + c->tx_used;
+next:
+	off += k;
 	if (off > MAX_SEGMENT) {
 		c->tx_err = PARSE_LIMIT;
 		return 1;
 	}
 	c->tx_off = off;
-	return 0;
-}
-
-// response_short_step parses byte by byte a packet too short for one
-// window load.
-static long response_short_step(__u64 i, void *data)
-{
-	struct parse_ctx *r = data;
-	struct conn *c = r->c;
-
-	if (c->tx_off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
-		return 1;
-	if (c->state == RS_BODY || c->state == RS_CHUNK_DATA)
-		return skip_body(c);
-	if (bpf_skb_load_bytes(r->skb, c->tx_off, r->buf, 1)) {
-		c->tx_err = PARSE_ERROR;
-		return 1;
-	}
-	c->tx_skip = 0;
-	c->tx_used = 1;
-	response_byte(0, r);
-	c->tx_off += c->tx_used;
 	return 0;
 }
 
@@ -909,10 +1070,7 @@ static __always_inline int parse_response(struct __sk_buff *skb, struct conn *c,
 	c->tx_done = 0;
 	if (end > MAX_SEGMENT)
 		return PARSE_LIMIT;
-	if (end < SCAN_WINDOW)
-		bpf_loop(SCAN_WINDOW, response_short_step, &r, 0);
-	else
-		bpf_loop(MAX_WINDOWS, response_step, &r, 0);
+	bpf_loop(MAX_WINDOWS, response_step, &r, 0);
 	if (c->tx_err)
 		return c->tx_err;
 	if (c->tx_off < c->tx_end && c->state != RS_UNTIL_CLOSE)
@@ -920,7 +1078,7 @@ static __always_inline int parse_response(struct __sk_buff *skb, struct conn *c,
 	return 0;
 }
 
-static __always_inline void on_response_bytes(struct __sk_buff *skb, const struct conn_key *key, struct conn *c,
+static __always_inline void on_response_bytes(struct __sk_buff *skb, struct pod_stats *pod, struct conn *c,
 					      __u32 off, __u32 end)
 {
 	__u64 now;
@@ -930,17 +1088,17 @@ static __always_inline void on_response_bytes(struct __sk_buff *skb, const struc
 		return;
 	now = bpf_ktime_get_ns();
 	if (!c->seen) {
-		go_opaque(key, c, now); // the server spoke first: not HTTP
+		go_opaque(pod, c, now); // the server spoke first: not HTTP
 		return;
 	}
 	err = parse_response(skb, c, off, end);
 	if (err) {
 		count_event(err == PARSE_ERROR ? EV_PARSE_ERROR : EV_PARSE_LIMIT);
-		go_opaque(key, c, now);
+		go_opaque(pod, c, now);
 		return;
 	}
 	if (c->tx_done)
-		end_request(key, c, now);
+		end_request(pod, c, now);
 }
 
 /* ---- cgroup_skb: every TCP segment of every socket below the root ---- */
@@ -971,6 +1129,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	struct tcphdr tcp;
 	struct iphdr ip;
 	__u32 off, len, seq, end, next;
+	struct pod_stats *pod;
 	struct conn *c;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
@@ -981,7 +1140,8 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		return 1;
 	key.pod_ip = ingress ? ip.daddr : ip.saddr;
 	// The one map lookup that traffic of other addresses pays.
-	if (!bpf_map_lookup_elem(&pods, &key.pod_ip))
+	pod = bpf_map_lookup_elem(&pods, &key.pod_ip);
+	if (!pod)
 		return 1;
 	off = ip.ihl * 4;
 	if (load_header(skb, off, &tcp))
@@ -1005,10 +1165,10 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		off += next - seq; // a retransmission with new bytes at its end
 	if (ingress) {
 		c->rx_next = end;
-		on_request_bytes(skb, &key, c, off, skb->len);
+		on_request_bytes(skb, pod, c, off, skb->len);
 	} else {
 		c->tx_next = end;
-		on_response_bytes(skb, &key, c, off, skb->len);
+		on_response_bytes(skb, pod, c, off, skb->len);
 	}
 	return 1;
 }

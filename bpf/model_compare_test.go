@@ -95,10 +95,17 @@ func randomExchange(rng *rand.Rand) exchange {
 	method := []string{"GET", "POST", "HEAD", "DELETE", "OPTIONS"}[rng.IntN(5)]
 	fmt.Fprintf(&req, "%s /path/%d HTTP/1.1\r\nHost: svc.ns.svc.cluster.local\r\n", method, rng.IntN(1000))
 	ex := exchange{}
-	if rng.IntN(8) == 0 {
+	// Agents in the shapes the parsers read in words and byte by byte.
+	switch rng.IntN(8) {
+	case 0:
 		req.WriteString("User-Agent: kube-probe/1.36\r\n")
 		ex.probe = true
-	} else {
+	case 1:
+		req.WriteString([]string{"user-agent:  sockscale-probe/activator\r\n", "USER-AGENT:kube-probe/1\r\n"}[rng.IntN(2)])
+		ex.probe = true
+	case 2:
+		req.WriteString("User-Agent: Go-http-client/1.1\r\n")
+	default:
 		fmt.Fprintf(&req, "User-Agent: load/%d\r\n", rng.IntN(9))
 	}
 	for range rng.IntN(4) {
@@ -126,7 +133,9 @@ func randomExchange(rng *rand.Rand) exchange {
 	case kind == 1:
 		resp.WriteString("HTTP/1.1 304 Not Modified\r\nETag: \"a\"\r\n\r\n")
 	case kind <= 4:
-		resp.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\ntransfer-encoding: gzip, Chunked\r\n\r\n")
+		resp.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n")
+		resp.WriteString([]string{"transfer-encoding: gzip, Chunked\r\n", "Transfer-Encoding: chunked\r\nDate: Sun, 22 Nov 2026 23:02:42 GMT\r\n"}[rng.IntN(2)])
+		resp.WriteString("\r\n")
 		for left := size; left > 0; {
 			n := min(left, 1+rng.IntN(2000))
 			fmt.Fprintf(&resp, "%x", n)

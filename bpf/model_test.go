@@ -1,9 +1,17 @@
 package bpf
 
+import "strings"
+
 // A Go model of the connection state machine of accounting.c, step for step:
-// the same windows, limits and parser states. The fuzz test feeds the same
-// segments to the BPF programs (through BPF_PROG_TEST_RUN) and to this model
-// and compares counters and connection state after every segment.
+// the same windows, limits, parser states and fast paths. The fuzz test feeds
+// the same segments to the BPF programs (through BPF_PROG_TEST_RUN) and to
+// this model and compares counters and connection state after every segment;
+// TestModelFastPathsMatchByteParsing checks that the fast paths, which read
+// whole words, decide what parsing byte by byte decides.
+
+// modelFastPaths switches the model's word-at-a-time fast paths (scan_line_fast
+// and response_line_fast); tests turn it off to get byte-by-byte parsing.
+var modelFastPaths = true
 
 // Limits and constants mirrored from accounting.h.
 const (
@@ -191,56 +199,134 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 // starts at ipTCPHeaderLen; bytes before it are headers the scan skips.
 func classify(payload []byte, off, end int) (verdict int, head bool) {
 	s := scanState{state: rqMethod, hash: fnvOffset}
-	byteAt := func(o int) byte {
-		if o < ipTCPHeaderLen {
-			return 0 // a header byte; never parsed because of skip
-		}
-		return payload[o-ipTCPHeaderLen]
-	}
-	if end < scanWindow {
-		for step := 0; step < scanWindow; step++ {
-			if off >= end || s.state == rqDone || s.verdict != verdictRequest {
-				break
-			}
-			ch := byteAt(off)
-			off++
-			s.scanByte(ch) // the loop's own checks end it, as in scan_short_byte
-		}
-		return int(s.verdict), s.head
-	}
 	for step := 0; step < scanSteps; step++ {
 		if off >= end || s.state == rqDone || s.verdict != verdictRequest {
 			break
 		}
-		lo := off
-		if end-off < scanWindow {
-			lo = end - scanWindow
-		}
-		var buf [scanWindow]byte
-		for i := range buf {
-			buf[i] = byteAt(lo + i)
-		}
-		skip, used := off-lo, scanWindow
-		if s.state == rqSkipLine {
-			if lf := findLF(buf[:], skip); lf >= 0 {
-				s.state = rqLineStart
-				skip = lf + 1
-			} else {
-				skip = scanWindow
+		buf := window(payload, off, end)
+		n, k := len(buf), 0
+		if (s.state == rqMethod && s.pos == 0) || s.state == rqLineStart {
+			if modelFastPaths {
+				k = s.lineFast(buf)
 			}
-		}
-		for i := skip; i < scanWindow; i++ {
-			used = i + 1
-			if s.scanByte(buf[i]) {
+			if s.state == rqDone || s.verdict != verdictRequest {
 				break
 			}
+			if k > 0 && s.state == rqLineStart {
+				off += k
+				if off > maxSegment {
+					break
+				}
+				continue
+			}
 		}
-		off = lo + used
+		if s.state != rqSkipLine && k < n {
+			used := n
+			for i := k; i < n; i++ {
+				used = i + 1
+				if s.scanByte(buf[i]) {
+					break
+				}
+			}
+			k = used
+		}
+		if s.state == rqSkipLine && k < n {
+			if lf := findLF(buf, k); lf >= 0 {
+				s.state = rqLineStart
+				k = lf + 1
+			} else {
+				k = n
+			}
+		}
+		off += k
 		if off > maxSegment {
 			break
 		}
 	}
 	return int(s.verdict), s.head
+}
+
+// window mirrors load_window: the payload bytes [off, min(end, off+scanWindow))
+// of a packet whose payload starts at ipTCPHeaderLen.
+func window(payload []byte, off, end int) []byte {
+	n := min(end-off, scanWindow)
+	buf := make([]byte, n)
+	for i := range buf {
+		if off+i >= ipTCPHeaderLen { // header bytes are never parsed: off starts past them
+			buf[i] = payload[off+i-ipTCPHeaderLen]
+		}
+	}
+	return buf
+}
+
+// lowerEqual reports whether b starts with token, ASCII letters compared
+// without case (as lower8 compares).
+func lowerEqual(b []byte, token string) bool {
+	if len(b) < len(token) {
+		return false
+	}
+	for i := range len(token) {
+		if lower(b[i]) != token[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// firstColonOrLF mirrors find_either(buf, 0, n, ':', '\n').
+func firstColonOrLF(buf []byte) int {
+	for i, ch := range buf {
+		if ch == ':' || ch == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+// lineFast mirrors scan_line_fast; it returns the bytes consumed.
+func (s *scanState) lineFast(buf []byte) int {
+	if len(buf) < 32 {
+		return 0
+	}
+	str := string(buf)
+	if s.state == rqMethod {
+		switch {
+		case strings.HasPrefix(str, "GET "), strings.HasPrefix(str, "PUT "):
+			s.state = rqSkipLine
+			return 4
+		case strings.HasPrefix(str, "POST "), strings.HasPrefix(str, "HEAD "):
+			s.head = strings.HasPrefix(str, "HEAD ")
+			s.state = rqSkipLine
+			return 5
+		}
+		return 0
+	}
+	if buf[0] == '\r' || buf[0] == '\n' {
+		return 0
+	}
+	if lowerEqual(buf, "user-agent:") {
+		s.state = rqUASpace
+		if buf[11] != ' ' || buf[12] == ' ' || buf[12] == '\t' {
+			return 11
+		}
+		if strings.HasPrefix(str[12:], "kube-probe/") || strings.HasPrefix(str[12:], "sockscale-probe/") {
+			s.verdict = verdictProbe
+		} else {
+			s.state = rqDone
+		}
+		return 28
+	}
+	q := firstColonOrLF(buf)
+	if q < 0 {
+		return 0
+	}
+	if buf[q] == ':' {
+		s.state = rqSkipLine
+	} else {
+		s.state = rqLineStart
+	}
+	s.pos, s.hash = 0, fnvOffset
+	return q + 1
 }
 
 type scanState struct {
@@ -271,6 +357,7 @@ func (s *scanState) scanByte(ch byte) bool {
 	case rqSkipLine:
 		if ch == '\n' {
 			s.state = rqLineStart
+			return true
 		}
 		return false
 	case rqLineStart, rqName:
@@ -292,7 +379,7 @@ func (s *scanState) scanByte(ch byte) bool {
 		}
 		if ch == '\n' {
 			s.state = rqLineStart
-			return false
+			return true
 		}
 		fnvAdd(&s.pos, &s.hash, lower(ch))
 		return false
@@ -363,75 +450,58 @@ type respCtx struct {
 // parse mirrors parse_response.
 func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 	r := respCtx{off: off, end: end}
-	byteAt := func(o int) byte {
-		if o < ipTCPHeaderLen {
-			return 0
-		}
-		return payload[o-ipTCPHeaderLen]
-	}
 	if end > maxSegment {
 		return 0, parseLimt
 	}
-	if end < scanWindow {
-		for step := 0; step < scanWindow; step++ {
-			if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
-				break
-			}
-			if c.state == rsBody || c.state == rsChunkData {
-				if c.skipBody(&r) {
-					break
-				}
-				continue
-			}
-			r.used = 1
-			c.responseByte(&r, 0, byteAt(r.off))
-			r.off += r.used
+	for step := 0; step < maxWindows; step++ {
+		if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
+			break
 		}
-	} else {
-		for step := 0; step < maxWindows; step++ {
-			if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
+		if c.state == rsBody || c.state == rsChunkData {
+			if c.skipBody(&r) {
 				break
 			}
-			if c.state == rsBody || c.state == rsChunkData {
-				if c.skipBody(&r) {
-					break
-				}
-				continue
+			continue
+		}
+		buf := window(payload, r.off, r.end)
+		n, k := len(buf), 0
+		fresh := false
+		if (c.state == rsStatus && c.pos == 0) || c.state == rsLineStart {
+			if modelFastPaths {
+				k = c.lineFast(&r, buf)
 			}
-			lo := r.off
-			if r.end-r.off < scanWindow {
-				lo = r.end - scanWindow
+			if r.err != 0 {
+				break
 			}
-			var buf [scanWindow]byte
-			for i := range buf {
-				buf[i] = byteAt(lo + i)
-			}
-			skip := r.off - lo
-			r.used = scanWindow
-			if c.state == rsSkipLine || c.state == rsTrailerSkip {
-				if lf := findLF(buf[:], skip); lf >= 0 {
-					if c.state == rsSkipLine {
-						c.state = rsLineStart
-					} else {
-						c.state = rsTrailerStart
-					}
-					skip = lf + 1
-				} else {
-					skip = scanWindow
-				}
-			}
-			for i := skip; i < scanWindow; i++ {
+			fresh = k > 0 && c.state == rsLineStart
+		}
+		skipping := func() bool { return c.state == rsSkipLine || c.state == rsTrailerSkip }
+		if !fresh && !skipping() && k < n {
+			r.used = n
+			for i := k; i < n; i++ {
 				if c.responseByte(&r, i, buf[i]) {
 					break
 				}
 			}
-			off := lo + r.used
-			if off > maxSegment {
-				r.err = parseLimt
-				break
-			}
-			r.off = off
+			k = r.used
 		}
+		if !fresh && skipping() && k < n {
+			if lf := findLF(buf, k); lf >= 0 {
+				if c.state == rsSkipLine {
+					c.state = rsLineStart
+				} else {
+					c.state = rsTrailerStart
+				}
+				k = lf + 1
+			} else {
+				k = n
+			}
+		}
+		if r.off+k > maxSegment {
+			r.err = parseLimt
+			break
+		}
+		r.off += k
 	}
 	if r.err != 0 {
 		return r.done, r.err
@@ -440,6 +510,58 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 		return r.done, parseLimt
 	}
 	return r.done, 0
+}
+
+// lineFast mirrors response_line_fast; it returns the bytes consumed.
+func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
+	if len(buf) < 24 {
+		return 0
+	}
+	str := string(buf)
+	if c.state == rsStatus {
+		if !strings.HasPrefix(str, "HTTP/1.1 ") && !strings.HasPrefix(str, "HTTP/1.0 ") {
+			return 0
+		}
+		for _, d := range buf[9:12] {
+			if d < '0' || d > '9' {
+				return 0
+			}
+		}
+		c.pos, c.hash = 3, fnvOffset
+		c.status = uint16(buf[9]-'0')*100 + uint16(buf[10]-'0')*10 + uint16(buf[11]-'0')
+		if buf[12] == '\n' {
+			c.state = rsLineStart
+		} else {
+			c.state = rsSkipLine
+		}
+		return 13
+	}
+	if buf[0] == '\r' || buf[0] == '\n' {
+		return 0
+	}
+	if lowerEqual(buf, "content-length:") {
+		c.state = rsCLValue
+		c.hflags |= hfLength
+		c.length = 0
+		c.pos, c.hash = 0, fnvOffset
+		return 15
+	}
+	if lowerEqual(buf, "transfer-encoding:") {
+		c.state = rsTEValue
+		c.pos, c.hash = 0, fnvOffset
+		return 18
+	}
+	q := firstColonOrLF(buf)
+	if q < 0 {
+		return 0
+	}
+	if buf[q] == '\n' {
+		r.err = parseError
+		return 0
+	}
+	c.state = rsSkipLine
+	c.pos, c.hash = 0, fnvOffset
+	return q + 1
 }
 
 func (c *modelConn) skipBody(r *respCtx) bool {
@@ -565,13 +687,14 @@ func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
 		}
 		if ch == '\n' {
 			c.state = rsLineStart
-			return false
+			return true
 		}
 		c.state = rsSkipLine
 		return true
 	case rsSkipLine:
 		if ch == '\n' {
 			c.state = rsLineStart
+			return true
 		}
 		return false
 	case rsLineStart, rsName:
@@ -617,14 +740,14 @@ func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
 		}
 		if ch == '\n' && c.pos > 0 {
 			c.state = rsLineStart
-			return false
+			return true
 		}
 		return bad()
 	case rsTEValue:
 		if ch == '\n' {
 			c.teTokenEnd()
 			c.state = rsLineStart
-			return false
+			return true
 		}
 		if ch == ',' || ch == ' ' || ch == '\t' || ch == '\r' {
 			c.teTokenEnd()

@@ -2,7 +2,7 @@
 // machine and prints comparable tables: every ratio is measured side by
 // side in one run, rounds interleaved, because shared machines are noisy.
 //
-//	go run ./test/bench [-duration 4s] [-rounds 2] [-queue-proxy PATH]
+//	go run ./test/bench [-duration 2s] [-rounds 7] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine.
@@ -31,8 +31,10 @@ import (
 
 func main() {
 	testpod.Main() // returns unless this process is a fake pod's server
-	duration := flag.Duration("duration", 4*time.Second, "length of one measurement")
-	rounds := flag.Int("rounds", 2, "interleaved rounds per case (results are averaged)")
+	duration := flag.Duration("duration", 2*time.Second, "length of one data-path measurement")
+	accuracyDuration := flag.Duration("accuracy-duration", 4*time.Second, "length of one accuracy measurement")
+	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
+	rounds := flag.Int("rounds", 7, "rounds per data-path cell, each measuring every mode back to back")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
 	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
 	flag.Parse()
@@ -51,9 +53,9 @@ func main() {
 		case "datapath":
 			err = b.dataPath(*duration, *rounds, *queueProxy)
 		case "accuracy":
-			err = b.accuracy(*duration)
+			err = b.accuracy(*accuracyDuration)
 		case "footprint":
-			err = footprint(b.root, 2*(*duration))
+			err = footprint(b.root, *footprintDuration)
 		default:
 			err = fmt.Errorf("unknown part %q: want datapath, accuracy or footprint", part)
 		}
@@ -130,7 +132,9 @@ func closedLoop(url string, c int, keepAlive bool, d time.Duration, spans bool) 
 	return result{Result: r, cpu: machineBusy() - cpu0}
 }
 
-// machineBusy is the CPU time all CPUs spent not idle, from /proc/stat.
+// machineBusy is the CPU time all CPUs spent running something, from
+// /proc/stat: not idle, not waiting, and not stolen by the hypervisor (on a
+// shared VM steal comes in bursts and is no cost of ours).
 func machineBusy() time.Duration {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -141,7 +145,9 @@ func machineBusy() time.Duration {
 	var busy int64
 	for i, f := range fields {
 		v, _ := strconv.ParseInt(f, 10, 64)
-		if i == 3 || i == 4 { // idle, iowait
+		// user nice system idle iowait irq softirq steal guest guest_nice;
+		// guest time is already in user and nice.
+		if i == 3 || i == 4 || i >= 7 {
 			continue
 		}
 		busy += v
@@ -155,6 +161,12 @@ type mode struct {
 	on   bool // accounting attached
 }
 
+// dataPath compares the same pod and load with the accounting off, on, and
+// through queue-proxy. This machine's speed drifts by several percent over
+// seconds (shared vCPUs), so every round measures each mode back to back
+// (in a rotating order) and a ratio is taken within the round; the table
+// shows the median of those per-round ratios and their range, not a ratio
+// of totals that one slow second could skew.
 func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	direct := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
 	modes := []mode{{"off", direct, false}, {"on", direct, true}}
@@ -165,58 +177,89 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 		modes = append(modes, mode{"queue-proxy", "http://" + b.pod.Addr(queueProxyPort) + "/", false})
 	}
 	concurrencies := []int{1, 16, 64}
-	results := map[string][]result{}
-	key := func(c int, m string) string { return fmt.Sprint(c, m) }
-	for round := range rounds {
-		for _, c := range concurrencies {
+	// results[c][mode name][round]
+	results := map[int]map[string][]result{}
+	for _, c := range concurrencies {
+		results[c] = map[string][]result{}
+		for round := range rounds {
 			for _, m := range rotate(modes, round) {
-				var detach func()
-				var acct *bpf.Accounting
-				var err error
-				if m.on {
-					if acct, detach, err = b.attach(); err != nil {
-						return err
-					}
+				r, err := b.measure(m, c, d, round == 0)
+				if err != nil {
+					return err
 				}
-				closedLoop(m.url, c, true, d/4, false) // warm up connections and caches
-				r := closedLoop(m.url, c, true, d, false)
-				if acct != nil {
-					// A separate, shorter run with the kernel timing the
-					// programs: the timing itself costs, so the run above
-					// that measures throughput goes without it.
-					if r.bpf, r.bpfRequests, err = timedRun(acct, m.url, c, d/2); err != nil {
-						return err
-					}
-				}
-				if detach != nil {
-					detach()
-				}
-				if r.Failed > 0 {
-					return fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.Failed)
-				}
-				results[key(c, m.name)] = append(results[key(c, m.name)], r)
+				results[c][m.name] = append(results[c][m.name], r)
 			}
 		}
 	}
-	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop, %v x %d interleaved rounds per cell\n", d, rounds)
+	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per cell %d rounds of %v per mode, modes back to back\n", rounds, d)
+	fmt.Println("Ratios and differences are taken within each round: median [min-max] over the rounds.")
 	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost;")
 	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tBPF run time/req\t")
 	for _, c := range concurrencies {
-		off := merge(results[key(c, "off")])
+		off := results[c]["off"]
 		for _, m := range modes {
-			r := merge(results[key(c, m.name)])
+			rs := results[c][m.name]
+			var ratios, extraCPU []float64
+			for i, r := range rs {
+				ratios = append(ratios, r.RPS()/off[i].RPS())
+				extraCPU = append(extraCPU, float64(r.cpuPerRequest()-off[i].cpuPerRequest()))
+			}
+			all := merge(rs)
 			bpfPerReq := "-"
 			if m.on {
-				bpfPerReq = (r.bpf / time.Duration(r.bpfRequests)).String()
+				bpfPerReq = (all.bpf / time.Duration(all.bpfRequests)).String()
 			}
-			fmt.Fprintf(w, "%d\t%s\t%.0f\t%.3f\t%v\t%v\t%v\t%+v\t%s\t\n", c, m.name, r.RPS(), r.RPS()/off.RPS(),
-				r.Percentile(0.5).Round(time.Microsecond), r.Percentile(0.99).Round(time.Microsecond),
-				r.cpuPerRequest().Round(100*time.Nanosecond), (r.cpuPerRequest() - off.cpuPerRequest()).Round(100*time.Nanosecond), bpfPerReq)
+			ratio, cpu := "1", "0"
+			if m.name != "off" {
+				ratio = spread(ratios, func(v float64) string { return fmt.Sprintf("%.3f", v) })
+				cpu = spread(extraCPU, func(v float64) string { return fmt.Sprintf("%+.1fµs", v/1e3) })
+			}
+			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%s\t\n", c, m.name, all.RPS(), ratio,
+				all.Percentile(0.5).Round(time.Microsecond), all.Percentile(0.99).Round(time.Microsecond),
+				all.cpuPerRequest().Round(100*time.Nanosecond), cpu, bpfPerReq)
 		}
 	}
 	return w.Flush()
+}
+
+// measure runs one closed loop of d at concurrency c in mode m, after a
+// warm-up. With timed, an accounting-on run is followed by a shorter one
+// with the kernel timing the programs (the timing itself costs, so the run
+// that measures throughput goes without it).
+func (b *bench) measure(m mode, c int, d time.Duration, timed bool) (result, error) {
+	var acct *bpf.Accounting
+	if m.on {
+		a, detach, err := b.attach()
+		if err != nil {
+			return result{}, err
+		}
+		defer detach()
+		acct = a
+	}
+	closedLoop(m.url, c, true, d/4, false) // warm up connections and caches
+	r := closedLoop(m.url, c, true, d, false)
+	if r.Failed > 0 {
+		return r, fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.Failed)
+	}
+	if acct != nil && timed {
+		var err error
+		if r.bpf, r.bpfRequests, err = timedRun(acct, m.url, c, d); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// spread formats the median of vs and their range.
+func spread(vs []float64, format func(float64) string) string {
+	s := slices.Sorted(slices.Values(vs))
+	median := s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return fmt.Sprintf("%s [%s..%s]", format(median), format(s[0]), format(s[len(s)-1]))
 }
 
 // timedRun measures the accounting programs' own run time over a closed

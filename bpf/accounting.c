@@ -563,66 +563,29 @@ static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 	return q + 1;
 }
 
-// request_needs_words says whether a header line starting with ch must be
-// at the start of a window: User-Agent is compared in aligned words. Other
-// names are skipped, and the end of the headers parsed, where they are.
-static __always_inline int request_needs_words(__u8 ch)
-{
-	return ch == 'u' || ch == 'U';
-}
-
-// scan_name_skip skips, from buf[p], a header name that cannot be
-// User-Agent: up to its colon, or to the end of a line without one (both as
-// scan_byte would). Returns the bytes consumed, or 0 to leave the name to
-// scan_byte (it runs past the window).
-static __always_inline __u32 scan_name_skip(struct parse_ctx *s, __u32 p, __u32 n)
-{
-	struct conn *c = s->c;
-	int q = find_either(s->buf, p, n, ':', '\n');
-
-	if (q < 0)
-		return 0;
-	// q < SCAN_WINDOW; the mask says so to the verifier.
-	c->rx_state = s->buf[q & (SCAN_WINDOW - 1)] == ':' ? RQ_SKIP_LINE : RQ_LINE_START;
-	token_reset(&c->rx_pos, &c->rx_hash);
-	return q + 1 - p;
-}
-
-// scan_window takes one step over the request bytes: it parses from the
-// current position to the end of the window or the start of the next line.
-// A window is loaded where the position leaves it, or where a line must be
-// read in aligned words (scan_line_fast); other lines go on in the window
-// already loaded. It runs under bpf_loop, so the verifier checks it once
-// rather than once per step; returns 1 when the scan is over.
+// scan_window loads the next window of request bytes and classifies them.
+// It runs under bpf_loop, so the verifier checks it once rather than once
+// per window; returns 1 when the scan is over.
 static long scan_window(__u64 i, void *data)
 {
 	struct parse_ctx *s = data;
 	struct conn *c = s->c;
-	__u32 off = c->rx_off, lo = c->rx_lo, n = c->rx_n, p, k, fast;
-	int line, lf;
+	__u32 off = c->rx_off, n, k = 0;
+	int lf;
 
 	if (off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
 		return 1;
-	line = (c->rx_state == RQ_METHOD && c->rx_pos == 0) || c->rx_state == RQ_LINE_START;
-	p = off - lo;
-	if (n > SCAN_WINDOW)
-		n = SCAN_WINDOW; // never so; the verifier needs the bound for p
-	if (off < lo || p >= n || (line && p != 0 && (c->rx_state == RQ_METHOD || request_needs_words(s->buf[p])))) {
-		n = load_window(s, off, c->rx_end);
-		if (!n)
-			return 1;
-		c->rx_lo = lo = off;
-		c->rx_n = n;
-		p = 0;
-	}
-	k = p;
-	if (line) {
-		fast = p == 0 ? scan_line_fast(s, n) : scan_name_skip(s, p, n);
+	n = load_window(s, off, c->rx_end);
+	if (!n)
+		return 1;
+	// A window starts at the parse position, so a line that starts it can
+	// be classified in words; such a line ends the window when it is done.
+	if ((c->rx_state == RQ_METHOD && c->rx_pos == 0) || c->rx_state == RQ_LINE_START) {
+		k = scan_line_fast(s, n);
 		if (c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
 			return 1;
-		k += fast;
-		if (fast && c->rx_state == RQ_LINE_START)
-			goto next; // the next line is the next step's
+		if (k && c->rx_state == RQ_LINE_START)
+			goto next;
 	}
 	if (c->rx_state != RQ_SKIP_LINE && k < n) {
 		c->rx_skip = k;
@@ -640,14 +603,14 @@ static long scan_window(__u64 i, void *data)
 		}
 	}
 next:
-	off = lo + k;
+	off += k;
 	if (off > MAX_SEGMENT)
 		return 1;
 	c->rx_off = off;
 	return 0;
 }
 
-// classify_request takes up to SCAN_STEPS steps over the bytes [off, end)
+// classify_request takes up to SCAN_STEPS windows over the bytes [off, end)
 // that start a request: HTTP/1.x or not, a probe or load, HEAD or not. Bytes
 // beyond this segment are not looked at; an undecided scan is load.
 static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
@@ -658,7 +621,6 @@ static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn 
 	s.c = c;
 	c->rx_off = off;
 	c->rx_end = end;
-	c->rx_n = 0; // no window of this packet yet
 	c->rx_state = RQ_METHOD;
 	c->rx_verdict = VERDICT_REQUEST;
 	c->head = 0;
@@ -681,7 +643,7 @@ static __always_inline void on_request_bytes(struct __sk_buff *skb, struct pod_s
 		return;
 	verdict = classify_request(skb, c, off, end);
 	if (!c->seen)
-		c->seen = 1; // written once: the line is shared with egress
+		c->seen = 1; // written once: ingress and egress share its line
 	now = bpf_ktime_get_ns();
 	if (verdict == VERDICT_OPAQUE) {
 		go_opaque(pod, c, now);
@@ -1040,76 +1002,34 @@ static __always_inline __u32 response_line_fast(struct parse_ctx *r, __u32 n)
 	return q + 1;
 }
 
-// response_needs_words says whether the line at a line-start state, first
-// byte ch, must be at the start of a window: status lines, Content-Length and
-// Transfer-Encoding are compared in aligned words. Other names are skipped,
-// and the end of the headers parsed, where they are.
-static __always_inline int response_needs_words(struct conn *c, __u8 ch)
-{
-	return c->state == RS_STATUS || ch == 'c' || ch == 'C' || ch == 't' || ch == 'T';
-}
-
-// response_name_skip skips, from buf[p], a header name that is neither
-// Content-Length nor Transfer-Encoding, up to its colon (as response_byte
-// would). Returns the bytes consumed, or 0 to leave the name to
-// response_byte (it runs past the window, or it is an error).
-static __always_inline __u32 response_name_skip(struct parse_ctx *r, __u32 p, __u32 n)
-{
-	struct conn *c = r->c;
-	int q;
-
-	if (r->buf[p & (SCAN_WINDOW - 1)] == '\r' || r->buf[p & (SCAN_WINDOW - 1)] == '\n')
-		return 0; // the end of the headers: response_byte's
-	q = find_either(r->buf, p, n, ':', '\n');
-	// q < SCAN_WINDOW; the mask says so to the verifier. A line without a
-	// colon is response_byte's error to find.
-	if (q < 0 || r->buf[q & (SCAN_WINDOW - 1)] == '\n')
-		return 0;
-	c->state = RS_SKIP_LINE;
-	token_reset(&c->pos, &c->hash);
-	return q + 1 - p;
-}
-
 // response_step takes one step over the response bytes: skips body bytes by
-// count, or parses from the current position to the end of the window or
-// the start of the next line. A window is loaded where the position leaves
-// it, or where a line must be read in aligned words (response_line_fast);
-// other lines go on in the window already loaded. It runs under bpf_loop,
-// so the verifier checks it once rather than once per step; returns 1 when
-// the segment is done or the parse failed.
+// count, or loads the window that starts at the parse position and parses
+// it: the line that starts it in words where it can, then byte by byte, and
+// lines it does not care about by searching for their end. It runs under
+// bpf_loop, so the verifier checks it once rather than once per step;
+// returns 1 when the segment is done or the parse failed.
 static long response_step(__u64 i, void *data)
 {
 	struct parse_ctx *r = data;
 	struct conn *c = r->c;
-	__u32 off = c->tx_off, lo = c->tx_lo, n = c->tx_n, p, k, fast;
-	int line, lf;
+	__u32 off = c->tx_off, n, k = 0;
+	int lf;
 
 	if (off >= c->tx_end || c->state == RS_UNTIL_CLOSE || c->tx_err)
 		return 1;
 	if (c->state == RS_BODY || c->state == RS_CHUNK_DATA)
 		return skip_body(c);
-	line = (c->state == RS_STATUS && c->pos == 0) || c->state == RS_LINE_START;
-	p = off - lo;
-	if (n > SCAN_WINDOW)
-		n = SCAN_WINDOW; // never so; the verifier needs the bound for p
-	if (off < lo || p >= n || (line && p != 0 && response_needs_words(c, r->buf[p]))) {
-		n = load_window(r, off, c->tx_end);
-		if (!n) {
-			c->tx_err = PARSE_ERROR;
-			return 1;
-		}
-		c->tx_lo = lo = off;
-		c->tx_n = n;
-		p = 0;
+	n = load_window(r, off, c->tx_end);
+	if (!n) {
+		c->tx_err = PARSE_ERROR;
+		return 1;
 	}
-	k = p;
-	if (line) {
-		fast = p == 0 ? response_line_fast(r, n) : response_name_skip(r, p, n);
+	if ((c->state == RS_STATUS && c->pos == 0) || c->state == RS_LINE_START) {
+		k = response_line_fast(r, n);
 		if (c->tx_err)
 			return 1;
-		k += fast;
-		if (fast && c->state == RS_LINE_START)
-			goto next; // the next line is the next step's
+		if (k && c->state == RS_LINE_START)
+			goto next; // a new line: it starts the next window
 	}
 	if (c->state != RS_SKIP_LINE && c->state != RS_TRAILER_SKIP && k < n) {
 		c->tx_skip = k;
@@ -1127,7 +1047,7 @@ static long response_step(__u64 i, void *data)
 		}
 	}
 next:
-	off = lo + k;
+	off += k;
 	if (off > MAX_SEGMENT) {
 		c->tx_err = PARSE_LIMIT;
 		return 1;
@@ -1148,7 +1068,6 @@ static __always_inline int parse_response(struct __sk_buff *skb, struct conn *c,
 	r.c = c;
 	c->tx_off = off;
 	c->tx_end = end;
-	c->tx_n = 0; // no window of this packet yet
 	c->tx_err = 0;
 	c->tx_done = 0;
 	if (end > MAX_SEGMENT)

@@ -146,7 +146,6 @@ struct conn {
 	// misclassifies that request (probe or HEAD): start_request's cmpxchg
 	// keeps the count exact.
 	__u32 rx_off, rx_end; // request bytes not yet classified
-	__u32 rx_lo, rx_n;    // the window: packet offset and length (0: none)
 	__u32 rx_skip;        // bytes of the window already classified
 	__u32 rx_used;        // bytes of the window classified when bpf_loop stopped
 	__u32 rx_hash;        // FNV-1a of the request token being matched
@@ -154,13 +153,12 @@ struct conn {
 	__u8 rx_pos;          // length of the request token being matched
 	__u8 rx_verdict;      // VERDICT_*
 	__u8 _pad;
+	__u32 _pad2;
 	__u32 tx_off, tx_end; // response bytes not yet parsed
-	__u32 tx_lo, tx_n;    // the window: packet offset and length (0: none)
 	__u32 tx_skip;        // bytes of the window already parsed
 	__u32 tx_used;        // bytes of the window parsed when bpf_loop stopped
 	__u32 tx_done;        // responses completed in this segment
 	__s32 tx_err;         // 0, PARSE_ERROR or PARSE_LIMIT
-	__u32 _pad2;
 };
 
 // Counted events that indicate limits or bugs; exported as agent metrics.

@@ -34,8 +34,6 @@ type accountingConn struct {
 	Seen       uint8
 	RxOff      uint32
 	RxEnd      uint32
-	RxLo       uint32
-	RxN        uint32
 	RxSkip     uint32
 	RxUsed     uint32
 	RxHash     uint32
@@ -43,15 +41,13 @@ type accountingConn struct {
 	RxPos      uint8
 	RxVerdict  uint8
 	Pad        uint8
+	Pad2       uint32
 	TxOff      uint32
 	TxEnd      uint32
-	TxLo       uint32
-	TxN        uint32
 	TxSkip     uint32
 	TxUsed     uint32
 	TxDone     uint32
 	TxErr      int32
-	Pad2       uint32
 	_          [4]byte
 }
 

@@ -199,31 +199,21 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 // starts at ipTCPHeaderLen; bytes before it are headers the scan skips.
 func classify(payload []byte, off, end int) (verdict int, head bool) {
 	s := scanState{state: rqMethod, hash: fnvOffset}
-	var buf []byte // the window, from packet offset lo
-	lo := 0
 	for step := 0; step < scanSteps; step++ {
 		if off >= end || s.state == rqDone || s.verdict != verdictRequest {
 			break
 		}
-		line := (s.state == rqMethod && s.pos == 0) || s.state == rqLineStart
-		p := off - lo
-		if off < lo || p >= len(buf) || (line && p != 0 && (s.state == rqMethod || buf[p] == 'u' || buf[p] == 'U')) {
-			buf, lo, p = window(payload, off, end), off, 0
-		}
-		n, k := len(buf), p
-		if line {
-			fast := 0
-			if modelFastPaths && p == 0 {
-				fast = s.lineFast(buf)
-			} else if modelFastPaths {
-				fast = s.nameSkip(buf, p)
+		buf := window(payload, off, end)
+		n, k := len(buf), 0
+		if (s.state == rqMethod && s.pos == 0) || s.state == rqLineStart {
+			if modelFastPaths {
+				k = s.lineFast(buf)
 			}
 			if s.state == rqDone || s.verdict != verdictRequest {
 				break
 			}
-			k += fast
-			if fast > 0 && s.state == rqLineStart {
-				off = lo + k
+			if k > 0 && s.state == rqLineStart {
+				off += k
 				if off > maxSegment {
 					break
 				}
@@ -248,28 +238,12 @@ func classify(payload []byte, off, end int) (verdict int, head bool) {
 				k = n
 			}
 		}
-		off = lo + k
+		off += k
 		if off > maxSegment {
 			break
 		}
 	}
 	return int(s.verdict), s.head
-}
-
-// nameSkip mirrors scan_name_skip: buf[p] starts a name other than
-// User-Agent.
-func (s *scanState) nameSkip(buf []byte, p int) int {
-	q := firstColonOrLF(buf[p:])
-	if q < 0 {
-		return 0
-	}
-	if buf[p+q] == ':' {
-		s.state = rqSkipLine
-	} else {
-		s.state = rqLineStart
-	}
-	s.pos, s.hash = 0, fnvOffset
-	return q + 1
 }
 
 // window mirrors load_window: the payload bytes [off, min(end, off+scanWindow))
@@ -479,8 +453,6 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 	if end > maxSegment {
 		return 0, parseLimt
 	}
-	var buf []byte // the window, from packet offset lo
-	lo := 0
 	for step := 0; step < maxWindows; step++ {
 		if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
 			break
@@ -491,25 +463,17 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 			}
 			continue
 		}
-		line := (c.state == rsStatus && c.pos == 0) || c.state == rsLineStart
-		p := r.off - lo
-		if r.off < lo || p >= len(buf) || (line && p != 0 && c.needsWords(buf[p])) {
-			buf, lo, p = window(payload, r.off, r.end), r.off, 0
-		}
-		n, k := len(buf), p
+		buf := window(payload, r.off, r.end)
+		n, k := len(buf), 0
 		fresh := false
-		if line {
-			fast := 0
-			if modelFastPaths && p == 0 {
-				fast = c.lineFast(&r, buf)
-			} else if modelFastPaths {
-				fast = c.nameSkip(buf, p)
+		if (c.state == rsStatus && c.pos == 0) || c.state == rsLineStart {
+			if modelFastPaths {
+				k = c.lineFast(&r, buf)
 			}
 			if r.err != 0 {
 				break
 			}
-			k += fast
-			fresh = fast > 0 && c.state == rsLineStart
+			fresh = k > 0 && c.state == rsLineStart
 		}
 		skipping := func() bool { return c.state == rsSkipLine || c.state == rsTrailerSkip }
 		if !fresh && !skipping() && k < n {
@@ -533,11 +497,11 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 				k = n
 			}
 		}
-		if lo+k > maxSegment {
+		if r.off+k > maxSegment {
 			r.err = parseLimt
 			break
 		}
-		r.off = lo + k
+		r.off += k
 	}
 	if r.err != 0 {
 		return r.done, r.err
@@ -546,25 +510,6 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 		return r.done, parseLimt
 	}
 	return r.done, 0
-}
-
-// needsWords mirrors response_needs_words.
-func (c *modelConn) needsWords(ch byte) bool {
-	return c.state == rsStatus || ch == 'c' || ch == 'C' || ch == 't' || ch == 'T'
-}
-
-// nameSkip mirrors response_name_skip.
-func (c *modelConn) nameSkip(buf []byte, p int) int {
-	if buf[p] == '\r' || buf[p] == '\n' {
-		return 0
-	}
-	q := firstColonOrLF(buf[p:])
-	if q < 0 || buf[p+q] == '\n' {
-		return 0
-	}
-	c.state = rsSkipLine
-	c.pos, c.hash = 0, fnvOffset
-	return q + 1
 }
 
 // lineFast mirrors response_line_fast; it returns the bytes consumed.

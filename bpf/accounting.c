@@ -366,22 +366,30 @@ static __always_inline __u64 lower8(__u64 x)
 
 // find_either returns the index of the first byte of buf[start, n) that is
 // a or b, or -1; eight bytes at a time, so a header line we do not care about
-// costs a few instructions per word instead of a parse step per byte.
+// costs a few instructions per word instead of a parse step per byte. A
+// loop the compiler keeps rolled: this runs for every header line, and the
+// unrolled code was kilobytes that the instruction cache had to hold.
 static __always_inline int find_either(const __u8 *buf, __u32 start, __u32 n, __u8 a, __u8 b)
 {
-#pragma unroll
-	for (int w = 0; w < SCAN_WINDOW / 8; w++) {
-		__u64 x = word(buf, w), xa, xb, t;
+	__u32 w;
 
-		if (start >= (__u32)(w + 1) * 8)
-			continue;
-		if (n <= (__u32)w * 8)
+#pragma clang loop unroll(disable)
+	for (w = start / 8; w < SCAN_WINDOW / 8; w++) {
+		__u64 x, xa, xb, t, low;
+		__u32 k, idx;
+
+		if (n <= w * 8)
 			return -1; // the rest of buf is stale
+		idx = w * 8;
+		// Keeps idx a plain offset from buf: a pointer the compiler steps
+		// through the loop is one the verifier cannot bound.
+		asm volatile("" : "+r"(idx));
+		x = *(const __u64 *)(buf + idx);
 		xa = x ^ (a * ONES); // a byte equal to a becomes zero
 		xb = x ^ (b * ONES);
 		// Bytes before start become 0xff: neither zero nor a borrow that
 		// could flag the bytes above them.
-		if (start > (__u32)w * 8) {
+		if (start > w * 8) {
 			__u64 before = ~(~0ULL << ((start - w * 8) * 8));
 
 			xa |= before;
@@ -392,14 +400,21 @@ static __always_inline int find_either(const __u8 *buf, __u32 start, __u32 n, __
 		t = ((xa - ONES) & ~xa & HIGHS) | ((xb - ONES) & ~xb & HIGHS);
 		if (!t)
 			continue;
-#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			if (t & (0x80ULL << (8 * k))) {
-				if ((__u32)(w * 8 + k) >= n)
-					return -1; // a stale byte
-				return w * 8 + k;
-			}
+		low = t & -t; // bit 8k+7 for the first match at byte k
+		k = 0;
+		if (low >> 32) {
+			k = 4;
+			low >>= 32;
 		}
+		if (low >> 16) {
+			k += 2;
+			low >>= 16;
+		}
+		if (low >> 8)
+			k += 1;
+		if (w * 8 + k >= n)
+			return -1; // a stale byte
+		return w * 8 + k;
 	}
 	return -1;
 }

@@ -99,6 +99,6 @@ demo: deps cluster-binaries build $(HELM) ## The README's first command (root): 
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint; stats codec, windows, 10,000 decisions, 5,000 agents' ingest.
+bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint; BPF programs per request, stats codec, windows, 10,000 decisions, 5,000 agents' ingest.
 	$(GO) run ./test/bench -queue-proxy $(QUEUE_PROXY) $(BENCH_FLAGS)
-	$(GO) test -run '^$$' -bench . -benchtime 1s ./agent/stats/ ./controller/internal/window/ ./controller/internal/decider/ ./controller/internal/collector/
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./bpf/ ./agent/stats/ ./controller/internal/window/ ./controller/internal/decider/ ./controller/internal/collector/

@@ -162,14 +162,16 @@ type mode struct {
 }
 
 // dataPath compares the same pod and load with the accounting off, on, and
-// through queue-proxy. This machine's speed drifts by several percent over
+// through queue-proxy, with a second off as a control. This machine's speed drifts by several percent over
 // seconds (shared vCPUs), so every round measures each mode back to back
 // (in a rotating order) and a ratio is taken within the round; the table
 // shows the median of those per-round ratios and their range, not a ratio
 // of totals that one slow second could skew.
 func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	direct := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
-	modes := []mode{{"off", direct, false}, {"on", direct, true}}
+	// "off again" is the control: the same setup as off, so its ratio to
+	// off shows how far this machine's noise alone moves a ratio.
+	modes := []mode{{"off", direct, false}, {"off again", direct, false}, {"on", direct, true}}
 	if queueProxy != "" {
 		if err := startQueueProxy(b.pod, queueProxy); err != nil {
 			return fmt.Errorf("queue-proxy: %w", err)

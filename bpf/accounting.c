@@ -532,8 +532,8 @@ static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 		return 0; // fewer bytes than the words compared: scan_byte parses them
 	w0 = word(s->buf, 0);
 	if (c->rx_state == RQ_METHOD) {
-		// The method's token is what scan_byte leaves; nothing reads it
-		// after the method.
+		// Unlike scan_byte this does not hash the method: nothing reads
+		// its token once the method is known.
 		if ((w0 & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w0 & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0")) {
 			c->rx_state = RQ_SKIP_LINE;
 			return 4;
@@ -572,7 +572,8 @@ static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 	if (q < 0)
 		return 0; // a name longer than the window
 	// A name that is not User-Agent: skip its line; or a line without a
-	// colon, which scan_byte ends at its '\n' too.
+	// colon, which scan_byte ends at its '\n' too. q < SCAN_WINDOW; the
+	// mask says so to the verifier.
 	c->rx_state = s->buf[q & (SCAN_WINDOW - 1)] == ':' ? RQ_SKIP_LINE : RQ_LINE_START;
 	token_reset(&c->rx_pos, &c->rx_hash);
 	return q + 1;

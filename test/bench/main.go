@@ -1,14 +1,17 @@
 // Command bench measures sockscale's data path and accounting on this
 // machine and prints comparable tables: every ratio is measured side by
-// side in one run, rounds interleaved, because shared machines are noisy.
+// side in one run, rounds interleaved, because shared machines are noisy;
+// the paired table goes further and loads an accounted and an unaccounted
+// pod at the same time.
 //
-//	go run ./test/bench [-duration 2s] [-rounds 7] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
+//	go run ./test/bench [-duration 2s] [-rounds 7] [-queue-proxy PATH] [-only datapath,paired,accuracy,footprint]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,7 +39,7 @@ func main() {
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
 	rounds := flag.Int("rounds", 7, "rounds per data-path cell, each measuring every mode back to back")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
-	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
+	only := flag.String("only", "datapath,paired,accuracy,footprint", "comma-separated parts: datapath, paired, accuracy, footprint")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
@@ -52,12 +55,14 @@ func main() {
 		switch part {
 		case "datapath":
 			err = b.dataPath(*duration, *rounds, *queueProxy)
+		case "paired":
+			err = b.dataPathPaired(*duration, *rounds)
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
 		case "footprint":
 			err = footprint(b.root, *footprintDuration)
 		default:
-			err = fmt.Errorf("unknown part %q: want datapath, accuracy or footprint", part)
+			err = fmt.Errorf("unknown part %q: want datapath, paired, accuracy or footprint", part)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -69,6 +74,11 @@ func main() {
 type bench struct {
 	root string // cgroup the accounting attaches at
 	pod  *testpod.Pod
+
+	// A second pod outside root, never accounted: the reference that
+	// dataPathPaired loads at the same time as pod.
+	refCgroup string
+	ref       *testpod.Pod
 }
 
 func newBench() (*bench, error) {
@@ -84,8 +94,20 @@ func newBench() (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{root: root, pod: pod}
+	b := &bench{root: root, pod: pod, refCgroup: root + "-ref"}
 	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
+		b.close()
+		return nil, err
+	}
+	if err := os.MkdirAll(b.refCgroup, 0o755); err != nil {
+		b.close()
+		return nil, err
+	}
+	if b.ref, err = testpod.Create(testpod.Options{Subnet: 79, CgroupParent: b.refCgroup}); err != nil {
+		b.close()
+		return nil, err
+	}
+	if err := b.ref.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -94,7 +116,11 @@ func newBench() (*bench, error) {
 
 func (b *bench) close() {
 	_ = b.pod.Delete()
+	if b.ref != nil {
+		_ = b.ref.Delete()
+	}
 	_ = os.Remove(b.root)
+	_ = os.Remove(b.refCgroup)
 }
 
 // attach turns accounting on for the pod; the returned func turns it off.
@@ -226,6 +252,72 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	return w.Flush()
 }
 
+// dataPathPaired measures the throughput cost with the noise taken out: the
+// accounted pod and a reference pod outside the accounting's cgroup are
+// loaded at the same time, so whatever the machine does to one it does to
+// the other. Each round measures the pair twice, with the accounting
+// detached and attached; the cost is how much the pod's share moves:
+//
+//	(pod/ref attached) / (pod/ref detached)
+//
+// The detached ratio's own spread over the rounds is the control.
+func (b *bench) dataPathPaired(d time.Duration, rounds int) error {
+	podURL := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
+	refURL := "http://" + b.ref.Addr(testpod.HTTPPort) + "/"
+	pair := func(c int, d time.Duration) (float64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		pod := loadgen.Start(ctx, loadgen.Options{URLs: []string{podURL}, Concurrency: c, KeepAlive: true})
+		ref := loadgen.Start(ctx, loadgen.Options{URLs: []string{refURL}, Concurrency: c, KeepAlive: true})
+		<-ctx.Done()
+		p, r := pod.Stop(), ref.Stop()
+		if p.Failed+r.Failed > 0 {
+			return 0, fmt.Errorf("c=%d: %d requests failed", c, p.Failed+r.Failed)
+		}
+		return p.RPS() / r.RPS(), nil
+	}
+	concurrencies := []int{1, 16, 64}
+	fmt.Printf("\nData path, paired: the pod and an unaccounted reference pod under the same load at the same time; %d rounds of %v per cell\n", rounds, d)
+	fmt.Println("rps share = the pod's rps / the reference's; on vs off = share attached / share detached, per round: median [min-max].")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "c per pod\tshare detached (control)\tshare attached\ton vs off\t")
+	for _, c := range concurrencies {
+		var detached, attached, cost []float64
+		for round := range rounds {
+			var off, on float64
+			for _, attach := range rotate([]bool{false, true}, round) {
+				var detach func()
+				if attach {
+					_, det, err := b.attach()
+					if err != nil {
+						return err
+					}
+					detach = det
+				}
+				if _, err := pair(c, d/4); err != nil { // warm up
+					return err
+				}
+				share, err := pair(c, d)
+				if detach != nil {
+					detach()
+				}
+				if err != nil {
+					return err
+				}
+				if attach {
+					on = share
+				} else {
+					off = share
+				}
+			}
+			detached, attached, cost = append(detached, off), append(attached, on), append(cost, on/off)
+		}
+		f := func(v float64) string { return fmt.Sprintf("%.3f", v) }
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", c, spread(detached, f), spread(attached, f), spread(cost, f))
+	}
+	return w.Flush()
+}
+
 // measure runs one closed loop of d at concurrency c in mode m, after a
 // warm-up. With timed, an accounting-on run is followed by a shorter one
 // with the kernel timing the programs (the timing itself costs, so the run
@@ -283,7 +375,7 @@ func timedRun(acct *bpf.Accounting, url string, c int, d time.Duration) (time.Du
 
 // rotate changes the order of modes every round so no mode always runs
 // first (or right after another's warm-up).
-func rotate(modes []mode, round int) []mode {
+func rotate[T any](modes []T, round int) []T {
 	out := slices.Clone(modes)
 	k := round % len(out)
 	return append(out[k:], out[:k]...)

@@ -188,11 +188,11 @@ type mode struct {
 }
 
 // dataPath compares the same pod and load with the accounting off, on, and
-// through queue-proxy, with a second off as a control. This machine's speed drifts by several percent over
-// seconds (shared vCPUs), so every round measures each mode back to back
-// (in a rotating order) and a ratio is taken within the round; the table
-// shows the median of those per-round ratios and their range, not a ratio
-// of totals that one slow second could skew.
+// through queue-proxy, with a second off as a control. This machine's speed
+// drifts by several percent over seconds (shared vCPUs), so every round
+// measures each mode back to back (in a rotating order) and a ratio is taken
+// within the round; the table shows the median of those per-round ratios and
+// their range, not a ratio of totals that one slow second could skew.
 func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	direct := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
 	// "off again" is the control: the same setup as off, so its ratio to
@@ -252,10 +252,10 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	return w.Flush()
 }
 
-// dataPathPaired measures the throughput cost with the noise taken out: the
-// accounted pod and a reference pod outside the accounting's cgroup are
-// loaded at the same time, so whatever the machine does to one it does to
-// the other. Each round measures the pair twice, with the accounting
+// dataPathPaired measures the throughput cost with less of the machine's
+// drift: the accounted pod and a reference pod outside the accounting's
+// cgroup are loaded at the same time, so what the machine does to one it
+// mostly does to the other (under saturation they also compete for it). Each round measures the pair twice, with the accounting
 // detached and attached; the cost is how much the pod's share moves:
 //
 //	(pod/ref attached) / (pod/ref detached)

@@ -162,25 +162,12 @@ func randomExchange(rng *rand.Rand) exchange {
 	return ex
 }
 
-// sendStream sends b from sequence number *next in random segments, with
+// sendStream sends b from sequence number start in random segments, with
 // random retransmissions of what was already sent.
 func (w *twin) sendStream(t *testing.T, rng *rand.Rand, ingress bool, start uint32, b []byte) {
 	t.Helper()
-	for off := 0; off < len(b); {
-		n := min(len(b)-off, 1+rng.IntN(3000))
-		if rng.IntN(6) == 0 && off > 0 {
-			// Retransmit an old range, sometimes running into new bytes.
-			from := rng.IntN(off)
-			to := min(len(b), off+rng.IntN(2)*rng.IntN(200))
-			if to-from > 3000 {
-				from = to - 3000
-			}
-			w.send(t, ingress, start+uint32(from), b[from:to])
-			off = max(off, to)
-			continue
-		}
-		w.send(t, ingress, start+uint32(off), b[off:off+n])
-		off += n
+	for _, s := range cutStream(rng, ingress, start, b) {
+		w.send(t, s.ingress, s.seq, s.payload)
 	}
 }
 
@@ -216,9 +203,8 @@ func TestProgMatchesModelOnRandomExchanges(t *testing.T) {
 	}
 }
 
-// FuzzProgMatchesModel feeds arbitrary segment streams to the BPF programs
-// and to the model. Input: records of [flags][len hi][len lo][bytes...];
-// flags bit 0 = client to server, bit 1 = retransmit from an older offset.
+// FuzzProgMatchesModel feeds arbitrary segment streams (see fuzzSegments)
+// to the BPF programs and to the model.
 func FuzzProgMatchesModel(f *testing.F) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 8 {
@@ -247,30 +233,8 @@ func FuzzProgMatchesModel(f *testing.F) {
 		shared.t = t
 		shared.reset()
 		w := &twin{h: shared, conn: newModelConn(rx0, tx0, false)}
-		rx, tx := uint32(rx0), uint32(tx0)
-		for len(data) >= 3 {
-			flags := data[0]
-			n := int(binary.BigEndian.Uint16(data[1:3])) % 3001
-			data = data[3:]
-			n = min(n, len(data))
-			if n == 0 {
-				continue
-			}
-			chunk := data[:n]
-			data = data[n:]
-			ingress := flags&1 == 1
-			next := &tx
-			if ingress {
-				next = &rx
-			}
-			seq := *next
-			if flags&2 != 0 {
-				seq -= uint32(flags>>2) * 7 // an older offset
-			}
-			w.send(t, ingress, seq, chunk)
-			if int32(seq+uint32(n)-*next) > 0 {
-				*next = seq + uint32(n)
-			}
+		for _, s := range fuzzSegments(data) {
+			w.send(t, s.ingress, s.seq, s.payload)
 		}
 	})
 }

@@ -6,7 +6,7 @@
 #define SOCKSCALE_ACCOUNTING_H
 
 #define MAX_PODS 4096         // pods per node; kubelet's default limit is 110
-#define MAX_CONNS 262144      // server connections per node, all pods together
+#define MAX_TEST_CONNS 64     // connections the tests create (see conns_by_tuple)
 #define MAX_ACTIVATORS 1024   // activator pods in the cluster
 
 #define SCAN_WINDOW 64        // bytes parsed per bpf_loop call (stack buffer)
@@ -163,7 +163,7 @@ struct conn {
 
 // Counted events that indicate limits or bugs; exported as agent metrics.
 enum event {
-	EV_CONN_MAP_FULL = 0, // a connection was not tracked: conns map full
+	EV_CONN_UNTRACKED = 0, // a connection was not tracked: no memory for its state
 	EV_PARSE_LIMIT,       // a segment needed more than MAX_WINDOWS steps
 	EV_PARSE_ERROR,       // a response was not valid HTTP/1.x
 	EV_MAX,

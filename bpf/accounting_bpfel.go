@@ -95,12 +95,14 @@ type accountingPodStats struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	accountingMapActivators        = "activators"
+	accountingMapConnStore         = "conn_store"
 	accountingMapConns             = "conns"
 	accountingMapEvents            = "events"
 	accountingMapPods              = "pods"
 	accountingProgSockscaleEgress  = "sockscale_egress"
 	accountingProgSockscaleIngress = "sockscale_ingress"
 	accountingProgSockscaleSockops = "sockscale_sockops"
+	accountingVarConnsByTuple      = "conns_by_tuple"
 )
 
 // loadAccounting returns the embedded CollectionSpec for accounting.
@@ -155,6 +157,7 @@ type accountingProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingMapSpecs struct {
 	Activators *ebpf.MapSpec `ebpf:"activators"`
+	ConnStore  *ebpf.MapSpec `ebpf:"conn_store"`
 	Conns      *ebpf.MapSpec `ebpf:"conns"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Pods       *ebpf.MapSpec `ebpf:"pods"`
@@ -164,6 +167,7 @@ type accountingMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingVariableSpecs struct {
+	ConnsByTuple *ebpf.VariableSpec `ebpf:"conns_by_tuple"`
 }
 
 // accountingObjects contains all objects after they have been loaded into the kernel.
@@ -187,6 +191,7 @@ func (o *accountingObjects) Close() error {
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingMaps struct {
 	Activators *ebpf.Map `ebpf:"activators"`
+	ConnStore  *ebpf.Map `ebpf:"conn_store"`
 	Conns      *ebpf.Map `ebpf:"conns"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Pods       *ebpf.Map `ebpf:"pods"`
@@ -195,6 +200,7 @@ type accountingMaps struct {
 func (m *accountingMaps) Close() error {
 	return _AccountingClose(
 		m.Activators,
+		m.ConnStore,
 		m.Conns,
 		m.Events,
 		m.Pods,
@@ -205,6 +211,7 @@ func (m *accountingMaps) Close() error {
 //
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingVariables struct {
+	ConnsByTuple *ebpf.Variable `ebpf:"conns_by_tuple"`
 }
 
 // accountingPrograms contains all programs after they have been loaded into the kernel.

@@ -353,7 +353,7 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 // summed over CPUs.
 func (a *Accounting) Events() (Events, error) {
 	var ev Events
-	for i, dst := range []*uint64{&ev.ConnMapFull, &ev.ParseLimit, &ev.ParseError} {
+	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError} {
 		var perCPU []uint64
 		if err := a.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
 			return Events{}, fmt.Errorf("read event %d: %w", i, err)

@@ -49,9 +49,10 @@ type Snapshot struct {
 
 // Events count what the kernel side could not account exactly.
 type Events struct {
-	// ConnMapFull counts connections not tracked because the connection map
-	// was full (MaxConns).
-	ConnMapFull uint64
+	// ConnUntracked counts connections not tracked because the kernel had
+	// no memory for their state (socket storage is charged to the agent's
+	// memory cgroup).
+	ConnUntracked uint64
 	// ParseLimit counts segments that needed more parse steps than a BPF
 	// program may take; their connection fell back to connection level.
 	ParseLimit uint64
@@ -63,6 +64,5 @@ type Events struct {
 // Limits of the kernel maps (accounting.h).
 const (
 	MaxPods       = 4096
-	MaxConns      = 262144
 	MaxActivators = 1024
 )

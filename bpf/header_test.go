@@ -40,7 +40,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 		}
 	}
 	want := map[string]uint64{
-		"MAX_PODS": MaxPods, "MAX_CONNS": MaxConns, "MAX_ACTIVATORS": MaxActivators,
+		"MAX_PODS": MaxPods, "MAX_ACTIVATORS": MaxActivators,
 		"SCAN_WINDOW": scanWindow, "SCAN_STEPS": scanSteps, "MAX_WINDOWS": maxWindows, "MAX_METHOD": maxMethod,
 		"MAX_SEGMENT": maxSegment, "FNV_OFFSET": fnvOffset, "FNV_PRIME": fnvPrime,
 		"HASH_HEAD": hashHead, "HASH_PRI": hashPRI, "HASH_USER_AGENT": hashUserAgent,

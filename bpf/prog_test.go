@@ -15,7 +15,9 @@ import (
 
 // progHarness runs the cgroup_skb programs on crafted packets with
 // BPF_PROG_TEST_RUN. sock_ops cannot be test-run, so the harness creates the
-// connection entry that PASSIVE_ESTABLISHED would.
+// connection entry that PASSIVE_ESTABLISHED would, in the four-tuple map the
+// programs use when loaded for tests; the kernel tests cover the socket
+// storage that real connections use.
 type progHarness struct {
 	t    testing.TB
 	objs accountingObjects
@@ -34,7 +36,16 @@ func newProgHarness(t testing.TB) *progHarness {
 	t.Helper()
 	testenv.RequireRoot(t)
 	h := &progHarness{t: t}
-	if err := loadAccountingObjects(&h.objs, nil); err != nil {
+	spec, err := loadAccounting()
+	if err != nil {
+		t.Fatalf("load spec: %v", err)
+	}
+	// Test runs get a new dummy socket each, so connections are kept by
+	// four-tuple (see conns_by_tuple in accounting.c).
+	if err := spec.Variables["conns_by_tuple"].Set(uint8(1)); err != nil {
+		t.Fatalf("set conns_by_tuple: %v", err)
+	}
+	if err := spec.LoadAndAssign(&h.objs, nil); err != nil {
 		t.Fatalf("load objects: %v", err)
 	}
 	t.Cleanup(func() { h.objs.Close() })

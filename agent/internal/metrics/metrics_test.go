@@ -56,9 +56,9 @@ sockscale_agent_proxied_requests_total{namespace="ns",pod="web-1",workload="web"
 # HELP sockscale_agent_probes_total Health-probe requests (kubelet, sockscale) not counted as load.
 # TYPE sockscale_agent_probes_total counter
 sockscale_agent_probes_total{namespace="ns",pod="web-1",workload="web"} 7
-# HELP sockscale_agent_kernel_events_total Kernel-side accounting limits hit, by event: conn_map_full, parse_limit, parse_error.
+# HELP sockscale_agent_kernel_events_total Kernel-side accounting limits hit, by event: conn_untracked, parse_limit, parse_error.
 # TYPE sockscale_agent_kernel_events_total counter
-sockscale_agent_kernel_events_total{event="conn_map_full"} 0
+sockscale_agent_kernel_events_total{event="conn_untracked"} 0
 sockscale_agent_kernel_events_total{event="parse_error"} 2
 sockscale_agent_kernel_events_total{event="parse_limit"} 0
 # HELP sockscale_agent_skipped_pods Pods on this node not accounted, by reason: host_network, no_ipv4.

@@ -50,8 +50,9 @@ type Snapshot struct {
 // Events count what the kernel side could not account exactly.
 type Events struct {
 	// ConnUntracked counts connections not tracked because the kernel had
-	// no memory for their state (socket storage is charged to the agent's
-	// memory cgroup).
+	// no memory for their state: socket storage counts against the
+	// socket's option memory (net.core.optmem_max) and the agent's memory
+	// cgroup.
 	ConnUntracked uint64
 	// ParseLimit counts segments that needed more parse steps than a BPF
 	// program may take; their connection fell back to connection level.

@@ -490,7 +490,7 @@ static long scan_byte(__u64 i, void *data)
 			return 1;
 		}
 		c->head = c->rx_pos == 4 && c->rx_hash == HASH_HEAD;
-		c->rx_state = RQ_SKIP_LINE;
+		c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
 		return 1;
 	case RQ_SKIP_LINE:
 		if (ch == '\n') {
@@ -564,12 +564,12 @@ static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 		// Unlike scan_byte this does not hash the method: nothing reads
 		// its token once the method is known.
 		if ((w0 & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w0 & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0")) {
-			c->rx_state = RQ_SKIP_LINE;
+			c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
 			return 4;
 		}
 		if ((w0 & PREFIX_MASK(5)) == TOKEN8("POST \0\0") || (w0 & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0")) {
 			c->head = (w0 & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0");
-			c->rx_state = RQ_SKIP_LINE;
+			c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
 			return 5;
 		}
 		return 0;
@@ -656,8 +656,9 @@ next:
 }
 
 // classify_request takes up to SCAN_STEPS windows over the bytes [off, end)
-// that start a request: HTTP/1.x or not, a probe or load, HEAD or not. Bytes
-// beyond this segment are not looked at; an undecided scan is load.
+// that start a request: HTTP/1.x or not, a probe or load, HEAD or not; on a
+// connection that already carried load, the method alone. Bytes beyond
+// this segment are not looked at; an undecided scan is load.
 static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
 {
 	struct parse_ctx s;
@@ -689,6 +690,13 @@ static __always_inline void on_request_bytes(struct __sk_buff *skb, struct pod_s
 	verdict = classify_request(skb, c, off, end);
 	if (!c->seen)
 		c->seen = 1; // written once: ingress and egress share its line
+	// Health probers do not keep connections alive (kubelet's disables
+	// keep-alive, ours keeps a connection of its own), so once a request on
+	// a connection was load, later requests on it are load too and only
+	// their method is read. A connection that began with a probe is still
+	// classified request by request.
+	if (verdict == VERDICT_REQUEST && !c->load)
+		c->load = 1;
 	now = bpf_ktime_get_ns();
 	if (verdict == VERDICT_OPAQUE) {
 		go_opaque(pod, c, now);

@@ -152,7 +152,7 @@ struct conn {
 	__u8 rx_state;        // RQ_*
 	__u8 rx_pos;          // length of the request token being matched
 	__u8 rx_verdict;      // VERDICT_*
-	__u8 _pad;
+	__u8 load;            // a request on it was load: later ones are too (see on_request_bytes)
 	__u32 _pad2;
 	__u32 tx_off, tx_end; // response bytes not yet parsed
 	__u32 tx_skip;        // bytes of the window already parsed

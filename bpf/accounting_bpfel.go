@@ -40,7 +40,7 @@ type accountingConn struct {
 	RxState    uint8
 	RxPos      uint8
 	RxVerdict  uint8
-	Pad        uint8
+	Load       uint8
 	Pad2       uint32
 	TxOff      uint32
 	TxEnd      uint32

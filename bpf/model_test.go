@@ -87,6 +87,7 @@ type modelConn struct {
 	req            int
 	opaque, closed bool
 	seen, head     bool
+	load           bool // a request on it was load: later ones only have their method read
 	proxied        bool
 
 	state, hflags, pos uint8
@@ -181,8 +182,11 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 	if !ok || c.opaque || c.req != reqIdle {
 		return
 	}
-	verdict, head := classify(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
+	verdict, head := classify(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload), c.load)
 	c.seen = true
+	if verdict == verdictRequest {
+		c.load = true
+	}
 	if verdict == verdictOpaque {
 		c.goOpaque(p)
 		return
@@ -197,8 +201,8 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 
 // classify mirrors classify_request. Offsets are packet offsets: the payload
 // starts at ipTCPHeaderLen; bytes before it are headers the scan skips.
-func classify(payload []byte, off, end int) (verdict int, head bool) {
-	s := scanState{state: rqMethod, hash: fnvOffset}
+func classify(payload []byte, off, end int, methodOnly bool) (verdict int, head bool) {
+	s := scanState{state: rqMethod, hash: fnvOffset, methodOnly: methodOnly}
 	for step := 0; step < scanSteps; step++ {
 		if off >= end || s.state == rqDone || s.verdict != verdictRequest {
 			break
@@ -292,11 +296,11 @@ func (s *scanState) lineFast(buf []byte) int {
 	if s.state == rqMethod {
 		switch {
 		case strings.HasPrefix(str, "GET "), strings.HasPrefix(str, "PUT "):
-			s.state = rqSkipLine
+			s.methodDone()
 			return 4
 		case strings.HasPrefix(str, "POST "), strings.HasPrefix(str, "HEAD "):
 			s.head = strings.HasPrefix(str, "HEAD ")
-			s.state = rqSkipLine
+			s.methodDone()
 			return 5
 		}
 		return 0
@@ -333,6 +337,16 @@ type scanState struct {
 	state, pos, verdict uint8
 	hash                uint32
 	head                bool
+	methodOnly          bool // the connection already carried load (conn.load)
+}
+
+// methodDone moves past a request's method: to its other lines, or, on a
+// connection that carried load, to the end of the scan.
+func (s *scanState) methodDone() {
+	s.state = rqSkipLine
+	if s.methodOnly {
+		s.state = rqDone
+	}
 }
 
 // scanByte mirrors scan_byte; it returns true where scan_byte returns 1.
@@ -352,7 +366,7 @@ func (s *scanState) scanByte(ch byte) bool {
 			return true
 		}
 		s.head = s.pos == 4 && s.hash == hashHead
-		s.state = rqSkipLine
+		s.methodDone()
 		return true
 	case rqSkipLine:
 		if ch == '\n' {

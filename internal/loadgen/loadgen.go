@@ -23,6 +23,17 @@ type Options struct {
 	Header http.Header
 	// Spans keeps each request's in-flight span (see Result.InFlightArea).
 	Spans bool
+	// Client sends the requests, and keeps its connections when the loop
+	// ends, for the next loop to reuse (see NewClient). Nil: a client of
+	// the loop's own, whose connections close with it.
+	Client *http.Client
+}
+
+// NewClient returns a client for loops of concurrency c whose keep-alive
+// connections outlive each loop.
+func NewClient(c int, keepAlive bool) *http.Client {
+	tr := &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
 // Span is one request from the moment the client had a connection for it
@@ -49,8 +60,10 @@ type Load struct {
 func Start(ctx context.Context, opts Options) *Load {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Load{cancel: cancel, done: make(chan struct{})}
-	tr := &http.Transport{DisableKeepAlives: !opts.KeepAlive, MaxIdleConnsPerHost: opts.Concurrency, MaxConnsPerHost: opts.Concurrency}
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	client, own := opts.Client, opts.Client == nil
+	if own {
+		client = NewClient(opts.Concurrency, opts.KeepAlive)
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := range opts.Concurrency {
@@ -79,7 +92,9 @@ func Start(ctx context.Context, opts Options) *Load {
 	go func() {
 		wg.Wait()
 		l.res.Elapsed = time.Since(start)
-		tr.CloseIdleConnections()
+		if own {
+			client.CloseIdleConnections()
+		}
 		close(l.done)
 	}()
 	return l

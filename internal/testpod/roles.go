@@ -1,6 +1,7 @@
 package testpod
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -10,15 +11,21 @@ import (
 	"time"
 )
 
-// roleEnv tells a re-executed test binary which role to play in a pod.
-const roleEnv = "SOCKSCALE_TESTPOD_ROLE"
+// roleEnv tells a re-executed test binary which role to play in a pod, and
+// portEnv on which port, if not the role's own.
+const (
+	roleEnv = "SOCKSCALE_TESTPOD_ROLE"
+	portEnv = "SOCKSCALE_TESTPOD_PORT"
+)
 
 // Roles a pod process can play.
 const (
-	// RoleHTTP serves HTTP on HTTPPort: ?sleep=50ms waits, ?size=N answers
-	// N bytes, ?chunked=1 answers chunked, ?close=1 closes after the response.
+	// RoleHTTP serves HTTP (on HTTPPort unless started on another):
+	// ?sleep=50ms waits, ?size=N answers N bytes, ?chunked=1 answers
+	// chunked, ?close=1 closes after the response.
 	RoleHTTP = "http"
-	// RoleEcho echoes raw TCP on EchoPort and keeps connections open.
+	// RoleEcho echoes raw TCP (on EchoPort unless started on another) and
+	// keeps connections open.
 	RoleEcho = "echo"
 )
 
@@ -37,11 +44,12 @@ func Main() {
 	}
 	waitForGate()
 	var err error
+	port := os.Getenv(portEnv)
 	switch role {
 	case RoleHTTP:
-		err = serveHTTP()
+		err = serveHTTP(cmp.Or(port, strconv.Itoa(HTTPPort)))
 	case RoleEcho:
-		err = serveEcho()
+		err = serveEcho(cmp.Or(port, strconv.Itoa(EchoPort)))
 	default:
 		err = fmt.Errorf("unknown test pod role %q", role)
 	}
@@ -87,13 +95,13 @@ func Handler() http.Handler {
 	return mux
 }
 
-func serveHTTP() error {
-	srv := &http.Server{Addr: ":" + strconv.Itoa(HTTPPort), Handler: Handler(), ReadHeaderTimeout: 10 * time.Second}
+func serveHTTP(port string) error {
+	srv := &http.Server{Addr: ":" + port, Handler: Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
 }
 
-func serveEcho() error {
-	l, err := net.Listen("tcp", ":"+strconv.Itoa(EchoPort))
+func serveEcho(port string) error {
+	l, err := net.Listen("tcp", ":"+port)
 	if err != nil {
 		return err
 	}

@@ -127,14 +127,24 @@ func (p *Pod) checkRoute() error {
 
 // Start runs the test binary in the pod with role and args (see Main), and
 // waits until it is inside the pod's cgroup and listening on port (0: do
-// not wait for a port).
+// not wait for a port, and the role listens on its own).
 func (p *Pod) Start(role string, port int, args ...string) error {
+	return p.StartIn(p.Cgroup, role, port, args...)
+}
+
+// StartIn is Start with the process in cgroup instead of the pod's: it
+// shares the pod's network and address, but its sockets belong to cgroup
+// (and so are outside any accounting attached above the pod's cgroup).
+func (p *Pod) StartIn(cgroup, role string, port int, args ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find test binary: %w", err)
 	}
 	cmd := exec.Command("ip", append([]string{"netns", "exec", p.Name, self}, args...)...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	if port != 0 {
+		cmd.Env = append(cmd.Env, portEnv+"="+strconv.Itoa(port))
+	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	gate, err := cmd.StdinPipe()
 	if err != nil {
@@ -145,10 +155,10 @@ func (p *Pod) Start(role string, port int, args ...string) error {
 	}
 	p.procs = append(p.procs, cmd)
 	// ip netns exec execs our binary in place, so this pid is the server.
-	// It waits on stdin until it is in the pod's cgroup: every socket it
-	// opens then belongs to the pod.
-	if err := os.WriteFile(filepath.Join(p.Cgroup, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		return fmt.Errorf("move %s into pod cgroup: %w", role, err)
+	// It waits on stdin until it is in its cgroup: every socket it opens
+	// then belongs to that cgroup.
+	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		return fmt.Errorf("move %s into cgroup %s: %w", role, cgroup, err)
 	}
 	if _, err := io.WriteString(gate, "go\n"); err != nil {
 		return fmt.Errorf("release %s: %w", role, err)

@@ -1,21 +1,22 @@
 // Command bench measures sockscale's data path and accounting on this
 // machine and prints comparable tables: every ratio is measured side by
-// side in one run, rounds interleaved, because shared machines are noisy;
-// the paired table goes further and loads an accounted and an unaccounted
-// pod at the same time.
+// side in one run, modes taking turns in short slices, because shared
+// machines are noisy.
 //
-//	go run ./test/bench [-duration 2s] [-rounds 7] [-queue-proxy PATH] [-only datapath,paired,accuracy,footprint]
+//	go run ./test/bench [-slice 250ms] [-rounds 60] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,12 +35,12 @@ import (
 
 func main() {
 	testpod.Main() // returns unless this process is a fake pod's server
-	duration := flag.Duration("duration", 2*time.Second, "length of one data-path measurement")
+	slice := flag.Duration("slice", 250*time.Millisecond, "how long each data-path mode runs per round")
 	accuracyDuration := flag.Duration("accuracy-duration", 4*time.Second, "length of one accuracy measurement")
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
-	rounds := flag.Int("rounds", 7, "rounds per data-path cell, each measuring every mode back to back")
+	rounds := flag.Int("rounds", 60, "data-path rounds per concurrency, each running every mode for one slice")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
-	only := flag.String("only", "datapath,paired,accuracy,footprint", "comma-separated parts: datapath, paired, accuracy, footprint")
+	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
@@ -54,15 +55,13 @@ func main() {
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
-			err = b.dataPath(*duration, *rounds, *queueProxy)
-		case "paired":
-			err = b.dataPathPaired(*duration, *rounds)
+			err = b.dataPath(*slice, *rounds, *queueProxy)
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
 		case "footprint":
 			err = footprint(b.root, *footprintDuration)
 		default:
-			err = fmt.Errorf("unknown part %q: want datapath, paired, accuracy or footprint", part)
+			err = fmt.Errorf("unknown part %q: want datapath, accuracy or footprint", part)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -74,12 +73,14 @@ func main() {
 type bench struct {
 	root string // cgroup the accounting attaches at
 	pod  *testpod.Pod
-
-	// A second pod outside root, never accounted: the reference that
-	// dataPathPaired loads at the same time as pod.
-	refCgroup string
-	ref       *testpod.Pod
+	// Where the pod's other servers run (see offPorts): a cgroup outside
+	// root, so the accounting never sees their sockets.
+	offCgroup string
 }
+
+// offPorts are the pod's unaccounted servers' (see dataPath): one per mode
+// of the data-path table, so each server serves one slice per round.
+var offPorts = map[string]int{"off": 8081, "off again": 8082, "queue-proxy": 8083}
 
 func newBench() (*bench, error) {
 	cg2, err := cgroup2.Root()
@@ -94,33 +95,28 @@ func newBench() (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{root: root, pod: pod, refCgroup: root + "-ref"}
+	b := &bench{root: root, pod: pod, offCgroup: root + "-off"}
 	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
 		b.close()
 		return nil, err
 	}
-	if err := os.MkdirAll(b.refCgroup, 0o755); err != nil {
+	if err := os.MkdirAll(b.offCgroup, 0o755); err != nil {
 		b.close()
 		return nil, err
 	}
-	if b.ref, err = testpod.Create(testpod.Options{Subnet: 79, CgroupParent: b.refCgroup}); err != nil {
-		b.close()
-		return nil, err
-	}
-	if err := b.ref.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
-		b.close()
-		return nil, err
+	for _, port := range offPorts {
+		if err := pod.StartIn(b.offCgroup, testpod.RoleHTTP, port); err != nil {
+			b.close()
+			return nil, err
+		}
 	}
 	return b, nil
 }
 
 func (b *bench) close() {
-	_ = b.pod.Delete()
-	if b.ref != nil {
-		_ = b.ref.Delete()
-	}
+	_ = b.pod.Delete() // stops every server
 	_ = os.Remove(b.root)
-	_ = os.Remove(b.refCgroup)
+	_ = os.Remove(b.offCgroup)
 }
 
 // attach turns accounting on for the pod; the returned func turns it off.
@@ -135,13 +131,11 @@ func (b *bench) attach() (*bpf.Accounting, func(), error) {
 	return a, func() { _ = a.Close() }, nil
 }
 
-// result of one closed-loop measurement: the client's view, the machine's
-// CPU, and the accounting programs' own run time where measured.
+// result of one closed-loop measurement: the client's view and the
+// machine's CPU.
 type result struct {
 	*loadgen.Result
-	cpu         time.Duration // whole machine, busy time
-	bpf         time.Duration // run time of the accounting programs, in a timed run
-	bpfRequests int64         // requests of that timed run
+	cpu time.Duration // whole machine, busy time
 }
 
 func (r result) cpuPerRequest() time.Duration {
@@ -151,11 +145,17 @@ func (r result) cpuPerRequest() time.Duration {
 	return r.cpu / time.Duration(r.Completed)
 }
 
-// closedLoop keeps c requests in flight against url for d.
-func closedLoop(url string, c int, keepAlive bool, d time.Duration, spans bool) result {
+// closedLoop runs the closed loop opts for d.
+func closedLoop(opts loadgen.Options, d time.Duration) result {
 	cpu0 := machineBusy()
-	r := loadgen.Run(loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: keepAlive, Spans: spans}, d)
+	r := loadgen.Run(opts, d)
 	return result{Result: r, cpu: machineBusy() - cpu0}
+}
+
+// keepAliveLoop is the data path's load: c requests in flight against url
+// over client's connections.
+func keepAliveLoop(url string, c int, client *http.Client) loadgen.Options {
+	return loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: true, Client: client}
 }
 
 // machineBusy is the CPU time all CPUs spent running something, from
@@ -184,65 +184,102 @@ func machineBusy() time.Duration {
 type mode struct {
 	name string
 	url  string
-	on   bool // accounting attached
+	on   bool // served by the accounted server
 }
 
-// dataPath compares the same pod and load with the accounting off, on, and
-// through queue-proxy, with a second off as a control. This machine's speed
-// drifts by several percent over seconds (shared vCPUs), so every round
-// measures each mode back to back (in a rotating order) and a ratio is taken
-// within the round; the table shows the median of those per-round ratios and
-// their range, not a ratio of totals that one slow second could skew.
-func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
-	direct := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
-	// "off again" is the control: the same setup as off, so its ratio to
-	// off shows how far this machine's noise alone moves a ratio.
-	modes := []mode{{"off", direct, false}, {"off again", direct, false}, {"on", direct, true}}
+// dataPath compares the same pod and load with and without accounting, and
+// behind queue-proxy.
+//
+// The accounting stays attached the whole time. "on" is the pod's server,
+// whose sockets are below the accounting's cgroup root. "off" is another,
+// identical server in the same pod (same network namespace and address)
+// whose process, and so every socket it opens, sits in a cgroup outside the
+// root: the programs never run for its traffic. "off again" is a third such
+// server, the control: its ratio to off shows what noise and two processes
+// being two processes do to a ratio. "queue-proxy" is Knative's queue-proxy
+// in the pod in front of a fourth. Each mode has a server of its own: when
+// two modes shared one, the mode that ran after its twin found the server's
+// threads and caches warm and came out ahead by 5-8 % at c = 1.
+//
+// This machine's speed moves by ±10 % and more within a second (shared
+// vCPUs), so the modes take turns in short slices, in a random order every
+// round, and each ratio is taken within a round. The table gives the
+// geometric mean of the per-round ratios and its 95 % confidence interval.
+func (b *bench) dataPath(slice time.Duration, rounds int, queueProxy string) error {
+	if rounds < 2 {
+		return fmt.Errorf("-rounds %d: a confidence interval needs at least 2 rounds", rounds)
+	}
+	a, detach, err := b.attach()
+	if err != nil {
+		return err
+	}
+	defer detach()
+	url := func(port int) string { return "http://" + b.pod.Addr(port) + "/" }
+	on := url(testpod.HTTPPort)
+	modes := []mode{{"off", url(offPorts["off"]), false}, {"off again", url(offPorts["off again"]), false}, {"on", on, true}}
 	if queueProxy != "" {
-		if err := startQueueProxy(b.pod, queueProxy); err != nil {
+		if err := startQueueProxy(b.pod, queueProxy, offPorts["queue-proxy"]); err != nil {
 			return fmt.Errorf("queue-proxy: %w", err)
 		}
 		modes = append(modes, mode{"queue-proxy", "http://" + b.pod.Addr(queueProxyPort) + "/", false})
 	}
 	concurrencies := []int{1, 16, 64}
-	// results[c][mode name][round]
-	results := map[int]map[string][]result{}
-	for _, c := range concurrencies {
-		results[c] = map[string][]result{}
-		for round := range rounds {
-			for _, m := range rotate(modes, round) {
-				r, err := b.measure(m, c, d, round == 0)
-				if err != nil {
-					return err
-				}
-				results[c][m.name] = append(results[c][m.name], r)
-			}
-		}
-	}
-	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per cell %d rounds of %v per mode, modes back to back\n", rounds, d)
-	fmt.Println("Ratios and differences are taken within each round: median [min-max] over the rounds.")
+	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per c %d rounds, each mode %v per round, modes taking turns\n", rounds, slice)
+	fmt.Println("Ratios and differences are per round: geometric mean (ratios) or mean (differences) over the rounds, [95 % confidence interval].")
 	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost;")
 	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tBPF run time/req\t")
 	for _, c := range concurrencies {
-		off := results[c]["off"]
+		// results[mode name][round]; each mode keeps its connections from
+		// slice to slice, as a client of a real pod would.
+		results := map[string][]result{}
+		clients := map[string]*http.Client{}
 		for _, m := range modes {
-			rs := results[c][m.name]
-			var ratios, extraCPU []float64
+			clients[m.name] = loadgen.NewClient(c, true)
+			closedLoop(keepAliveLoop(m.url, c, clients[m.name]), slice) // warm up connections and caches
+		}
+		rng := rand.New(rand.NewPCG(uint64(c), 1))
+		for range rounds {
+			// A new order every round: whatever a mode leaves behind (warm
+			// caches of the server it used) then helps no mode in particular.
+			order := slices.Clone(modes)
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			for _, m := range order {
+				load := keepAliveLoop(m.url, c, clients[m.name])
+				closedLoop(load, slice/10) // lead-in, not measured: the switch from the previous mode
+				r := closedLoop(load, slice)
+				if r.Failed > 0 {
+					return fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.Failed)
+				}
+				results[m.name] = append(results[m.name], r)
+			}
+		}
+		for _, cl := range clients {
+			cl.CloseIdleConnections()
+		}
+		bpfTime, bpfRequests, err := timedRun(a, on, c, 4*slice)
+		if err != nil {
+			return err
+		}
+		offRounds := results["off"]
+		for _, m := range modes {
+			rs := results[m.name]
+			var logRatios, extraCPU []float64
 			for i, r := range rs {
-				ratios = append(ratios, r.RPS()/off[i].RPS())
-				extraCPU = append(extraCPU, float64(r.cpuPerRequest()-off[i].cpuPerRequest()))
+				logRatios = append(logRatios, math.Log(r.RPS()/offRounds[i].RPS()))
+				extraCPU = append(extraCPU, float64(r.cpuPerRequest()-offRounds[i].cpuPerRequest()))
 			}
 			all := merge(rs)
-			bpfPerReq := "-"
-			if m.on {
-				bpfPerReq = (all.bpf / time.Duration(all.bpfRequests)).String()
-			}
-			ratio, cpu := "1", "0"
+			ratio, cpu, bpfPerReq := "1", "0", "-"
 			if m.name != "off" {
-				ratio = spread(ratios, func(v float64) string { return fmt.Sprintf("%.3f", v) })
-				cpu = spread(extraCPU, func(v float64) string { return fmt.Sprintf("%+.1fµs", v/1e3) })
+				mean, lo, hi := meanCI(logRatios)
+				ratio = fmt.Sprintf("%.3f [%.3f-%.3f]", math.Exp(mean), math.Exp(lo), math.Exp(hi))
+				mean, lo, hi = meanCI(extraCPU)
+				cpu = fmt.Sprintf("%+.1fµs [%+.1f..%+.1f]", mean/1e3, lo/1e3, hi/1e3)
+			}
+			if m.on {
+				bpfPerReq = (bpfTime / time.Duration(bpfRequests)).String()
 			}
 			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%s\t\n", c, m.name, all.RPS(), ratio,
 				all.Percentile(0.5).Round(time.Microsecond), all.Percentile(0.99).Round(time.Microsecond),
@@ -252,108 +289,21 @@ func (b *bench) dataPath(d time.Duration, rounds int, queueProxy string) error {
 	return w.Flush()
 }
 
-// dataPathPaired measures the throughput cost with less of the machine's
-// drift: the accounted pod and a reference pod outside the accounting's
-// cgroup are loaded at the same time, so what the machine does to one it
-// mostly does to the other (under saturation they also compete for it). Each round measures the pair twice, with the accounting
-// detached and attached; the cost is how much the pod's share moves:
-//
-//	(pod/ref attached) / (pod/ref detached)
-//
-// The detached ratio's own spread over the rounds is the control.
-func (b *bench) dataPathPaired(d time.Duration, rounds int) error {
-	podURL := "http://" + b.pod.Addr(testpod.HTTPPort) + "/"
-	refURL := "http://" + b.ref.Addr(testpod.HTTPPort) + "/"
-	pair := func(c int, d time.Duration) (float64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		pod := loadgen.Start(ctx, loadgen.Options{URLs: []string{podURL}, Concurrency: c, KeepAlive: true})
-		ref := loadgen.Start(ctx, loadgen.Options{URLs: []string{refURL}, Concurrency: c, KeepAlive: true})
-		<-ctx.Done()
-		p, r := pod.Stop(), ref.Stop()
-		if p.Failed+r.Failed > 0 {
-			return 0, fmt.Errorf("c=%d: %d requests failed", c, p.Failed+r.Failed)
-		}
-		return p.RPS() / r.RPS(), nil
+// meanCI returns the mean of vs and its 95 % confidence interval (Student's
+// t, with the quantile approximated as 1.96 + 2.4/(n-1): within 0.15 of
+// the exact one from 3 rounds up, within 0.01 from 30).
+func meanCI(vs []float64) (mean, lo, hi float64) {
+	n := float64(len(vs))
+	for _, v := range vs {
+		mean += v
 	}
-	concurrencies := []int{1, 16, 64}
-	fmt.Printf("\nData path, paired: the pod and an unaccounted reference pod under the same load at the same time; %d rounds of %v per cell\n", rounds, d)
-	fmt.Println("rps share = the pod's rps / the reference's; on vs off = share attached / share detached, per round: median [min-max].")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "c per pod\tshare detached (control)\tshare attached\ton vs off\t")
-	for _, c := range concurrencies {
-		var detached, attached, cost []float64
-		for round := range rounds {
-			var off, on float64
-			for _, attach := range rotate([]bool{false, true}, round) {
-				var detach func()
-				if attach {
-					_, det, err := b.attach()
-					if err != nil {
-						return err
-					}
-					detach = det
-				}
-				if _, err := pair(c, d/4); err != nil { // warm up
-					return err
-				}
-				share, err := pair(c, d)
-				if detach != nil {
-					detach()
-				}
-				if err != nil {
-					return err
-				}
-				if attach {
-					on = share
-				} else {
-					off = share
-				}
-			}
-			detached, attached, cost = append(detached, off), append(attached, on), append(cost, on/off)
-		}
-		f := func(v float64) string { return fmt.Sprintf("%.3f", v) }
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", c, spread(detached, f), spread(attached, f), spread(cost, f))
+	mean /= n
+	var ss float64
+	for _, v := range vs {
+		ss += (v - mean) * (v - mean)
 	}
-	return w.Flush()
-}
-
-// measure runs one closed loop of d at concurrency c in mode m, after a
-// warm-up. With timed, an accounting-on run is followed by a shorter one
-// with the kernel timing the programs (the timing itself costs, so the run
-// that measures throughput goes without it).
-func (b *bench) measure(m mode, c int, d time.Duration, timed bool) (result, error) {
-	var acct *bpf.Accounting
-	if m.on {
-		a, detach, err := b.attach()
-		if err != nil {
-			return result{}, err
-		}
-		defer detach()
-		acct = a
-	}
-	closedLoop(m.url, c, true, d/4, false) // warm up connections and caches
-	r := closedLoop(m.url, c, true, d, false)
-	if r.Failed > 0 {
-		return r, fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.Failed)
-	}
-	if acct != nil && timed {
-		var err error
-		if r.bpf, r.bpfRequests, err = timedRun(acct, m.url, c, d); err != nil {
-			return r, err
-		}
-	}
-	return r, nil
-}
-
-// spread formats the median of vs and their range.
-func spread(vs []float64, format func(float64) string) string {
-	s := slices.Sorted(slices.Values(vs))
-	median := s[len(s)/2]
-	if len(s)%2 == 0 {
-		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return fmt.Sprintf("%s [%s..%s]", format(median), format(s[0]), format(s[len(s)-1]))
+	half := (1.96 + 2.4/(n-1)) * math.Sqrt(ss/(n-1)/n)
+	return mean, mean - half, mean + half
 }
 
 // timedRun measures the accounting programs' own run time over a closed
@@ -368,17 +318,9 @@ func timedRun(acct *bpf.Accounting, url string, c int, d time.Duration) (time.Du
 	if err != nil {
 		return 0, 0, err
 	}
-	r := closedLoop(url, c, true, d, false)
+	r := closedLoop(keepAliveLoop(url, c, nil), d)
 	t1, _, err := acct.RunTime()
 	return t1 - t0, r.Completed, err
-}
-
-// rotate changes the order of modes every round so no mode always runs
-// first (or right after another's warm-up).
-func rotate[T any](modes []T, round int) []T {
-	out := slices.Clone(modes)
-	k := round % len(out)
-	return append(out[k:], out[:k]...)
 }
 
 func merge(rs []result) result {
@@ -388,8 +330,6 @@ func merge(rs []result) result {
 		m.Elapsed += r.Elapsed
 		m.Latencies = append(m.Latencies, r.Latencies...)
 		m.cpu += r.cpu
-		m.bpf += r.bpf
-		m.bpfRequests += r.bpfRequests
 	}
 	return m
 }
@@ -421,7 +361,9 @@ func (b *bench) accuracy(d time.Duration) error {
 			var s0, s1 snap
 			var errs [2]error
 			done := make(chan result)
-			go func() { done <- closedLoop(url, c, keepAlive, d, true) }()
+			go func() {
+				done <- closedLoop(loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: keepAlive, Spans: true}, d)
+			}()
 			time.Sleep(d / 8)
 			s0, errs[0] = read()
 			time.Sleep(d * 3 / 4)
@@ -442,10 +384,11 @@ func (b *bench) accuracy(d time.Duration) error {
 const queueProxyPort = 8012
 
 // startQueueProxy runs Knative's queue-proxy in the pod's network namespace
-// in front of the pod's server, as a Knative revision would.
-func startQueueProxy(pod *testpod.Pod, bin string) error {
+// in front of the pod's server on userPort, as a Knative revision would. It
+// stays in this process's cgroup, outside the accounting's root.
+func startQueueProxy(pod *testpod.Pod, bin string, userPort int) error {
 	cmd := exec.Command("ip", "netns", "exec", pod.Name, bin)
-	cmd.Env = append(os.Environ(), queueProxyEnv(pod)...)
+	cmd.Env = append(os.Environ(), queueProxyEnv(pod, userPort)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -454,14 +397,14 @@ func startQueueProxy(pod *testpod.Pod, bin string) error {
 	return pod.WaitListening(queueProxyPort, 10*time.Second)
 }
 
-func queueProxyEnv(pod *testpod.Pod) []string {
+func queueProxyEnv(pod *testpod.Pod, userPort int) []string {
 	// The variables queue-proxy v0.50.0 requires (pkg/queue/sharedmain), set
 	// as a revision with containerConcurrency 0 would have them.
 	env := map[string]string{
 		"SERVING_NAMESPACE": "bench", "SERVING_SERVICE": "bench", "SERVING_CONFIGURATION": "bench",
 		"SERVING_REVISION": "bench-00001", "SERVING_POD": "bench-pod", "SERVING_POD_IP": pod.IP.String(),
 		"QUEUE_SERVING_PORT": strconv.Itoa(queueProxyPort), "QUEUE_SERVING_TLS_PORT": "8112",
-		"USER_PORT": strconv.Itoa(testpod.HTTPPort), "CONTAINER_CONCURRENCY": "0",
+		"USER_PORT": strconv.Itoa(userPort), "CONTAINER_CONCURRENCY": "0",
 		"REVISION_TIMEOUT_SECONDS": "300", "SERVING_LOGGING_CONFIG": "", "SERVING_LOGGING_LEVEL": "error",
 	}
 	keys := make([]string, 0, len(env))

@@ -133,8 +133,9 @@ func (p *Pod) Start(role string, port int, args ...string) error {
 }
 
 // StartIn is Start with the process in cgroup instead of the pod's: it
-// shares the pod's network and address, but its sockets belong to cgroup
-// (and so are outside any accounting attached above the pod's cgroup).
+// shares the pod's network and address, but its sockets belong to cgroup,
+// so programs attached above the pod's cgroup see them only if they are
+// above cgroup too.
 func (p *Pod) StartIn(cgroup, role string, port int, args ...string) error {
 	self, err := os.Executable()
 	if err != nil {

@@ -675,6 +675,30 @@ static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn 
 	return c->rx_verdict;
 }
 
+// common_method reads the first eight bytes of a request and returns 1 if
+// they start with a common method (GET, PUT, POST, HEAD), setting c->head
+// as classify_request would; 0 leaves the request to classify_request. On
+// a connection that carried load the method is all there is to learn, and
+// this spares the scan's set-up and its 64-byte window.
+static __always_inline int common_method(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
+{
+	__u64 w;
+	__u8 head;
+
+	if (end - off < 8 || bpf_skb_load_bytes(skb, off, &w, 8))
+		return 0;
+	if ((w & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0") ||
+	    (w & PREFIX_MASK(5)) == TOKEN8("POST \0\0"))
+		head = 0;
+	else if ((w & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0"))
+		head = 1;
+	else
+		return 0;
+	if (c->head != head)
+		c->head = head; // written on change only: egress reads its line
+	return 1;
+}
+
 static __always_inline void on_request_bytes(struct __sk_buff *skb, struct pod_stats *pod, struct conn *c,
 					     __u32 off, __u32 end)
 {
@@ -687,7 +711,10 @@ static __always_inline void on_request_bytes(struct __sk_buff *skb, struct pod_s
 	// request, which the request in flight covers).
 	if (c->req != REQ_IDLE)
 		return;
-	verdict = classify_request(skb, c, off, end);
+	if (!c->load || !common_method(skb, c, off, end))
+		verdict = classify_request(skb, c, off, end);
+	else
+		verdict = VERDICT_REQUEST;
 	if (!c->seen)
 		c->seen = 1; // written once: ingress and egress share its line
 	// Health probers do not keep connections alive (kubelet's disables
@@ -1136,24 +1163,24 @@ static __always_inline int parse_response(struct __sk_buff *skb, struct conn *c,
 static __always_inline void on_response_bytes(struct __sk_buff *skb, struct pod_stats *pod, struct conn *c,
 					      __u32 off, __u32 end)
 {
-	__u64 now;
 	int err;
 
 	if (c->opaque)
 		return;
-	now = bpf_ktime_get_ns();
+	// The clock is read only where something is counted: most segments of
+	// a long response end nothing.
 	if (!c->seen) {
-		go_opaque(pod, c, now); // the server spoke first: not HTTP
+		go_opaque(pod, c, bpf_ktime_get_ns()); // the server spoke first: not HTTP
 		return;
 	}
 	err = parse_response(skb, c, off, end);
 	if (err) {
 		count_event(err == PARSE_ERROR ? EV_PARSE_ERROR : EV_PARSE_LIMIT);
-		go_opaque(pod, c, now);
+		go_opaque(pod, c, bpf_ktime_get_ns());
 		return;
 	}
 	if (c->tx_done)
-		end_request(pod, c, now);
+		end_request(pod, c, bpf_ktime_get_ns());
 }
 
 /* ---- cgroup_skb: every TCP segment of every socket below the root ---- */

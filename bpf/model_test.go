@@ -182,7 +182,12 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 	if !ok || c.opaque || c.req != reqIdle {
 		return
 	}
-	verdict, head := classify(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload), c.load)
+	verdict, head := verdictRequest, false
+	if isHead, ok := commonMethod(payload[skip:]); c.load && ok {
+		head = isHead
+	} else {
+		verdict, head = classify(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload), c.load)
+	}
 	c.seen = true
 	if verdict == verdictRequest {
 		c.load = true
@@ -197,6 +202,20 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 	} else {
 		c.startRequest(p, reqBusy)
 	}
+}
+
+// commonMethod mirrors common_method: ok if b starts with GET, PUT, POST or
+// HEAD and a space, and has at least eight bytes.
+func commonMethod(b []byte) (head, ok bool) {
+	if len(b) < 8 {
+		return false, false
+	}
+	for _, m := range []string{"GET ", "PUT ", "POST ", "HEAD "} {
+		if strings.HasPrefix(string(b), m) {
+			return m == "HEAD ", true
+		}
+	}
+	return false, false
 }
 
 // classify mirrors classify_request. Offsets are packet offsets: the payload

@@ -3,7 +3,7 @@
 // side in one run, modes taking turns in short slices, because shared
 // machines are noisy.
 //
-//	go run ./test/bench [-slice 250ms] [-rounds 60] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
+//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine.
@@ -38,7 +38,8 @@ func main() {
 	slice := flag.Duration("slice", 250*time.Millisecond, "how long each data-path mode runs per round")
 	accuracyDuration := flag.Duration("accuracy-duration", 4*time.Second, "length of one accuracy measurement")
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
-	rounds := flag.Int("rounds", 60, "data-path rounds per concurrency, each running every mode for one slice")
+	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice")
+	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
 	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
 	flag.Parse()
@@ -55,7 +56,7 @@ func main() {
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
-			err = b.dataPath(*slice, *rounds, *queueProxy)
+			err = b.dataPath(*slice, *rounds, *block, *queueProxy)
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
 		case "footprint":
@@ -71,16 +72,20 @@ func main() {
 }
 
 type bench struct {
-	root string // cgroup the accounting attaches at
+	root string // cgroup the accounting attaches at for accuracy
 	pod  *testpod.Pod
-	// Where the pod's other servers run (see offPorts): a cgroup outside
-	// root, so the accounting never sees their sockets.
-	offCgroup string
+	// The data path's servers (see dataPath), each in a cgroup of its own
+	// outside root: the twins the accounting attaches to in turn, and
+	// queue-proxy's backend.
+	twins        [2]server
+	proxyBackend server
 }
 
-// offPorts are the pod's unaccounted servers' (see dataPath): one per mode
-// of the data-path table, so each server serves one slice per round.
-var offPorts = map[string]int{"off": 8081, "off again": 8082, "queue-proxy": 8083}
+// server is one of the pod's servers besides its own.
+type server struct {
+	cgroup string
+	port   int
+}
 
 func newBench() (*bench, error) {
 	cg2, err := cgroup2.Root()
@@ -95,17 +100,20 @@ func newBench() (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{root: root, pod: pod, offCgroup: root + "-off"}
+	b := &bench{root: root, pod: pod,
+		twins:        [2]server{{root + "-twin-a", 8081}, {root + "-twin-b", 8082}},
+		proxyBackend: server{root + "-proxied", 8083},
+	}
 	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
 		b.close()
 		return nil, err
 	}
-	if err := os.MkdirAll(b.offCgroup, 0o755); err != nil {
-		b.close()
-		return nil, err
-	}
-	for _, port := range offPorts {
-		if err := pod.StartIn(b.offCgroup, testpod.RoleHTTP, port); err != nil {
+	for _, srv := range []server{b.twins[0], b.twins[1], b.proxyBackend} {
+		if err := os.MkdirAll(srv.cgroup, 0o755); err != nil {
+			b.close()
+			return nil, err
+		}
+		if err := pod.StartIn(srv.cgroup, testpod.RoleHTTP, srv.port); err != nil {
 			b.close()
 			return nil, err
 		}
@@ -115,13 +123,15 @@ func newBench() (*bench, error) {
 
 func (b *bench) close() {
 	_ = b.pod.Delete() // stops every server
-	_ = os.Remove(b.root)
-	_ = os.Remove(b.offCgroup)
+	for _, dir := range []string{b.root, b.twins[0].cgroup, b.twins[1].cgroup, b.proxyBackend.cgroup} {
+		_ = os.Remove(dir)
+	}
 }
 
-// attach turns accounting on for the pod; the returned func turns it off.
-func (b *bench) attach() (*bpf.Accounting, func(), error) {
-	a, err := bpf.New(bpf.Options{CgroupRoot: b.root})
+// attach turns accounting on for the pod's sockets below cgroup; the
+// returned func turns it off.
+func (b *bench) attach(cgroup string) (*bpf.Accounting, func(), error) {
+	a, err := bpf.New(bpf.Options{CgroupRoot: cgroup})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,112 +191,147 @@ func machineBusy() time.Duration {
 	return time.Duration(busy) * (time.Second / 100) // USER_HZ
 }
 
-type mode struct {
-	name string
-	url  string
-	on   bool // served by the accounted server
-}
-
 // dataPath compares the same pod and load with and without accounting, and
 // behind queue-proxy.
 //
-// The accounting stays attached the whole time. "on" is the pod's server,
-// whose sockets are below the accounting's cgroup root. "off" is another,
-// identical server in the same pod (same network namespace and address)
-// whose process, and so every socket it opens, sits in a cgroup outside the
-// root: the programs never run for its traffic. "off again" is a third such
-// server, the control: its ratio to off shows what noise and two processes
-// being two processes do to a ratio. "queue-proxy" is Knative's queue-proxy
-// in the pod in front of a fourth. Each mode has a server of its own: when
-// two modes shared one, the mode that ran after its twin found the server's
-// threads and caches warm and came out ahead by 5-8 % at c = 1.
+// The pod runs two identical servers, twins, each in a cgroup of its own
+// outside the pod's: the accounting is attached at one twin's cgroup, so
+// "on" is that twin and "off" the other, over the same network namespace
+// and address. Two processes are never quite alike (here they differed by
+// up to 5 % at c = 1 with nothing attached), so the twins swap roles from
+// one block of rounds to the next, with fresh connections for the sockets
+// to be accounted from their start, and each estimate is the mean of a
+// block pair, one of each assignment: the twins' own difference cancels.
+// "queue-proxy" is Knative's queue-proxy in the pod in front of a third
+// server.
 //
 // This machine's speed moves by ±10 % and more within a second (shared
-// vCPUs), so the modes take turns in short slices, in a random order every
-// round, and each ratio is taken within a round. The table gives the
-// geometric mean of the per-round ratios and its 95 % confidence interval.
-func (b *bench) dataPath(slice time.Duration, rounds int, queueProxy string) error {
-	if rounds < 2 {
-		return fmt.Errorf("-rounds %d: a confidence interval needs at least 2 rounds", rounds)
+// vCPUs), so within a block the modes take turns in short slices, in a
+// random order every round, and each ratio is taken within a round. The
+// table gives the geometric mean of the ratios and its 95 % confidence
+// interval over the block pairs; the last line says how far apart the
+// twins were.
+func (b *bench) dataPath(slice time.Duration, rounds, block int, queueProxy string) error {
+	if block < 1 || rounds < 4*block {
+		return fmt.Errorf("-rounds %d, -block %d: a confidence interval needs at least two pairs of blocks of at least one round", rounds, block)
 	}
-	a, detach, err := b.attach()
-	if err != nil {
-		return err
-	}
-	defer detach()
-	url := func(port int) string { return "http://" + b.pod.Addr(port) + "/" }
-	on := url(testpod.HTTPPort)
-	modes := []mode{{"off", url(offPorts["off"]), false}, {"off again", url(offPorts["off again"]), false}, {"on", on, true}}
+	modes := []string{"off", "on"}
 	if queueProxy != "" {
-		if err := startQueueProxy(b.pod, queueProxy, offPorts["queue-proxy"]); err != nil {
+		if err := startQueueProxy(b.pod, queueProxy, b.proxyBackend.port); err != nil {
 			return fmt.Errorf("queue-proxy: %w", err)
 		}
-		modes = append(modes, mode{"queue-proxy", "http://" + b.pod.Addr(queueProxyPort) + "/", false})
+		modes = append(modes, "queue-proxy")
 	}
-	concurrencies := []int{1, 16, 64}
-	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per c %d rounds, each mode %v per round, modes taking turns\n", rounds, slice)
-	fmt.Println("Ratios and differences are per round: geometric mean (ratios) or mean (differences) over the rounds, [95 % confidence interval].")
+	url := func(port int) string { return "http://" + b.pod.Addr(port) + "/" }
+	pairs := rounds / (2 * block)
+	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per c %d pairs of %d-round blocks, each mode %v per round, modes taking turns\n", pairs, block, slice)
+	fmt.Println("Ratios and differences are per round, averaged over each block pair (twins in both roles):")
+	fmt.Println("geometric mean (ratios) or mean (differences) over the pairs [95 % confidence interval].")
 	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost;")
 	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tBPF run time/req\t")
-	for _, c := range concurrencies {
-		// results[mode name][round]; each mode keeps its connections from
-		// slice to slice, as a client of a real pod would.
-		results := map[string][]result{}
-		clients := map[string]*http.Client{}
-		for _, m := range modes {
-			clients[m.name] = loadgen.NewClient(c, true)
-			closedLoop(keepAliveLoop(m.url, c, clients[m.name]), slice) // warm up connections and caches
-		}
+	var twinGaps []string
+	for _, c := range []int{1, 16, 64} {
+		// all[mode] merges every slice; logRatio and extraCPU hold per mode
+		// one value per block pair, twinGap one per pair (log of twin
+		// a's rps over twin b's, the accounting's share cancelled).
+		all := map[string][]result{}
+		logRatio, extraCPU := map[string][]float64{}, map[string][]float64{}
+		var twinGap []float64
+		var bpfTime time.Duration
+		var bpfRequests int64
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
-		for range rounds {
-			// A new order every round: whatever a mode leaves behind (warm
-			// caches of the server it used) then helps no mode in particular.
-			order := slices.Clone(modes)
-			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-			for _, m := range order {
-				load := keepAliveLoop(m.url, c, clients[m.name])
-				closedLoop(load, slice/10) // lead-in, not measured: the switch from the previous mode
-				r := closedLoop(load, slice)
-				if r.Failed > 0 {
-					return fmt.Errorf("%s c=%d: %d requests failed", m.name, c, r.Failed)
+		for range pairs {
+			var pairRatio, pairCPU [2]map[string]float64
+			var aOverB [2]float64                // log of twin a's rps over twin b's, per block
+			for k, onTwin := range rng.Perm(2) { // which twin is accounted first: random
+				urls := map[string]string{"off": url(b.twins[1-onTwin].port), "on": url(b.twins[onTwin].port), "queue-proxy": url(queueProxyPort)}
+				rs, t, n, err := b.runBlock(b.twins[onTwin].cgroup, modes, urls, c, slice, block, rng)
+				if err != nil {
+					return err
 				}
-				results[m.name] = append(results[m.name], r)
+				bpfTime, bpfRequests = bpfTime+t, bpfRequests+n
+				pairRatio[k], pairCPU[k] = map[string]float64{}, map[string]float64{}
+				for _, m := range modes {
+					all[m] = append(all[m], rs[m]...)
+					for i, r := range rs[m] {
+						pairRatio[k][m] += math.Log(r.RPS()/rs["off"][i].RPS()) / float64(block)
+						pairCPU[k][m] += float64(r.cpuPerRequest()-rs["off"][i].cpuPerRequest()) / float64(block)
+					}
+				}
+				aOverB[k] = pairRatio[k]["on"]
+				if onTwin == 1 {
+					aOverB[k] = -aOverB[k] // a is off: a/b = off/on
+				}
 			}
+			for _, m := range modes {
+				logRatio[m] = append(logRatio[m], (pairRatio[0][m]+pairRatio[1][m])/2)
+				extraCPU[m] = append(extraCPU[m], (pairCPU[0][m]+pairCPU[1][m])/2)
+			}
+			// With a on: log(a/b) = gap + cost; with b on: log(a/b) = gap - cost.
+			twinGap = append(twinGap, (aOverB[0]+aOverB[1])/2)
 		}
-		for _, cl := range clients {
-			cl.CloseIdleConnections()
-		}
-		bpfTime, bpfRequests, err := timedRun(a, on, c, 4*slice)
-		if err != nil {
-			return err
-		}
-		offRounds := results["off"]
 		for _, m := range modes {
-			rs := results[m.name]
-			var logRatios, extraCPU []float64
-			for i, r := range rs {
-				logRatios = append(logRatios, math.Log(r.RPS()/offRounds[i].RPS()))
-				extraCPU = append(extraCPU, float64(r.cpuPerRequest()-offRounds[i].cpuPerRequest()))
-			}
-			all := merge(rs)
-			ratio, cpu, bpfPerReq := "1", "0", "-"
-			if m.name != "off" {
-				mean, lo, hi := meanCI(logRatios)
+			merged := merge(all[m])
+			ratio, cpu, bpfCol := "1", "0", "-"
+			if m != "off" {
+				mean, lo, hi := meanCI(logRatio[m])
 				ratio = fmt.Sprintf("%.3f [%.3f-%.3f]", math.Exp(mean), math.Exp(lo), math.Exp(hi))
-				mean, lo, hi = meanCI(extraCPU)
+				mean, lo, hi = meanCI(extraCPU[m])
 				cpu = fmt.Sprintf("%+.1fµs [%+.1f..%+.1f]", mean/1e3, lo/1e3, hi/1e3)
 			}
-			if m.on {
-				bpfPerReq = (bpfTime / time.Duration(bpfRequests)).String()
+			if m == "on" && bpfRequests > 0 {
+				bpfCol = (bpfTime / time.Duration(bpfRequests)).String()
 			}
-			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%s\t\n", c, m.name, all.RPS(), ratio,
-				all.Percentile(0.5).Round(time.Microsecond), all.Percentile(0.99).Round(time.Microsecond),
-				all.cpuPerRequest().Round(100*time.Nanosecond), cpu, bpfPerReq)
+			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%s\t\n", c, m, merged.RPS(), ratio,
+				merged.Percentile(0.5).Round(time.Microsecond), merged.Percentile(0.99).Round(time.Microsecond),
+				merged.cpuPerRequest().Round(100*time.Nanosecond), cpu, bpfCol)
+		}
+		mean, lo, hi := meanCI(twinGap)
+		twinGaps = append(twinGaps, fmt.Sprintf("c=%d %.3f [%.3f-%.3f]", c, math.Exp(mean), math.Exp(lo), math.Exp(hi)))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Println("Twin a's rps over twin b's, the accounting's share cancelled (the difference the swap removes):", strings.Join(twinGaps, ", "))
+	return nil
+}
+
+// runBlock attaches the accounting at cgroup and runs block rounds of the
+// modes over fresh connections (so the accounted ones are tracked from
+// their start). It returns each mode's results by round, and the
+// accounting programs' run time and requests in a timed run after them.
+func (b *bench) runBlock(cgroup string, modes []string, urls map[string]string, c int, slice time.Duration, block int, rng *rand.Rand) (map[string][]result, time.Duration, int64, error) {
+	a, detach, err := b.attach(cgroup)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer detach()
+	clients := map[string]*http.Client{}
+	for _, m := range modes {
+		clients[m] = loadgen.NewClient(c, true)
+		defer clients[m].CloseIdleConnections()
+		closedLoop(keepAliveLoop(urls[m], c, clients[m]), slice) // warm up connections and caches
+	}
+	rs := map[string][]result{}
+	for range block {
+		// A new order every round: whatever a mode leaves behind (warm
+		// caches of the server it used) then helps no mode in particular.
+		order := slices.Clone(modes)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, m := range order {
+			load := keepAliveLoop(urls[m], c, clients[m])
+			closedLoop(load, slice/10) // lead-in, not measured: the switch from the previous mode
+			r := closedLoop(load, slice)
+			if r.Failed > 0 {
+				return nil, 0, 0, fmt.Errorf("%s c=%d: %d requests failed", m, c, r.Failed)
+			}
+			rs[m] = append(rs[m], r)
 		}
 	}
-	return w.Flush()
+	bpfTime, bpfRequests, err := timedRun(a, urls["on"], c, slice)
+	return rs, bpfTime, bpfRequests, err
 }
 
 // meanCI returns the mean of vs and its 95 % confidence interval
@@ -346,7 +391,7 @@ func merge(rs []result) result {
 }
 
 func (b *bench) accuracy(d time.Duration) error {
-	a, detach, err := b.attach()
+	a, detach, err := b.attach(b.root)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func main() {
 	slice := flag.Duration("slice", 250*time.Millisecond, "how long each data-path mode runs per round")
 	accuracyDuration := flag.Duration("accuracy-duration", 4*time.Second, "length of one accuracy measurement")
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
-	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice")
+	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice (rounded down to whole pairs of blocks)")
 	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
 	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")

@@ -455,6 +455,19 @@ static __always_inline int find_lf(const __u8 *buf, __u32 start, __u32 n)
 
 /* ---- request side: classify the bytes that start a request ---- */
 
+// method_word returns the length of the common method and its space that
+// start the word w (4 for "GET " and "PUT ", 5 for "POST " and "HEAD "), or
+// 0; *head says whether it is HEAD.
+static __always_inline __u32 method_word(__u64 w, __u8 *head)
+{
+	*head = (w & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0");
+	if ((w & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0"))
+		return 4;
+	if (*head || (w & PREFIX_MASK(5)) == TOKEN8("POST \0\0"))
+		return 5;
+	return 0;
+}
+
 // scan_byte advances the request classifier by one byte. Returns 1 to stop
 // bpf_loop once the verdict is known, or where the caller can go faster
 // (the rest of a line to skip, the start of a line).
@@ -555,6 +568,8 @@ static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 {
 	struct conn *c = s->c;
 	__u64 w0, w1, w2, w3, value0, value1;
+	__u32 k;
+	__u8 head;
 	int q;
 
 	if (n < 32)
@@ -563,16 +578,12 @@ static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
 	if (c->rx_state == RQ_METHOD) {
 		// Unlike scan_byte this does not hash the method: nothing reads
 		// its token once the method is known.
-		if ((w0 & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w0 & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0")) {
-			c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
-			return 4;
-		}
-		if ((w0 & PREFIX_MASK(5)) == TOKEN8("POST \0\0") || (w0 & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0")) {
-			c->head = (w0 & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0");
-			c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
-			return 5;
-		}
-		return 0;
+		k = method_word(w0, &head);
+		if (!k)
+			return 0;
+		c->head = head;
+		c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
+		return k;
 	}
 	// RQ_LINE_START
 	if ((__u8)w0 == '\r' || (__u8)w0 == '\n')
@@ -687,12 +698,7 @@ static __always_inline int common_method(struct __sk_buff *skb, struct conn *c, 
 
 	if (end - off < 8 || bpf_skb_load_bytes(skb, off, &w, 8))
 		return 0;
-	if ((w & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0") ||
-	    (w & PREFIX_MASK(5)) == TOKEN8("POST \0\0"))
-		head = 0;
-	else if ((w & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0"))
-		head = 1;
-	else
+	if (!method_word(w, &head))
 		return 0;
 	if (c->head != head)
 		c->head = head; // written on change only: egress reads its line

@@ -210,12 +210,19 @@ func commonMethod(b []byte) (head, ok bool) {
 	if len(b) < 8 {
 		return false, false
 	}
+	n, head := methodWord(b)
+	return head, n > 0
+}
+
+// methodWord mirrors method_word: the length of the common method and its
+// space that start b, or 0, and whether it is HEAD.
+func methodWord(b []byte) (n int, head bool) {
 	for _, m := range []string{"GET ", "PUT ", "POST ", "HEAD "} {
 		if strings.HasPrefix(string(b), m) {
-			return m == "HEAD ", true
+			return len(m), m == "HEAD "
 		}
 	}
-	return false, false
+	return 0, false
 }
 
 // classify mirrors classify_request. Offsets are packet offsets: the payload
@@ -313,16 +320,13 @@ func (s *scanState) lineFast(buf []byte) int {
 	}
 	str := string(buf)
 	if s.state == rqMethod {
-		switch {
-		case strings.HasPrefix(str, "GET "), strings.HasPrefix(str, "PUT "):
-			s.methodDone()
-			return 4
-		case strings.HasPrefix(str, "POST "), strings.HasPrefix(str, "HEAD "):
-			s.head = strings.HasPrefix(str, "HEAD ")
-			s.methodDone()
-			return 5
+		n, head := methodWord(buf)
+		if n == 0 {
+			return 0
 		}
-		return 0
+		s.head = head
+		s.methodDone()
+		return n
 	}
 	if buf[0] == '\r' || buf[0] == '\n' {
 		return 0

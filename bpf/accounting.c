@@ -1025,9 +1025,38 @@ static __always_inline int skip_body(struct conn *c)
 	return 0;
 }
 
+// content_length_fast parses a short Content-Length value the way
+// response_byte would: v holds the eight bytes after the colon, and a value
+// of one space, one to five digits and CRLF ends within them (" 2\r\n").
+// Returns the bytes consumed, or 0 to leave the value to response_byte.
+static __always_inline __u32 content_length_fast(struct conn *c, __u64 v)
+{
+	__u64 length = 0;
+	__u32 i;
+	__u8 ch;
+
+	if ((__u8)v != ' ')
+		return 0;
+#pragma clang loop unroll(full)
+	for (i = 1; i < 6; i++) {
+		ch = v >> (8 * i);
+		if (ch < '0' || ch > '9')
+			break;
+		length = length * 10 + (ch - '0');
+	}
+	// i is the first byte after the digits: there must be some, then CRLF.
+	if (i == 1 || (__u16)(v >> (8 * i)) != ('\r' | '\n' << 8))
+		return 0;
+	c->length = length;
+	c->pos = i - 1; // the digits, as response_byte counts them
+	c->state = RS_LINE_START;
+	return i + 2;
+}
+
 // response_line_fast parses the start of the line at buf[0] the way
-// response_byte would, without a parse step per byte: a status line of
-// HTTP/1.1 or 1.0, the Content-Length and Transfer-Encoding names are
+// response_byte would, without a parse step per byte: the empty line that
+// ends the headers, a status line of HTTP/1.1 or 1.0, the Content-Length
+// and Transfer-Encoding names (and a short Content-Length value) are
 // compared eight bytes at a time, and any other header name is skipped up to
 // its colon. n bytes of buf are fresh. Returns the bytes consumed, or 0 to
 // leave the line to response_byte.
@@ -1038,9 +1067,15 @@ static __always_inline __u32 response_line_fast(struct parse_ctx *r, __u32 n)
 	__u8 d0, d1, d2;
 	int q;
 
+	w0 = word(r->buf, 0);
+	// The empty line is often all that is left of the headers in a segment,
+	// so it is looked at before the length check below.
+	if (c->state == RS_LINE_START && ((__u8)w0 == '\n' || (n >= 2 && (__u16)w0 == ('\r' | '\n' << 8)))) {
+		headers_done(c);
+		return (__u8)w0 == '\n' ? 1 : 2;
+	}
 	if (n < 24)
 		return 0; // fewer bytes than the words compared: response_byte parses them
-	w0 = word(r->buf, 0);
 	w1 = word(r->buf, 1);
 	if (c->state == RS_STATUS) {
 		// "HTTP/1.x ddd" then '\n' or the reason phrase.
@@ -1061,14 +1096,14 @@ static __always_inline __u32 response_line_fast(struct parse_ctx *r, __u32 n)
 	// RS_LINE_START
 	if ((__u8)w0 == '\r' || (__u8)w0 == '\n')
 		return 0; // the end of the headers
+	w2 = word(r->buf, 2);
 	if (lower8(w0) == TOKEN8("content-") && (lower8(w1) & PREFIX_MASK(7)) == TOKEN8("length:\0")) {
 		c->state = RS_CL_VALUE;
 		c->hflags |= HF_LENGTH;
 		c->length = 0;
 		token_reset(&c->pos, &c->hash);
-		return 15;
+		return 15 + content_length_fast(c, w1 >> 56 | w2 << 8);
 	}
-	w2 = word(r->buf, 2);
 	if (lower8(w0) == TOKEN8("transfer") && lower8(w1) == TOKEN8("-encodin") &&
 	    (lower8(w2) & PREFIX_MASK(2)) == TOKEN8("g:\0\0\0\0\0\0")) {
 		c->state = RS_TE_VALUE;
@@ -1114,8 +1149,10 @@ static long response_step(__u64 i, void *data)
 		k = response_line_fast(r, n);
 		if (c->tx_err)
 			return 1;
-		if (k && c->state == RS_LINE_START)
-			goto next; // a new line: it starts the next window
+		// Done with the line (a new line, a body, the next response): what
+		// follows starts the next window. Otherwise the line goes on here.
+		if (k && c->state != RS_SKIP_LINE && c->state != RS_CL_VALUE && c->state != RS_TE_VALUE)
+			goto next;
 	}
 	if (c->state != RS_SKIP_LINE && c->state != RS_TRAILER_SKIP && k < n) {
 		c->tx_skip = k;

@@ -510,7 +510,7 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 			if r.err != 0 {
 				break
 			}
-			fresh = k > 0 && c.state == rsLineStart
+			fresh = k > 0 && c.state != rsSkipLine && c.state != rsCLValue && c.state != rsTEValue
 		}
 		skipping := func() bool { return c.state == rsSkipLine || c.state == rsTrailerSkip }
 		if !fresh && !skipping() && k < n {
@@ -551,6 +551,16 @@ func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
 
 // lineFast mirrors response_line_fast; it returns the bytes consumed.
 func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
+	if c.state == rsLineStart {
+		if buf[0] == '\n' {
+			c.headersDone(r)
+			return 1
+		}
+		if strings.HasPrefix(string(buf), "\r\n") {
+			c.headersDone(r)
+			return 2
+		}
+	}
 	if len(buf) < 24 {
 		return 0
 	}
@@ -581,7 +591,7 @@ func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
 		c.hflags |= hfLength
 		c.length = 0
 		c.pos, c.hash = 0, fnvOffset
-		return 15
+		return 15 + c.contentLengthFast(buf[15:23])
 	}
 	if lowerEqual(buf, "transfer-encoding:") {
 		c.state = rsTEValue
@@ -599,6 +609,23 @@ func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
 	c.state = rsSkipLine
 	c.pos, c.hash = 0, fnvOffset
 	return q + 1
+}
+
+// contentLengthFast mirrors content_length_fast: v is the eight bytes
+// after "Content-Length:".
+func (c *modelConn) contentLengthFast(v []byte) int {
+	if v[0] != ' ' {
+		return 0
+	}
+	i, length := 1, uint64(0)
+	for ; i < 6 && v[i] >= '0' && v[i] <= '9'; i++ {
+		length = length*10 + uint64(v[i]-'0')
+	}
+	if i == 1 || v[i] != '\r' || v[i+1] != '\n' {
+		return 0
+	}
+	c.length, c.pos, c.state = length, uint8(i-1), rsLineStart
+	return i + 2
 }
 
 func (c *modelConn) skipBody(r *respCtx) bool {

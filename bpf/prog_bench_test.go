@@ -20,7 +20,7 @@ func BenchmarkProgKeepAliveRequest(b *testing.B) {
 	)
 	h := newProgHarness(b)
 	rx, tx := uint32(1000), uint32(5000)
-	var inside time.Duration
+	var inside [2]time.Duration // by direction: ingress, egress
 	runs := 0
 	for b.Loop() {
 		for _, seg := range []struct {
@@ -36,7 +36,11 @@ func BenchmarkProgKeepAliveRequest(b *testing.B) {
 			if err != nil || ret != 1 {
 				b.Fatalf("test run: ret=%d err=%v", ret, err)
 			}
-			inside += took
+			if seg.in {
+				inside[0] += took
+			} else {
+				inside[1] += took
+			}
 			*seg.seq += uint32(len(seg.payload))
 		}
 		runs++
@@ -44,5 +48,7 @@ func BenchmarkProgKeepAliveRequest(b *testing.B) {
 	if s := h.stats(); s.All.Completed != uint64(runs) || s.All.InFlight != 0 {
 		b.Fatalf("after %d requests: %+v", runs, s.All)
 	}
-	b.ReportMetric(float64(inside.Nanoseconds())/float64(runs), "bpf-ns/request")
+	b.ReportMetric(float64((inside[0]+inside[1]).Nanoseconds())/float64(runs), "bpf-ns/request")
+	b.ReportMetric(float64(inside[0].Nanoseconds())/float64(runs), "ingress-ns/request")
+	b.ReportMetric(float64(inside[1].Nanoseconds())/float64(runs), "egress-ns/request")
 }

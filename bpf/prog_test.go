@@ -5,6 +5,7 @@ package bpf
 import (
 	"encoding/binary"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -283,6 +284,17 @@ func TestProgRequestRules(t *testing.T) {
 		{"pipelined requests are one request in flight", false,
 			[]seg{in(0, get+get), out(0, ok5+ok5)},
 			counts{Started: 1, Completed: 1}},
+		{"five-digit Content-Length is read in words", false,
+			[]seg{in(0, get), out(0, "HTTP/1.1 200 OK\r\nContent-Length: 10000\r\nX-Pad: 0123456789\r\n\r\n"), out(61, strings.Repeat("b", 2500)), out(2561, strings.Repeat("b", 2500)), out(5061, strings.Repeat("b", 2500)), out(7561, strings.Repeat("b", 2499))},
+			counts{InFlight: 1, Started: 1}},
+		{"five-digit Content-Length: the last byte completes it", false,
+			[]seg{in(0, get), out(0, "HTTP/1.1 200 OK\r\nContent-Length: 10000\r\nX-Pad: 0123456789\r\n\r\n"), out(61, strings.Repeat("b", 2500)), out(2561, strings.Repeat("b", 2500)), out(5061, strings.Repeat("b", 2500)), out(7561, strings.Repeat("b", 2500))},
+			counts{Started: 1, Completed: 1}},
+		{"six-digit, spaced or bare Content-Length values take the byte path", false,
+			[]seg{in(0, get), out(0, "HTTP/1.1 200 OK\r\nContent-Length: 000005\r\nX-Pad: 0123456789\r\n\r\nhello"),
+				in(uint32(len(get)), get), out(67, "HTTP/1.1 200 OK\r\nContent-Length:  5 \r\nX-Pad: 0123456789\r\n\r\nhello"),
+				in(uint32(2*len(get)), get), out(131, "HTTP/1.1 200 OK\r\nContent-Length:5\r\nX-Pad: 0123456789\r\n\r\nhello")},
+			counts{Started: 3, Completed: 3}},
 		{"tiny segments take the byte-by-byte path", false,
 			[]seg{in(0, "GET / HTTP/1.1\r\n"), in(16, "\r\n"), out(0, "HTTP/1.1 200 OK\r\n"), out(17, "Content-Length: 2\r\n"), out(36, "\r\n"), out(38, "o"), out(39, "k")},
 			counts{Started: 1, Completed: 1}},

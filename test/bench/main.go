@@ -3,7 +3,7 @@
 // side in one run, modes taking turns in short slices, because shared
 // machines are noisy.
 //
-//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
+//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine.
@@ -40,11 +40,17 @@ func main() {
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
 	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice (rounded down to whole pairs of blocks)")
 	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
+	concurrencies := flag.String("c", "1,16,64", "comma-separated closed-loop concurrencies of the data path")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
 	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
+		os.Exit(2)
+	}
+	cs, err := parseConcurrencies(*concurrencies)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	b, err := newBench()
@@ -56,7 +62,7 @@ func main() {
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
-			err = b.dataPath(*slice, *rounds, *block, *queueProxy)
+			err = b.dataPath(*slice, *rounds, *block, cs, *queueProxy)
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
 		case "footprint":
@@ -69,6 +75,19 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// parseConcurrencies reads the -c flag: positive integers separated by commas.
+func parseConcurrencies(flagValue string) ([]int, error) {
+	var cs []int
+	for _, f := range strings.Split(flagValue, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return nil, fmt.Errorf("-c %q: %q is not a concurrency; want positive integers separated by commas, e.g. 1,16,64", flagValue, f)
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
 }
 
 type bench struct {
@@ -211,7 +230,7 @@ func machineBusy() time.Duration {
 // table gives the geometric mean of the ratios and its 95 % confidence
 // interval over the block pairs; the last line says how far apart the
 // twins were.
-func (b *bench) dataPath(slice time.Duration, rounds, block int, queueProxy string) error {
+func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies []int, queueProxy string) error {
 	if block < 1 || rounds < 4*block {
 		return fmt.Errorf("-rounds %d, -block %d: a confidence interval needs at least two pairs of blocks of at least one round", rounds, block)
 	}
@@ -232,7 +251,7 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, queueProxy stri
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tBPF run time/req\t")
 	var twinGaps []string
-	for _, c := range []int{1, 16, 64} {
+	for _, c := range concurrencies {
 		// all[mode] merges every slice; logRatio and extraCPU hold per mode
 		// one value per block pair, twinGap one per pair (log of twin
 		// a's rps over twin b's, the accounting's share cancelled).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -38,4 +39,16 @@ func alternating(n int) []float64 {
 		vs[i] = 0.4 + 0.2*float64(i%2)
 	}
 	return vs
+}
+
+func TestParseConcurrencies(t *testing.T) {
+	got, err := parseConcurrencies("1, 16,64")
+	if err != nil || !slices.Equal(got, []int{1, 16, 64}) {
+		t.Errorf("parseConcurrencies(\"1, 16,64\") = %v, %v; want [1 16 64]", got, err)
+	}
+	for _, bad := range []string{"", "0", "1,,2", "-4", "x"} {
+		if _, err := parseConcurrencies(bad); err == nil {
+			t.Errorf("parseConcurrencies(%q): no error", bad)
+		}
+	}
 }

@@ -583,7 +583,7 @@ func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
 		}
 		return 13
 	}
-	if buf[0] == '\r' || buf[0] == '\n' {
+	if buf[0] == '\r' { // a CR without its LF
 		return 0
 	}
 	if lowerEqual(buf, "content-length:") {

@@ -164,7 +164,8 @@ func (b *bench) attach(cgroup string) (*bpf.Accounting, func(), error) {
 // machine's CPU.
 type result struct {
 	*loadgen.Result
-	cpu time.Duration // whole machine, busy time
+	cpu      time.Duration // whole machine, busy time
+	switches int64         // whole machine, context switches
 }
 
 func (r result) cpuPerRequest() time.Duration {
@@ -176,15 +177,41 @@ func (r result) cpuPerRequest() time.Duration {
 
 // closedLoop runs the closed loop opts for d.
 func closedLoop(opts loadgen.Options, d time.Duration) result {
-	cpu0 := machineBusy()
+	cpu0, sw0 := machineBusy(), contextSwitches()
 	r := loadgen.Run(opts, d)
-	return result{Result: r, cpu: machineBusy() - cpu0}
+	return result{Result: r, cpu: machineBusy() - cpu0, switches: contextSwitches() - sw0}
 }
 
 // keepAliveLoop is the data path's load: c requests in flight against url
 // over client's connections.
 func keepAliveLoop(url string, c int, client *http.Client) loadgen.Options {
 	return loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: true, Client: client}
+}
+
+// switchesPerRequest is how often the machine's CPUs switched tasks per
+// request: at c = 1 a request is a chain of wake-ups, and a little latency
+// can turn a runtime's spinning into sleeping and waking.
+func (r result) switchesPerRequest() float64 {
+	if r.Completed == 0 {
+		return 0
+	}
+	return float64(r.switches) / float64(r.Completed)
+}
+
+// contextSwitches is the machine's context switches since boot, from
+// /proc/stat's ctxt line.
+func contextSwitches() int64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // machineBusy is the CPU time all CPUs spent running something, from
@@ -247,22 +274,24 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	fmt.Println("Ratios and differences are per round, averaged over each block pair (twins in both roles):")
 	fmt.Println("geometric mean (ratios) or mean (differences) over the pairs [95 % confidence interval].")
 	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost;")
+	fmt.Println("Switches are the whole machine's context switches (/proc/stat ctxt).")
 	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tBPF run time/req\t")
+	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tswitches/req\tswitches/req vs off\tBPF run time/req\t")
 	var twinGaps []string
 	for _, c := range concurrencies {
-		// all[mode] merges every slice; logRatio and extraCPU hold per mode
+		// all[mode] merges every slice; logRatio, extraCPU and
+		// extraSwitches hold per mode
 		// one value per block pair, twinGap one per pair (log of twin
 		// a's rps over twin b's, the accounting's share cancelled).
 		all := map[string][]result{}
-		logRatio, extraCPU := map[string][]float64{}, map[string][]float64{}
+		logRatio, extraCPU, extraSwitches := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		var twinGap []float64
 		var bpfTime time.Duration
 		var bpfRequests int64
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
 		for range pairs {
-			var pairRatio, pairCPU [2]map[string]float64
+			var pairRatio, pairCPU, pairSwitches [2]map[string]float64
 			var aOverB [2]float64                // log of twin a's rps over twin b's, per block
 			for k, onTwin := range rng.Perm(2) { // which twin is accounted first: random
 				urls := map[string]string{"off": url(b.twins[1-onTwin].port), "on": url(b.twins[onTwin].port), "queue-proxy": url(queueProxyPort)}
@@ -271,12 +300,13 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 					return err
 				}
 				bpfTime, bpfRequests = bpfTime+t, bpfRequests+n
-				pairRatio[k], pairCPU[k] = map[string]float64{}, map[string]float64{}
+				pairRatio[k], pairCPU[k], pairSwitches[k] = map[string]float64{}, map[string]float64{}, map[string]float64{}
 				for _, m := range modes {
 					all[m] = append(all[m], rs[m]...)
 					for i, r := range rs[m] {
 						pairRatio[k][m] += math.Log(r.RPS()/rs["off"][i].RPS()) / float64(block)
 						pairCPU[k][m] += float64(r.cpuPerRequest()-rs["off"][i].cpuPerRequest()) / float64(block)
+						pairSwitches[k][m] += (r.switchesPerRequest() - rs["off"][i].switchesPerRequest()) / float64(block)
 					}
 				}
 				aOverB[k] = pairRatio[k]["on"]
@@ -287,25 +317,28 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 			for _, m := range modes {
 				logRatio[m] = append(logRatio[m], (pairRatio[0][m]+pairRatio[1][m])/2)
 				extraCPU[m] = append(extraCPU[m], (pairCPU[0][m]+pairCPU[1][m])/2)
+				extraSwitches[m] = append(extraSwitches[m], (pairSwitches[0][m]+pairSwitches[1][m])/2)
 			}
 			// With a on: log(a/b) = gap + cost; with b on: log(a/b) = gap - cost.
 			twinGap = append(twinGap, (aOverB[0]+aOverB[1])/2)
 		}
 		for _, m := range modes {
 			merged := merge(all[m])
-			ratio, cpu, bpfCol := "1", "0", "-"
+			ratio, cpu, switches, bpfCol := "1", "0", "0", "-"
 			if m != "off" {
 				mean, lo, hi := meanCI(logRatio[m])
 				ratio = fmt.Sprintf("%.3f [%.3f-%.3f]", math.Exp(mean), math.Exp(lo), math.Exp(hi))
 				mean, lo, hi = meanCI(extraCPU[m])
 				cpu = fmt.Sprintf("%+.1fµs [%+.1f..%+.1f]", mean/1e3, lo/1e3, hi/1e3)
+				mean, lo, hi = meanCI(extraSwitches[m])
+				switches = fmt.Sprintf("%+.2f [%+.2f..%+.2f]", mean, lo, hi)
 			}
 			if m == "on" && bpfRequests > 0 {
 				bpfCol = (bpfTime / time.Duration(bpfRequests)).String()
 			}
-			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%s\t\n", c, m, merged.RPS(), ratio,
+			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%.2f\t%s\t%s\t\n", c, m, merged.RPS(), ratio,
 				merged.Percentile(0.5).Round(time.Microsecond), merged.Percentile(0.99).Round(time.Microsecond),
-				merged.cpuPerRequest().Round(100*time.Nanosecond), cpu, bpfCol)
+				merged.cpuPerRequest().Round(100*time.Nanosecond), cpu, merged.switchesPerRequest(), switches, bpfCol)
 		}
 		mean, lo, hi := meanCI(twinGap)
 		twinGaps = append(twinGaps, fmt.Sprintf("c=%d %.3f [%.3f-%.3f]", c, math.Exp(mean), math.Exp(lo), math.Exp(hi)))
@@ -405,6 +438,7 @@ func merge(rs []result) result {
 		m.Elapsed += r.Elapsed
 		m.Latencies = append(m.Latencies, r.Latencies...)
 		m.cpu += r.cpu
+		m.switches += r.switches
 	}
 	return m
 }

@@ -177,9 +177,10 @@ func (r result) cpuPerRequest() time.Duration {
 
 // closedLoop runs the closed loop opts for d.
 func closedLoop(opts loadgen.Options, d time.Duration) result {
-	cpu0, sw0 := machineBusy(), contextSwitches()
+	cpu0, sw0 := machineStat()
 	r := loadgen.Run(opts, d)
-	return result{Result: r, cpu: machineBusy() - cpu0, switches: contextSwitches() - sw0}
+	cpu1, sw1 := machineStat()
+	return result{Result: r, cpu: cpu1 - cpu0, switches: sw1 - sw0}
 }
 
 // keepAliveLoop is the data path's load: c requests in flight against url
@@ -198,43 +199,32 @@ func (r result) switchesPerRequest() float64 {
 	return float64(r.switches) / float64(r.Completed)
 }
 
-// contextSwitches is the machine's context switches since boot, from
-// /proc/stat's ctxt line.
-func contextSwitches() int64 {
+// machineStat reads /proc/stat once for the machine's busy CPU time (all
+// CPUs running something: not idle, not waiting, and not stolen by the
+// hypervisor, since on a shared VM steal comes in bursts and is no cost of
+// ours) and its context switches since boot.
+func machineStat() (busy time.Duration, switches int64) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// machineBusy is the CPU time all CPUs spent running something, from
-// /proc/stat: not idle, not waiting, and not stolen by the hypervisor (on a
-// shared VM steal comes in bursts and is no cost of ours).
-func machineBusy() time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line)[1:]
-	var busy int64
-	for i, f := range fields {
+	lines := strings.Split(string(data), "\n")
+	var ticks int64
+	for i, f := range strings.Fields(lines[0])[1:] {
 		v, _ := strconv.ParseInt(f, 10, 64)
 		// user nice system idle iowait irq softirq steal guest guest_nice;
 		// guest time is already in user and nice.
 		if i == 3 || i == 4 || i >= 7 {
 			continue
 		}
-		busy += v
+		ticks += v
 	}
-	return time.Duration(busy) * (time.Second / 100) // USER_HZ
+	for _, line := range lines {
+		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
+			switches, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return time.Duration(ticks) * (time.Second / 100), switches // USER_HZ
 }
 
 // dataPath compares the same pod and load with and without accounting, and

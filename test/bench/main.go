@@ -270,44 +270,49 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tswitches/req\tswitches/req vs off\tBPF run time/req\t")
 	var twinGaps []string
 	for _, c := range concurrencies {
-		// all[mode] merges every slice; logRatio, extraCPU and
-		// extraSwitches hold per mode
-		// one value per block pair, twinGap one per pair (log of twin
-		// a's rps over twin b's, the accounting's share cancelled).
+		// all[mode] merges every slice; estimates[d][mode] holds one value
+		// of the comparison versusOff[d] per block pair, twinGap one per
+		// pair (log of twin a's rps over twin b's, the accounting's share
+		// cancelled).
 		all := map[string][]result{}
-		logRatio, extraCPU, extraSwitches := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		var estimates [len(versusOff)]map[string][]float64
+		for d := range estimates {
+			estimates[d] = map[string][]float64{}
+		}
 		var twinGap []float64
 		var bpfTime time.Duration
 		var bpfRequests int64
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
 		for range pairs {
-			var pairRatio, pairCPU, pairSwitches [2]map[string]float64
-			var aOverB [2]float64                // log of twin a's rps over twin b's, per block
-			for k, onTwin := range rng.Perm(2) { // which twin is accounted first: random
+			var blockMeans [2]map[string][len(versusOff)]float64 // per block, each comparison's mean over its rounds
+			var aOverB [2]float64                                // log of twin a's rps over twin b's, per block
+			for k, onTwin := range rng.Perm(2) {                 // which twin is accounted first: random
 				urls := map[string]string{"off": url(b.twins[1-onTwin].port), "on": url(b.twins[onTwin].port), "queue-proxy": url(queueProxyPort)}
 				rs, t, n, err := b.runBlock(b.twins[onTwin].cgroup, modes, urls, c, slice, block, rng)
 				if err != nil {
 					return err
 				}
 				bpfTime, bpfRequests = bpfTime+t, bpfRequests+n
-				pairRatio[k], pairCPU[k], pairSwitches[k] = map[string]float64{}, map[string]float64{}, map[string]float64{}
+				blockMeans[k] = map[string][len(versusOff)]float64{}
 				for _, m := range modes {
 					all[m] = append(all[m], rs[m]...)
+					var mean [len(versusOff)]float64
 					for i, r := range rs[m] {
-						pairRatio[k][m] += math.Log(r.RPS()/rs["off"][i].RPS()) / float64(block)
-						pairCPU[k][m] += float64(r.cpuPerRequest()-rs["off"][i].cpuPerRequest()) / float64(block)
-						pairSwitches[k][m] += (r.switchesPerRequest() - rs["off"][i].switchesPerRequest()) / float64(block)
+						for d, compare := range versusOff {
+							mean[d] += compare(r, rs["off"][i]) / float64(block)
+						}
 					}
+					blockMeans[k][m] = mean
 				}
-				aOverB[k] = pairRatio[k]["on"]
+				aOverB[k] = blockMeans[k]["on"][logRatio]
 				if onTwin == 1 {
 					aOverB[k] = -aOverB[k] // a is off: a/b = off/on
 				}
 			}
 			for _, m := range modes {
-				logRatio[m] = append(logRatio[m], (pairRatio[0][m]+pairRatio[1][m])/2)
-				extraCPU[m] = append(extraCPU[m], (pairCPU[0][m]+pairCPU[1][m])/2)
-				extraSwitches[m] = append(extraSwitches[m], (pairSwitches[0][m]+pairSwitches[1][m])/2)
+				for d := range versusOff {
+					estimates[d][m] = append(estimates[d][m], (blockMeans[0][m][d]+blockMeans[1][m][d])/2)
+				}
 			}
 			// With a on: log(a/b) = gap + cost; with b on: log(a/b) = gap - cost.
 			twinGap = append(twinGap, (aOverB[0]+aOverB[1])/2)
@@ -316,11 +321,11 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 			merged := merge(all[m])
 			ratio, cpu, switches, bpfCol := "1", "0", "0", "-"
 			if m != "off" {
-				mean, lo, hi := meanCI(logRatio[m])
+				mean, lo, hi := meanCI(estimates[logRatio][m])
 				ratio = fmt.Sprintf("%.3f [%.3f-%.3f]", math.Exp(mean), math.Exp(lo), math.Exp(hi))
-				mean, lo, hi = meanCI(extraCPU[m])
+				mean, lo, hi = meanCI(estimates[extraCPU][m])
 				cpu = fmt.Sprintf("%+.1fµs [%+.1f..%+.1f]", mean/1e3, lo/1e3, hi/1e3)
-				mean, lo, hi = meanCI(extraSwitches[m])
+				mean, lo, hi = meanCI(estimates[extraSwitches][m])
 				switches = fmt.Sprintf("%+.2f [%+.2f..%+.2f]", mean, lo, hi)
 			}
 			if m == "on" && bpfRequests > 0 {
@@ -339,6 +344,21 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	fmt.Println("Twin a's rps over twin b's, the accounting's share cancelled (the difference the swap removes):", strings.Join(twinGaps, ", "))
 	return nil
 }
+
+// versusOff are the comparisons of a mode with off that the data-path table
+// reports, each taken within a round; index them with logRatio, extraCPU
+// and extraSwitches.
+var versusOff = [...]func(r, off result) float64{
+	logRatio:      func(r, off result) float64 { return math.Log(r.RPS() / off.RPS()) }, // its mean is the log of the geometric mean
+	extraCPU:      func(r, off result) float64 { return float64(r.cpuPerRequest() - off.cpuPerRequest()) },
+	extraSwitches: func(r, off result) float64 { return r.switchesPerRequest() - off.switchesPerRequest() },
+}
+
+const (
+	logRatio = iota
+	extraCPU
+	extraSwitches
+)
 
 // runBlock attaches the accounting at cgroup and runs block rounds of the
 // modes over fresh connections (so the accounted ones are tracked from

@@ -119,7 +119,7 @@ enum {
 #define MAX_SEGMENT 0xffff
 
 struct conn {
-	__u64 pod_id;       // pods[pod_ip].id when accepted; guards against IP reuse
+	__u64 pod_id;       // the id in the pod's counters when accepted (see owner())
 	__u64 req_start_ns; // start of the request in flight
 	__u64 remaining;    // bytes left in the body or chunk being skipped
 	__u64 length;       // Content-Length or chunk size being parsed
@@ -129,6 +129,7 @@ struct conn {
 	__u32 opaque;       // 1 once accounted at connection level
 	__u32 closed;       // 1 once the end of the connection was counted
 	__u32 hash;         // FNV-1a of the token being parsed
+	__u32 slot;         // the pod's slot in pod_counters
 	__u16 status;       // status code of the response being parsed
 	__u8 proxied;       // the client is an activator
 	__u8 head;          // the request in flight is HEAD

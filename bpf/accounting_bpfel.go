@@ -25,6 +25,7 @@ type accountingConn struct {
 	Opaque     uint32
 	Closed     uint32
 	Hash       uint32
+	Slot       uint32
 	Status     uint16
 	Proxied    uint8
 	Head       uint8
@@ -48,7 +49,6 @@ type accountingConn struct {
 	TxUsed     uint32
 	TxDone     uint32
 	TxErr      int32
-	_          [4]byte
 }
 
 type accountingConnKey struct {
@@ -98,7 +98,8 @@ const (
 	accountingMapConnStore         = "conn_store"
 	accountingMapConns             = "conns"
 	accountingMapEvents            = "events"
-	accountingMapPods              = "pods"
+	accountingMapPodCounters       = "pod_counters"
+	accountingMapPodSlots          = "pod_slots"
 	accountingProgSockscaleEgress  = "sockscale_egress"
 	accountingProgSockscaleIngress = "sockscale_ingress"
 	accountingProgSockscaleSockops = "sockscale_sockops"
@@ -156,11 +157,12 @@ type accountingProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingMapSpecs struct {
-	Activators *ebpf.MapSpec `ebpf:"activators"`
-	ConnStore  *ebpf.MapSpec `ebpf:"conn_store"`
-	Conns      *ebpf.MapSpec `ebpf:"conns"`
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	Pods       *ebpf.MapSpec `ebpf:"pods"`
+	Activators  *ebpf.MapSpec `ebpf:"activators"`
+	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
+	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
+	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
 }
 
 // accountingVariableSpecs contains global variables before they are loaded into the kernel.
@@ -190,11 +192,12 @@ func (o *accountingObjects) Close() error {
 //
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingMaps struct {
-	Activators *ebpf.Map `ebpf:"activators"`
-	ConnStore  *ebpf.Map `ebpf:"conn_store"`
-	Conns      *ebpf.Map `ebpf:"conns"`
-	Events     *ebpf.Map `ebpf:"events"`
-	Pods       *ebpf.Map `ebpf:"pods"`
+	Activators  *ebpf.Map `ebpf:"activators"`
+	ConnStore   *ebpf.Map `ebpf:"conn_store"`
+	Conns       *ebpf.Map `ebpf:"conns"`
+	Events      *ebpf.Map `ebpf:"events"`
+	PodCounters *ebpf.Map `ebpf:"pod_counters"`
+	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
 }
 
 func (m *accountingMaps) Close() error {
@@ -203,7 +206,8 @@ func (m *accountingMaps) Close() error {
 		m.ConnStore,
 		m.Conns,
 		m.Events,
-		m.Pods,
+		m.PodCounters,
+		m.PodSlots,
 	)
 }
 

@@ -49,8 +49,16 @@ type Accounting struct {
 	links  []link.Link
 	closed bool
 
+	// mu serialises the pod methods and Snapshot: they share the slot
+	// assignment and Snapshot's buffers.
+	mu sync.Mutex
+	// slots is where each pod's counters live in pod_counters; the kernel's
+	// pod_slots holds the same. Assigned lowest first, so Snapshot reads
+	// the slots below slotsEnd and no more.
+	slots map[netip.Addr]uint32
+	// slotUsed marks the slots in use.
+	slotUsed [MaxPods]bool
 	// Snapshot's buffers, kept between calls: a node reads every second.
-	snapMu   sync.Mutex
 	snapKeys []uint32
 	snapVals []accountingPodStats
 }
@@ -82,7 +90,7 @@ func New(opts Options) (*Accounting, error) {
 		collOpts.Maps.PinPath = pinDir
 	}
 
-	a := &Accounting{}
+	a := &Accounting{slots: make(map[netip.Addr]uint32)}
 	if err := spec.LoadAndAssign(&a.objs, &collOpts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -93,6 +101,10 @@ func New(opts Options) (*Accounting, error) {
 			return nil, fmt.Errorf("load accounting programs: pinned maps in %s do not match this build; remove them with Uninstall (agent --uninstall): %w", pinDir, err)
 		}
 		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	// Pinned maps of a previous run already hold pods: take their slots.
+	if err := a.loadSlots(); err != nil {
+		return nil, errors.Join(err, a.Close())
 	}
 	for _, at := range attachments {
 		l, err := attach(opts.CgroupRoot, pinDir, at.name, at.attach, at.prog(&a.objs.accountingPrograms))
@@ -216,48 +228,125 @@ func uninstallDir(pinDir string) error {
 	return errors.Join(errs...)
 }
 
+// loadSlots reads the slot assignment from the kernel's pod_slots.
+func (a *Accounting) loadSlots() error {
+	var key, slot uint32
+	it := a.objs.PodSlots.Iterate()
+	for it.Next(&key, &slot) {
+		if slot >= MaxPods {
+			return fmt.Errorf("pinned pod map: pod %s has slot %d, beyond the %d slots", keyIP(key), slot, MaxPods)
+		}
+		a.slots[keyIP(key)] = slot
+		a.slotUsed[slot] = true
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read pod slots: %w", err)
+	}
+	return nil
+}
+
+// slotsEnd is one past the highest slot in use.
+func (a *Accounting) slotsEnd() uint32 {
+	end := uint32(0)
+	for _, s := range a.slots {
+		end = max(end, s+1)
+	}
+	return end
+}
+
+// ErrPodMapFull is returned by AddPod when every slot of the kernel's pod
+// map is taken.
+var ErrPodMapFull = fmt.Errorf("pod map full: at most %d pods per node", MaxPods)
+
 // AddPod starts accounting for the pod at ip. id identifies the pod (a hash
-// of its UID): the same ip and id keep their counters (the agent restarted),
-// a new id resets them (the address was reused by another pod).
+// of its UID) and must not be 0: the same ip and id keep their counters (the
+// agent restarted), a new id resets them (the address was reused by another
+// pod).
 func (a *Accounting) AddPod(ip netip.Addr, id uint64) error {
 	key, err := ipKey(ip)
 	if err != nil {
 		return err
 	}
-	var cur accountingPodStats
-	if err := a.objs.Pods.Lookup(key, &cur); err == nil && cur.Id == id {
+	if id == 0 {
+		return fmt.Errorf("add pod %s: id 0 marks a free slot; use any other id", ip)
+	}
+	ip = keyIP(key)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if slot, ok := a.slots[ip]; ok {
+		var cur accountingPodStats
+		if err := a.objs.PodCounters.Lookup(slot, &cur); err != nil {
+			return fmt.Errorf("add pod %s: read slot %d: %w", ip, slot, err)
+		}
+		if cur.Id == id {
+			return nil
+		}
+		// Connections of the address's previous pod keep its id, so from
+		// now on they count nowhere.
+		if err := a.objs.PodCounters.Update(slot, &accountingPodStats{Id: id}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("add pod %s: reset slot %d: %w", ip, slot, err)
+		}
 		return nil
 	}
-	if err := a.objs.Pods.Update(key, &accountingPodStats{Id: id}, ebpf.UpdateAny); err != nil {
+	slot := uint32(0)
+	for slot < MaxPods && a.slotUsed[slot] {
+		slot++
+	}
+	if slot == MaxPods {
+		return fmt.Errorf("add pod %s: %w", ip, ErrPodMapFull)
+	}
+	// Counters first, then the address: a connection accepted in between
+	// finds a slot that is ready.
+	if err := a.objs.PodCounters.Update(slot, &accountingPodStats{Id: id}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("add pod %s: write slot %d: %w", ip, slot, err)
+	}
+	if err := a.objs.PodSlots.Update(key, slot, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("add pod %s: %w", ip, err)
 	}
+	a.slots[ip] = slot
+	a.slotUsed[slot] = true
 	return nil
 }
 
-// RemovePod stops accounting for the pod at ip. Removing an unknown pod is
-// not an error.
+// RemovePod stops accounting for the pod at ip and frees its slot.
+// Removing an unknown pod is not an error.
 func (a *Accounting) RemovePod(ip netip.Addr) error {
 	key, err := ipKey(ip)
 	if err != nil {
 		return err
 	}
-	if err := a.objs.Pods.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	ip = keyIP(key)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	slot, ok := a.slots[ip]
+	if !ok {
+		return nil
+	}
+	// The address first, so no new connection finds the slot; then id 0,
+	// which no connection has, so the pod's open connections stop counting
+	// before another pod gets the slot.
+	if err := a.objs.PodSlots.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove pod %s: %w", ip, err)
 	}
+	if err := a.objs.PodCounters.Update(slot, &accountingPodStats{}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("remove pod %s: clear slot %d: %w", ip, slot, err)
+	}
+	delete(a.slots, ip)
+	a.slotUsed[slot] = false
 	return nil
 }
 
 // Pods returns the pods the kernel accounts for, with their ids.
 func (a *Accounting) Pods() (map[netip.Addr]uint64, error) {
-	out := make(map[netip.Addr]uint64)
-	var key uint32
-	var val accountingPodStats
-	it := a.objs.Pods.Iterate()
-	for it.Next(&key, &val) {
-		out[keyIP(key)] = val.Id
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("iterate pods: %w", err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[netip.Addr]uint64, len(a.slots))
+	for ip, slot := range a.slots {
+		var cur accountingPodStats
+		if err := a.objs.PodCounters.Lookup(slot, &cur); err != nil {
+			return nil, fmt.Errorf("read pod %s: %w", ip, err)
+		}
+		out[ip] = cur.Id
 	}
 	return out, nil
 }
@@ -306,26 +395,23 @@ func (a *Accounting) SetActivators(ips []netip.Addr) error {
 // under its lock, so in-flight count, start-time sum and completed time are
 // of one instant, and the areas are evaluated at the returned At.
 func (a *Accounting) Snapshot() (Snapshot, error) {
-	// One batch syscall reads every pod (a hash map's batch lookup returns
-	// whole buckets, so a chunk may stop short; the cursor carries on).
-	a.snapMu.Lock()
-	defer a.snapMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.snapKeys == nil {
 		a.snapKeys, a.snapVals = make([]uint32, MaxPods), make([]accountingPodStats, MaxPods)
 	}
-	keys, vals := a.snapKeys, a.snapVals
-	raw := make(map[netip.Addr]accountingPodStats)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := a.objs.Pods.BatchLookup(&cursor, keys, vals, &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
-		for i := range n {
-			raw[keyIP(keys[i])] = vals[i]
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break // the end of the map
-		}
-		if err != nil {
+	// One batch syscall reads the slots in use, which are the lowest ones.
+	end := a.slotsEnd()
+	keys, vals := a.snapKeys[:end], a.snapVals[:end]
+	if end > 0 {
+		var cursor ebpf.MapBatchCursor
+		n, err := a.objs.PodCounters.BatchLookup(&cursor, keys, vals, &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
+		// ErrKeyNotExist: the batch reached the array's end (all slots in use).
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Snapshot{}, fmt.Errorf("read pods: %w", err)
+		}
+		if n != int(end) {
+			return Snapshot{}, fmt.Errorf("read pods: %d of %d slots read", n, end)
 		}
 	}
 	// Read the clock after the counters: every start time in them is then
@@ -334,8 +420,9 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{At: now, Pods: make(map[netip.Addr]PodCounters, len(raw))}
-	for ip, v := range raw {
+	snap := Snapshot{At: now, Pods: make(map[netip.Addr]PodCounters, len(a.slots))}
+	for ip, slot := range a.slots {
+		v := vals[slot]
 		snap.Pods[ip] = PodCounters{
 			Requests:            requestCounters(v.All.InFlight, v.All.Started, v.All.Completed, v.All.StartSumNs, v.All.DoneSumNs, now),
 			Proxied:             requestCounters(v.Proxied.InFlight, v.Proxied.Started, v.Proxied.Completed, v.Proxied.StartSumNs, v.Proxied.DoneSumNs, now),

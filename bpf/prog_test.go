@@ -31,6 +31,7 @@ const (
 	testPodPort  = 8080
 	testPeerPort = 40000
 	testPodID    = 0xfeedface
+	testSlot     = 3 // not 0, so a slot the programs ignore would show
 )
 
 func newProgHarness(t testing.TB) *progHarness {
@@ -61,8 +62,11 @@ func (h *progHarness) reset() {
 	h.pod, h.peer = netip.MustParseAddr("10.213.0.2"), netip.MustParseAddr("10.213.0.1")
 	podKey, _ := ipKey(h.pod)
 	peerKey, _ := ipKey(h.peer)
-	if err := h.objs.Pods.Update(podKey, &accountingPodStats{Id: testPodID}, ebpf.UpdateAny); err != nil {
+	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Id: testPodID}, ebpf.UpdateAny); err != nil {
 		t.Fatalf("add pod: %v", err)
+	}
+	if err := h.objs.PodSlots.Update(podKey, uint32(testSlot), ebpf.UpdateAny); err != nil {
+		t.Fatalf("add pod slot: %v", err)
 	}
 	h.key = accountingConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
 	h.connect(1000, 5000, false)
@@ -71,7 +75,7 @@ func (h *progHarness) reset() {
 // connect replaces the connection entry, as an accept would.
 func (h *progHarness) connect(rxNext, txNext uint32, proxied bool) {
 	h.t.Helper()
-	c := accountingConn{PodId: testPodID, RxNext: rxNext, TxNext: txNext, Hash: fnvOffset}
+	c := accountingConn{PodId: testPodID, Slot: testSlot, RxNext: rxNext, TxNext: txNext, Hash: fnvOffset}
 	if proxied {
 		c.Proxied = 1
 	}
@@ -134,9 +138,8 @@ func (h *progHarness) egress(seq uint32, payload string) {
 
 func (h *progHarness) stats() accountingPodStats {
 	h.t.Helper()
-	podKey, _ := ipKey(h.pod)
 	var v accountingPodStats
-	if err := h.objs.Pods.LookupWithFlags(podKey, &v, ebpf.LookupLock); err != nil {
+	if err := h.objs.PodCounters.LookupWithFlags(uint32(testSlot), &v, ebpf.LookupLock); err != nil {
 		h.t.Fatalf("read pod: %v", err)
 	}
 	return v
@@ -357,10 +360,9 @@ func TestProgSequenceWraparound(t *testing.T) {
 func TestProgIPReuseIgnoresOldConnections(t *testing.T) {
 	h := newProgHarness(t)
 	h.ingress(1000, get)
-	// The pod goes and another pod gets its address (new id) before the old
+	// The pod goes and another pod gets its slot (new id) before the old
 	// connection's response: the new pod's counters stay untouched.
-	podKey, _ := ipKey(h.pod)
-	if err := h.objs.Pods.Update(podKey, &accountingPodStats{Id: testPodID + 1}, ebpf.UpdateAny); err != nil {
+	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Id: testPodID + 1}, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 	h.egress(5000, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")

@@ -253,9 +253,10 @@ func describe(pod *corev1.Pod) Pod {
 	return p
 }
 
-// podID is the pod's identity in the kernel map: a hash of its UID.
+// podID is the pod's identity in the kernel map: a hash of its UID, never
+// 0 (which marks a free slot there).
 func podID(uid types.UID) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(uid))
-	return h.Sum64()
+	return max(h.Sum64(), 1)
 }

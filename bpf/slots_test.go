@@ -1,0 +1,115 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestKernelPodSlotReuse follows a pod's counter slot through the agent's
+// pod churn: a removed pod's connection that is still open must not count
+// into the pod that gets its slot next, and a pod added again counts anew.
+func TestKernelPodSlotReuse(t *testing.T) {
+	e := newKernelEnv(t, "")
+	other := netip.MustParseAddr("10.213.251.2") // a pod with no traffic
+
+	// A request in flight on the pod's connection...
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(e.url("sleep=400ms"))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	e.waitCounters(t, "request in flight", func(c PodCounters) bool { return c.Requests.InFlight == 1 })
+	// ...while the pod goes and another pod takes its slot, the lowest free.
+	if err := e.acct.RemovePod(e.pod.IP); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.acct.AddPod(other, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.acct.slots[other]; got != 0 {
+		t.Fatalf("the new pod got slot %d, want 0 (the one just freed)", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.acct.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[netip.Addr]PodCounters{other: {}}, snap.Pods); diff != "" {
+		t.Errorf("after the old pod's response (-want +got):\n%s", diff)
+	}
+
+	// The pod comes back (a new slot): new connections count, from zero.
+	if err := e.acct.AddPod(e.pod.IP, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.acct.slots[e.pod.IP]; got != 1 {
+		t.Errorf("the pod added again got slot %d, want 1", got)
+	}
+	http.DefaultClient.CloseIdleConnections() // the old connection is not the new pod's
+	resp, err := http.Get(e.url("size=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got := e.waitCounters(t, "the pod added again counts", func(c PodCounters) bool { return c.Requests.Completed == 1 })
+	if got.Requests.Started != 1 || got.ConnsTotal != 1 {
+		t.Errorf("pod added again: started=%d conns=%d, want 1 and 1", got.Requests.Started, got.ConnsTotal)
+	}
+	pods, err := e.acct.Pods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[netip.Addr]uint64{e.pod.IP: 1, other: 2}, pods); diff != "" {
+		t.Errorf("Pods (-want +got):\n%s", diff)
+	}
+}
+
+// TestKernelPodSlotLimits checks the pod map's bad inputs and its capacity:
+// every slot can be used, one pod more is a clear error, and a freed slot
+// is used again.
+func TestKernelPodSlotLimits(t *testing.T) {
+	e := newKernelEnv(t, "")
+	if err := e.acct.AddPod(e.pod.IP, 0); err == nil {
+		t.Error("AddPod with id 0 succeeded; 0 marks a free slot and must be refused")
+	}
+	if err := e.acct.AddPod(netip.MustParseAddr("fd00::1"), 7); err == nil {
+		t.Error("AddPod of an IPv6 address succeeded; only IPv4 is supported")
+	}
+	// The env's pod has slot 0; fill the rest.
+	ip := netip.MustParseAddr("10.214.0.0")
+	for range MaxPods - 1 {
+		ip = ip.Next()
+		if err := e.acct.AddPod(ip, 9); err != nil {
+			t.Fatalf("add pod %s of %d: %v", ip, MaxPods, err)
+		}
+	}
+	if err := e.acct.AddPod(netip.MustParseAddr("10.215.0.1"), 9); !errors.Is(err, ErrPodMapFull) {
+		t.Fatalf("AddPod beyond %d pods: err = %v, want ErrPodMapFull", MaxPods, err)
+	}
+	if err := e.acct.RemovePod(ip); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.acct.AddPod(netip.MustParseAddr("10.215.0.1"), 9); err != nil {
+		t.Fatalf("AddPod into a freed slot: %v", err)
+	}
+	snap, err := e.acct.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Pods) != MaxPods {
+		t.Errorf("snapshot of a full map has %d pods, want %d", len(snap.Pods), MaxPods)
+	}
+}

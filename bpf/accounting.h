@@ -119,24 +119,20 @@ enum {
 #define MAX_SEGMENT 0xffff
 
 struct conn {
+	// Both directions read these on every segment and write a few of them
+	// on every request: they share the value's first cache line (the kernel
+	// puts a socket-storage value 8 bytes into a line, so that is 56 bytes).
 	__u64 pod_id;       // the id in the pod's counters when accepted (see owner())
 	__u64 req_start_ns; // start of the request in flight
-	__u64 remaining;    // bytes left in the body or chunk being skipped
-	__u64 length;       // Content-Length or chunk size being parsed
 	__u32 rx_next;      // next client sequence number not yet seen
-	__u32 tx_next;      // next server sequence number not yet parsed
 	__u32 req;          // REQ_*, changed with cmpxchg
+	__u32 slot;         // the pod's slot in pod_counters
 	__u32 opaque;       // 1 once accounted at connection level
 	__u32 closed;       // 1 once the end of the connection was counted
-	__u32 hash;         // FNV-1a of the token being parsed
-	__u32 slot;         // the pod's slot in pod_counters
-	__u16 status;       // status code of the response being parsed
 	__u8 proxied;       // the client is an activator
 	__u8 head;          // the request in flight is HEAD
-	__u8 state;         // RS_*
-	__u8 hflags;        // HF_*
-	__u8 pos;           // length of the token being parsed (saturates at 255)
 	__u8 seen;          // the client has sent bytes (so the server did not speak first)
+	__u8 load;          // a request on it was load: later ones are too (see on_request_bytes)
 
 	// Scratch of the parsers while one segment is processed. It lives in
 	// the map value, not on the stack, because the verifier tracks constants
@@ -149,12 +145,23 @@ struct conn {
 	__u32 rx_off, rx_end; // request bytes not yet classified
 	__u32 rx_skip;        // bytes of the window already classified
 	__u32 rx_used;        // bytes of the window classified when bpf_loop stopped
+	// From here on the second cache line: the response parser's, which
+	// only egress touches on the common path.
 	__u32 rx_hash;        // FNV-1a of the request token being matched
 	__u8 rx_state;        // RQ_*
 	__u8 rx_pos;          // length of the request token being matched
 	__u8 rx_verdict;      // VERDICT_*
-	__u8 load;            // a request on it was load: later ones are too (see on_request_bytes)
-	__u32 _pad2;
+	__u8 _pad1;
+
+	__u32 tx_next;      // next server sequence number not yet parsed
+	__u32 hash;         // FNV-1a of the token being parsed
+	__u16 status;       // status code of the response being parsed
+	__u8 state;         // RS_*
+	__u8 hflags;        // HF_*
+	__u8 pos;           // length of the token being parsed (saturates at 255)
+	__u8 _pad2[3];
+	__u64 length;       // Content-Length or chunk size being parsed
+	__u64 remaining;    // bytes left in the body or chunk being skipped
 	__u32 tx_off, tx_end; // response bytes not yet parsed
 	__u32 tx_skip;        // bytes of the window already parsed
 	__u32 tx_used;        // bytes of the window parsed when bpf_loop stopped

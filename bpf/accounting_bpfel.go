@@ -17,22 +17,15 @@ type accountingConn struct {
 	_          structs.HostLayout
 	PodId      uint64
 	ReqStartNs uint64
-	Remaining  uint64
-	Length     uint64
 	RxNext     uint32
-	TxNext     uint32
 	Req        uint32
+	Slot       uint32
 	Opaque     uint32
 	Closed     uint32
-	Hash       uint32
-	Slot       uint32
-	Status     uint16
 	Proxied    uint8
 	Head       uint8
-	State      uint8
-	Hflags     uint8
-	Pos        uint8
 	Seen       uint8
+	Load       uint8
 	RxOff      uint32
 	RxEnd      uint32
 	RxSkip     uint32
@@ -41,8 +34,16 @@ type accountingConn struct {
 	RxState    uint8
 	RxPos      uint8
 	RxVerdict  uint8
-	Load       uint8
-	Pad2       uint32
+	Pad1       uint8
+	TxNext     uint32
+	Hash       uint32
+	Status     uint16
+	State      uint8
+	Hflags     uint8
+	Pos        uint8
+	Pad2       [3]uint8
+	Length     uint64
+	Remaining  uint64
 	TxOff      uint32
 	TxEnd      uint32
 	TxSkip     uint32

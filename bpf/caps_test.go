@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sockscale/sockscale/internal/cgroup2"
-	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 // capabilityProbeEnv, when set to "cgroup:pindir", makes the test binary

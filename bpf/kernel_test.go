@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sockscale/sockscale/internal/cgroup2"
-	"github.com/sockscale/sockscale/internal/loadgen"
-	"github.com/sockscale/sockscale/internal/testenv"
-	"github.com/sockscale/sockscale/internal/testpod"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
+	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 // progHarness runs the cgroup_skb programs on crafted packets with

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/sockscale/sockscale/internal/loadgen"
-	"github.com/sockscale/sockscale/internal/testpod"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
 
 // footprint runs the real agent against a real kube-apiserver with 50 and

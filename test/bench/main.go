@@ -28,9 +28,9 @@ import (
 	"time"
 
 	"github.com/sockscale/sockscale/bpf"
-	"github.com/sockscale/sockscale/internal/cgroup2"
-	"github.com/sockscale/sockscale/internal/loadgen"
-	"github.com/sockscale/sockscale/internal/testpod"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
 
 func main() {

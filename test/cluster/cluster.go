@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/sockscale/sockscale/internal/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 )
 
 // Cluster is a running local cluster.

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/sockscale/sockscale/internal/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 )
 
 // The node simulator is one long-running process (`sockscale-cluster

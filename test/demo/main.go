@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
-	"github.com/sockscale/sockscale/internal/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )

@@ -25,11 +25,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sockscale/sockscale/agent/stats"
-	"github.com/sockscale/sockscale/internal/cgroup2"
-	"github.com/sockscale/sockscale/internal/loadgen"
-	"github.com/sockscale/sockscale/internal/testenv"
-	"github.com/sockscale/sockscale/internal/testpod"
+	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
+	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
 
 func TestMain(m *testing.M) {

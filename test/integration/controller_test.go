@@ -13,9 +13,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
-	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 // TestIntegrationControllerScalesFromAgentStats runs the controller binary

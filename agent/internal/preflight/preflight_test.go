@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sockscale/sockscale/internal/cgroup2"
-	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 func TestCheckCgroupRoot(t *testing.T) {

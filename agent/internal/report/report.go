@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 // Recorder counts batches sent and failed.

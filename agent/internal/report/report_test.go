@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sockscale/sockscale/agent/stats"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 type counts struct {

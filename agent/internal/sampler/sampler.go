@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
-	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 // Accounting modes of a pod, the label values of the mode metric.

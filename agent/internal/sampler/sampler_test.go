@@ -11,8 +11,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
-	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 type scripted struct{ snaps []bpf.Snapshot }

@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/window"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 // Key names a target: the namespace and name of its Deployment (what the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)

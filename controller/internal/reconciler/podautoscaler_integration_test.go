@@ -18,12 +18,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/agent/stats"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler"
-	"github.com/sockscale/sockscale/internal/testenv"
+	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 // TestIntegrationPodAutoscalerScales drives the PodAutoscaler reconciler

@@ -64,12 +64,22 @@ build: ## Build the binaries into ./bin (the images' binaries: agent, controller
 
 ##@ Test
 
-# Tests that load BPF programs are named TestKernel* (real sockets),
-# TestProg* and FuzzProg* (BPF_PROG_TEST_RUN); they need root. Tests named
-# TestIntegration* need the pinned etcd and kube-apiserver, TestE2E* the
-# local cluster. test-unit runs none of them (the chart tests need the
-# pinned helm).
-PRIVILEGED_TESTS := ^(TestKernel|TestProg|FuzzProg|TestIntegration|TestE2E)
+# Privileged tests are routed by name, never by a package list: each prefix
+# belongs to exactly one target, which runs every package that has such a
+# test (hack/test-packages.sh finds them), so a new one cannot be missed.
+#   TestKernel* (real sockets), TestProg*, FuzzProg* (BPF_PROG_TEST_RUN):
+#     root and the kernel only                          -> test-bpf
+#   TestIntegration*: the pinned etcd and kube-apiserver -> test-integration
+#   TestE2E*: the local cluster                          -> test-e2e
+# test-unit runs every other test (the chart tests need the pinned helm).
+BPF_TEST_PREFIXES         := TestKernel TestProg FuzzProg
+INTEGRATION_TEST_PREFIXES := TestIntegration
+E2E_TEST_PREFIXES         := TestE2E
+# -run/-skip pattern of a list of prefixes: ^(A|B|C).
+test-pattern = ^($(subst $(eval) ,|,$(strip $(1))))
+PRIVILEGED_TESTS := $(call test-pattern,$(BPF_TEST_PREFIXES) $(INTEGRATION_TEST_PREFIXES) $(E2E_TEST_PREFIXES))
+# The packages that have tests with the given prefixes (evaluated when used).
+test-packages = $$(hack/test-packages.sh $(1))
 
 .PHONY: test
 test: deps lint verify test-unit test-bpf test-integration test-e2e ## Everything CI runs (the README's test command).
@@ -80,11 +90,11 @@ test-unit: $(HELM) ## Unit tests of every package, the chart's included (no priv
 
 .PHONY: test-bpf
 test-bpf: ## BPF and agent tests in the real kernel (root; under CI=true a skip is a failure).
-	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./bpf/... ./agent/...
+	$(GO) test -count=1 -run '$(call test-pattern,$(BPF_TEST_PREFIXES))' $(call test-packages,$(BPF_TEST_PREFIXES))
 
 .PHONY: test-integration
 test-integration: control-plane ## The agent, the API and the reconcilers against a real kube-apiserver and etcd (root).
-	$(GO) test -count=1 -run '$(PRIVILEGED_TESTS)' ./test/integration/... ./controller/...
+	$(GO) test -count=1 -run '$(call test-pattern,$(INTEGRATION_TEST_PREFIXES))' $(call test-packages,$(INTEGRATION_TEST_PREFIXES))
 
 ##@ Demo
 

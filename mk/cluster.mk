@@ -58,4 +58,4 @@ cluster-down: sockscale-cluster ## Stop the local cluster and remove everything 
 .PHONY: test-e2e
 # One cluster per machine: the packages run one after the other (-p 1).
 test-e2e: deps cluster-binaries build $$(HELM) ## End-to-end tests (TestE2E*): the harness itself, then KPA.md's scenarios with the chart installed by helm (root).
-	$(GO) test -count=1 -p 1 -timeout 40m -run '^TestE2E' ./test/...
+	$(GO) test -count=1 -p 1 -timeout 40m -run '$(call test-pattern,$(E2E_TEST_PREFIXES))' $(call test-packages,$(E2E_TEST_PREFIXES))

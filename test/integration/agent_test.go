@@ -37,11 +37,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestKernelAgentEndToEnd runs the real agent binary against a real
+// TestIntegrationAgentEndToEnd runs the real agent binary against a real
 // kube-apiserver and etcd, a fake pod in its own network namespace and
 // cgroup, and real HTTP load; it checks /metrics, the stats the agent
 // reports, a restart under load, and --uninstall.
-func TestKernelAgentEndToEnd(t *testing.T) {
+func TestIntegrationAgentEndToEnd(t *testing.T) {
 	testenv.RequireRoot(t)
 	cl := testenv.ControlPlane(t)
 	client, kubeconfig := kubernetes.NewForConfigOrDie(cl.Config), cl.Kubeconfig

@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
-	"github.com/sockscale/sockscale/controller/internal/decider"
 )
 
 // Reasons a mode was chosen, as they appear in conditions.
@@ -90,7 +89,7 @@ func Public(in Inputs) Result {
 		names = append(names, a.Name)
 	}
 	var eps []Endpoint
-	for _, n := range decider.Subset(in.Target, names, int(max(1, in.NumActivators))) {
+	for _, n := range Subset(in.Target, names, int(max(1, in.NumActivators))) {
 		eps = append(eps, byName[n])
 	}
 	return Result{Mode: mode, Reason: reason, Endpoints: sorted(eps)}

@@ -1,4 +1,4 @@
-package decider
+package endpoints
 
 import (
 	"hash/fnv"

@@ -32,7 +32,8 @@ import (
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
-	"github.com/sockscale/sockscale/controller/internal/reconciler"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -138,8 +139,8 @@ func run(ctx context.Context, f *flags) error {
 	}
 
 	col := collector.New()
-	pa := &reconciler.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
-		Metrics: reconciler.NewMetrics(crmetrics.Registry),
+	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
+		Metrics: kpa.NewMetrics(crmetrics.Registry),
 		Prober:  &activatorprobe.Prober{Resolve: publicAddress(mgr.GetClient())},
 		Events:  mgr.GetEventRecorder("sockscale-controller")}
 	// Every replica takes stats, leader or not: a standby has warm windows.
@@ -153,9 +154,9 @@ func run(ctx context.Context, f *flags) error {
 	if err := pa.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the PodAutoscaler controller: %w", err)
 	}
-	sks := &reconciler.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,
+	ss := &sks.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,
 		ActivatorSelector: f.activatorSelector, ActivatorPort: int32(f.activatorPort)}
-	if err := sks.SetupWithManager(mgr); err != nil {
+	if err := ss.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ServerlessService controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -1,4 +1,4 @@
-package reconciler_test
+package kpa_test
 
 import (
 	"context"
@@ -21,7 +21,8 @@ import (
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
-	"github.com/sockscale/sockscale/controller/internal/reconciler"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
@@ -47,7 +48,7 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	col := collector.New()
 	reg := prometheus.NewRegistry()
-	r := &reconciler.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Metrics: reconciler.NewMetrics(reg)}
+	r := &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Metrics: kpa.NewMetrics(reg)}
 	reconcileOnce := func(name string) {
 		t.Helper()
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}); err != nil {
@@ -60,7 +61,7 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 	if got := replicas(); got != 1 {
 		t.Fatalf("without stats the Deployment went to %d replicas", got)
 	}
-	assertCondition(t, c, "hello", reconciler.ConditionReady, "NoData")
+	assertCondition(t, c, "hello", names.ConditionReady, "NoData")
 
 	// Six seconds of 140 requests in flight on its pod: at the default
 	// target of 70 per pod that is 2 pods.
@@ -103,7 +104,7 @@ sockscale_controller_stable_value{namespace="default",podautoscaler="hello"} 140
 		t.Fatal(err)
 	}
 	reconcileOnce("hello")
-	cond := assertCondition(t, c, "hello", reconciler.ConditionReady, "InvalidSettings")
+	cond := assertCondition(t, c, "hello", names.ConditionReady, "InvalidSettings")
 	if !strings.Contains(cond.Message, `annotation "autoscaling.knative.dev/window": value "5s"`) {
 		t.Errorf("message %q does not name the annotation and value", cond.Message)
 	}
@@ -116,7 +117,7 @@ sockscale_controller_stable_value{namespace="default",podautoscaler="hello"} 140
 		t.Fatal(err)
 	}
 	reconcileOnce("ghost")
-	assertCondition(t, c, "ghost", reconciler.ConditionReady, "ScaleTargetNotFound")
+	assertCondition(t, c, "ghost", names.ConditionReady, "ScaleTargetNotFound")
 }
 
 func assertCondition(t *testing.T, c client.Client, name, typ, reason string) metav1.Condition {

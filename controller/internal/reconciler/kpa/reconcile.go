@@ -1,4 +1,4 @@
-package reconciler
+package kpa
 
 import (
 	"context"
@@ -31,14 +31,14 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/decider"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
 // TickPeriod is how often each target is decided (KPA.md: every 2 s).
 const TickPeriod = 2 * time.Second
 
-// Condition types and reasons of a PodAutoscaler.
+// Condition types of a PodAutoscaler besides names.names.ConditionReady.
 const (
-	ConditionReady       = "Ready"
 	ConditionActive      = "Active"
 	ConditionInitialized = "ScaleTargetInitialized"
 )
@@ -111,17 +111,17 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	deploy, reason, msg := r.target(ctx, &pa)
 	if deploy == nil {
-		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionFalse, reason, msg)
+		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.writeStatus(ctx, &pa, status)
 	}
 	settings, err := r.settings(&pa, deploy)
 	if err != nil {
-		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
+		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
 		return ctrl.Result{}, r.writeStatus(ctx, &pa, status)
 	}
 	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
 	if errors.Is(err, errSKSNotOwned) {
-		setCondition(status, pa.Generation, ConditionReady, metav1.ConditionFalse, ReasonNotOwned, err.Error())
+		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, names.ReasonNotOwned, err.Error())
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.writeStatus(ctx, &pa, status)
 	}
 	if err != nil {
@@ -234,11 +234,11 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 	}
 	switch {
 	case !o.values.HasData:
-		setCondition(status, gen, ConditionReady, metav1.ConditionTrue, "NoData", "no stats have arrived for the target yet; keeping its scale")
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "NoData", "no stats have arrived for the target yet; keeping its scale")
 	case o.ready < o.want:
-		setCondition(status, gen, ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
 	default:
-		setCondition(status, gen, ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %.3f", o.want, s.Metric, o.values.Stable))
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %.3f", o.want, s.Metric, o.values.Stable))
 	}
 }
 

@@ -1,4 +1,4 @@
-package reconciler_test
+package kpa_test
 
 import (
 	"context"
@@ -23,7 +23,9 @@ import (
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
-	"github.com/sockscale/sockscale/controller/internal/reconciler"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
@@ -161,13 +163,13 @@ func TestIntegrationScenarios(t *testing.T) {
 			t.Fatalf("idle while the probe fails: %d pods, want the last pod kept", got)
 		}
 		r.expectPublic(v1alpha1.ModeProxy, 2)
-		assertCondition(t, cl.Client, "zero", reconciler.ConditionActive, reconciler.ReasonWaitingForActivator)
+		assertCondition(t, cl.Client, "zero", kpa.ConditionActive, kpa.ReasonWaitingForActivator)
 		r.prober.inPath = true
 		r.run(4 * time.Second)
 		if got := r.replicas(); got != 0 {
 			t.Fatalf("idle with the activator in the path: %d pods, want 0", got)
 		}
-		assertCondition(t, cl.Client, "zero", reconciler.ConditionActive, reconciler.ReasonNoTraffic)
+		assertCondition(t, cl.Client, "zero", kpa.ConditionActive, kpa.ReasonNoTraffic)
 
 		// A request arrives at the activator: it reports at once, the
 		// target is poked and scales from zero.
@@ -188,8 +190,8 @@ type rig struct {
 	start  time.Time
 	col    *collector.Collector
 	pa     func() *v1alpha1.PodAutoscaler
-	paRec  *reconciler.PodAutoscaler
-	sksRec *reconciler.ServerlessService
+	paRec  *kpa.PodAutoscaler
+	sksRec *sks.ServerlessService
 	prober *fakeProber
 	// offered is the concurrency the pods serve in all; activatorLoad what
 	// the activator holds (reported by it, not by pods).
@@ -229,8 +231,8 @@ func newRig(t *testing.T, cl *testenv.Cluster, name string, spec func(*v1alpha1.
 	prober := &fakeProber{}
 	r := &rig{
 		t: t, cl: cl, name: name, clk: clk, start: clk.Now(), col: col, prober: prober,
-		paRec: &reconciler.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Prober: prober},
-		sksRec: &reconciler.ServerlessService{Client: c, ActivatorNamespace: activatorNS,
+		paRec: &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Prober: prober},
+		sksRec: &sks.ServerlessService{Client: c, ActivatorNamespace: activatorNS,
 			ActivatorSelector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "activator"}), ActivatorPort: 8012},
 	}
 	r.pa = func() *v1alpha1.PodAutoscaler {
@@ -304,7 +306,7 @@ func (r *rig) becomeReady() {
 			r.t.Fatal(err)
 		}
 	}
-	private := reconciler.PrivateServiceName(r.name)
+	private := names.PrivateServiceName(r.name)
 	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: private + "-abcde"}}
 	err := c.Get(ctx, client.ObjectKeyFromObject(slice), slice)
 	exists := err == nil

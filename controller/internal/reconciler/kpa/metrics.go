@@ -1,4 +1,4 @@
-package reconciler
+package kpa
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,4 +1,4 @@
-package reconciler
+package sks
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
 // Labels and names of the objects the ServerlessService reconciler owns.
@@ -36,16 +37,12 @@ const (
 )
 
 // Reasons of a ServerlessService's Ready condition besides the modes'
-// (endpoints.Reason*).
+// (endpoints.Reason*) and names.ReasonNotOwned.
 const (
 	ReasonPublicServiceNotFound    = "PublicServiceNotFound"
 	ReasonPublicServiceHasSelector = "PublicServiceHasSelector"
-	ReasonNotOwned                 = "NotOwned"
 	ReasonNoEndpoints              = "NoEndpoints"
 )
-
-// PrivateServiceName is the Service that selects a target's pods.
-func PrivateServiceName(public string) string { return public + "-private" }
 
 // ServerlessService reconciles ServerlessServices: the private Service
 // (the target's selector, so Kubernetes lists its pods) and the public
@@ -76,7 +73,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	status := sks.Status.DeepCopy()
 	status.ObservedGeneration = sks.Generation
 	status.ServiceName = sks.Spec.PublicService
-	status.PrivateServiceName = PrivateServiceName(sks.Spec.PublicService)
+	status.PrivateServiceName = names.PrivateServiceName(sks.Spec.PublicService)
 	notReady := func(reason, msg string) (ctrl.Result, error) {
 		setSKSCondition(status, sks.Generation, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{}, r.writeStatus(ctx, &sks, status)
@@ -96,7 +93,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return notReady(ReasonNotOwned, msg)
+		return notReady(names.ReasonNotOwned, msg)
 	}
 	podSlices, err := r.readySlices(ctx, sks.Namespace, status.PrivateServiceName)
 	if err != nil {
@@ -122,7 +119,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return notReady(ReasonNotOwned, msg)
+		return notReady(names.ReasonNotOwned, msg)
 	}
 	status.Mode = res.Mode
 	if len(res.Endpoints) == 0 {
@@ -140,7 +137,7 @@ func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.Ser
 	for _, p := range public.Spec.Ports {
 		want.Ports = append(want.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, AppProtocol: p.AppProtocol})
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: sks.Namespace, Name: PrivateServiceName(public.Name)}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: sks.Namespace, Name: names.PrivateServiceName(public.Name)}}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -336,7 +333,7 @@ func (r *ServerlessService) writeStatus(ctx context.Context, sks *v1alpha1.Serve
 }
 
 func setSKSCondition(s *v1alpha1.ServerlessServiceStatus, gen int64, st metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: names.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
 }
 
 // SetupWithManager watches ServerlessServices, the Services they name and
@@ -374,7 +371,7 @@ func (r *ServerlessService) naming(ctx context.Context, ns, service string) []re
 	}
 	var out []reconcile.Request
 	for _, s := range list.Items {
-		if s.Spec.PublicService == service || PrivateServiceName(s.Spec.PublicService) == service {
+		if s.Spec.PublicService == service || names.PrivateServiceName(s.Spec.PublicService) == service {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
 		}
 	}
@@ -397,3 +394,5 @@ func (r *ServerlessService) allForActivator(ctx context.Context, o client.Object
 	}
 	return out
 }
+
+func ptr[T any](v T) *T { return &v }

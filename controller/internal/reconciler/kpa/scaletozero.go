@@ -1,4 +1,4 @@
-package reconciler
+package kpa
 
 import (
 	"fmt"

@@ -1,8 +1,12 @@
 package kpa
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/config"
@@ -109,4 +113,30 @@ func (z *zeroState) apply(in zeroInputs) zeroOutcome {
 		return hold(ReasonWaitingForActivator, "the last pod stays until a probe of the public Service is answered by an activator")
 	}
 	return zeroOutcome{0, false, ReasonNoTraffic, "idle: scaled to zero; the activator holds the next request"}
+}
+
+// Prober tells whether requests to a public Service reach an activator.
+type Prober interface {
+	ActivatorInPath(ctx context.Context, namespace, service string) (bool, error)
+}
+
+// progressDeadline is how long the Deployment may take to make progress
+// (Kubernetes' default 600 s).
+func progressDeadline(d *appsv1.Deployment) time.Duration {
+	if d.Spec.ProgressDeadlineSeconds != nil {
+		return time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second
+	}
+	return 600 * time.Second
+}
+
+// activatorInPath asks the Prober; an error is logged and counts as no.
+func (r *PodAutoscaler) activatorInPath(ctx context.Context, ns, service string) bool {
+	if r.Prober == nil {
+		return false
+	}
+	ok, err := r.Prober.ActivatorInPath(ctx, ns, service)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("activator probe failed; keeping the last pod", "service", service, "error", err.Error())
+	}
+	return ok && err == nil
 }

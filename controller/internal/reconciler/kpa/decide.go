@@ -1,0 +1,114 @@
+package kpa
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
+	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/decider"
+	"github.com/sockscale/sockscale/controller/internal/endpoints"
+)
+
+// targetState is what a PodAutoscaler's ticks carry over.
+type targetState struct {
+	decider *decider.Decider
+	// collected is the collector's key: the Deployment's name.
+	collected collector.Key
+	// lastDesired is the last decided count (a poke wakes targets at 0).
+	lastDesired int32
+	zero        zeroState
+}
+
+// outcome is one tick: the decision, the count it leads to, and what the
+// target's ServerlessService reports.
+type outcome struct {
+	dec         decider.Decision
+	values      collector.Values
+	current     int32 // the Deployment's replicas before this tick
+	want        int32 // after bounds and the scale-to-zero rules
+	ready       int32
+	initialized bool
+	zero        zeroOutcome
+	sks         *v1alpha1.ServerlessService
+}
+
+// decide runs the target's decider on the collector's windows, bounds the
+// result, writes the wanted mode to the ServerlessService and applies the
+// scale-to-zero rules.
+func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, settings config.Settings, now time.Time, status *v1alpha1.PodAutoscalerStatus) (outcome, error) {
+	// The collector keys targets by their Deployment, as agents report pods.
+	tkey := collector.Key{Namespace: pa.Namespace, Name: deploy.Name}
+	if err := r.Collector.Watch(tkey, settings); err != nil {
+		return outcome{}, err
+	}
+	o := outcome{ready: deploy.Status.ReadyReplicas, current: 1}
+	if deploy.Spec.Replicas != nil {
+		o.current = *deploy.Spec.Replicas
+	}
+	d := r.decider(key, tkey, settings, o.ready, now)
+	var err error
+	if o.values, err = r.Collector.Values(tkey, now); err != nil {
+		return outcome{}, err
+	}
+	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: true})
+	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
+	want := bounded(o.dec, settings, o.current, o.initialized)
+	// The mode follows the decision (KPA.md: Serve iff pods are wanted and
+	// their burst capacity is covered); the zero rules below may still hold
+	// the last pod while the activator takes over.
+	mode, _ := endpoints.Wanted(want, o.dec.ExcessBurstCapacity)
+	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, o.dec.Activators); err != nil {
+		return outcome{}, err
+	}
+	o.zero = r.state(key).zero.apply(zeroInputs{
+		now: now, want: want, current: o.current, ready: o.ready, mode: o.sks.Status.Mode, s: settings,
+		progressDeadline: progressDeadline(deploy),
+		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service.Name) },
+	})
+	o.want = o.zero.pods
+	return o, nil
+}
+
+// decider returns the PodAutoscaler's decider, made on its first tick (a
+// busy target starts in panic, see decider.New).
+func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings, ready int32, now time.Time) *decider.Decider {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.targets == nil {
+		r.targets = make(map[collector.Key]*targetState)
+	}
+	t, ok := r.targets[key]
+	if !ok {
+		t = &targetState{decider: decider.New(s, ready, now, log.Log.WithName("decider").WithValues("podautoscaler", key.String())), lastDesired: -1}
+		r.targets[key] = t
+	}
+	if t.collected != collected && t.collected != (collector.Key{}) {
+		r.Collector.Forget(t.collected) // the PodAutoscaler now points elsewhere
+	}
+	t.collected = collected
+	t.decider.Update(s)
+	return t.decider
+}
+
+// state is the PodAutoscaler's carried state (made by decider).
+func (r *PodAutoscaler) state(key collector.Key) *targetState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.targets[key]
+}
+
+// forget drops a deleted PodAutoscaler's state.
+func (r *PodAutoscaler) forget(key collector.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.targets[key]; ok {
+		r.Collector.Forget(t.collected)
+		delete(r.targets, key)
+	}
+}

@@ -1,0 +1,45 @@
+package kpa
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
+)
+
+// Poke decides at once the targets (collector keys, by Deployment) that
+// got load while their last desired scale was 0 (KPA.md "Timing"): a
+// request waiting in the activator should not wait for the next tick.
+func (r *PodAutoscaler) Poke(loaded []collector.Key) {
+	if len(loaded) == 0 {
+		return
+	}
+	r.mu.Lock()
+	var wake []collector.Key
+	for _, k := range loaded {
+		for pa, t := range r.targets {
+			if t.collected == k && t.lastDesired == 0 {
+				wake = append(wake, pa)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, pa := range wake {
+		select {
+		case r.pokeChannel() <- event.GenericEvent{Object: &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}}:
+		default: // a poke is already queued; the tick comes anyway
+		}
+	}
+}
+
+// pokeChannel is the source of pokes, made on first use by Poke or
+// SetupWithManager.
+func (r *PodAutoscaler) pokeChannel() chan event.GenericEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pokes == nil {
+		r.pokes = make(chan event.GenericEvent, 1024)
+	}
+	return r.pokes
+}

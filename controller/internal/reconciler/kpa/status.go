@@ -1,0 +1,72 @@
+package kpa
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+)
+
+// Condition types of a PodAutoscaler besides names.ConditionReady.
+const (
+	ConditionActive      = "Active"
+	ConditionInitialized = "ScaleTargetInitialized"
+)
+
+// fillStatus writes a tick's outcome into the PodAutoscaler's status.
+func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome) {
+	status.DesiredScale = ptr(o.want)
+	status.ActualScale = ptr(o.ready)
+	status.StableValue = strconv.FormatFloat(o.values.Stable, 'f', 3, 64)
+	status.PanicValue = strconv.FormatFloat(o.values.Panic, 'f', 3, 64)
+	status.Panicking = o.dec.Panicking
+	if o.dec.Valid {
+		status.ExcessBurstCapacity = ptr(o.dec.ExcessBurstCapacity)
+	}
+	status.Mode, status.Activators = o.sks.Status.Mode, o.sks.Status.Activators
+	active := metav1.ConditionFalse
+	if o.zero.active {
+		active = metav1.ConditionTrue
+	}
+	setCondition(status, gen, ConditionActive, active, o.zero.reason, o.zero.message)
+	if o.initialized {
+		setCondition(status, gen, ConditionInitialized, metav1.ConditionTrue, "Initialized", fmt.Sprintf("the target reached its initial scale of %d", s.InitialScale))
+	} else {
+		setCondition(status, gen, ConditionInitialized, metav1.ConditionFalse, "Initializing", fmt.Sprintf("%d of the initial %d pods are ready", o.ready, s.InitialScale))
+	}
+	switch {
+	case !o.values.HasData:
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "NoData", "no stats have arrived for the target yet; keeping its scale")
+	case o.ready < o.want:
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
+	default:
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %.3f", o.want, s.Metric, o.values.Stable))
+	}
+}
+
+// writeStatus writes status if it changed: every target ticks every 2 s,
+// and an idle one should not cost the API server a write each time.
+func (r *PodAutoscaler) writeStatus(ctx context.Context, pa *v1alpha1.PodAutoscaler, status *v1alpha1.PodAutoscalerStatus) error {
+	if equality.Semantic.DeepEqual(&pa.Status, status) {
+		return nil
+	}
+	pa.Status = *status
+	if err := r.Client.Status().Update(ctx, pa); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("update status of %s: %w", pa.Name, err)
+	}
+	return nil
+}
+
+func setCondition(s *v1alpha1.PodAutoscalerStatus, gen int64, typ string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,62 @@
+package sks
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+)
+
+// ensurePrivate creates or updates the private Service: the public one's
+// ports with the target's selector. It returns a message instead when a
+// Service of that name belongs to someone else.
+func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service) (string, error) {
+	want := corev1.ServiceSpec{Selector: sks.Spec.Selector}
+	for _, p := range public.Spec.Ports {
+		want.Ports = append(want.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, AppProtocol: p.AppProtocol})
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: sks.Namespace, Name: names.PrivateServiceName(public.Name)}}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)
+	switch {
+	case apierrors.IsNotFound(err):
+		svc.Labels = map[string]string{LabelServerlessService: sks.Name, "app.kubernetes.io/managed-by": "sockscale"}
+		svc.Spec = want
+		if err := controllerutil.SetControllerReference(sks, svc, r.Client.Scheme()); err != nil {
+			return "", err
+		}
+		return "", r.Client.Create(ctx, svc)
+	case err != nil:
+		return "", err
+	case !metav1.IsControlledBy(svc, sks):
+		return fmt.Sprintf("Service %q exists and is not managed by this ServerlessService; rename or delete it so sockscale can select the target's pods through it", svc.Name), nil
+	}
+	if equality.Semantic.DeepEqual(svc.Spec.Selector, want.Selector) && samePorts(svc.Spec.Ports, want.Ports) {
+		return "", nil
+	}
+	svc.Spec.Selector, svc.Spec.Ports = want.Selector, want.Ports
+	return "", r.Client.Update(ctx, svc)
+}
+
+// samePorts compares what ensurePrivate sets (the API server fills
+// defaults such as the protocol and target port on the live object).
+func samePorts(have, want []corev1.ServicePort) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i := range want {
+		h, w := have[i], want[i]
+		if h.Name != w.Name || h.Port != w.Port || (w.Protocol != "" && h.Protocol != w.Protocol) ||
+			(w.TargetPort.String() != "0" && h.TargetPort != w.TargetPort) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,33 @@
+package sks
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+)
+
+// writeStatus writes status if it changed (a conflict is left to the next
+// reconcile).
+func (r *ServerlessService) writeStatus(ctx context.Context, sks *v1alpha1.ServerlessService, status *v1alpha1.ServerlessServiceStatus) error {
+	if equality.Semantic.DeepEqual(&sks.Status, status) {
+		return nil
+	}
+	sks.Status = *status
+	if err := r.Client.Status().Update(ctx, sks); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("update status of ServerlessService %s: %w", sks.Name, err)
+	}
+	return nil
+}
+
+func setSKSCondition(s *v1alpha1.ServerlessServiceStatus, gen int64, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: names.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -16,9 +16,21 @@ Not derived from the release name: the agents find the controller as
 {{- printf "%s-controller" (include "sockscale.fullname" .) -}}
 {{- end -}}
 
+{{- define "sockscale.activator.fullname" -}}
+{{- printf "%s-activator" (include "sockscale.fullname" .) -}}
+{{- end -}}
+
 {{/* The headless Service every controller replica is behind. */}}
 {{- define "sockscale.controller.statsService" -}}
 {{- printf "%s-controller-stats" (include "sockscale.fullname" .) -}}
+{{- end -}}
+
+{{/*
+host:port where agents and activators POST their stats: the headless stats
+Service, so that each report reaches every controller replica.
+*/}}
+{{- define "sockscale.controller.statsAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "sockscale.controller.statsService" .) .Release.Namespace (int .Values.controller.ports.stats) -}}
 {{- end -}}
 
 {{/* The autoscaler ConfigMap's name; the controller reads <ns>/<this>. */}}

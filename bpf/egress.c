@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//go:build ignore
+
+// Program sockscale_egress: bytes from pods to clients. Included by
+// accounting.c, not compiled on its own.
+//
+// Hook: cgroup_skb egress at the cgroup v2 root (BPF_CGROUP_INET_EGRESS).
+// Counts: a request completes when the HTTP/1.x response parser
+// (lib/response.h) finds the end of its response: requests completed and
+// their durations; a server that speaks first or a response the parser
+// cannot follow turns the connection opaque.
+// Minimum kernel: 5.17 (bpf_loop); cmpxchg needs BPF v3 atomics (5.12).
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/segment.h"
+
+// Never drops: always returns 1 (allow).
+SEC("cgroup_skb/egress")
+int sockscale_egress(struct __sk_buff *skb)
+{
+	return on_segment(skb, 0);
+}

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//go:build ignore
+
+// Program sockscale_sockops: the connection lifecycle. Included by
+// accounting.c, not compiled on its own.
+//
+// Hook: sock_ops at the cgroup v2 root (BPF_CGROUP_SOCK_OPS).
+// Counts: per pod, connections accepted and open (conns_total,
+// conns_in_flight); when a connection ends, the request it had in flight is
+// completed and an opaque connection stops counting (opaque_in_flight). On
+// accept it gives the connection its state in the socket's storage, which
+// the packet programs find and count with.
+// Minimum kernel: 5.17, that of the object it is loaded in (the packet
+// programs use bpf_loop); its cmpxchg needs BPF v3 atomics (5.12).
+
+#include <linux/bpf.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "accounting.h"
+#include "lib/conn.h"
+#include "lib/counters.h"
+#include "lib/maps.h"
+
+#define AF_INET 2   // from sys/socket.h, which is not for BPF targets
+#define AF_INET6 10
+
+// CTX_LOAD reads a context field with a single load instruction.
+#define CTX_LOAD(field) (*(volatile typeof(field) *)&(field))
+
+// conn_key_of fills the key of a sock_ops socket. Returns 0 if the socket
+// carries IPv4: an AF_INET socket, or an AF_INET6 socket whose addresses are
+// IPv4-mapped (Go and many other servers listen on [::] for both).
+static __always_inline int conn_key_of(struct bpf_sock_ops *skops, struct conn_key *key)
+{
+	if (skops->family == AF_INET6) {
+		// One load per field: the verifier refuses loads through a context
+		// pointer that clang offset first, which it does for arrays.
+		__u32 l0 = CTX_LOAD(skops->local_ip6[0]);
+		__u32 l1 = CTX_LOAD(skops->local_ip6[1]);
+		__u32 l2 = CTX_LOAD(skops->local_ip6[2]);
+
+		if (l0 != 0 || l1 != 0 || l2 != bpf_htonl(0xffff))
+			return -1;
+		key->pod_ip = CTX_LOAD(skops->local_ip6[3]);
+		key->peer_ip = CTX_LOAD(skops->remote_ip6[3]);
+	} else if (skops->family == AF_INET) {
+		key->pod_ip = skops->local_ip4;
+		key->peer_ip = skops->remote_ip4;
+	} else {
+		return -1;
+	}
+	key->pod_port = bpf_htons((__u16)skops->local_port);
+	// remote_port holds the port in network order in its upper half on
+	// little endian; ntohl brings it to host order in the low half.
+	key->peer_port = bpf_htons((__u16)bpf_ntohl(skops->remote_port));
+	return 0;
+}
+
+static __always_inline void on_established(struct bpf_sock_ops *skops)
+{
+	struct conn_key key;
+	struct pod_stats *p;
+	struct bpf_sock *sk;
+	struct conn c = {};
+	__u32 *slot;
+
+	if (conn_key_of(skops, &key))
+		return;
+	slot = bpf_map_lookup_elem(&pod_slots, &key.pod_ip);
+	if (!slot)
+		return;
+	p = bpf_map_lookup_elem(&pod_counters, slot);
+	// NULL only for a slot beyond the array, which the agent never writes;
+	// id 0: the agent is freeing the slot as the pod goes.
+	if (!p || !p->id)
+		return;
+	sk = skops->sk;
+	if (!sk)
+		return; // the verifier's rule; an established callback has a socket
+	c.pod_id = p->id;
+	c.slot = *slot;
+	c.rx_next = skops->rcv_nxt;
+	c.tx_next = skops->snd_nxt;
+	c.hash = FNV_OFFSET; // the response parser starts on an empty token
+	c.proxied = bpf_map_lookup_elem(&activators, &key.peer_ip) ? 1 : 0;
+	// Creating with c as the initial value fills the storage in one step,
+	// before any of the connection's segments can reach the packet programs.
+	if (!bpf_sk_storage_get(&conn_store, sk, &c, BPF_SK_STORAGE_GET_F_CREATE)) {
+		count_event(EV_CONN_UNTRACKED);
+		return;
+	}
+	__sync_fetch_and_add(&p->conns_in_flight, 1);
+	__sync_fetch_and_add(&p->conns_total, 1);
+	// Ask for state changes so we see the connection end.
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+}
+
+// on_state_change ends the connection when the server closes its side
+// (FIN_WAIT1, LAST_ACK) or the socket dies (CLOSE, also after a reset):
+// a server that closed sends nothing more, so any response is complete.
+static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 state)
+{
+	struct pod_stats *p;
+	struct bpf_sock *sk;
+	struct conn *c;
+	__u64 now;
+
+	if (state != BPF_TCP_FIN_WAIT1 && state != BPF_TCP_LAST_ACK && state != BPF_TCP_CLOSE)
+		return;
+	sk = skops->sk;
+	if (!sk)
+		return; // the verifier's rule; a state callback has a socket
+	c = bpf_sk_storage_get(&conn_store, sk, 0, 0);
+	if (!c)
+		return;
+	if (__sync_val_compare_and_swap(&c->closed, 0, 1) == 0) {
+		now = bpf_ktime_get_ns();
+		p = owner(counters_of(c), c);
+		end_request(p, c, now);
+		if (p) {
+			__sync_fetch_and_add(&p->conns_in_flight, -1);
+			if (c->opaque)
+				__sync_fetch_and_add(&p->opaque_in_flight, -1);
+		}
+	}
+	if (state == BPF_TCP_CLOSE)
+		bpf_sk_storage_delete(&conn_store, sk); // frees it now, not with the socket
+}
+
+SEC("sockops")
+int sockscale_sockops(struct bpf_sock_ops *skops)
+{
+	switch (skops->op) {
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		on_established(skops);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		on_state_change(skops, skops->args[1]);
+		break;
+	}
+	return 1;
+}

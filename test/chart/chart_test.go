@@ -35,6 +35,8 @@ func TestChartLintStrict(t *testing.T) {
 		{"defaults", nil},
 		{"everything optional on", []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true"}},
 		{"one controller replica", []string{"--set", "controller.replicas=1"}},
+		{"activator", []string{"--set", "activator.enabled=true"}},
+		{"activator with everything optional on", []string{"--set", "activator.enabled=true,activator.autoscaling.enabled=true,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"lint", "--strict", chartDir(t)}, tt.args...)
@@ -48,7 +50,7 @@ func TestChartLintStrict(t *testing.T) {
 // Every object carries the common labels and, if namespaced, lives in the
 // release namespace.
 func TestLabelsAndNamespace(t *testing.T) {
-	objs := render(t, "--set", "commonLabels.team=serving,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true")
+	objs := render(t, "--set", "commonLabels.team=serving,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true,activator.enabled=true,activator.autoscaling.enabled=true")
 	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true}
 	for _, o := range objs {
 		for k, want := range map[string]string{
@@ -232,6 +234,7 @@ func TestControllerDeployment(t *testing.T) {
 		"--health-probe-bind-address=:8081",
 		"--stats-bind-address=:8443",
 		"--autoscaler-config=" + namespace + "/" + autoscalerCM,
+		"--activator-port=8012",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q lack %q", c.Args, want)
@@ -529,6 +532,11 @@ func TestOptionalMonitoring(t *testing.T) {
 			args: []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true"},
 			want: map[string]string{"ServiceMonitor": controllerName, "PodMonitor": agentName, "ConfigMap": dashboardCM},
 		},
+		{
+			name: "on, with the activator",
+			args: []string{"--set", "metrics.serviceMonitor.enabled=true,activator.enabled=true"},
+			want: map[string]string{"ServiceMonitor": activatorName},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			objs := render(t, tt.args...)
@@ -549,7 +557,7 @@ func TestOptionalMonitoring(t *testing.T) {
 // The monitors scrape the right ports, keep the series' own namespace and
 // pod labels, and set the job names the dashboard selects on.
 func TestMonitors(t *testing.T) {
-	objs := render(t, "--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.serviceMonitor.labels.release=prom")
+	objs := render(t, "--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.serviceMonitor.labels.release=prom,activator.enabled=true")
 	type endpoint struct {
 		Port        string `json:"port"`
 		Path        string `json:"path"`
@@ -571,6 +579,18 @@ func TestMonitors(t *testing.T) {
 		} `json:"spec"`
 	}
 	unmarshal(t, objs.find("ServiceMonitor", controllerName), &sm)
+	var am struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			Endpoints []endpoint `json:"endpoints"`
+		} `json:"spec"`
+	}
+	unmarshal(t, objs.find("ServiceMonitor", activatorName), &am)
 	var pm struct {
 		Spec struct {
 			Selector struct {
@@ -581,8 +601,10 @@ func TestMonitors(t *testing.T) {
 	}
 	unmarshal(t, objs.find("PodMonitor", agentName), &pm)
 
-	if sm.Metadata.Labels["release"] != "prom" {
-		t.Errorf("ServiceMonitor labels %v lack release=prom", sm.Metadata.Labels)
+	for _, l := range []map[string]string{sm.Metadata.Labels, am.Metadata.Labels} {
+		if l["release"] != "prom" {
+			t.Errorf("ServiceMonitor labels %v lack release=prom", l)
+		}
 	}
 	for _, m := range []struct {
 		name, component, job string
@@ -591,6 +613,7 @@ func TestMonitors(t *testing.T) {
 	}{
 		{"ServiceMonitor", "controller", "sockscale-controller", sm.Spec.Selector.MatchLabels, sm.Spec.Endpoints},
 		{"PodMonitor", "agent", "sockscale-agent", pm.Spec.Selector.MatchLabels, pm.Spec.Endpoints},
+		{"the activator's ServiceMonitor", "activator", "sockscale-activator", am.Spec.Selector.MatchLabels, am.Spec.Endpoints},
 	} {
 		if m.selector["app.kubernetes.io/component"] != m.component {
 			t.Errorf("%s selects %v, want the %s", m.name, m.selector, m.component)

@@ -150,9 +150,28 @@ func TestBadValues(t *testing.T) {
 		{"autoscaler.panic-threshold-percentage=50", []string{"/autoscaler/panic-threshold-percentage", "want 110"}},
 		{"autoscaler.max-scale-down-rate=1", []string{"/autoscaler/max-scale-down-rate", "exclusiveMinimum"}},
 		{"autoscaler.stable-windw=30s", []string{"/autoscaler", "'stable-windw' not allowed"}},
+		// The activator's values are checked whether or not it is enabled.
+		{"activator.queueDepth=0", []string{"/activator/queueDepth", "minimum", "want 1"}},
+		{"activator.ports.proxy=0", []string{"/activator/ports/proxy", "minimum"}},
+		{"activator.ports.metrics=70000", []string{"/activator/ports/metrics", "maximum"}},
+		{"activator.logLevel=verbose", []string{"/activator/logLevel", "'debug', 'info', 'warn', 'error'"}},
+		{"activator.probePeriod=fast", []string{"/activator/probePeriod", "'fast' does not match pattern"}},
+		{"activator.clusterDomain=Cluster.Local", []string{"/activator/clusterDomain"}},
+		{"activator.replicas=0", []string{"/activator/replicas", "minimum"}},
+		{"activator.terminationGracePeriodSeconds=-1", []string{"/activator/terminationGracePeriodSeconds", "minimum"}},
+		{"activator.autoscaling.targetCPUUtilizationPercentage=0", []string{"/activator/autoscaling/targetCPUUtilizationPercentage", "minimum"}},
+		{"activator.autoscaling.maxReplicas=0", []string{"/activator/autoscaling/maxReplicas", "minimum"}},
+		{"activator.image.pullPolicy=Sometimes", []string{"/activator/image/pullPolicy"}},
+		{"activator.enabled=yes", []string{"/activator/enabled"}},
+		{"activator.typo=1", []string{"/activator", "'typo' not allowed"}},
 		// Rules across keys, checked by the templates.
 		{"agent.bpffs.mountPropagation=Bidirectional", []string{"agent.bpffs.mountPropagation", "agent.privileged=true"}},
 		{"controller.leaderElect=false", []string{"controller.leaderElect", "controller.replicas > 1"}},
+		{"activator.enabled=true,activator.ports.metrics=8012", []string{"activator.ports", "must differ"}},
+		{"activator.enabled=true,activator.probePeriod=0s", []string{"activator.probePeriod", "positive"}},
+		{"activator.enabled=true,activator.autoscaling.enabled=true,activator.autoscaling.minReplicas=5,activator.autoscaling.maxReplicas=3",
+			[]string{"activator.autoscaling.minReplicas (5)", "activator.autoscaling.maxReplicas (3)"}},
+		{"activator.enabled=true,activator.podDisruptionBudget.minAvailable=2", []string{"activator.podDisruptionBudget.minAvailable (2)", "replicas (2)"}},
 	} {
 		t.Run(tt.set, func(t *testing.T) {
 			_, err := helm(t, templateArgs(t, "--set", tt.set)...)

@@ -9,7 +9,9 @@
 // same windows as the leader and takes over warm. Connections are kept
 // alive, so a cluster of N nodes holds N connections per replica. A batch
 // that fails is dropped, not retried: the next period brings fresh data,
-// and the windows tolerate a missing second.
+// and the windows tolerate a missing second. The receiving handler is the
+// controller's (controller/internal/statsserver); this package holds only
+// what both sides must agree on.
 //
 // # Encoding
 //

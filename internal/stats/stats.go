@@ -1,13 +1,10 @@
 package stats
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"net/netip"
 	"time"
 )
@@ -223,36 +220,4 @@ func (d *decoder) ip4() [4]byte {
 	copy(ip[:], d.data[d.off:])
 	d.off += 4
 	return ip
-}
-
-// Handler decodes batches POSTed to it and hands each to accept. Bad
-// batches get 400 with the reason; accept's error gets 503.
-func Handler(accept func(*Batch) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "stats: only POST is allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		var buf bytes.Buffer
-		n, err := io.Copy(&buf, io.LimitReader(r.Body, MaxBatchBytes+1))
-		if err != nil {
-			http.Error(w, "stats: read body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if n > MaxBatchBytes {
-			http.Error(w, fmt.Sprintf("stats: batch larger than %d bytes", MaxBatchBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		b, err := Decode(buf.Bytes())
-		if err != nil {
-			http.Error(w, "stats: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := accept(b); err != nil {
-			http.Error(w, "stats: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
 }

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -113,51 +110,6 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded batch differs:\n%x\n%x", data, again)
 		}
 	})
-}
-
-func TestHandler(t *testing.T) {
-	var got []*Batch
-	srv := httptest.NewServer(Handler(func(b *Batch) error {
-		if b.Node == "busy" {
-			return errors.New("collector stopping")
-		}
-		got = append(got, b)
-		return nil
-	}))
-	defer srv.Close()
-	post := func(body []byte) (int, string) {
-		resp, err := http.Post(srv.URL+Path, ContentType, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		msg, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(msg)
-	}
-	data, _ := Append(nil, batchOf(3))
-	if code, msg := post(data); code != http.StatusNoContent {
-		t.Errorf("good batch: %d %s", code, msg)
-	}
-	if len(got) != 1 || len(got[0].Pods) != 3 {
-		t.Errorf("accepted %d batches", len(got))
-	}
-	if code, msg := post([]byte("garbage")); code != http.StatusBadRequest || !strings.Contains(msg, "SSST") {
-		t.Errorf("garbage: %d %s", code, msg)
-	}
-	busy := batchOf(1)
-	busy.Node = "busy"
-	data, _ = Append(nil, busy)
-	if code, msg := post(data); code != http.StatusServiceUnavailable || !strings.Contains(msg, "collector stopping") {
-		t.Errorf("refused batch: %d %s", code, msg)
-	}
-	resp, err := http.Get(srv.URL + Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET: %d, want 405", resp.StatusCode)
-	}
 }
 
 func BenchmarkEncode100(b *testing.B) {

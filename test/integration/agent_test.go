@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -233,11 +234,23 @@ type statsReceiver struct {
 
 func newStatsReceiver(t *testing.T) *statsReceiver {
 	r := &statsReceiver{}
-	srv := httptest.NewServer(stats.Handler(func(b *stats.Batch) error {
+	// Decodes as the controller's handler does (controller/internal/statsserver,
+	// which this package may not import).
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(req.Body, stats.MaxBatchBytes))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		b, err := stats.Decode(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.batches = append(r.batches, b)
-		return nil
+		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
 	r.addr = srv.Listener.Addr().String()

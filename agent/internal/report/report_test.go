@@ -34,15 +34,14 @@ func (c *counts) Error(string) {}
 func TestSendReachesEveryReplica(t *testing.T) {
 	var mu sync.Mutex
 	received := map[string]int{}
-	replica := func(name string) *httptest.Server {
-		return httptest.NewServer(stats.Handler(func(b *stats.Batch) error {
+	server := func(name string) *httptest.Server {
+		return httptest.NewServer(replica(func(b *stats.Batch) {
 			mu.Lock()
 			defer mu.Unlock()
 			received[name] += len(b.Pods)
-			return nil
 		}))
 	}
-	a, b := replica("a"), replica("b")
+	a, b := server("a"), server("b")
 	defer a.Close()
 	defer b.Close()
 	// Both replicas listen on loopback; give them one port by resolving the
@@ -97,4 +96,24 @@ func TestOfferKeepsNewest(t *testing.T) {
 	if b := <-r.queue; b.Node != "new" {
 		t.Errorf("queued %q, want the newest batch", b.Node)
 	}
+}
+
+// replica stands in for a controller replica's stats handler (the agent may
+// not import controller/internal/statsserver): it decodes each batch and
+// hands it to accept.
+func replica(accept func(*stats.Batch)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, stats.MaxBatchBytes))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		b, err := stats.Decode(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		accept(b)
+		w.WriteHeader(http.StatusNoContent)
+	})
 }

@@ -9,14 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -32,10 +30,11 @@ import (
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/configwatch"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
+	"github.com/sockscale/sockscale/controller/internal/statsserver"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
-	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
@@ -128,24 +127,26 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	cfg, err := loadConfig(ctx, mgr.GetAPIReader(), f.configMap)
+	// The autoscaler ConfigMap: read once before starting, then re-read
+	// every 10 s on every replica.
+	cfg, err := configwatch.Load(ctx, mgr.GetAPIReader(), f.configMap)
 	if err != nil {
 		return err
 	}
 	var current atomic.Pointer[config.Config]
 	current.Store(cfg)
-	if err := mgr.Add(&configWatcher{reader: mgr.GetAPIReader(), ref: f.configMap, current: &current, period: 10 * time.Second}); err != nil {
+	if err := mgr.Add(&configwatch.Watcher{Reader: mgr.GetAPIReader(), Ref: f.configMap, Current: &current, Period: 10 * time.Second, Clock: clock.RealClock{}}); err != nil {
 		return err
 	}
 
 	col := collector.New()
 	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
 		Metrics: kpa.NewMetrics(crmetrics.Registry),
-		Prober:  &activatorprobe.Prober{Resolve: publicAddress(mgr.GetClient())},
+		Prober:  &activatorprobe.Prober{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:  mgr.GetEventRecorder("sockscale-controller")}
 	// Every replica takes stats, leader or not: a standby has warm windows.
 	// Load for a target at zero pokes its decider at once.
-	if err := mgr.Add(&statsServer{addr: f.statsAddr, handler: stats.Handler(func(b *stats.Batch) error {
+	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(func(b *stats.Batch) error {
 		pa.Poke(col.RecordPods(b))
 		return nil
 	})}); err != nil {
@@ -166,90 +167,4 @@ func run(ctx context.Context, f *flags) error {
 		return err
 	}
 	return mgr.Start(ctx)
-}
-
-// loadConfig reads the autoscaler ConfigMap; a missing one means defaults,
-// a bad one is an error naming every bad key.
-func loadConfig(ctx context.Context, r client.Reader, ref string) (*config.Config, error) {
-	ns, name, _ := strings.Cut(ref, "/")
-	var cm corev1.ConfigMap
-	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			ctrl.Log.Info("autoscaler ConfigMap not found; using the defaults", "configMap", ref)
-			return config.Defaults(), nil
-		}
-		return nil, fmt.Errorf("read autoscaler ConfigMap %s: %w", ref, err)
-	}
-	cfg, err := config.Parse(cm.Data)
-	if err != nil {
-		return nil, fmt.Errorf("autoscaler ConfigMap %s: %w", ref, err)
-	}
-	return cfg, nil
-}
-
-// configWatcher re-reads the autoscaler ConfigMap every period (one GET,
-// no cluster-wide ConfigMap watch). A bad edit is logged with every bad
-// key and the previous configuration stays in force.
-type configWatcher struct {
-	reader  client.Reader
-	ref     string
-	current *atomic.Pointer[config.Config]
-	period  time.Duration
-}
-
-func (w *configWatcher) NeedLeaderElection() bool { return false }
-
-func (w *configWatcher) Start(ctx context.Context) error {
-	t := time.NewTicker(w.period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			w.refresh(ctx)
-		}
-	}
-}
-
-// refresh loads the ConfigMap and swaps it in if it parses.
-func (w *configWatcher) refresh(ctx context.Context) {
-	cfg, err := loadConfig(ctx, w.reader, w.ref)
-	if err != nil {
-		ctrl.Log.Error(err, "autoscaler ConfigMap rejected; keeping the previous configuration", "configMap", w.ref)
-		return
-	}
-	if prev := w.current.Load(); *prev != *cfg {
-		ctrl.Log.Info("autoscaler configuration updated", "configMap", w.ref)
-		w.current.Store(cfg)
-	}
-}
-
-// publicAddress resolves a public Service to the ClusterIP and port its
-// clients dial (the first port when it has several).
-func publicAddress(c client.Reader) activatorprobe.Resolve {
-	return func(ctx context.Context, ns, name string) (string, error) {
-		var svc corev1.Service
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
-			return "", err
-		}
-		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
-			return "", fmt.Errorf("service %s/%s has no ClusterIP and port to probe", ns, name)
-		}
-		return activatorprobe.HostPort(svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), nil
-	}
-}
-
-// statsServer serves the agents' stats on every replica.
-type statsServer struct {
-	addr    string
-	handler http.Handler
-}
-
-func (s *statsServer) NeedLeaderElection() bool { return false }
-
-func (s *statsServer) Start(ctx context.Context) error {
-	mux := http.NewServeMux()
-	mux.Handle(stats.Path, s.handler)
-	return serve.Serve(ctx, s.addr, mux)
 }

@@ -1,0 +1,42 @@
+package statsserver
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/sockscale/sockscale/internal/stats"
+)
+
+// Handler decodes batches POSTed to it and hands each to accept. Bad
+// batches get 400 with the reason; accept's error gets 503.
+func Handler(accept func(*stats.Batch) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "stats: only POST is allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		var buf bytes.Buffer
+		n, err := io.Copy(&buf, io.LimitReader(r.Body, stats.MaxBatchBytes+1))
+		if err != nil {
+			http.Error(w, "stats: read body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if n > stats.MaxBatchBytes {
+			http.Error(w, fmt.Sprintf("stats: batch larger than %d bytes", stats.MaxBatchBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		b, err := stats.Decode(buf.Bytes())
+		if err != nil {
+			http.Error(w, "stats: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := accept(b); err != nil {
+			http.Error(w, "stats: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -1,0 +1,75 @@
+package statsserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sockscale/sockscale/internal/stats"
+)
+
+func batchOf(n int) *stats.Batch {
+	b := &stats.Batch{Node: "node-a", Start: time.Unix(1700000000, 123456789), Period: time.Second}
+	for i := range n {
+		b.Pods = append(b.Pods, stats.PodStat{
+			IP: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Namespace: "default", Pod: fmt.Sprintf("hello-%d", i), Workload: "hello",
+			Concurrency: float64(i), Requests: uint64(i * 10),
+		})
+	}
+	return b
+}
+
+func TestHandler(t *testing.T) {
+	var got []*stats.Batch
+	srv := httptest.NewServer(Handler(func(b *stats.Batch) error {
+		if b.Node == "busy" {
+			return errors.New("collector stopping")
+		}
+		got = append(got, b)
+		return nil
+	}))
+	defer srv.Close()
+	post := func(body []byte) (int, string) {
+		resp, err := http.Post(srv.URL+stats.Path, stats.ContentType, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(msg)
+	}
+	data, _ := stats.Append(nil, batchOf(3))
+	if code, msg := post(data); code != http.StatusNoContent {
+		t.Errorf("good batch: %d %s", code, msg)
+	}
+	if len(got) != 1 || len(got[0].Pods) != 3 {
+		t.Errorf("accepted %d batches", len(got))
+	}
+	if code, msg := post([]byte("garbage")); code != http.StatusBadRequest || !strings.Contains(msg, "SSST") {
+		t.Errorf("garbage: %d %s", code, msg)
+	}
+	busy := batchOf(1)
+	busy.Node = "busy"
+	data, _ = stats.Append(nil, busy)
+	if code, msg := post(data); code != http.StatusServiceUnavailable || !strings.Contains(msg, "collector stopping") {
+		t.Errorf("refused batch: %d %s", code, msg)
+	}
+	if code, msg := post(make([]byte, stats.MaxBatchBytes+1)); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("oversized batch: %d %s", code, msg)
+	}
+	resp, err := http.Get(srv.URL + stats.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %d, want 405", resp.StatusCode)
+	}
+}

@@ -1,0 +1,58 @@
+package statsserver
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sockscale/sockscale/internal/stats"
+)
+
+// TestServerServesThePathUntilCancelled: a batch POSTed to stats.Path
+// reaches the handler; Start returns nil when its context ends.
+func TestServerServesThePathUntilCancelled(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	got := make(chan *stats.Batch, 1)
+	s := &Server{Addr: addr, Handler: Handler(func(b *stats.Batch) error { got <- b; return nil })}
+	if s.NeedLeaderElection() {
+		t.Error("the stats server waits for leadership; every replica should take stats")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+
+	body, _ := stats.Append(nil, batchOf(2))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Post("http://"+addr+stats.Path, stats.ContentType, bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("POST %s: %d, want 204", stats.Path, resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never listened: %v", err)
+		}
+	}
+	if b := <-got; len(b.Pods) != 2 {
+		t.Errorf("the handler got %d pods, want 2", len(b.Pods))
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start did not return after its context ended")
+	}
+}

@@ -1,0 +1,3 @@
+// Package resolve finds which target a request is for, from the
+// Sockscale-Target header or the host it names.
+package resolve

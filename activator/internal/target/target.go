@@ -1,0 +1,93 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Key names a target by the namespace and name of its public Service: the
+// Service clients call (a PodAutoscaler's spec.service.name).
+type Key struct{ Namespace, Name string }
+
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// ParseKey reads "<namespace>/<name>".
+func ParseKey(s string) (Key, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return Key{}, fmt.Errorf("target %q: want <namespace>/<name>", s)
+	}
+	return Key{Namespace: ns, Name: name}, nil
+}
+
+// Request timeouts, as Knative's timeoutSeconds: a request may be held and
+// answered within this long.
+const (
+	DefaultTimeout = 300 * time.Second
+	MaxTimeout     = 600 * time.Second
+)
+
+// Target is what the activator knows of one target. The wiring builds it
+// from the PodAutoscaler, its public Service and the routes naming it.
+type Target struct {
+	Key Key
+	// ClusterIPs of the public Service (one per IP family); empty for a
+	// headless Service.
+	ClusterIPs []netip.Addr
+	// Ports of the public Service. A Host that names the Service with a
+	// port must name one of these; empty: any port.
+	Ports []uint16
+	// ContainerConcurrency is the most requests a pod takes at once; 0 is
+	// unlimited.
+	ContainerConcurrency int
+	// Timeout bounds a request from arrival to the end of its response,
+	// holding included; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Hosts are further host names that reach the target: those of
+	// HTTPRoutes and Ingresses whose backend is its public Service.
+	Hosts []string
+	// H2C: the pods speak HTTP/2 without TLS (the Service port's
+	// appProtocol is kubernetes.io/h2c), so requests go to them as h2c.
+	H2C bool
+}
+
+// RequestTimeout is t.Timeout with the default applied.
+func (t *Target) RequestTimeout() time.Duration {
+	if t.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return t.Timeout
+}
+
+// Validate says what is wrong with t, naming each field, value and range.
+func (t *Target) Validate() error {
+	var errs []error
+	if t.Key.Namespace == "" || t.Key.Name == "" {
+		errs = append(errs, fmt.Errorf("key %q: namespace and name must both be set", t.Key))
+	}
+	if t.ContainerConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("containerConcurrency %d: must be 0 (unlimited) or more", t.ContainerConcurrency))
+	}
+	if t.Timeout < 0 || t.Timeout > MaxTimeout {
+		errs = append(errs, fmt.Errorf("timeout %v: must be from 0 (default %v) to %v", t.Timeout, DefaultTimeout, MaxTimeout))
+	}
+	for _, ip := range t.ClusterIPs {
+		if !ip.IsValid() {
+			errs = append(errs, errors.New("clusterIPs: holds an invalid address"))
+			break
+		}
+	}
+	for _, p := range t.Ports {
+		if p == 0 {
+			errs = append(errs, errors.New("ports: port 0 is not a port"))
+			break
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("target %s: %w", t.Key, err)
+	}
+	return nil
+}

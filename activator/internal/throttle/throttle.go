@@ -1,0 +1,491 @@
+package throttle
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/activator/internal/target"
+)
+
+// Errors of Try, checked with errors.Is. A client that goes away while
+// held gets its context's cause (context.Canceled) instead.
+var (
+	// ErrQueueFull: the target already holds as many requests as the
+	// queue depth allows.
+	ErrQueueFull = errors.New("queue full")
+	// ErrDeadline: the context's deadline (the target's request timeout)
+	// passed before a pod slot was free.
+	ErrDeadline = errors.New("no pod slot before the deadline")
+	// ErrUnknownTarget: Update was never called for the target, or it was
+	// deleted.
+	ErrUnknownTarget = errors.New("unknown target")
+	// ErrTargetRemoved: the target was deleted while the request was held.
+	ErrTargetRemoved = errors.New("target removed")
+)
+
+// DefaultQueueDepth is how many requests a target may have held at once.
+const DefaultQueueDepth = 10000
+
+// unlimited is the per-pod slot count when containerConcurrency is 0.
+const unlimited = math.MaxInt
+
+// Options configure a Throttler.
+type Options struct {
+	// Self is this activator's pod name, as it appears in targets'
+	// activator lists.
+	Self string
+	// QueueDepth bounds each target's held requests (0: DefaultQueueDepth).
+	QueueDepth int
+	// OnCold, if set, is called when a request starts waiting for a target
+	// that has no ready pod and held none before: the first request of a
+	// scale from zero. It runs on the request's goroutine and must not
+	// block (the wiring pokes the controller from it).
+	OnCold func(target.Key)
+	// Clock times waits and cold starts (default: the real clock).
+	Clock clock.PassiveClock
+	// Registerer gets the throttle's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+}
+
+// Settings are a target's capacity inputs from its PodAutoscaler and
+// ServerlessService.
+type Settings struct {
+	// ContainerConcurrency is the most requests a pod takes at once from
+	// all activators together; 0 is unlimited.
+	ContainerConcurrency int
+	// Activators are the names of the activator pods in the target's path
+	// (any order): with this activator among them, it uses only its share
+	// of the pods (see share).
+	Activators []string
+}
+
+// Throttler holds requests per target. Its methods are safe for
+// concurrent use.
+type Throttler struct {
+	self   string
+	depth  int
+	onCold func(target.Key)
+	clock  clock.PassiveClock
+	m      *metrics
+	log    *slog.Logger
+
+	mu     sync.RWMutex
+	queues map[target.Key]*queue
+}
+
+// New returns a Throttler with no targets.
+func New(o Options) *Throttler {
+	t := &Throttler{self: o.Self, depth: o.QueueDepth, onCold: o.OnCold, clock: o.Clock, m: newMetrics(o.Registerer), log: o.Log, queues: make(map[target.Key]*queue)}
+	if t.depth <= 0 {
+		t.depth = DefaultQueueDepth
+	}
+	if t.clock == nil {
+		t.clock = clock.RealClock{}
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	return t
+}
+
+// queue is one target's state: its pods and the requests waiting for one.
+type queue struct {
+	key target.Key
+	t   *Throttler
+	m   targetMetrics
+
+	mu         sync.Mutex
+	cc         int
+	activators []string                // sorted
+	pods       map[netip.AddrPort]*pod // ready pods, and unready ones still serving requests
+	assigned   []*pod                  // ready pods this activator uses, sorted by address
+	readyPods  int                     // ready pods, assigned or not
+	next       int                     // rotates the start of the CC > 0 scan so ties spread
+	waiters    list.List               // of *waiter, oldest first
+	coldSince  time.Time               // first request held while no pod was ready; zero: not cold
+	removed    bool
+}
+
+type pod struct {
+	addr     netip.AddrPort
+	inFlight int  // requests this activator has at the pod
+	slots    int  // the most it may have: its share of containerConcurrency; 0: not ours
+	ready    bool // still in the ready set (an unready pod finishes what it has)
+}
+
+type waiter struct {
+	grant   chan grant // buffered: dispatch never blocks
+	elem    *list.Element
+	granted bool // set, with the send, under the queue's lock
+}
+
+type grant struct {
+	pod *pod
+	err error
+}
+
+// Update adds the target or changes its settings.
+func (t *Throttler) Update(key target.Key, s Settings) error {
+	if s.ContainerConcurrency < 0 {
+		return fmt.Errorf("update %s: containerConcurrency %d: must be 0 (unlimited) or more", key, s.ContainerConcurrency)
+	}
+	t.mu.Lock()
+	q := t.queues[key]
+	if q == nil {
+		q = &queue{key: key, t: t, m: t.m.forTarget(key), pods: make(map[netip.AddrPort]*pod)}
+		t.queues[key] = q
+	}
+	t.mu.Unlock()
+
+	activators := slices.Clone(s.Activators)
+	slices.Sort(activators)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.cc = s.ContainerConcurrency
+	q.activators = slices.Compact(activators)
+	q.assign()
+	q.dispatch()
+	return nil
+}
+
+// SetPods replaces the target's ready pods. A pod that leaves the set
+// finishes the requests it has but gets no new ones. Pods of a target
+// Update never added are ignored: the wiring adds targets first.
+func (t *Throttler) SetPods(key target.Key, ready []netip.AddrPort) {
+	q := t.queue(key)
+	if q == nil {
+		t.log.Debug("pods for an unknown target ignored", "target", key, "pods", len(ready))
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, p := range q.pods {
+		p.ready = false
+	}
+	for _, a := range ready {
+		p := q.pods[a]
+		if p == nil {
+			p = &pod{addr: a}
+			q.pods[a] = p
+		}
+		p.ready = true
+	}
+	for a, p := range q.pods {
+		if !p.ready && p.inFlight == 0 {
+			delete(q.pods, a)
+		}
+	}
+	q.assign()
+	q.dispatch()
+	if q.waiters.Len() == 0 {
+		q.coldSince = time.Time{} // pods came with nobody waiting: nothing to time
+	}
+}
+
+// Delete removes the target. Its held requests fail with ErrTargetRemoved;
+// those already at a pod finish.
+func (t *Throttler) Delete(key target.Key) {
+	t.mu.Lock()
+	q := t.queues[key]
+	delete(t.queues, key)
+	t.mu.Unlock()
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	q.removed = true
+	for e := q.waiters.Front(); e != nil; e = e.Next() {
+		w := e.Value.(*waiter)
+		w.granted = true
+		w.grant <- grant{err: fmt.Errorf("%w: %s was deleted while the request was held", ErrTargetRemoved, key)}
+	}
+	q.waiters.Init()
+	q.mu.Unlock()
+	t.m.forget(key)
+}
+
+// Held is how many requests wait for a slot of the target now.
+func (t *Throttler) Held(key target.Key) int {
+	q := t.queue(key)
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiters.Len()
+}
+
+func (t *Throttler) queue(key target.Key) *queue {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.queues[key]
+}
+
+// Try runs fn with the address of a pod of the target that has a free
+// slot, waiting in the target's queue (oldest first) until one is free or
+// ctx ends. The slot is taken until fn returns. Waiting costs no goroutine
+// beyond the caller's. Errors: ErrQueueFull, ErrDeadline, ErrUnknownTarget,
+// ErrTargetRemoved, the cause of ctx's cancellation, or fn's error.
+func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.AddrPort) error) error {
+	q := t.queue(key)
+	if q == nil {
+		return fmt.Errorf("%w %s", ErrUnknownTarget, key)
+	}
+	start := t.clock.Now()
+	q.mu.Lock()
+	if q.removed {
+		q.mu.Unlock()
+		return fmt.Errorf("%w %s", ErrUnknownTarget, key)
+	}
+	if p := q.pick(); p != nil {
+		p.inFlight++
+		q.mu.Unlock()
+		q.m.wait.Observe(0)
+		return q.run(p, fn)
+	}
+	if q.waiters.Len() >= t.depth {
+		q.mu.Unlock()
+		q.m.queueFull.Inc()
+		return fmt.Errorf("%w: %s already holds %d requests, the queue depth", ErrQueueFull, key, t.depth)
+	}
+	w := &waiter{grant: make(chan grant, 1)}
+	w.elem = q.waiters.PushBack(w)
+	cold := q.readyPods == 0 && q.coldSince.IsZero()
+	if cold {
+		q.coldSince = start
+	}
+	q.mu.Unlock()
+	q.m.held.Inc()
+	if cold && t.onCold != nil {
+		t.onCold(key)
+	}
+
+	select {
+	case g := <-w.grant:
+		q.m.held.Dec()
+		if g.err != nil {
+			q.m.removed.Inc()
+			return g.err
+		}
+		q.m.wait.Observe(t.clock.Since(start).Seconds())
+		return q.run(g.pod, fn)
+	case <-ctx.Done():
+	}
+
+	// Gone or timed out. Its place is freed now; if a pod was handed to it
+	// at the same moment, the slot goes straight back to the next waiter.
+	q.m.held.Dec()
+	q.mu.Lock()
+	granted := w.granted
+	if !granted {
+		q.waiters.Remove(w.elem)
+		if q.waiters.Len() == 0 && q.readyPods == 0 {
+			q.coldSince = time.Time{} // everyone gave up: the next request pokes again
+		}
+	}
+	why := q.whyNoSlot()
+	q.mu.Unlock()
+	if granted {
+		if g := <-w.grant; g.pod != nil {
+			q.release(g.pod)
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		q.m.deadline.Inc()
+		return fmt.Errorf("%w: %s: held %v and %s", ErrDeadline, key, t.clock.Since(start).Round(time.Millisecond), why)
+	}
+	q.m.canceled.Inc()
+	return context.Cause(ctx)
+}
+
+// run calls fn with the pod's address and gives the slot back after, even
+// if fn panics (httputil.ReverseProxy aborts a broken response by panic).
+func (q *queue) run(p *pod, fn func(netip.AddrPort) error) error {
+	q.m.forwarded.Inc()
+	q.m.forwarding.Inc()
+	defer func() {
+		q.m.forwarding.Dec()
+		q.release(p)
+	}()
+	return fn(p.addr)
+}
+
+func (q *queue) release(p *pod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	p.inFlight--
+	if !p.ready && p.inFlight == 0 && q.pods[p.addr] == p {
+		delete(q.pods, p.addr)
+	}
+	q.dispatch()
+}
+
+// dispatch hands free slots to waiters, oldest first. q.mu must be held.
+func (q *queue) dispatch() {
+	for q.waiters.Len() > 0 {
+		p := q.pick()
+		if p == nil {
+			return
+		}
+		p.inFlight++
+		w := q.waiters.Remove(q.waiters.Front()).(*waiter)
+		w.granted = true
+		w.grant <- grant{pod: p}
+		if !q.coldSince.IsZero() {
+			waited := q.t.clock.Since(q.coldSince)
+			q.m.coldStart.Observe(waited.Seconds())
+			q.t.log.Info("first held request handed to a pod", "target", q.key, "pod", p.addr, "coldStart", waited)
+			q.coldSince = time.Time{}
+		}
+	}
+}
+
+// pick returns an assigned pod with a free slot, or nil. q.mu must be held.
+//
+// containerConcurrency 0: power of two choices: of two pods drawn at
+// random, the one with fewer requests in flight. It balances nearly as
+// well as a full scan at O(1), and two activators choosing at once do not
+// herd onto the same least-loaded pod.
+//
+// containerConcurrency > 0: the pod with the most free slots, scanning
+// from a start that rotates so equal pods take turns. Pods per activator
+// are few (pods / activators) and the scan must see every pod anyway to
+// find one that is not full.
+func (q *queue) pick() *pod {
+	n := len(q.assigned)
+	switch {
+	case n == 0:
+		return nil
+	case q.cc == 0:
+		if n == 1 {
+			return q.assigned[0]
+		}
+		i := rand.IntN(n)
+		j := rand.IntN(n - 1)
+		if j >= i {
+			j++
+		}
+		a, b := q.assigned[i], q.assigned[j]
+		if b.inFlight < a.inFlight {
+			return b
+		}
+		return a
+	}
+	var best *pod
+	bestFree := 0
+	for k := range n {
+		p := q.assigned[(q.next+k)%n]
+		if free := p.slots - p.inFlight; free > bestFree {
+			best, bestFree = p, free
+		}
+	}
+	if best != nil {
+		q.next = (q.next + 1) % n
+	}
+	return best
+}
+
+// whyNoSlot says, for a deadline error, why no slot came. q.mu must be held.
+func (q *queue) whyNoSlot() string {
+	switch {
+	case q.readyPods == 0:
+		return "no pod of the target became ready"
+	case len(q.assigned) == 0:
+		return fmt.Sprintf("none of the target's %d ready pods is this activator's share", q.readyPods)
+	default:
+		return fmt.Sprintf("all %d pods this activator uses stayed at their concurrency limit (containerConcurrency %d)", len(q.assigned), q.cc)
+	}
+}
+
+// assign recomputes which ready pods this activator uses and how many
+// slots each. q.mu must be held.
+func (q *queue) assign() {
+	ready := make([]*pod, 0, len(q.pods))
+	for _, p := range q.pods {
+		p.slots = 0
+		if p.ready {
+			ready = append(ready, p)
+		}
+	}
+	slices.SortFunc(ready, func(a, b *pod) int { return a.addr.Compare(b.addr) })
+	n, i := len(q.activators), -1
+	if k, found := slices.BinarySearch(q.activators, q.t.self); found {
+		i = k
+	}
+	if i < 0 {
+		// Not in the target's path (yet, or any more): traffic reaches us
+		// only through endpoints not updated yet. Use every pod: holding
+		// requests for lack of a share would fail them, and the overlap is
+		// brief.
+		n, i = 1, 0
+	}
+	q.assigned = q.assigned[:0]
+	for j, p := range ready {
+		if p.slots = share(q.cc, len(ready), n, i, j); p.slots > 0 {
+			q.assigned = append(q.assigned, p)
+		}
+	}
+	q.readyPods = len(ready)
+	if q.next >= len(q.assigned) {
+		q.next = 0
+	}
+	q.m.readyPods.Set(float64(q.readyPods))
+	q.m.assignedPods.Set(float64(len(q.assigned)))
+}
+
+// share is how many requests activator i (of n, by sorted name) may have
+// in flight at once to pod j (of p ready pods, sorted by address), for a
+// containerConcurrency of cc (0: unlimited). Summed over the activators it
+// is exactly cc for every pod, so activators that do not talk to each other
+// never oversubscribe a pod:
+//
+//   - p >= n: whole pods. Pod j belongs to activator j mod n, with all cc
+//     slots. 5 pods, 2 activators: activator 0 takes pods 0, 2, 4 and
+//     activator 1 pods 1, 3.
+//   - p < n: every activator would starve without a whole pod, so pods'
+//     slots are dealt instead. Slot s of pod j is unit u = s*p + j, and
+//     unit u goes to activator u mod n. cc = 10, 2 pods, 3 activators:
+//     pod 0's slots go 4/3/3 and pod 1's 3/4/3 to activators 0/1/2, so the
+//     activators have 7, 7 and 6 slots: 20 in all.
+//
+// When p*cc < n some activators get no slot: cc = 1 with one pod and two
+// activators gives activator 1 nothing. Its requests wait, and what it
+// reports as held makes the decider add pods (one held plus one at the pod
+// is concurrency 2, so ceil(2/0.7) = 3 pods at the default utilization),
+// after which it has its own pod. Only if max-scale * cc < n would it wait
+// for good; the controller must not put more activators in the path than
+// that.
+func share(cc, p, n, i, j int) int {
+	if p >= n {
+		if j%n != i {
+			return 0
+		}
+		if cc == 0 {
+			return unlimited
+		}
+		return cc
+	}
+	if cc == 0 {
+		return unlimited
+	}
+	slots := 0
+	for s := range cc {
+		if (s*p+j)%n == i {
+			slots++
+		}
+	}
+	return slots
+}

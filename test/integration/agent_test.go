@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/statssink"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
@@ -234,23 +234,10 @@ type statsReceiver struct {
 
 func newStatsReceiver(t *testing.T) *statsReceiver {
 	r := &statsReceiver{}
-	// Decodes as the controller's handler does (controller/internal/statsserver,
-	// which this package may not import).
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(req.Body, stats.MaxBatchBytes))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		b, err := stats.Decode(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	srv := httptest.NewServer(statssink.Handler(func(b *stats.Batch) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.batches = append(r.batches, b)
-		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
 	r.addr = srv.Listener.Addr().String()

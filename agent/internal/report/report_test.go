@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/internal/testutil/statssink"
 )
 
 type counts struct {
@@ -98,22 +99,5 @@ func TestOfferKeepsNewest(t *testing.T) {
 	}
 }
 
-// replica stands in for a controller replica's stats handler (the agent may
-// not import controller/internal/statsserver): it decodes each batch and
-// hands it to accept.
-func replica(accept func(*stats.Batch)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, stats.MaxBatchBytes))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		b, err := stats.Decode(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		accept(b)
-		w.WriteHeader(http.StatusNoContent)
-	})
-}
+// replica stands in for a controller replica's stats handler.
+func replica(accept func(*stats.Batch)) http.Handler { return statssink.Handler(accept) }

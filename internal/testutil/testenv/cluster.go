@@ -69,7 +69,7 @@ func ControlPlane(t testing.TB) *Cluster {
 // crdDir is charts/sockscale/crds, found from this file's place in the module.
 func crdDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "sockscale", "crds")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "charts", "sockscale", "crds")
 }
 
 // CreateDeployment makes a Deployment with replicas wanted and ready ones

@@ -1,0 +1,297 @@
+package readiness
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/activator/internal/target"
+)
+
+// UserAgent of the probes. The agents do not count requests whose
+// User-Agent starts with "sockscale-probe/" as load, so probing a pod
+// does not make it look busy.
+const UserAgent = "sockscale-probe/readiness"
+
+// Defaults. The kubelet notices readiness after its probe period (10 s by
+// default) and Knative's activator probes every 200 ms (~100 ms late on
+// average); 25 ms puts a pod to work ~12 ms on average after it starts
+// answering, for one short connection attempt per pod every 25 ms while
+// it starts (refused at once until it listens).
+const (
+	DefaultPeriod  = 25 * time.Millisecond
+	DefaultTimeout = 300 * time.Millisecond
+)
+
+// Pod is one address of a target's private Service's EndpointSlices.
+// Terminating endpoints are left out by the caller.
+type Pod struct {
+	Addr netip.AddrPort
+	// Ready is the EndpointSlice's ready condition.
+	Ready bool
+}
+
+// Sink takes a target's ready pods (sorted by address) whenever they change.
+// The throttle is one.
+type Sink interface {
+	SetPods(key target.Key, ready []netip.AddrPort)
+}
+
+// Options configure a Prober.
+type Options struct {
+	Sink Sink
+	// Period between probes of a pod not ready yet (default DefaultPeriod).
+	Period time.Duration
+	// Timeout of one probe (default DefaultTimeout).
+	Timeout time.Duration
+	// Path probed (default "/"). Any answer below 500 means the pod
+	// serves: a 404 is the application answering, a 503 one that is not
+	// ready yet.
+	Path string
+	// Clock ticks the probe period (default: the real clock). The per-probe
+	// timeout is the HTTP client's, in real time.
+	Clock clock.WithTicker
+	// Client sends the probes (default: no keep-alive, no redirects
+	// followed, no proxy).
+	Client     *http.Client
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+}
+
+// Prober keeps each target's ready set: a pod is ready when its
+// EndpointSlice says so, or, if the EndpointSlice has never called it
+// ready, once it answers a probe. A pod the EndpointSlice called ready and
+// then not ready is not ready: the kubelet saw it fail (or it is going
+// away) and a probe of / would not know better. Probes run only for pods
+// waiting for their first readiness, one goroutine each, stopped when the
+// pod is ready or leaves.
+type Prober struct {
+	sink    Sink
+	period  time.Duration
+	timeout time.Duration
+	path    string
+	clock   clock.WithTicker
+	client  *http.Client
+	m       *metrics
+	log     *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu also orders calls to the sink, so it sees sets in the order they
+	// were computed.
+	mu      sync.Mutex
+	closed  bool
+	targets map[target.Key]*targetPods
+}
+
+type targetPods struct {
+	pods   map[netip.AddrPort]*podState
+	pushed []netip.AddrPort // the ready set the sink has
+}
+
+type podState struct {
+	sliceReady     bool // the EndpointSlice says ready now
+	everSliceReady bool // ... or said it once
+	probedReady    bool // answered a probe
+	since          time.Time
+	stop           context.CancelFunc // non-nil while probing
+}
+
+func (s *podState) ready() bool {
+	return s.sliceReady || (s.probedReady && !s.everSliceReady)
+}
+
+// New returns a Prober; Close stops its probes.
+func New(o Options) *Prober {
+	p := &Prober{sink: o.Sink, period: o.Period, timeout: o.Timeout, path: o.Path, clock: o.Clock, client: o.Client,
+		m: newMetrics(o.Registerer), log: o.Log, targets: make(map[target.Key]*targetPods)}
+	if p.period <= 0 {
+		p.period = DefaultPeriod
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultTimeout
+	}
+	if p.path == "" {
+		p.path = "/"
+	}
+	if p.clock == nil {
+		p.clock = clock.RealClock{}
+	}
+	if p.client == nil {
+		p.client = &http.Client{
+			// One connection per probe: a pod that is not ready yet is
+			// probed rarely, and idle connections to pods would pile up.
+			Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p
+}
+
+// SetPods replaces the target's pods with those of its EndpointSlices.
+func (p *Prober) SetPods(key target.Key, pods []Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	tp := p.targets[key]
+	if tp == nil {
+		tp = &targetPods{pods: make(map[netip.AddrPort]*podState)}
+		p.targets[key] = tp
+	}
+	seen := make(map[netip.AddrPort]bool, len(pods))
+	for _, pod := range pods {
+		seen[pod.Addr] = true
+		st := tp.pods[pod.Addr]
+		if st == nil {
+			st = &podState{since: p.clock.Now()}
+			tp.pods[pod.Addr] = st
+		}
+		st.sliceReady = pod.Ready
+		st.everSliceReady = st.everSliceReady || pod.Ready
+		switch waiting := !st.everSliceReady && !st.probedReady; {
+		case waiting && st.stop == nil:
+			ctx, cancel := context.WithCancel(p.ctx)
+			st.stop = cancel
+			p.wg.Go(func() { p.probeLoop(ctx, key, pod.Addr) })
+		case !waiting && st.stop != nil:
+			st.stop()
+			st.stop = nil
+		}
+	}
+	for addr, st := range tp.pods {
+		if !seen[addr] {
+			if st.stop != nil {
+				st.stop()
+			}
+			delete(tp.pods, addr)
+		}
+	}
+	p.push(key, tp)
+}
+
+// Delete forgets the target and stops its probes. The sink is not told:
+// the wiring deletes the target there too.
+func (p *Prober) Delete(key target.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tp := p.targets[key]
+	if tp == nil {
+		return
+	}
+	for _, st := range tp.pods {
+		if st.stop != nil {
+			st.stop()
+		}
+	}
+	delete(p.targets, key)
+	p.m.forget(key)
+}
+
+// Close stops every probe and waits for them to end.
+func (p *Prober) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.cancel()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// push gives the sink the target's ready set if it changed. p.mu must be held.
+func (p *Prober) push(key target.Key, tp *targetPods) {
+	ready := make([]netip.AddrPort, 0, len(tp.pods))
+	for addr, st := range tp.pods {
+		if st.ready() {
+			ready = append(ready, addr)
+		}
+	}
+	slices.SortFunc(ready, netip.AddrPort.Compare)
+	if tp.pushed != nil && slices.Equal(ready, tp.pushed) {
+		return
+	}
+	tp.pushed = ready
+	p.sink.SetPods(key, ready)
+}
+
+// probeLoop probes a pod now and then every period until it answers or
+// ctx ends (the pod became ready by its EndpointSlice, or left).
+func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort) {
+	// The ticker exists before the first probe, so a tick during that
+	// probe is kept for the next one.
+	ticker := p.clock.NewTicker(p.period)
+	defer ticker.Stop()
+	url := "http://" + addr.String() + p.path
+	for {
+		if p.probe(ctx, url) {
+			p.probed(ctx, key, addr)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// probe sends one probe and says whether the pod answered as serving.
+func (p *Prober) probe(loop context.Context, url string) bool {
+	ctx, cancel := context.WithTimeout(loop, p.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		p.m.probes.WithLabelValues(resultError).Inc()
+		return false
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		if loop.Err() == nil { // not stopped by us: refused, reset or timed out
+			p.m.probes.WithLabelValues(resultError).Inc()
+		}
+		return false
+	}
+	// Read a little so a small body does not reset the connection; the
+	// probe's answer is the status.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		p.m.probes.WithLabelValues(resultNotReady).Inc()
+		return false
+	}
+	p.m.probes.WithLabelValues(resultReady).Inc()
+	return true
+}
+
+// probed marks a pod ready after it answered, unless its probe was stopped
+// meanwhile (the pod left, or the EndpointSlice spoke first).
+func (p *Prober) probed(ctx context.Context, key target.Key, addr netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ctx.Err() != nil {
+		return // stopped under p.mu: the state it would change is gone
+	}
+	tp := p.targets[key]
+	st := tp.pods[addr]
+	st.probedReady = true
+	st.stop() // releases the context
+	st.stop = nil
+	p.m.probedReady.WithLabelValues(key.Namespace, key.Name).Inc()
+	p.log.Info("pod answered its probe before its EndpointSlice called it ready", "target", key, "pod", addr, "after", p.clock.Since(st.since))
+	p.push(key, tp)
+}

@@ -1,5 +1,6 @@
-// Package stats is the wire format and transport of per-pod request
-// statistics from node agents to the controller.
+// Package stats is the wire format and transport of request statistics
+// from node agents (per pod) and activators (per target) to the
+// controller.
 //
 // # Transport
 //
@@ -15,12 +16,12 @@
 //
 // # Encoding
 //
-// A batch is little-endian binary, version 1 ("uvarint" and "varint" are
-// encoding/binary's):
+// A batch is little-endian binary, version 1 or 2 ("uvarint" and "varint"
+// are encoding/binary's):
 //
 //	magic     4 bytes  "SSST"
-//	version   1 byte   1
-//	node      uvarint length, then UTF-8 bytes
+//	version   1 byte   1: pod records only; 2: pod records, then target records
+//	node      uvarint length, then UTF-8 bytes (an agent's node, an activator's pod)
 //	start     varint   period start, Unix nanoseconds
 //	duration  uvarint  period length in nanoseconds (> 0)
 //	count     uvarint  number of pod records
@@ -32,6 +33,17 @@
 //	  proxied           8 bytes  float64: average of those that came through an activator
 //	  requests          uvarint  requests completed in the period
 //	  proxiedRequests   uvarint  of those, through an activator
+//	targets   version 2 only: uvarint count, then count times:
+//	  namespace, workload  uvarint length, then bytes, each (workload as above)
+//	  concurrency          8 bytes  float64: average requests held or forwarded by this activator
+//	  requests             uvarint  requests it finished in the period
+//
+// Encoders write version 1 whenever a batch has no target records, so an
+// agent's batches stay readable by a controller that predates version 2
+// while a rolling upgrade is under way. Activators report every period
+// and, for a target with no pod, at once on its first request (a batch
+// whose period ends at that moment), so the controller decides without
+// waiting for the next tick.
 //
 // A record takes about 50 bytes plus its names: 100 pods are ~7 KB, so
 // 5,000 nodes send ~35 MB/s to each replica, which decodes at well over

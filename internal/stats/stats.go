@@ -20,8 +20,13 @@ const ContentType = "application/vnd.sockscale.stats.v1"
 const MaxBatchBytes = 4 << 20
 
 const (
-	magic   = "SSST"
-	version = 1
+	magic = "SSST"
+	// Version 1 carries pod records only; version 2 adds target records
+	// (activators). Append writes version 1 when a batch has no target
+	// records, so agents stay readable by controllers that predate version
+	// 2 during a rolling upgrade; Decode reads both.
+	versionPods    = 1
+	versionTargets = 2
 	// maxName bounds names: Kubernetes names are at most 253 bytes.
 	maxName = 253
 )
@@ -42,12 +47,31 @@ type PodStat struct {
 	Requests, ProxiedRequests uint64
 }
 
-// Batch is what one node reports for one period.
+// TargetStat is what one activator saw for one target over one period:
+// the requests it held or forwarded. Pods count forwarded requests as
+// proxied and leave them out, so each request is counted once.
+type TargetStat struct {
+	Namespace string
+	// Workload names the target in its namespace as PodStat.Workload does
+	// (the Deployment), so both add up in the same windows.
+	Workload string
+	// Concurrency is the average number of requests held or in flight
+	// through the activator.
+	Concurrency float64
+	// Requests completed (answered, failed or given up) in the period.
+	Requests uint64
+}
+
+// Batch is what one reporter (a node's agent, or an activator) reports for
+// one period.
 type Batch struct {
-	Node   string
-	Start  time.Time
-	Period time.Duration
-	Pods   []PodStat
+	// Node names the reporter: the node of an agent, the pod of an
+	// activator.
+	Node    string
+	Start   time.Time
+	Period  time.Duration
+	Pods    []PodStat
+	Targets []TargetStat
 }
 
 // ErrMalformed is wrapped by every decoding error.
@@ -59,7 +83,11 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 		return nil, fmt.Errorf("encode stats: period %v must be positive", b.Period)
 	}
 	dst = append(dst, magic...)
-	dst = append(dst, version)
+	if len(b.Targets) == 0 {
+		dst = append(dst, versionPods)
+	} else {
+		dst = append(dst, versionTargets)
+	}
 	dst = appendString(dst, b.Node)
 	dst = binary.AppendVarint(dst, b.Start.UnixNano())
 	dst = binary.AppendUvarint(dst, uint64(b.Period))
@@ -79,6 +107,17 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, p.Requests)
 		dst = binary.AppendUvarint(dst, p.ProxiedRequests)
 	}
+	if len(b.Targets) == 0 {
+		return dst, nil
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.Targets)))
+	for i := range b.Targets {
+		t := &b.Targets[i]
+		dst = appendString(dst, t.Namespace)
+		dst = appendString(dst, t.Workload)
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(t.Concurrency))
+		dst = binary.AppendUvarint(dst, t.Requests)
+	}
 	return dst, nil
 }
 
@@ -94,8 +133,9 @@ func Decode(data []byte) (*Batch, error) {
 		return nil, fmt.Errorf("%w: does not start with %q", ErrMalformed, magic)
 	}
 	d.off = len(magic)
-	if v := d.data[d.off]; v != version {
-		return nil, fmt.Errorf("%w: version %d, this controller reads version %d", ErrMalformed, v, version)
+	v := d.data[d.off]
+	if v != versionPods && v != versionTargets {
+		return nil, fmt.Errorf("%w: version %d, this controller reads versions %d and %d", ErrMalformed, v, versionPods, versionTargets)
 	}
 	d.off++
 	b := &Batch{Node: d.string("node")}
@@ -129,10 +169,43 @@ func Decode(data []byte) (*Batch, error) {
 			return nil, fmt.Errorf("pod record %d: %w", i, d.err)
 		}
 	}
+	if v == versionTargets {
+		if err := d.targets(b); err != nil {
+			return nil, err
+		}
+	}
 	if d.off != len(data) {
 		return nil, fmt.Errorf("%w: %d bytes after the last record", ErrMalformed, len(data)-d.off)
 	}
 	return b, nil
+}
+
+// targets reads version 2's target records into b.
+func (d *decoder) targets(b *Batch) error {
+	count := d.uvarint("target count")
+	if d.err != nil {
+		return d.err
+	}
+	if count == 0 {
+		// One encoding per batch: without targets it is version 1.
+		return fmt.Errorf("%w: version 2 with no target records (that batch is version 1)", ErrMalformed)
+	}
+	// Each record takes at least 11 bytes: reject counts the data cannot hold.
+	if count > uint64(len(d.data)-d.off)/11 {
+		return fmt.Errorf("%w: %d targets cannot fit in %d bytes", ErrMalformed, count, len(d.data)-d.off)
+	}
+	b.Targets = make([]TargetStat, count)
+	for i := range b.Targets {
+		t := &b.Targets[i]
+		t.Namespace = d.string("namespace")
+		t.Workload = d.string("workload")
+		t.Concurrency = d.float("concurrency")
+		t.Requests = d.uvarint("requests")
+		if d.err != nil {
+			return fmt.Errorf("target record %d: %w", i, d.err)
+		}
+	}
+	return nil
 }
 
 type decoder struct {
@@ -152,7 +225,7 @@ func (d *decoder) uvarint(what string) uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.data[d.off:])
-	if n <= 0 {
+	if n <= 0 || !minimal(d.data[d.off:d.off+n]) {
 		d.fail(what, "truncated or overlong varint")
 		return 0
 	}
@@ -160,12 +233,19 @@ func (d *decoder) uvarint(what string) uint64 {
 	return v
 }
 
+// minimal says whether a varint's bytes are its shortest encoding: a last
+// byte of 0 after others only pads. encoding/binary accepts the padding;
+// refusing it keeps one encoding per batch.
+func minimal(varint []byte) bool {
+	return len(varint) == 1 || varint[len(varint)-1] != 0
+}
+
 func (d *decoder) varint(what string) int64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n := binary.Varint(d.data[d.off:])
-	if n <= 0 {
+	if n <= 0 || !minimal(d.data[d.off:d.off+n]) {
 		d.fail(what, "truncated or overlong varint")
 		return 0
 	}

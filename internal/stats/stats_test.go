@@ -26,9 +26,20 @@ func batchOf(n int) *Batch {
 	return b
 }
 
+// withTargets adds n activator records to b.
+func withTargets(b *Batch, n int) *Batch {
+	for i := range n {
+		b.Targets = append(b.Targets, TargetStat{
+			Namespace: "team-" + fmt.Sprint(i%7), Workload: fmt.Sprintf("hello-%d", i),
+			Concurrency: float64(i) + 0.5, Requests: uint64(i * 3),
+		})
+	}
+	return b
+}
+
 func TestRoundTrip(t *testing.T) {
-	for _, n := range []int{0, 1, 100} {
-		want := batchOf(n)
+	for _, b := range []*Batch{batchOf(0), batchOf(1), batchOf(100), withTargets(batchOf(0), 1), withTargets(batchOf(3), 20)} {
+		want, n := b, fmt.Sprintf("%d pods, %d targets", len(b.Pods), len(b.Targets))
 		data, err := Append(nil, want)
 		if err != nil {
 			t.Fatal(err)
@@ -38,7 +49,24 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
-			t.Errorf("%d pods: round trip (-want +got):\n%s", n, diff)
+			t.Errorf("%s: round trip (-want +got):\n%s", n, diff)
+		}
+	}
+}
+
+// TestVersionFollowsContent: agents' batches (no targets) stay version 1,
+// which controllers from before version 2 read during an upgrade.
+func TestVersionFollowsContent(t *testing.T) {
+	for _, tc := range []struct {
+		b    *Batch
+		want byte
+	}{{batchOf(3), 1}, {withTargets(batchOf(0), 1), 2}, {withTargets(batchOf(3), 2), 2}} {
+		data, err := Append(nil, tc.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := data[len(magic)]; got != tc.want {
+			t.Errorf("%d pods, %d targets: version %d, want %d", len(tc.b.Pods), len(tc.b.Targets), got, tc.want)
 		}
 	}
 }
@@ -61,6 +89,9 @@ func TestDecodeErrorsSayWhat(t *testing.T) {
 	negative := batchOf(1)
 	negative.Pods[0].Concurrency = -1
 	neg, _ := Append(nil, negative)
+	withTarget, _ := Append(nil, withTargets(batchOf(1), 1))
+	// A version 2 header, no pods, then a target count of 0.
+	noTargets := []byte("SSST\x02\x00\x00\x02\x00\x00")
 	tests := []struct {
 		name string
 		data []byte
@@ -68,12 +99,16 @@ func TestDecodeErrorsSayWhat(t *testing.T) {
 	}{
 		{"empty", nil, `does not start with "SSST"`},
 		{"other magic", []byte("JSON{}"), `does not start with "SSST"`},
-		{"future version", append([]byte("SSST"), 9), "version 9, this controller reads version 1"},
+		{"future version", append([]byte("SSST"), 9), "version 9, this controller reads versions 1 and 2"},
 		{"truncated", good[:len(good)-5], "pod record 1"},
 		{"trailing bytes", append(append([]byte{}, good...), 0), "1 bytes after the last record"},
 		{"negative concurrency", neg, "concurrency at byte"},
 		{"count beyond data", append([]byte("SSST\x01\x00\x00\x02"), 0xff, 0xff, 0x03), "cannot fit"},
 		{"zero period", []byte("SSST\x01\x00\x00\x00\x00"), "period 0s out of range"},
+		{"overlong varint", []byte("SSST\x01\x80\x00"), "node length at byte 5: truncated or overlong varint"},
+		{"truncated target", withTarget[:len(withTarget)-3], "target record 0"},
+		{"version 2 without targets", noTargets, "version 2 with no target records"},
+		{"target count beyond data", []byte("SSST\x02\x00\x00\x02\x00\xff\x03"), "targets cannot fit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +126,8 @@ func TestDecodeErrorsSayWhat(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, n := range []int{0, 1, 3} {
 		data, _ := Append(nil, batchOf(n))
+		f.Add(data)
+		data, _ = Append(nil, withTargets(batchOf(n), n+1))
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -147,7 +147,7 @@ func run(ctx context.Context, f *flags) error {
 	// Every replica takes stats, leader or not: a standby has warm windows.
 	// Load for a target at zero pokes its decider at once.
 	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(func(b *stats.Batch) error {
-		pa.Poke(col.RecordPods(b))
+		pa.Poke(append(col.RecordPods(b), col.RecordTargets(b)...))
 		return nil
 	})}); err != nil {
 		return err

@@ -99,6 +99,22 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 	return active
 }
 
+// RecordTargets adds an activator's batch: its target records, each through
+// RecordActivator. Like RecordPods, it returns the watched targets that had
+// requests in flight, so a request held for a target at zero pokes its
+// decider at once.
+func (c *Collector) RecordTargets(b *stats.Batch) []Key {
+	var active []Key
+	for i := range b.Targets {
+		t := &b.Targets[i]
+		key := Key{t.Namespace, t.Workload}
+		if c.RecordActivator(key, b.Start, b.Period, t.Concurrency, t.Requests) && t.Concurrency > 0 {
+			active = append(active, key)
+		}
+	}
+	return active
+}
+
 // RecordActivator adds what an activator saw for a target over a period:
 // the requests it held or proxied. It reports whether the target is
 // watched.

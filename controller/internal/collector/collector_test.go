@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/internal/stats"
 )
@@ -63,7 +65,8 @@ func TestProxiedRequestsAreNotCountedTwice(t *testing.T) {
 	// The pod has 4 in flight, 3 of them from an activator; the activator
 	// reports its 3 itself: 1 + 3 = 4, not 7.
 	c.RecordPods(batch("node-a", 0, [4]float64{4, 3, 40, 30}))
-	c.RecordActivator(hello, t0, time.Second, 3, 30)
+	c.RecordTargets(&stats.Batch{Node: "activator-0", Start: t0, Period: time.Second,
+		Targets: []stats.TargetStat{{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 3, Requests: 30}}})
 	v, _ := c.Values(hello, t0)
 	if v.Stable != 4 {
 		t.Errorf("stable %v, want 4", v.Stable)
@@ -76,6 +79,24 @@ func TestProxiedRequestsAreNotCountedTwice(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRecordTargetsReportsHeldLoad: an activator's batch names the watched
+// targets with requests held, for the caller to poke; idle and unwatched
+// targets are not named.
+func TestRecordTargetsReportsHeldLoad(t *testing.T) {
+	c := New()
+	_ = c.Watch(hello, settings(t, nil))
+	idle := Key{Namespace: hello.Namespace, Name: "idle"}
+	_ = c.Watch(idle, settings(t, nil))
+	got := c.RecordTargets(&stats.Batch{Node: "activator-0", Start: t0, Period: time.Second, Targets: []stats.TargetStat{
+		{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 1},
+		{Namespace: idle.Namespace, Workload: idle.Name, Concurrency: 0, Requests: 2},
+		{Namespace: "elsewhere", Workload: "unwatched", Concurrency: 5},
+	}})
+	if diff := cmp.Diff([]Key{hello}, got); diff != "" {
+		t.Errorf("active targets (-want +got):\n%s", diff)
+	}
+}
 
 func TestNoDataAndAgeing(t *testing.T) {
 	c := New()

@@ -33,6 +33,7 @@ func TestIntegrationAPIValidation(t *testing.T) {
 	good.Spec.MinScale, good.Spec.MaxScale = ptr(int32(1)), ptr(int32(5))
 	good.Spec.Window = &metav1.Duration{Duration: 30 * time.Second}
 	good.Spec.TargetBurstCapacity = ptr(-1.0)
+	good.Spec.TimeoutSeconds = ptr(int32(600))
 	if err := c.Create(ctx, good); err != nil {
 		t.Fatalf("a valid PodAutoscaler was refused: %v", err)
 	}
@@ -68,6 +69,10 @@ func TestIntegrationAPIValidation(t *testing.T) {
 			[]string{"spec.target", "target must be at least 0.01"}},
 		{"scale down delay 2h", func(p *v1alpha1.PodAutoscaler) { p.Spec.ScaleDownDelay = &metav1.Duration{Duration: 2 * time.Hour} },
 			[]string{"scaleDownDelay must be from 0s to 1h"}},
+		{"timeout 601", func(p *v1alpha1.PodAutoscaler) { p.Spec.TimeoutSeconds = ptr(int32(601)) },
+			[]string{"spec.timeoutSeconds", "should be less than or equal to 600"}},
+		{"timeout 0", func(p *v1alpha1.PodAutoscaler) { p.Spec.TimeoutSeconds = ptr(int32(0)) },
+			[]string{"spec.timeoutSeconds", "should be greater than or equal to 1"}},
 		{"no target name", func(p *v1alpha1.PodAutoscaler) { p.Spec.ScaleTargetRef.Name = "" },
 			[]string{"spec.scaleTargetRef.name"}},
 	}

@@ -38,6 +38,10 @@ type ServiceRef struct {
 	Port int32 `json:"port,omitempty"`
 }
 
+// DefaultTimeoutSeconds is a target's request timeout when its spec sets
+// none (Knative's revision-timeout-seconds default).
+const DefaultTimeoutSeconds = 300
+
 // PodAutoscalerSpec is what users ask for. Every key of Knative's KPA has a
 // field here; unset fields take the autoscaling.knative.dev/<key>
 // annotation of the target's pod template, then the cluster defaults.
@@ -64,6 +68,13 @@ type PodAutoscalerSpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	ContainerConcurrency int32 `json:"containerConcurrency,omitempty"`
+	// TimeoutSeconds bounds how long the activator holds and forwards one
+	// request for this target (Knative's Revision timeoutSeconds): a
+	// request still waiting for a pod then gets 504. Unset: 300.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	// +optional
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
 
 	// +kubebuilder:validation:Minimum=0
 	// +optional

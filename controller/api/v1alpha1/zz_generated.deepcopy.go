@@ -78,6 +78,11 @@ func (in *PodAutoscalerSpec) DeepCopyInto(out *PodAutoscalerSpec) {
 		*out = new(float64)
 		**out = **in
 	}
+	if in.TimeoutSeconds != nil {
+		in, out := &in.TimeoutSeconds, &out.TimeoutSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.MinScale != nil {
 		in, out := &in.MinScale, &out.MinScale
 		*out = new(int32)

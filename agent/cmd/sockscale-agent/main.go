@@ -27,10 +27,10 @@ import (
 	"github.com/sockscale/sockscale/agent/internal/metrics"
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/agent/internal/preflight"
-	"github.com/sockscale/sockscale/agent/internal/report"
 	"github.com/sockscale/sockscale/agent/internal/sampler"
 	"github.com/sockscale/sockscale/bpf"
 	"github.com/sockscale/sockscale/internal/serve"
+	"github.com/sockscale/sockscale/internal/stats/report"
 )
 
 type config struct {

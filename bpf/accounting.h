@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
-// Types and limits shared by accounting.c and, through bpf2go's -type, the Go
-// loader. The Go model of the parser (model.go) mirrors the constants here.
+// Types and limits shared by the C (accounting.c and the files it includes)
+// and, through bpf2go's -type, the Go loader and tests. The Go model of the
+// parsers (model_test.go) mirrors the constants here; TestHeaderMatchesGo
+// (header_test.go) checks that it does and that the hashes hash their strings.
 
 #ifndef SOCKSCALE_ACCOUNTING_H
 #define SOCKSCALE_ACCOUNTING_H
 
 #define MAX_PODS 4096         // pods per node; kubelet's default limit is 110
-#define MAX_TEST_CONNS 64     // connections the tests create (see conns_by_tuple)
 #define MAX_ACTIVATORS 1024   // activator pods in the cluster
 
 #define SCAN_WINDOW 64        // bytes parsed per bpf_loop call (stack buffer)
@@ -38,7 +39,9 @@ struct pod_stats {
 	__u64 probes_total;       // health-probe requests, not counted as load
 };
 
-// The server side of one connection, as both packets and sock_ops see it.
+// The server side of one connection: sock_ops reads a new connection's
+// addresses into it, and the test object's four-tuple map (lib/conn.h) is
+// keyed by it.
 struct conn_key {
 	__u32 pod_ip;    // network order
 	__u32 peer_ip;   // network order
@@ -100,7 +103,7 @@ enum {
 
 // Tokens are recognised by their length and FNV-1a hash, so the parsers
 // never index a string with a position (which would make the verifier track
-// every position separately). hash_test.go checks these against the strings.
+// every position separately). header_test.go checks these against the strings.
 #define FNV_OFFSET 0x811c9dc5u
 #define FNV_PRIME 0x01000193u
 #define HASH_HEAD 0x305a7fc3u              // "HEAD"

@@ -52,14 +52,6 @@ type accountingConn struct {
 	TxErr      int32
 }
 
-type accountingConnKey struct {
-	_        structs.HostLayout
-	PodIp    uint32
-	PeerIp   uint32
-	PodPort  uint16
-	PeerPort uint16
-}
-
 type accountingPodStats struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -97,14 +89,12 @@ type accountingPodStats struct {
 const (
 	accountingMapActivators        = "activators"
 	accountingMapConnStore         = "conn_store"
-	accountingMapConns             = "conns"
 	accountingMapEvents            = "events"
 	accountingMapPodCounters       = "pod_counters"
 	accountingMapPodSlots          = "pod_slots"
 	accountingProgSockscaleEgress  = "sockscale_egress"
 	accountingProgSockscaleIngress = "sockscale_ingress"
 	accountingProgSockscaleSockops = "sockscale_sockops"
-	accountingVarConnsByTuple      = "conns_by_tuple"
 )
 
 // loadAccounting returns the embedded CollectionSpec for accounting.
@@ -160,7 +150,6 @@ type accountingProgramSpecs struct {
 type accountingMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
-	Conns       *ebpf.MapSpec `ebpf:"conns"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
 	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
@@ -170,7 +159,6 @@ type accountingMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingVariableSpecs struct {
-	ConnsByTuple *ebpf.VariableSpec `ebpf:"conns_by_tuple"`
 }
 
 // accountingObjects contains all objects after they have been loaded into the kernel.
@@ -195,7 +183,6 @@ func (o *accountingObjects) Close() error {
 type accountingMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
-	Conns       *ebpf.Map `ebpf:"conns"`
 	Events      *ebpf.Map `ebpf:"events"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
 	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
@@ -205,7 +192,6 @@ func (m *accountingMaps) Close() error {
 	return _AccountingClose(
 		m.Activators,
 		m.ConnStore,
-		m.Conns,
 		m.Events,
 		m.PodCounters,
 		m.PodSlots,
@@ -216,7 +202,6 @@ func (m *accountingMaps) Close() error {
 //
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingVariables struct {
-	ConnsByTuple *ebpf.Variable `ebpf:"conns_by_tuple"`
 }
 
 // accountingPrograms contains all programs after they have been loaded into the kernel.

@@ -2,7 +2,8 @@ package bpf
 
 import "strings"
 
-// A Go model of the connection state machine of accounting.c, step for step:
+// A Go model of the connection state machine of the BPF programs (the
+// request classifier, response parser and counters in lib/), step for step:
 // the same windows, limits, parser states and fast paths. The fuzz test feeds
 // the same segments to the BPF programs (through BPF_PROG_TEST_RUN) and to
 // this model and compares counters and connection state after every segment;

@@ -16,15 +16,15 @@ import (
 
 // progHarness runs the cgroup_skb programs on crafted packets with
 // BPF_PROG_TEST_RUN. sock_ops cannot be test-run, so the harness creates the
-// connection entry that PASSIVE_ESTABLISHED would, in the four-tuple map the
-// programs use when loaded for tests; the kernel tests cover the socket
-// storage that real connections use.
+// connection entry that PASSIVE_ESTABLISHED would, in the four-tuple map of
+// the test object (accountingtest, see gen.go); the kernel tests cover the
+// production object and the socket storage that real connections use.
 type progHarness struct {
 	t    testing.TB
-	objs accountingObjects
+	objs accountingtestObjects
 	pod  netip.Addr
 	peer netip.Addr
-	key  accountingConnKey
+	key  accountingtestConnKey
 }
 
 const (
@@ -38,14 +38,11 @@ func newProgHarness(t testing.TB) *progHarness {
 	t.Helper()
 	testenv.RequireRoot(t)
 	h := &progHarness{t: t}
-	spec, err := loadAccounting()
+	// Test runs get a new dummy socket each, so the test object keeps
+	// connections by four-tuple (see SOCKSCALE_TEST_TUPLE in lib/conn.h).
+	spec, err := loadAccountingtest()
 	if err != nil {
 		t.Fatalf("load spec: %v", err)
-	}
-	// Test runs get a new dummy socket each, so connections are kept by
-	// four-tuple (see conns_by_tuple in accounting.c).
-	if err := spec.Variables["conns_by_tuple"].Set(uint8(1)); err != nil {
-		t.Fatalf("set conns_by_tuple: %v", err)
 	}
 	if err := spec.LoadAndAssign(&h.objs, nil); err != nil {
 		t.Fatalf("load objects: %v", err)
@@ -68,7 +65,7 @@ func (h *progHarness) reset() {
 	if err := h.objs.PodSlots.Update(podKey, uint32(testSlot), ebpf.UpdateAny); err != nil {
 		t.Fatalf("add pod slot: %v", err)
 	}
-	h.key = accountingConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
+	h.key = accountingtestConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
 	h.connect(1000, 5000, false)
 }
 

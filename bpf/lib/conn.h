@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // Where a connection's state (struct conn, accounting.h) lives and how a
 // segment finds it: in the server socket's storage, which sock_ops fills on
-// accept.
+// accept. The test object keeps it by four-tuple instead (SOCKSCALE_TEST_TUPLE).
 
 #ifndef SOCKSCALE_LIB_CONN_H
 #define SOCKSCALE_LIB_CONN_H
 
 #include <linux/bpf.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 
 #include "../accounting.h"
@@ -22,11 +24,15 @@ struct {
 	__type(value, struct conn);           // parser and request state
 } conn_store SEC(".maps");
 
-// conns_by_tuple makes the packet programs find connections in conns, by
-// four-tuple, instead of in the socket's storage. Only the tests set it:
-// BPF_PROG_TEST_RUN gives every run a new dummy socket, so state kept in a
-// socket would not last from one crafted packet to the next.
-volatile const __u8 conns_by_tuple = 0;
+#ifdef SOCKSCALE_TEST_TUPLE
+// The test object only (accountingtest, built with -DSOCKSCALE_TEST_TUPLE,
+// see gen.go): the packet programs find connections in conns, by
+// four-tuple, instead of in the socket's storage. BPF_PROG_TEST_RUN gives
+// every run a new dummy socket, so state kept in a socket would not last
+// from one crafted packet to the next. A switch at build time, not a
+// load-time knob, so the production object has neither the map nor a key
+// built on every segment.
+#define MAX_TEST_CONNS 64 // connections the tests create
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -37,17 +43,29 @@ struct {
 } conns SEC(".maps");
 
 // conn_of returns the state of the pod connection a segment belongs to, or
+// NULL if the segment is not on a tracked server connection. ip and tcp are
+// the segment's headers; ingress says which side of them is the pod's.
+static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct iphdr *ip,
+					    const struct tcphdr *tcp, int ingress)
+{
+	struct conn_key key;
+
+	key.pod_ip = ingress ? ip->daddr : ip->saddr;
+	key.peer_ip = ingress ? ip->saddr : ip->daddr;
+	key.pod_port = ingress ? tcp->dest : tcp->source;
+	key.peer_port = ingress ? tcp->source : tcp->dest;
+	return bpf_map_lookup_elem(&conns, &key);
+}
+#else
+// conn_of returns the state of the pod connection a segment belongs to, or
 // NULL if the segment is not on a tracked server connection (the one miss
-// that other traffic pays). The caller builds key even though only tests
-// use it: building it here, in the branch the verifier prunes as dead when
-// conns_by_tuple is 0, hit a verifier bug in Linux 6.18 (precision tracking
-// of an unallocated stack slot).
-static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct conn_key *key)
+// that other traffic pays). ip, tcp and ingress are for the test object's
+// four-tuple lookup (above); here the socket is enough.
+static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct iphdr *ip,
+					    const struct tcphdr *tcp, int ingress)
 {
 	struct bpf_sock *sk;
 
-	if (conns_by_tuple)
-		return bpf_map_lookup_elem(&conns, key);
 	// Both directions run with the connection's own socket: ingress after
 	// TCP found it, egress as it sends.
 	sk = skb->sk;
@@ -55,5 +73,6 @@ static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct 
 		return NULL;
 	return bpf_sk_storage_get(&conn_store, sk, 0, 0);
 }
+#endif
 
 #endif

@@ -39,6 +39,15 @@ static __always_inline int load_header(struct __sk_buff *skb, __u32 off, void *d
 		__builtin_memcpy((__u16 *)dst, (const __u16 *)(data + off), HEADER_LEN);
 		return 0;
 	}
+	// Zeroed first only for the verifier. When this path reaches a state it
+	// already checked through the branch above, it carries over the
+	// precision the header's bytes needed there (they went through
+	// registers) and traces it back along this path, which needs a store to
+	// stop at: the helper's write is none, and Linux 6.18 then walked on
+	// into a state without a stack and refused the program ("verifier bug:
+	// stack slot 15, total slots 0"). Whether that happens depends on
+	// on_segment's stack layout; the stores cost only this rare path.
+	__builtin_memset(dst, 0, HEADER_LEN);
 	return bpf_skb_load_bytes(skb, off, dst, HEADER_LEN);
 }
 
@@ -46,7 +55,6 @@ static __always_inline int load_header(struct __sk_buff *skb, __u32 off, void *d
 // bytes it has not seen before to the request or the response side.
 static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 {
-	struct conn_key key;
 	struct tcphdr tcp;
 	struct iphdr ip;
 	__u32 off, len, seq, end, next;
@@ -65,11 +73,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	off += tcp.doff * 4;
 	if (skb->len <= off)
 		return 1; // no payload: a pure ACK, SYN or FIN (half the packets)
-	key.pod_ip = ingress ? ip.daddr : ip.saddr;
-	key.peer_ip = ingress ? ip.saddr : ip.daddr;
-	key.pod_port = ingress ? tcp.dest : tcp.source;
-	key.peer_port = ingress ? tcp.source : tcp.dest;
-	c = conn_of(skb, &key);
+	c = conn_of(skb, &ip, &tcp, ingress);
 	if (!c || c->closed)
 		return 1;
 	len = skb->len - off;

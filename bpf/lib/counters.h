@@ -29,6 +29,9 @@ static __always_inline struct pod_stats *counters_of(struct conn *c)
 	return bpf_map_lookup_elem(&pod_counters, &c->slot);
 }
 
+// request_started counts a request that started at now, under the pod's
+// lock: N and started up by one, now added to S; the proxied counters too
+// when the client is an activator.
 static __always_inline void request_started(struct pod_stats *p, int proxied, __u64 now)
 {
 	bpf_spin_lock(&p->lock);
@@ -43,6 +46,9 @@ static __always_inline void request_started(struct pod_stats *p, int proxied, __
 	bpf_spin_unlock(&p->lock);
 }
 
+// request_completed counts the end of a request that started at start,
+// under the pod's lock: N down by one, start taken off S, its duration added
+// to C; the proxied counters too when the client is an activator.
 static __always_inline void request_completed(struct pod_stats *p, int proxied, __u64 start, __u64 now)
 {
 	__u64 took = now > start ? now - start : 0;

@@ -14,6 +14,8 @@
 #include "counters.h"
 #include "maps.h"
 
+// Why parse_response gave up (conn.tx_err): the bytes are not HTTP/1.x, or
+// the segment needed more than MAX_WINDOWS steps or is beyond MAX_SEGMENT.
 #define PARSE_ERROR (-1)
 #define PARSE_LIMIT (-2)
 

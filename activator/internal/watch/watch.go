@@ -1,0 +1,378 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/activator/internal/readiness"
+	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// Where the activator's inputs live. PrivateSuffix is the controller's
+// naming of a target's private Service (public name + "-private"; the
+// controller's reconciler/names owns it, which the activator may not
+// import); the EndpointSlice controller labels each slice with its
+// Service's name.
+const (
+	PrivateSuffix    = "-private"
+	serviceNameLabel = discoveryv1.LabelServiceName
+	serviceNameField = "spec.service.name"
+	h2cAppProtocol   = "kubernetes.io/h2c"
+)
+
+// Table is where targets are resolved from (resolve.Table).
+type Table interface {
+	Upsert(t target.Target) error
+	Delete(k target.Key)
+}
+
+// Throttle holds requests per target (throttle.Throttler).
+type Throttle interface {
+	Update(k target.Key, s throttle.Settings) error
+	Delete(k target.Key)
+}
+
+// Pods keeps each target's ready pods (readiness.Prober).
+type Pods interface {
+	SetPods(k target.Key, pods []readiness.Pod)
+	Delete(k target.Key)
+}
+
+// Watcher keeps the activator's view of its targets equal to the cluster:
+// for each public Service that a PodAutoscaler names, the resolution table
+// (addresses, ports, timeout), the throttle's settings (containerConcurrency
+// and the activators in the path, from the ServerlessService) and the pods
+// of the private Service's EndpointSlices. Every event enqueues the target
+// it concerns; a worker rebuilds that target from the cache, so the order
+// in which objects arrive does not matter.
+type Watcher struct {
+	Cache    cache.Cache
+	Table    Table
+	Throttle Throttle
+	Pods     Pods
+	Log      *slog.Logger
+
+	queue workqueue.TypedRateLimitingInterface[target.Key]
+
+	mu sync.RWMutex
+	// workloads maps a target to its Deployment's name, for stats records.
+	workloads map[target.Key]string
+}
+
+// Workload returns the name of the Deployment behind the target, as the
+// controller's collector keys it.
+func (w *Watcher) Workload(k target.Key) (string, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	name, ok := w.workloads[k]
+	return name, ok
+}
+
+// Run registers the watches, waits for the caches to fill, then syncs
+// targets until ctx ends. The cache must be started by the caller.
+func (w *Watcher) Run(ctx context.Context) error {
+	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[target.Key]())
+	defer w.queue.ShutDown()
+	w.workloads = make(map[target.Key]string)
+	if err := w.Cache.IndexField(ctx, &v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.PodAutoscaler).Spec.Service.Name}
+	}); err != nil {
+		return fmt.Errorf("index PodAutoscalers by service: %w", err)
+	}
+	for _, h := range []struct {
+		obj  client.Object
+		keys func(client.Object) []target.Key
+	}{
+		{&v1alpha1.PodAutoscaler{}, func(o client.Object) []target.Key {
+			pa := o.(*v1alpha1.PodAutoscaler)
+			return []target.Key{{Namespace: pa.Namespace, Name: pa.Spec.Service.Name}}
+		}},
+		{&corev1.Service{}, func(o client.Object) []target.Key {
+			return []target.Key{{Namespace: o.GetNamespace(), Name: o.GetName()}}
+		}},
+		{&discoveryv1.EndpointSlice{}, func(o client.Object) []target.Key {
+			public, ok := strings.CutSuffix(o.GetLabels()[serviceNameLabel], PrivateSuffix)
+			if !ok || public == "" {
+				return nil
+			}
+			return []target.Key{{Namespace: o.GetNamespace(), Name: public}}
+		}},
+		{&v1alpha1.ServerlessService{}, func(o client.Object) []target.Key {
+			sks := o.(*v1alpha1.ServerlessService)
+			return []target.Key{{Namespace: sks.Namespace, Name: sks.Spec.PublicService}}
+		}},
+	} {
+		inf, err := w.Cache.GetInformer(ctx, h.obj)
+		if err != nil {
+			return fmt.Errorf("watch %T: %w", h.obj, err)
+		}
+		if _, err := inf.AddEventHandler(w.handler(h.keys)); err != nil {
+			return fmt.Errorf("watch %T: %w", h.obj, err)
+		}
+	}
+	if !w.Cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("wait for the caches to sync: %w", context.Cause(ctx))
+	}
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for w.next(ctx) {
+	}
+	return nil
+}
+
+// handler enqueues the targets an object concerns, before and after an
+// update (a PodAutoscaler may move from one Service to another).
+func (w *Watcher) handler(keys func(client.Object) []target.Key) toolscache.ResourceEventHandler {
+	add := func(obj any) {
+		if o, ok := obj.(client.Object); ok {
+			for _, k := range keys(o) {
+				if k.Namespace != "" && k.Name != "" {
+					w.queue.Add(k)
+				}
+			}
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    add,
+		UpdateFunc: func(old, obj any) { add(old); add(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			add(obj)
+		},
+	}
+}
+
+// next syncs one queued target; false once the queue shuts down.
+func (w *Watcher) next(ctx context.Context) bool {
+	k, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.queue.Done(k)
+	if err := w.Sync(ctx, w.Cache, k); err != nil {
+		w.Log.Warn("sync target; retrying", "target", k.String(), "error", err)
+		w.queue.AddRateLimited(k)
+		return true
+	}
+	w.queue.Forget(k)
+	return true
+}
+
+// Sync makes the activator's view of target k equal to what r holds. A
+// target is served while a PodAutoscaler names its public Service and that
+// Service exists; otherwise it is removed (its held requests fail with
+// throttle.ErrTargetRemoved and new ones get 404).
+func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error {
+	pa, err := w.autoscaler(ctx, r, k)
+	if err != nil {
+		return err
+	}
+	var svc corev1.Service
+	if pa != nil {
+		if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, &svc); apierrors.IsNotFound(err) {
+			pa = nil // no public Service: nothing can call it
+		} else if err != nil {
+			return fmt.Errorf("get Service %s: %w", k, err)
+		}
+	}
+	if pa == nil {
+		w.remove(k)
+		return nil
+	}
+	t, err := targetOf(pa, &svc)
+	if err != nil {
+		// The API server validated the PodAutoscaler; a bad target here is
+		// a version skew worth a loud log, not a retry loop.
+		w.Log.Error("target refused", "target", k.String(), "error", err)
+		w.remove(k)
+		return nil
+	}
+	var sks v1alpha1.ServerlessService
+	var activators []string
+	if err := r.Get(ctx, types.NamespacedName{Namespace: pa.Namespace, Name: pa.Name}, &sks); err == nil {
+		activators = sks.Status.Activators
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get ServerlessService %s/%s: %w", pa.Namespace, pa.Name, err)
+	}
+	pods, err := podsOf(ctx, r, k, podPortName(pa, &svc))
+	if err != nil {
+		return err
+	}
+	// The throttle learns the target before the table resolves it, so a
+	// request that resolves always finds its queue; pods come last (the
+	// throttle ignores pods of targets it does not know).
+	if err := w.Throttle.Update(k, throttle.Settings{ContainerConcurrency: t.ContainerConcurrency, Activators: activators}); err != nil {
+		return fmt.Errorf("throttle %s: %w", k, err)
+	}
+	if err := w.Table.Upsert(t); err != nil {
+		return fmt.Errorf("resolve table %s: %w", k, err)
+	}
+	w.Pods.SetPods(k, pods)
+	w.mu.Lock()
+	w.workloads[k] = pa.Spec.ScaleTargetRef.Name
+	w.mu.Unlock()
+	return nil
+}
+
+// remove forgets k: the table first, so no new request resolves to it.
+func (w *Watcher) remove(k target.Key) {
+	w.Table.Delete(k)
+	w.Throttle.Delete(k)
+	w.Pods.Delete(k)
+	w.mu.Lock()
+	delete(w.workloads, k)
+	w.mu.Unlock()
+}
+
+// autoscaler returns the PodAutoscaler that names k's Service, nil if none.
+// Two naming one Service is a user error the controller also meets; the
+// oldest wins here so the choice is stable.
+func (w *Watcher) autoscaler(ctx context.Context, r client.Reader, k target.Key) (*v1alpha1.PodAutoscaler, error) {
+	var list v1alpha1.PodAutoscalerList
+	if err := r.List(ctx, &list, client.InNamespace(k.Namespace), client.MatchingFields{serviceNameField: k.Name}); err != nil {
+		return nil, fmt.Errorf("list PodAutoscalers of Service %s: %w", k, err)
+	}
+	live := slices.DeleteFunc(list.Items, func(pa v1alpha1.PodAutoscaler) bool { return pa.DeletionTimestamp != nil })
+	if len(live) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(live, func(a, b v1alpha1.PodAutoscaler) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	if len(live) > 1 {
+		w.Log.Warn("several PodAutoscalers name one Service; the oldest is used", "target", k.String(), "used", live[0].Name, "ignored", len(live)-1)
+	}
+	return &live[0], nil
+}
+
+// targetOf builds what the resolver and throttle need from the
+// PodAutoscaler and its public Service.
+func targetOf(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) (target.Target, error) {
+	t := target.Target{
+		Key:                  target.Key{Namespace: svc.Namespace, Name: svc.Name},
+		ContainerConcurrency: int(pa.Spec.ContainerConcurrency),
+	}
+	if s := pa.Spec.TimeoutSeconds; s != nil {
+		t.Timeout = time.Duration(*s) * time.Second
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, s := range ips {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			t.ClusterIPs = append(t.ClusterIPs, ip) // "None" (headless) is no address
+		}
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		t.Ports = append(t.Ports, uint16(p.Port))
+		if p.AppProtocol != nil && *p.AppProtocol == h2cAppProtocol && (pa.Spec.Service.Port == 0 || p.Port == pa.Spec.Service.Port) {
+			t.H2C = true
+		}
+	}
+	return t, t.Validate()
+}
+
+// podPortName is the name of the public Service port that requests go to:
+// the PodAutoscaler's spec.service.port, else the first. The private
+// Service copies the public ports with their names, so its EndpointSlices
+// carry the pods' port under the same name. The activator takes requests
+// on one port, so a target serves one port through it.
+func podPortName(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) string {
+	for _, p := range svc.Spec.Ports {
+		if pa.Spec.Service.Port == 0 || p.Port == pa.Spec.Service.Port {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// podsOf lists the target's pods from its private Service's EndpointSlices:
+// every IPv4 address not terminating, with the slice's ready condition
+// (the prober checks the others itself).
+func podsOf(ctx context.Context, r client.Reader, k target.Key, portName string) ([]readiness.Pod, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := r.List(ctx, &list, client.InNamespace(k.Namespace), client.MatchingLabels{serviceNameLabel: k.Name + PrivateSuffix}); err != nil {
+		return nil, fmt.Errorf("list EndpointSlices of %s%s: %w", k, PrivateSuffix, err)
+	}
+	seen := make(map[netip.AddrPort]int)
+	var pods []readiness.Pod
+	for i := range list.Items {
+		s := &list.Items[i]
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		port, ok := slicePort(s, portName)
+		if !ok {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+				continue
+			}
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			for _, a := range ep.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil || !ip.Is4() {
+					continue
+				}
+				ap := netip.AddrPortFrom(ip, port)
+				// A pod may appear in two slices while the controller
+				// moves it; ready in either is ready.
+				if j, dup := seen[ap]; dup {
+					pods[j].Ready = pods[j].Ready || ready
+					continue
+				}
+				seen[ap] = len(pods)
+				pods = append(pods, readiness.Pod{Addr: ap, Ready: ready})
+			}
+		}
+	}
+	slices.SortFunc(pods, func(a, b readiness.Pod) int { return a.Addr.Compare(b.Addr) })
+	return pods, nil
+}
+
+// slicePort is the slice's port named name (the only port when the
+// Service has one unnamed port).
+func slicePort(s *discoveryv1.EndpointSlice, name string) (uint16, bool) {
+	for _, p := range s.Ports {
+		if p.Port == nil || (p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP) {
+			continue
+		}
+		n := ""
+		if p.Name != nil {
+			n = *p.Name
+		}
+		if n == name && *p.Port > 0 && *p.Port <= 65535 {
+			return uint16(*p.Port), true
+		}
+	}
+	return 0, false
+}

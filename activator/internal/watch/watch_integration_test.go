@@ -1,0 +1,145 @@
+package watch
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/activator/internal/readiness"
+	"github.com/sockscale/sockscale/activator/internal/resolve"
+	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
+)
+
+// lockedPods records the prober's input from the watcher's goroutine.
+type lockedPods struct {
+	mu   sync.Mutex
+	pods map[target.Key][]readiness.Pod
+}
+
+func (p *lockedPods) SetPods(k target.Key, pods []readiness.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods[k] = pods
+}
+
+func (p *lockedPods) Delete(k target.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, k)
+}
+
+func (p *lockedPods) get(k target.Key) []readiness.Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pods[k]
+}
+
+// TestIntegrationWatcherFollowsTheCluster runs the watcher on a real
+// kube-apiserver's watches: a target appears in the resolution table with
+// its Service's ClusterIP once its PodAutoscaler and Service exist, follows
+// an edit, gets its pods from the private EndpointSlices, and is gone
+// (404) once its PodAutoscaler is deleted.
+func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
+	cl := testenv.ControlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := cl.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}); err != nil {
+		t.Fatal(err)
+	}
+	svc := service("hello", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil // the API server assigns one
+	p := pa("hello", "hello", 0)
+	p.CreationTimestamp = metav1.Time{}
+	p.Spec.ContainerConcurrency = 2
+	p.Spec.TimeoutSeconds = ptr(int32(30))
+	private := slice("hello-private-abcde", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true})
+	for _, o := range []client.Object{svc, p, private} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ca, err := cache.New(cl.Config, cache.Options{Scheme: scheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	table := resolve.NewTable("")
+	pods := &lockedPods{pods: map[target.Key][]readiness.Pod{}}
+	w := &Watcher{Cache: ca, Table: table, Throttle: throttle.New(throttle.Options{Self: "activator-a"}), Pods: pods,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	eventually(t, "the target resolves with its PodAutoscaler's settings", func() string {
+		got, err := table.Resolve("", "hello.team.svc.cluster.local:80")
+		if err != nil {
+			return err.Error()
+		}
+		want := target.Target{Key: hello, ClusterIPs: []netip.Addr{netip.MustParseAddr(svc.Spec.ClusterIP)}, Ports: []uint16{80},
+			ContainerConcurrency: 2, Timeout: 30 * time.Second}
+		return cmp.Diff(want, *got, cmpopts.EquateComparable(netip.Addr{}))
+	})
+	if got, err := table.Resolve("", svc.Spec.ClusterIP+":80"); err != nil || got.Key != hello {
+		t.Errorf("the ClusterIP %s does not resolve to %s: %v", svc.Spec.ClusterIP, hello, err)
+	}
+	eventually(t, "the private EndpointSlice's pod reaches the prober", func() string {
+		return cmp.Diff([]readiness.Pod{{Addr: netip.MustParseAddrPort("10.244.1.7:8080"), Ready: true}}, pods.get(hello),
+			cmpopts.EquateComparable(netip.AddrPort{}))
+	})
+
+	p.Spec.ContainerConcurrency = 5
+	if err := c.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "an edit of the PodAutoscaler is followed", func() string {
+		got, err := table.Resolve("", "hello.team")
+		if err != nil {
+			return err.Error()
+		}
+		return cmp.Diff(5, got.ContainerConcurrency)
+	})
+
+	if err := c.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a deleted PodAutoscaler's target no longer resolves", func() string {
+		if _, err := table.Resolve("", "hello.team"); err == nil {
+			return "hello.team still resolves"
+		}
+		if len(pods.get(hello)) != 0 {
+			return "the prober still has the target's pods"
+		}
+		return ""
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// eventually polls check (a diff or a reason, "" when it holds) for 30 s.
+func eventually(t *testing.T, what string, check func() string) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if last = check(); last == "" {
+			return
+		}
+	}
+	t.Fatalf("%s: still not so after 30 s: %s", what, last)
+}

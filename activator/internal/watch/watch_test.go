@@ -1,0 +1,237 @@
+package watch
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/sockscale/sockscale/activator/internal/readiness"
+	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// sinks records what the watcher tells the table, throttle and prober.
+type sinks struct {
+	targets  map[target.Key]target.Target
+	settings map[target.Key]throttle.Settings
+	pods     map[target.Key][]readiness.Pod
+	order    []string
+}
+
+func newSinks() *sinks {
+	return &sinks{targets: map[target.Key]target.Target{}, settings: map[target.Key]throttle.Settings{}, pods: map[target.Key][]readiness.Pod{}}
+}
+
+type table struct{ *sinks }
+type throttles struct{ *sinks }
+type prober struct{ *sinks }
+
+func (s table) Upsert(t target.Target) error {
+	s.order = append(s.order, "table.Upsert")
+	s.targets[t.Key] = t
+	return nil
+}
+func (s table) Delete(k target.Key) { s.order = append(s.order, "table.Delete"); delete(s.targets, k) }
+func (s throttles) Update(k target.Key, st throttle.Settings) error {
+	s.order = append(s.order, "throttle.Update")
+	s.settings[k] = st
+	return nil
+}
+func (s throttles) Delete(k target.Key) {
+	s.order = append(s.order, "throttle.Delete")
+	delete(s.settings, k)
+}
+func (s prober) SetPods(k target.Key, p []readiness.Pod) {
+	s.order = append(s.order, "pods.SetPods")
+	s.pods[k] = p
+}
+func (s prober) Delete(k target.Key) { s.order = append(s.order, "pods.Delete"); delete(s.pods, k) }
+
+// Builders of the objects a target is made of.
+
+func pa(name, service string, created int64) *v1alpha1.PodAutoscaler {
+	return &v1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, CreationTimestamp: metav1.Unix(created, 0)},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name + "-deploy"},
+			Service:        v1alpha1.ServiceRef{Name: service, Port: 80},
+		},
+	}
+}
+
+func service(name string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Ports: ports},
+	}
+}
+
+func sks(name, public string, activators ...string) *v1alpha1.ServerlessService {
+	return &v1alpha1.ServerlessService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name},
+		Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeProxy, PublicService: public},
+		Status:     v1alpha1.ServerlessServiceStatus{Activators: activators},
+	}
+}
+
+type ep struct {
+	ip                 string
+	ready, terminating bool
+}
+
+func slice(name, service string, ports map[string]int32, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "team", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for n, p := range ports {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(n), Port: ptr(p), Protocol: ptr(corev1.ProtocolTCP)})
+	}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(e.ready), Terminating: ptr(e.terminating)}})
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func scheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func reader(t *testing.T, objs ...client.Object) client.Reader {
+	return fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).
+		WithIndex(&v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
+			return []string{o.(*v1alpha1.PodAutoscaler).Spec.Service.Name}
+		}).Build()
+}
+
+func watcher(s *sinks) *Watcher {
+	return &Watcher{Table: table{s}, Throttle: throttles{s}, Pods: prober{s},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), workloads: map[target.Key]string{}}
+}
+
+var hello = target.Key{Namespace: "team", Name: "hello"}
+
+func TestSyncBuildsTheTarget(t *testing.T) {
+	p := pa("hello", "hello", 100)
+	p.Spec.ContainerConcurrency = 4
+	p.Spec.TimeoutSeconds = ptr(int32(42))
+	objs := []client.Object{
+		p,
+		service("hello", corev1.ServicePort{Name: "metrics", Port: 9090}, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}),
+		sks("hello", "hello", "activator-b", "activator-a"),
+		// Two slices of the private Service: the port is found by the
+		// public port's name; a terminating pod is left out, a pod not
+		// ready yet is passed on for the prober to probe.
+		slice("hello-private-1", "hello-private", map[string]int32{"http": 8080, "metrics": 9091},
+			ep{ip: "10.244.1.7", ready: true}, ep{ip: "10.244.1.3", ready: false}, ep{ip: "10.244.1.9", ready: true, terminating: true}),
+		slice("hello-private-2", "hello-private", map[string]int32{"http": 8080},
+			ep{ip: "10.244.2.5", ready: true}),
+		// The public Service's own slice and another target's are not its pods.
+		slice("hello-abc", "hello", map[string]int32{"http": 8012}, ep{ip: "10.244.1.100", ready: true}),
+		slice("other-private-1", "other-private", map[string]int32{"http": 8080}, ep{ip: "10.244.3.1", ready: true}),
+	}
+	s := newSinks()
+	w := watcher(s)
+	if err := w.Sync(context.Background(), reader(t, objs...), hello); err != nil {
+		t.Fatal(err)
+	}
+	want := target.Target{Key: hello, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []uint16{9090, 80},
+		ContainerConcurrency: 4, Timeout: 42 * time.Second}
+	if diff := cmp.Diff(want, s.targets[hello], cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("target (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(throttle.Settings{ContainerConcurrency: 4, Activators: []string{"activator-b", "activator-a"}}, s.settings[hello]); diff != "" {
+		t.Errorf("throttle settings (-want +got):\n%s", diff)
+	}
+	wantPods := []readiness.Pod{
+		{Addr: netip.MustParseAddrPort("10.244.1.3:8080"), Ready: false},
+		{Addr: netip.MustParseAddrPort("10.244.1.7:8080"), Ready: true},
+		{Addr: netip.MustParseAddrPort("10.244.2.5:8080"), Ready: true},
+	}
+	if diff := cmp.Diff(wantPods, s.pods[hello], cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"throttle.Update", "table.Upsert", "pods.SetPods"}, s.order); diff != "" {
+		t.Errorf("order (-want +got): the throttle must know a target before it resolves:\n%s", diff)
+	}
+	if name, ok := w.Workload(hello); !ok || name != "hello-deploy" {
+		t.Errorf("Workload = %q, %v; want hello-deploy", name, ok)
+	}
+}
+
+func TestSyncRemoves(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		objs []client.Object
+	}{
+		{"no PodAutoscaler names the Service", []client.Object{service("hello", corev1.ServicePort{Name: "http", Port: 80}), pa("other", "other", 1)}},
+		{"the public Service is gone", []client.Object{pa("hello", "hello", 1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSinks()
+			s.targets[hello] = target.Target{Key: hello}
+			w := watcher(s)
+			w.workloads[hello] = "hello"
+			if err := w.Sync(context.Background(), reader(t, tc.objs...), hello); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{"table.Delete", "throttle.Delete", "pods.Delete"}, s.order); diff != "" {
+				t.Errorf("order (-want +got): the table goes first, so no new request resolves:\n%s", diff)
+			}
+			if _, ok := w.Workload(hello); ok {
+				t.Error("the workload is still known")
+			}
+		})
+	}
+}
+
+func TestSyncOldestAutoscalerWins(t *testing.T) {
+	newer, older := pa("newer", "hello", 200), pa("older", "hello", 100)
+	newer.Spec.ContainerConcurrency, older.Spec.ContainerConcurrency = 9, 3
+	s := newSinks()
+	w := watcher(s)
+	if err := w.Sync(context.Background(), reader(t, newer, older, service("hello", corev1.ServicePort{Port: 80})), hello); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.targets[hello].ContainerConcurrency; got != 3 {
+		t.Errorf("containerConcurrency %d, want 3 (the older PodAutoscaler's)", got)
+	}
+}
+
+func TestSyncH2C(t *testing.T) {
+	h2c := "kubernetes.io/h2c"
+	s := newSinks()
+	w := watcher(s)
+	objs := []client.Object{pa("hello", "hello", 1), service("hello", corev1.ServicePort{Name: "grpc", Port: 80, AppProtocol: &h2c})}
+	if err := w.Sync(context.Background(), reader(t, objs...), hello); err != nil {
+		t.Fatal(err)
+	}
+	if !s.targets[hello].H2C {
+		t.Error("a port with appProtocol kubernetes.io/h2c did not make the target h2c")
+	}
+}

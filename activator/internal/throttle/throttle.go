@@ -27,7 +27,7 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrDeadline: the context's deadline (the target's request timeout)
 	// passed before a pod slot was free.
-	ErrDeadline = errors.New("no pod slot before the deadline")
+	ErrDeadline = errors.New("deadline passed while held")
 	// ErrUnknownTarget: Update was never called for the target, or it was
 	// deleted.
 	ErrUnknownTarget = errors.New("unknown target")

@@ -1,0 +1,221 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sockscale/sockscale/activator/internal/resolve"
+	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/internal/activatorprobe"
+)
+
+// ProxiedHeader marks a request forwarded by an activator; its value is
+// the activator's pod name. (The agents tell proxied requests by the
+// connection's peer, not by this header, which a client could forge.)
+const ProxiedHeader = "Sockscale-Proxied"
+
+// ErrShuttingDown is the cancellation cause of the server's base context
+// (NewServer) when the activator stops: held requests then get a 503 that
+// says so, and the client retries through another activator.
+var ErrShuttingDown = errors.New("activator shutting down")
+
+// Resolver finds a request's target (resolve.Table).
+type Resolver interface {
+	Resolve(header, host string) (*target.Target, error)
+}
+
+// Throttler holds a request until a pod of its target has a free slot
+// (throttle.Throttler).
+type Throttler interface {
+	Try(ctx context.Context, key target.Key, fn func(dest netip.AddrPort) error) error
+}
+
+// Stats counts a target's requests from arrival to the end of the
+// response (stats.Counter).
+type Stats interface {
+	Begin(key target.Key) (end func())
+}
+
+// Options configure the handler.
+type Options struct {
+	// PodName is this activator's pod name: the answer to activator
+	// probes and the value of ProxiedHeader.
+	PodName   string
+	Resolver  Resolver
+	Throttler Throttler
+	Stats     Stats
+	// Transport carries requests to pods over HTTP/1.1 (default
+	// NewTransport()); H2CTransport to pods of targets marked H2C
+	// (default NewH2CTransport()).
+	Transport, H2CTransport http.RoundTripper
+	Registerer              prometheus.Registerer
+	Log                     *slog.Logger
+}
+
+// New returns the activator's handler for the proxy port. The layers, in
+// the order a request meets them:
+//
+//  1. refuseConnect: CONNECT asks for a tunnel to wherever the client
+//     names; an activator only forwards to pods of known targets (405).
+//  2. answerProbe: the controller's activator probe (internal/
+//     activatorprobe) is answered here and never forwarded, whatever its
+//     host: it proves that the public Service leads to an activator.
+//  3. (*handler).ServeHTTP: resolve the target (404, or 400 for a
+//     malformed Sockscale-Target), refuse an absolute-form URI naming
+//     another host (400), hold in the throttle until a pod of the target
+//     has a free slot (503 queue full, 504 deadline), forward to that pod.
+//     The destination comes only from the throttle, whose addresses are
+//     only the target's ready pods: no request can name where it goes.
+func New(o Options) http.Handler {
+	h := &handler{
+		podName:   o.PodName,
+		resolver:  o.Resolver,
+		throttler: o.Throttler,
+		stats:     o.Stats,
+		m:         newMetrics(o.Registerer),
+		log:       o.Log,
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport()
+	}
+	if o.H2CTransport == nil {
+		o.H2CTransport = NewH2CTransport()
+	}
+	h.http1 = h.reverseProxy(o.Transport)
+	h.h2c = h.reverseProxy(o.H2CTransport)
+
+	return h.refuseConnect(h.answerProbe(h))
+}
+
+type handler struct {
+	podName   string
+	resolver  Resolver
+	throttler Throttler
+	stats     Stats
+	http1     *httputil.ReverseProxy
+	h2c       *httputil.ReverseProxy
+	m         *metrics
+	log       *slog.Logger
+}
+
+func (h *handler) refuseConnect(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+			h.fail(w, http.StatusMethodNotAllowed, reasonConnect, "CONNECT is refused: the activator forwards requests to the pods of known targets, it does not open tunnels")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *handler) answerProbe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if activatorprobe.IsProbe(r) {
+			w.Header().Set(activatorprobe.ResponseHeader, h.podName)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("sockscale-activator " + h.podName + "\n"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP resolves, holds and forwards one request.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t, err := h.resolver.Resolve(r.Header.Get(resolve.Header), r.Host)
+	if err != nil {
+		switch {
+		case errors.Is(err, resolve.ErrBadHeader):
+			h.fail(w, http.StatusBadRequest, reasonBadTargetHeader, "%v", err)
+		case errors.Is(err, resolve.ErrAmbiguous):
+			h.fail(w, http.StatusNotFound, reasonAmbiguousTarget, "%v", err)
+		default:
+			h.fail(w, http.StatusNotFound, reasonUnknownTarget, "%v", err)
+		}
+		return
+	}
+	// An absolute-form request ("GET http://host/ HTTP/1.1") names its
+	// host in the URI, which Go has already made r.Host. With the
+	// Sockscale-Target header naming the target, that host must still be
+	// the target's: anything else asks us to proxy elsewhere.
+	if r.URL.Host != "" {
+		if u, err := h.resolver.Resolve("", r.URL.Host); err != nil || u.Key != t.Key {
+			h.fail(w, http.StatusBadRequest, reasonAbsoluteURI, "the request URI names host %q, which is not target %s: the activator is not a forward proxy", r.URL.Host, t.Key)
+			return
+		}
+	}
+
+	end := h.stats.Begin(t.Key)
+	defer end()
+	// The target's request timeout bounds the request from arrival to the
+	// end of its response, holding included (Knative's timeoutSeconds).
+	timeout := t.RequestTimeout()
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	err = h.throttler.Try(ctx, t.Key, func(dest netip.AddrPort) error {
+		proxy := h.http1
+		if t.H2C {
+			proxy = h.h2c
+		}
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, forward{dest: dest, target: t})))
+		return nil
+	})
+	if err != nil {
+		h.holdFailed(w, r, t, timeout, err)
+	}
+}
+
+// holdFailed answers a request that got no pod slot.
+func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.Target, timeout time.Duration, err error) {
+	switch {
+	case errors.Is(err, throttle.ErrQueueFull):
+		// The queue drains as fast as pods answer and the decider acts
+		// every 2 s on what it holds: come back after the next decision.
+		w.Header().Set("Retry-After", "2")
+		h.fail(w, http.StatusServiceUnavailable, reasonQueueFull, "%v; retry later", err)
+	case errors.Is(err, throttle.ErrDeadline):
+		h.fail(w, http.StatusGatewayTimeout, reasonDeadline, "%v (the target's request timeout is %v)", err, timeout)
+	case errors.Is(err, throttle.ErrTargetRemoved), errors.Is(err, throttle.ErrUnknownTarget):
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, http.StatusServiceUnavailable, reasonTargetRemoved, "%v; retry later", err)
+	case errors.Is(err, ErrShuttingDown):
+		shuttingDown(w)
+		h.fail(w, http.StatusServiceUnavailable, reasonShuttingDown, "%s: the request was held and not forwarded; retry", ErrShuttingDown)
+	case r.Context().Err() != nil:
+		// The client is gone: nobody reads an answer.
+		h.log.Debug("client left while held", "target", t.Key, "err", err)
+	default:
+		h.log.Error("hold failed", "target", t.Key, "err", err)
+		h.fail(w, http.StatusInternalServerError, reasonInternal, "hold for %s: %v", t.Key, err)
+	}
+}
+
+// shuttingDown asks an HTTP/1.1 client to reconnect (to another
+// activator) rather than reuse this connection.
+func shuttingDown(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	w.Header().Set("Retry-After", "1")
+}
+
+// fail writes an error the activator itself answers: a one-line plain
+// text body saying what happened, and a count by reason.
+func (h *handler) fail(w http.ResponseWriter, code int, reason, format string, args ...any) {
+	h.m.responses.WithLabelValues(fmt.Sprint(code), reason).Inc()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintf(w, "sockscale-activator: "+format+"\n", args...)
+}

@@ -1,0 +1,42 @@
+package handler
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Reasons of the activator's own error answers, the values of the reason
+// label.
+const (
+	reasonConnect         = "connect"
+	reasonAbsoluteURI     = "absolute_uri"
+	reasonBadTargetHeader = "bad_target_header"
+	reasonUnknownTarget   = "unknown_target"
+	reasonAmbiguousTarget = "ambiguous_target"
+	reasonQueueFull       = "queue_full"
+	reasonDeadline        = "deadline"
+	reasonTargetRemoved   = "target_removed"
+	reasonShuttingDown    = "shutting_down"
+	reasonPodError        = "pod_error"
+	reasonPodTimeout      = "pod_timeout"
+	reasonInternal        = "internal"
+)
+
+type metrics struct {
+	responses *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		// No target labels: the unresolved requests have none, and a
+		// label per host a client invents would be unbounded. Per-target
+		// results are the throttle's sockscale_activator_hold_results_total.
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sockscale_activator_error_responses_total",
+			Help: "Errors the activator answered itself, by code and reason: 405 connect; 400 absolute_uri, bad_target_header; " +
+				"404 unknown_target, ambiguous_target; 503 queue_full, target_removed, shutting_down; 504 deadline, pod_timeout; " +
+				"502 pod_error; 500 internal.",
+		}, []string{"code", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.responses)
+	}
+	return m
+}

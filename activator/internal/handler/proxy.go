@@ -1,0 +1,114 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/sockscale/sockscale/activator/internal/resolve"
+	"github.com/sockscale/sockscale/activator/internal/target"
+)
+
+// forward is where the throttle sent a request, carried in its context
+// to the ReverseProxy's Rewrite and ErrorHandler.
+type forward struct {
+	dest   netip.AddrPort
+	target *target.Target
+}
+
+type forwardKey struct{}
+
+// NewTransport returns the transport to pods over HTTP/1.1: keep-alive
+// pools per pod, no proxy from the environment (requests go to pods and
+// nowhere else), no transparent compression (the client's Accept-Encoding
+// and the pod's answer pass unchanged).
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			// A ready pod accepts at once; a pod that just vanished should
+			// fail fast into a 502 rather than use up the request timeout.
+			Timeout:   3 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		// Held requests are released in bursts when a pod becomes ready:
+		// keep enough idle connections per pod that the next burst finds
+		// them open (the default of 2 would reconnect most of them).
+		MaxIdleConnsPerHost: 100,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+}
+
+// NewH2CTransport returns the transport to pods that speak HTTP/2 without
+// TLS (gRPC servers): one multiplexed connection per pod.
+func NewH2CTransport() *http.Transport {
+	t := NewTransport()
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	return t
+}
+
+// reverseProxy forwards to the pod in the request's context. It streams
+// (every write is flushed at once: server-sent events and long polls must
+// not wait in a buffer), passes trailers, and switches protocols
+// (websockets) by hijacking both connections. httputil.ReverseProxy
+// removes hop-by-hop headers, those named in Connection included, in both
+// directions.
+func (h *handler) reverseProxy(rt http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:       h.rewrite,
+		Transport:     rt,
+		FlushInterval: -1,
+		ErrorHandler:  h.proxyError,
+		ErrorLog:      slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+	}
+}
+
+func (h *handler) rewrite(pr *httputil.ProxyRequest) {
+	f := pr.In.Context().Value(forwardKey{}).(forward)
+	pr.SetURL(&url.URL{Scheme: "http", Host: f.dest.String()})
+	// The pod sees the host the client asked for, not its own address:
+	// applications that route or build links by Host keep working.
+	pr.Out.Host = pr.In.Host
+	// Rewrite starts without X-Forwarded-* and Forwarded. Keep what a
+	// proxy in front of us set (an ingress that ended TLS knows the proto)
+	// and add the client to X-Forwarded-For.
+	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	pr.SetXForwarded()
+	for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+		if v := pr.In.Header[k]; len(v) > 0 {
+			pr.Out.Header[k] = v
+		}
+	}
+	// Request trailers arrive after the body; the server fills them into
+	// In.Trailer when the body hits EOF, and the transport writes
+	// Out.Trailer after it read the body to EOF. Out has a copy taken
+	// before: share In's map so the values make it through.
+	pr.Out.Trailer = pr.In.Trailer
+	pr.Out.Header.Set(ProxiedHeader, h.podName)
+	pr.Out.Header.Del(resolve.Header) // ours, and spent
+}
+
+// proxyError answers a request whose pod did not answer.
+func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	f := r.Context().Value(forwardKey{}).(forward)
+	switch {
+	case errors.Is(context.Cause(r.Context()), ErrShuttingDown):
+		shuttingDown(w)
+		h.fail(w, http.StatusServiceUnavailable, reasonShuttingDown, "%s before pod %s of %s answered; retry", ErrShuttingDown, f.dest, f.target.Key)
+	case errors.Is(err, context.DeadlineExceeded):
+		h.fail(w, http.StatusGatewayTimeout, reasonPodTimeout, "pod %s of %s did not answer within the request timeout of %v", f.dest, f.target.Key, f.target.RequestTimeout())
+	case errors.Is(err, context.Canceled):
+		h.log.Debug("client left while forwarded", "target", f.target.Key, "pod", f.dest)
+	default:
+		h.log.Warn("forward failed", "target", f.target.Key, "pod", f.dest, "err", err)
+		h.fail(w, http.StatusBadGateway, reasonPodError, "forward to pod %s of %s: %v", f.dest, f.target.Key, err)
+	}
+}

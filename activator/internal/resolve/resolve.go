@@ -183,7 +183,7 @@ func (tb *Table) Resolve(header, host string) (*target.Target, error) {
 func (tb *Table) ResolveHost(host string) (*target.Target, error) {
 	name, port, err := splitHostPort(host)
 	if err != nil {
-		return nil, fmt.Errorf("%w: host %q: %v", ErrNotFound, host, err)
+		return nil, fmt.Errorf("%w: host %q: %w", ErrNotFound, host, err)
 	}
 	tb.mu.RLock()
 	defer tb.mu.RUnlock()

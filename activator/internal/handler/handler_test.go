@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -608,5 +609,78 @@ func TestClientGoneFreesItsPlace(t *testing.T) {
 	waitFor(t, "every request to end", func() bool { return e.stats.begun.Load() == e.stats.ended.Load() })
 	if got := e.stats.begun.Load(); got != n {
 		t.Errorf("%d requests counted, want %d", got, n)
+	}
+}
+
+// TestDrain follows a SIGTERM with drain delay 200 ms and grace 1 s: a
+// request already at a pod finishes, one arriving during the delay is
+// served, readiness fails at once, and a request still held near the end
+// of grace gets a 503 saying why.
+func TestDrain(t *testing.T) {
+	e := newEnv(t, 0)
+	health := &Health{}
+	world := target.Key{Namespace: "default", Name: "world"}
+	fast := target.Key{Namespace: "default", Name: "fast"}
+	release := make(chan struct{})
+	atPod := make(chan struct{}, 1)
+	slow := newPod(t, func(w http.ResponseWriter, r *http.Request) { atPod <- struct{}{}; <-release; hi(w, r) })
+	e.serve(t, target.Target{Key: hello}, slow.Server)
+	e.serve(t, target.Target{Key: world}) // no pod: held
+	e.serve(t, target.Target{Key: fast}, newPod(t, hi).Server)
+
+	type result struct {
+		code  int
+		body  string
+		close bool
+	}
+	request := func(host string) chan result {
+		c := make(chan result, 1)
+		go func() {
+			resp, body, err := e.get(t, context.Background(), host)
+			if err != nil {
+				c <- result{body: err.Error()}
+				return
+			}
+			c <- result{resp.StatusCode, body, resp.Close}
+		}()
+		return c
+	}
+	forwarded := request("hello.default")
+	<-atPod
+	held := request("world.default")
+	waitFor(t, "world's request held", func() bool { return e.th.Held(world) == 1 })
+
+	drained := make(chan struct{})
+	start := time.Now()
+	go func() {
+		Drain(e.srv.Config, health, e.stop, 200*time.Millisecond, time.Second, slog.New(slog.DiscardHandler))
+		close(drained)
+	}()
+	waitFor(t, "readiness to fail", func() bool {
+		rec := httptest.NewRecorder()
+		health.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code == http.StatusServiceUnavailable
+	})
+	if got := <-request("fast.default"); got.code != 200 {
+		t.Errorf("request during the drain delay: %+v, want 200", got)
+	}
+	close(release)
+	if got := <-forwarded; got.code != 200 || got.body != "hi from the pod\n" {
+		t.Errorf("request at a pod when draining began: %+v, want 200", got)
+	}
+	want := result{503, "sockscale-activator: activator shutting down: the request was held and not forwarded; retry\n", true}
+	if diff := cmp.Diff(want, <-held, cmp.AllowUnexported(result{})); diff != "" {
+		t.Errorf("held request (-want +got):\n%s", diff)
+	}
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return")
+	}
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("Drain returned after %v: the held request should have had until the last tenth of grace", d)
+	}
+	if _, err := net.Dial("tcp", e.addr()); err == nil {
+		t.Error("still accepting connections after Drain")
 	}
 }

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -51,4 +52,49 @@ func (h *Health) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// Drain stops the proxy server srv without dropping what it holds, within
+// grace of the call:
+//
+//  1. readiness fails at once (health.Drain): the activator leaves its
+//     Service's endpoints and the controller's choice of activators;
+//  2. for drainDelay it keeps serving, new requests included, while
+//     endpoints and the agents' redirect maps catch up;
+//  3. it stops accepting and waits for held and forwarded requests to end,
+//     until the last second of grace (a tenth of it if grace is shorter
+//     than 10 s);
+//  4. then it cancels what is left (stopRequests with ErrShuttingDown):
+//     held requests answer 503 saying the activator is shutting down, so
+//     the client retries through another one; forwarded requests and
+//     websockets are cut. It gives those answers the rest of grace, then
+//     closes every connection.
+//
+// With the defaults (drain delay 5 s, grace 30 s): requests arriving in
+// the first 5 s are served, held requests have until 29 s to get a pod,
+// and the process is done by 30 s; the pod's terminationGracePeriodSeconds
+// must be longer than grace.
+func Drain(srv *http.Server, health *Health, stopRequests context.CancelCauseFunc, drainDelay, grace time.Duration, log *slog.Logger) {
+	end := time.Now().Add(grace)
+	last := min(time.Second, grace/10)
+	health.Drain()
+	log.Info("draining: readiness fails, still serving", "drainDelay", drainDelay, "grace", grace)
+	time.Sleep(drainDelay)
+
+	ctx, cancel := context.WithDeadline(context.Background(), end.Add(-last))
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	// Hijacked connections (websockets) are not waited for by Shutdown:
+	// ending the requests' context closes them too.
+	stopRequests(ErrShuttingDown)
+	if err == nil {
+		log.Info("drained: every request ended")
+		return
+	}
+	log.Warn("grace period ending: held requests answered 503, forwarded ones cut", "err", err)
+	ctx, cancel = context.WithDeadline(context.Background(), end)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		_ = srv.Close()
+	}
 }

@@ -1,0 +1,211 @@
+// Command sockscale-activator holds requests for targets that have no
+// ready pod, wakes them, and forwards to their pods without exceeding
+// containerConcurrency.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sockscale/sockscale/activator/internal/handler"
+	"github.com/sockscale/sockscale/activator/internal/readiness"
+	"github.com/sockscale/sockscale/activator/internal/resolve"
+	"github.com/sockscale/sockscale/activator/internal/stats"
+	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/internal/serve"
+)
+
+// maxQueueDepth bounds --queue-depth: a held request costs a few KB
+// (its connection's buffers and a goroutine), so a million per target is
+// already gigabytes.
+const maxQueueDepth = 1_000_000
+
+type config struct {
+	podName       string
+	podIP         string
+	metricsAddr   string
+	healthAddr    string
+	proxyAddr     string
+	queueDepth    int
+	probePeriod   time.Duration
+	probeTimeout  time.Duration
+	clusterDomain string
+	drainDelay    time.Duration
+	gracePeriod   time.Duration
+	logLevel      string
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{podIP: os.Getenv("POD_IP")}
+	fs := flag.NewFlagSet("sockscale-activator", flag.ContinueOnError)
+	fs.StringVar(&c.podName, "pod-name", os.Getenv("POD_NAME"), "this activator's pod name (default: $POD_NAME): it answers activator probes with it and takes its share of pods by it")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&c.proxyAddr, "proxy-bind-address", ":8012", "address that takes the targets' requests (HTTP/1.1 and h2c)")
+	fs.IntVar(&c.queueDepth, "queue-depth", throttle.DefaultQueueDepth, fmt.Sprintf("requests held per target at most; more get 503 (1..%d)", maxQueueDepth))
+	fs.DurationVar(&c.probePeriod, "probe-period", readiness.DefaultPeriod, "how often a starting pod is probed until it answers (1ms..10s)")
+	fs.DurationVar(&c.probeTimeout, "probe-timeout", readiness.DefaultTimeout, "timeout of one probe (1ms..10s)")
+	fs.StringVar(&c.clusterDomain, "cluster-domain", resolve.DefaultClusterDomain, "the cluster's DNS domain, for Host names like name.namespace.svc.<domain>")
+	fs.DurationVar(&c.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving with readiness failed while endpoints drop this pod (0..grace period)")
+	fs.DurationVar(&c.gracePeriod, "shutdown-grace-period", 30*time.Second, "after SIGTERM, how long held and forwarded requests have before they are ended; keep the pod's terminationGracePeriodSeconds above it (1s..1h)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: sockscale-activator takes flags only", fs.Args())
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.podName == "" {
+		errs = append(errs, errors.New("--pod-name is empty: set it or $POD_NAME (the chart sets it from metadata.name)"))
+	}
+	if c.queueDepth < 1 || c.queueDepth > maxQueueDepth {
+		errs = append(errs, fmt.Errorf("--queue-depth=%d: must be from 1 to %d", c.queueDepth, maxQueueDepth))
+	}
+	for name, d := range map[string]time.Duration{"--probe-period": c.probePeriod, "--probe-timeout": c.probeTimeout} {
+		if d < time.Millisecond || d > 10*time.Second {
+			errs = append(errs, fmt.Errorf("%s=%v: must be from 1ms to 10s", name, d))
+		}
+	}
+	if c.gracePeriod < time.Second || c.gracePeriod > time.Hour {
+		errs = append(errs, fmt.Errorf("--shutdown-grace-period=%v: must be from 1s to 1h", c.gracePeriod))
+	}
+	if c.drainDelay < 0 || c.drainDelay >= c.gracePeriod {
+		errs = append(errs, fmt.Errorf("--drain-delay=%v: must be from 0 to less than --shutdown-grace-period (%v)", c.drainDelay, c.gracePeriod))
+	}
+	if d := strings.TrimSuffix(c.clusterDomain, "."); d == "" || strings.ContainsAny(d, "/: ") {
+		errs = append(errs, fmt.Errorf("--cluster-domain=%q: want a DNS domain such as cluster.local", c.clusterDomain))
+	}
+	for _, f := range []struct{ name, addr string }{
+		{"--metrics-bind-address", c.metricsAddr}, {"--health-probe-bind-address", c.healthAddr}, {"--proxy-bind-address", c.proxyAddr},
+	} {
+		if _, _, err := net.SplitHostPort(f.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8012", f.name, f.addr))
+		}
+	}
+	if _, err := parseLevel(c.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level=%q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sockscale-activator:", err)
+		os.Exit(2)
+	}
+	level, _ := parseLevel(cfg.logLevel)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "activator", "pod", cfg.podName)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("activator failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// The data path: targets by host -> held per target -> forwarded to a
+	// ready pod. Readiness probes feed the throttle; the throttle's first
+	// request held at zero pokes through the stats counter.
+	//
+	// Not wired yet: nothing feeds the table, the throttle's settings or
+	// the prober (informers on PodAutoscalers, Services, ServerlessServices
+	// and EndpointSlices come in the next step), and reports only reach
+	// the debug log (the stats wire format is moving to internal/stats).
+	// So today every request gets a 404 that names what was tried, and
+	// activator probes are answered.
+	table := resolve.NewTable(cfg.clusterDomain)
+	counter := stats.New(stats.Options{Reporter: logReporter{log}, Log: log})
+	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: counter.Poke, Registerer: reg, Log: log})
+	prober := readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
+	defer prober.Close()
+	h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table, Throttler: th, Stats: counter, Registerer: reg, Log: log})
+
+	ln, err := net.Listen("tcp", cfg.proxyAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --proxy-bind-address: %w", err)
+	}
+	base, stopRequests := context.WithCancelCause(context.Background())
+	defer stopRequests(nil)
+	proxy := handler.NewServer(cfg.proxyAddr, h, base)
+	proxy.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+
+	// Health, metrics and reports outlive the proxy's drain: the kubelet
+	// must keep seeing /healthz while requests finish.
+	aux, stopAux := context.WithCancel(context.Background())
+	defer stopAux()
+	health := &handler.Health{}
+	errc := make(chan error, 3)
+	go func() {
+		if err := proxy.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve %s: %w", cfg.proxyAddr, err)
+		}
+	}()
+	go func() { errc <- serve.Serve(aux, cfg.metricsAddr, metricsMux(reg)) }()
+	go func() { errc <- serve.Serve(aux, cfg.healthAddr, health.Handler()) }()
+	go counter.Run(aux)
+	log.Info("activator started", "proxy", cfg.proxyAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "probePeriod", cfg.probePeriod)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	handler.Drain(proxy, health, stopRequests, cfg.drainDelay, cfg.gracePeriod, log)
+	return nil
+}
+
+func metricsMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
+// logReporter stands in for the stats transport to the controller, which
+// comes once the wire format has moved: it logs what would be sent.
+type logReporter struct{ log *slog.Logger }
+
+func (r logReporter) Report(start time.Time, period time.Duration, recs []stats.Record) {
+	for _, rec := range recs {
+		r.log.Debug("stats", "target", rec.Key, "start", start, "period", period, "concurrency", rec.Concurrency, "requests", rec.Requests)
+	}
+}
+
+func (r logReporter) Poke(key target.Key, at time.Time, inFlight int) {
+	r.log.Info("request held for a target with no ready pod: the controller would be poked", "target", key, "inFlight", inFlight)
+}

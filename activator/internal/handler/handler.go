@@ -158,6 +158,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	// Held from here. A client that leaves frees its place at once when
+	// Go's server notices: at once for HTTP/2 (the stream is reset) and for
+	// HTTP/1.1 requests without a body (the server reads the idle
+	// connection and sees it close). An HTTP/1.1 request whose body is not
+	// read yet cannot be told from a slow one; it keeps its place until it
+	// is forwarded or its timeout ends.
 	end := h.stats.Begin(t.Key)
 	defer end()
 	// The target's request timeout bounds the request from arrival to the
@@ -187,6 +193,10 @@ func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.T
 		w.Header().Set("Retry-After", "2")
 		h.fail(w, http.StatusServiceUnavailable, reasonQueueFull, "%v; retry later", err)
 	case errors.Is(err, throttle.ErrDeadline):
+		// 504, not the 503 of KPA.md's reference: as a gateway the
+		// activator got no upstream in time, and clients and dashboards
+		// can tell "full, come back" from "waited and gave up" (issue 12
+		// allows either).
 		h.fail(w, http.StatusGatewayTimeout, reasonDeadline, "%v (the target's request timeout is %v)", err, timeout)
 	case errors.Is(err, throttle.ErrTargetRemoved), errors.Is(err, throttle.ErrUnknownTarget):
 		w.Header().Set("Retry-After", "1")

@@ -59,8 +59,8 @@ $(GOLANGCI_LINT):
 ##@ Build
 
 .PHONY: build
-build: ## Build the binaries into ./bin (the images' binaries: agent, controller, the autoscale test app).
-	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/... ./controller/cmd/... ./test/autoscale
+build: ## Build the binaries into ./bin (the images' binaries: agent, controller, activator, the autoscale test app).
+	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/... ./controller/cmd/... ./activator/cmd/... ./test/autoscale
 
 ##@ Test
 

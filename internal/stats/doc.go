@@ -36,14 +36,15 @@
 //	targets   version 2 only: uvarint count, then count times:
 //	  namespace, workload  uvarint length, then bytes, each (workload as above)
 //	  concurrency          8 bytes  float64: average requests held or forwarded by this activator
-//	  requests             uvarint  requests it finished in the period
+//	  requests             uvarint  requests that arrived at it in the period
 //
 // Encoders write version 1 whenever a batch has no target records, so an
 // agent's batches stay readable by a controller that predates version 2
 // while a rolling upgrade is under way. Activators report every period
 // and, for a target with no pod, at once on its first request (a batch
 // whose period ends at that moment), so the controller decides without
-// waiting for the next tick.
+// waiting for the next tick (activator/internal/stats says what that
+// costs in accuracy).
 //
 // A record takes about 50 bytes plus its names: 100 pods are ~7 KB, so
 // 5,000 nodes send ~35 MB/s to each replica, which decodes at well over

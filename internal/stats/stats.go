@@ -58,7 +58,9 @@ type TargetStat struct {
 	// Concurrency is the average number of requests held or in flight
 	// through the activator.
 	Concurrency float64
-	// Requests completed (answered, failed or given up) in the period.
+	// Requests that arrived in the period. Arrivals, not completions: a
+	// request held while its target scales from zero must count while it
+	// waits, or a target scaled on requests per second would never wake.
 	Requests uint64
 }
 

@@ -20,6 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/sockscale/sockscale/activator/internal/handler"
 	"github.com/sockscale/sockscale/activator/internal/readiness"
@@ -27,7 +31,10 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/stats"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/activator/internal/watch"
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/serve"
+	statsreport "github.com/sockscale/sockscale/internal/stats/report"
 )
 
 // maxQueueDepth bounds --queue-depth: a held request costs a few KB
@@ -48,6 +55,9 @@ type config struct {
 	drainDelay    time.Duration
 	gracePeriod   time.Duration
 	logLevel      string
+	kubeconfig    string
+	statsAddr     string
+	reportPeriod  time.Duration
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -64,6 +74,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving with readiness failed while endpoints drop this pod (0..grace period)")
 	fs.DurationVar(&c.gracePeriod, "shutdown-grace-period", 30*time.Second, "after SIGTERM, how long held and forwarded requests have before they are ended; keep the pod's terminationGracePeriodSeconds above it (1s..1h)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&c.statsAddr, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report, so targets at zero never wake")
+	fs.DurationVar(&c.reportPeriod, "report-period", stats.DefaultPeriod, "how often held and forwarded requests are reported (100ms..1m; the KPA expects 1s)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -105,6 +118,14 @@ func (c *config) validate() error {
 	if _, err := parseLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if c.statsAddr != "" {
+		if h, p, err := net.SplitHostPort(c.statsAddr); err != nil || h == "" || p == "" {
+			errs = append(errs, fmt.Errorf("--controller-stats-address=%q: want host:port, e.g. sockscale-controller-stats.sockscale-system.svc:8443", c.statsAddr))
+		}
+	}
+	if c.reportPeriod < 100*time.Millisecond || c.reportPeriod > time.Minute {
+		errs = append(errs, fmt.Errorf("--report-period=%v: must be from 100ms to 1m", c.reportPeriod))
+	}
 	return errors.Join(errs...)
 }
 
@@ -139,21 +160,48 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Health, metrics, reports and the watches outlive the proxy's drain:
+	// the kubelet must keep seeing /healthz, and held requests their pods,
+	// while requests finish.
+	aux, stopAux := context.WithCancel(context.Background())
+	defer stopAux()
+
+	// What the cluster says: targets (PodAutoscalers and their public
+	// Services), the activators in each one's path (ServerlessServices)
+	// and their pods (the private Services' EndpointSlices), in one cache.
+	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	objects, err := cache.New(restCfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("cache of the cluster's objects: %w", err)
+	}
+
 	// The data path: targets by host -> held per target -> forwarded to a
 	// ready pod. Readiness probes feed the throttle; the throttle's first
-	// request held at zero pokes through the stats counter.
-	//
-	// Not wired yet: nothing feeds the table, the throttle's settings or
-	// the prober (informers on PodAutoscalers, Services, ServerlessServices
-	// and EndpointSlices come in the next step), and reports only reach
-	// the debug log (the stats wire format is moving to internal/stats).
-	// So today every request gets a 404 that names what was tried, and
-	// activator probes are answered.
+	// request held at zero pokes the controller through the stats counter.
 	table := resolve.NewTable(cfg.clusterDomain)
-	counter := stats.New(stats.Options{Reporter: logReporter{log}, Log: log})
+	watcher := &watch.Watcher{Cache: objects, Table: table, Log: log}
+	var reporter stats.Reporter = logReporter{log}
+	var sender *statsreport.Reporter
+	if cfg.statsAddr != "" {
+		if sender, err = statsreport.New(cfg.statsAddr, cfg.reportPeriod, stats.NewReportMetrics(reg), log); err != nil {
+			return err
+		}
+		reporter = &stats.Wire{Self: cfg.podName, Workload: watcher.Workload, Sender: sender, Context: aux, Log: log}
+	}
+	counter := stats.New(stats.Options{Reporter: reporter, Period: cfg.reportPeriod, Log: log})
 	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: counter.Poke, Registerer: reg, Log: log})
 	prober := readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
 	defer prober.Close()
+	watcher.Throttle, watcher.Pods = th, prober
 	h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table, Throttler: th, Stats: counter, Registerer: reg, Log: log})
 
 	ln, err := net.Listen("tcp", cfg.proxyAddr)
@@ -165,12 +213,15 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	proxy := handler.NewServer(cfg.proxyAddr, h, base)
 	proxy.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 
-	// Health, metrics and reports outlive the proxy's drain: the kubelet
-	// must keep seeing /healthz while requests finish.
-	aux, stopAux := context.WithCancel(context.Background())
-	defer stopAux()
-	health := &handler.Health{}
-	errc := make(chan error, 3)
+	// Ready once every target known at start is in the table: before that
+	// a request for an existing target would get a 404.
+	health := &handler.Health{Ready: func() error {
+		if !watcher.Synced() {
+			return errors.New("targets are not synced from the API server yet")
+		}
+		return nil
+	}}
+	errc := make(chan error, 5)
 	go func() {
 		if err := proxy.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve %s: %w", cfg.proxyAddr, err)
@@ -179,6 +230,19 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	go func() { errc <- serve.Serve(aux, cfg.metricsAddr, metricsMux(reg)) }()
 	go func() { errc <- serve.Serve(aux, cfg.healthAddr, health.Handler()) }()
 	go counter.Run(aux)
+	if sender != nil {
+		go sender.Run(aux)
+	}
+	go func() {
+		if err := objects.Start(aux); err != nil {
+			errc <- fmt.Errorf("cache: %w", err)
+		}
+	}()
+	go func() {
+		if err := watcher.Run(aux); err != nil {
+			errc <- fmt.Errorf("watch targets: %w", err)
+		}
+	}()
 	log.Info("activator started", "proxy", cfg.proxyAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "probePeriod", cfg.probePeriod)
 
 	select {
@@ -196,8 +260,9 @@ func metricsMux(reg *prometheus.Registry) *http.ServeMux {
 	return mux
 }
 
-// logReporter stands in for the stats transport to the controller, which
-// comes once the wire format has moved: it logs what would be sent.
+// logReporter is the Reporter without --controller-stats-address: it logs
+// what it would send (at debug level, and every poke as a warning, since
+// a target at zero then never wakes).
 type logReporter struct{ log *slog.Logger }
 
 func (r logReporter) Report(start time.Time, period time.Duration, recs []stats.Record) {
@@ -207,5 +272,5 @@ func (r logReporter) Report(start time.Time, period time.Duration, recs []stats.
 }
 
 func (r logReporter) Poke(key target.Key, at time.Time, inFlight int) {
-	r.log.Info("request held for a target with no ready pod: the controller would be poked", "target", key, "inFlight", inFlight)
+	r.log.Warn("request held for a target with no ready pod, and no --controller-stats-address to wake it", "target", key, "inFlight", inFlight)
 }

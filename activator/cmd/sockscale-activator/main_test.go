@@ -11,8 +11,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 func TestFlags(t *testing.T) {
@@ -33,6 +38,10 @@ func TestFlags(t *testing.T) {
 		{name: "cluster domain", args: []string{"--cluster-domain="}, errs: []string{`--cluster-domain="": want a DNS domain`}},
 		{name: "pod name", args: []string{"--pod-name="}, errs: []string{"--pod-name is empty: set it or $POD_NAME"}},
 		{name: "arguments", args: []string{"extra"}, errs: []string{`unexpected arguments ["extra"]`}},
+		{name: "stats address", args: []string{"--controller-stats-address=sockscale-controller-stats"},
+			errs: []string{`--controller-stats-address="sockscale-controller-stats": want host:port`}},
+		{name: "report period", args: []string{"--report-period=10ms"}, errs: []string{"--report-period=10ms: must be from 100ms to 1m"}},
+		{name: "stats", args: []string{"--controller-stats-address=ctl.ns.svc:8443", "--report-period=2s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,14 +64,32 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// TestRun starts the binary's run loop, checks that it answers an
-// activator probe and refuses an unknown host, and that a stop drains and
-// returns.
-func TestRun(t *testing.T) {
+// TestIntegrationRun starts the binary's run loop against a real
+// kube-apiserver, checks that it becomes ready once synced, answers an
+// activator probe, refuses an unknown host, holds a request for a target
+// with no pod until the target's timeout (504), and that a stop drains
+// and returns.
+func TestIntegrationRun(t *testing.T) {
+	cl := testenv.ControlPlane(t)
 	t.Setenv("POD_NAME", "activator-0")
+	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel0()
+	timeout := int32(1)
+	for _, o := range []client.Object{
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
+		&v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+			Spec: v1alpha1.PodAutoscalerSpec{
+				ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello"},
+				Service:        v1alpha1.ServiceRef{Name: "hello", Port: 80}, TimeoutSeconds: &timeout}},
+	} {
+		if err := cl.Client.Create(ctx0, o); err != nil {
+			t.Fatal(err)
+		}
+	}
 	addrs := freeAddrs(t, 3)
 	cfg, err := parseFlags([]string{"--proxy-bind-address=" + addrs[0], "--metrics-bind-address=" + addrs[1],
-		"--health-probe-bind-address=" + addrs[2], "--drain-delay=0s", "--shutdown-grace-period=1s"})
+		"--health-probe-bind-address=" + addrs[2], "--drain-delay=0s", "--shutdown-grace-period=1s", "--kubeconfig=" + cl.Kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +102,10 @@ func TestRun(t *testing.T) {
 		for {
 			req, _ := http.NewRequest(http.MethodGet, url, nil)
 			for i := 0; i+1 < len(hdr); i += 2 {
+				if hdr[i] == "Host" {
+					req.Host = hdr[i+1] // Go sends req.Host, not a Host header
+					continue
+				}
 				req.Header.Set(hdr[i], hdr[i+1])
 			}
 			resp, err := http.DefaultClient.Do(req)
@@ -95,8 +126,23 @@ func TestRun(t *testing.T) {
 	if code, body, _ := get("http://" + addrs[0] + "/"); code != 404 || !strings.Contains(body, "is not the ClusterIP of any target") {
 		t.Errorf("unknown host: %d %q", code, body)
 	}
-	if code, _, _ := get("http://" + addrs[2] + "/readyz"); code != 200 {
-		t.Errorf("/readyz: %d", code)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body, _ := get("http://" + addrs[2] + "/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q after 30 s", code, body)
+		}
+	}
+	// Synced: the target is known, has no pod, so its request is held
+	// until its 1 s timeout.
+	start := time.Now()
+	if code, body, _ := get("http://"+addrs[0]+"/", "Host", "hello.default.svc"); code != 504 || !strings.Contains(body, "default/hello") {
+		t.Errorf("request for a target with no pod: %d %q, want 504 naming default/hello", code, body)
+	}
+	if held := time.Since(start); held < 900*time.Millisecond {
+		t.Errorf("held %v, want about the target's 1 s timeout", held)
 	}
 	if code, body, _ := get("http://" + addrs[1] + "/metrics"); code != 200 || !strings.Contains(body, "sockscale_activator_probes_total") {
 		t.Errorf("/metrics: %d, activator series missing", code)

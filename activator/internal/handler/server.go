@@ -34,6 +34,10 @@ func NewServer(addr string, h http.Handler, base context.Context) *http.Server {
 // as soon as Drain is called, so the activator leaves its Service's
 // endpoints before it stops taking requests.
 type Health struct {
+	// Ready, if set, says why the activator cannot serve yet (nil: it
+	// can); /readyz fails while it returns an error.
+	Ready func() error
+
 	draining atomic.Bool
 }
 
@@ -48,6 +52,12 @@ func (h *Health) Handler() http.Handler {
 		if h.draining.Load() {
 			http.Error(w, "draining: the activator is shutting down", http.StatusServiceUnavailable)
 			return
+		}
+		if h.Ready != nil {
+			if err := h.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})

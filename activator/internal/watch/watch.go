@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,8 @@ type Watcher struct {
 	Pods     Pods
 	Log      *slog.Logger
 
-	queue workqueue.TypedRateLimitingInterface[target.Key]
+	queue  workqueue.TypedRateLimitingInterface[target.Key]
+	synced atomic.Bool
 
 	mu sync.RWMutex
 	// workloads maps a target to its Deployment's name, for stats records.
@@ -85,8 +87,14 @@ func (w *Watcher) Workload(k target.Key) (string, bool) {
 	return name, ok
 }
 
-// Run registers the watches, waits for the caches to fill, then syncs
-// targets until ctx ends. The cache must be started by the caller.
+// Synced says whether every target known at start has been synced once:
+// until then a request could get a 404 for a target that exists, so the
+// activator is not ready.
+func (w *Watcher) Synced() bool { return w.synced.Load() }
+
+// Run registers the watches, waits for the caches to fill, syncs every
+// target once (then Synced is true), then follows changes until ctx ends.
+// The cache must be started by the caller.
 func (w *Watcher) Run(ctx context.Context) error {
 	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[target.Key]())
 	defer w.queue.ShutDown()
@@ -130,11 +138,32 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if !w.Cache.WaitForCacheSync(ctx) {
 		return fmt.Errorf("wait for the caches to sync: %w", context.Cause(ctx))
 	}
+	if err := w.syncAll(ctx); err != nil {
+		return err
+	}
+	w.synced.Store(true)
 	go func() {
 		<-ctx.Done()
 		w.queue.ShutDown()
 	}()
 	for w.next(ctx) {
+	}
+	return nil
+}
+
+// syncAll syncs every target a PodAutoscaler names, in this goroutine; a
+// target that fails is left to the queue's retries.
+func (w *Watcher) syncAll(ctx context.Context) error {
+	var list v1alpha1.PodAutoscalerList
+	if err := w.Cache.List(ctx, &list); err != nil {
+		return fmt.Errorf("list PodAutoscalers: %w", err)
+	}
+	for i := range list.Items {
+		k := target.Key{Namespace: list.Items[i].Namespace, Name: list.Items[i].Spec.Service.Name}
+		if err := w.Sync(ctx, w.Cache, k); err != nil {
+			w.Log.Warn("sync target; retrying", "target", k.String(), "error", err)
+			w.queue.AddRateLimited(k)
+		}
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func binDir() string {
 func up(t *testing.T) *stack.Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, need := range []string{filepath.Join(binDir(), "sockscale-agent"), filepath.Join(binDir(), "sockscale-controller"), filepath.Join(binDir(), "autoscale"), stack.HelmFromEnv()} {
+	for _, need := range []string{filepath.Join(binDir(), "sockscale-agent"), filepath.Join(binDir(), "sockscale-controller"), filepath.Join(binDir(), "sockscale-activator"), filepath.Join(binDir(), "autoscale"), stack.HelmFromEnv()} {
 		if _, err := os.Stat(need); need == "" || err != nil {
 			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the binaries, the cluster's and helm)", need)
 			if os.Getenv("CI") == "true" {
@@ -85,8 +85,8 @@ func up(t *testing.T) *stack.Stack {
 		}
 		start = time.Now()
 		// A 20 s stable window keeps the scenarios short; the rest is the
-		// chart's defaults.
-		upErr = st.Install(ctx, "autoscaler.stable-window=20s")
+		// chart's defaults, with the activator on.
+		upErr = st.Install(ctx, "autoscaler.stable-window=20s", "activator.enabled=true")
 		t.Logf("chart installed in %s", time.Since(start).Round(100*time.Millisecond))
 	})
 	if upErr != nil {
@@ -344,7 +344,13 @@ func paLine(t *testing.T, s *stack.Stack, name string) string {
 		t.Fatal(err)
 	}
 	st := pa.Status
-	return fmt.Sprintf("desired %v actual %v mode %s stable %s panic %s panicking %v", deref(st.DesiredScale), deref(st.ActualScale), st.Mode, st.StableValue, st.PanicValue, st.Panicking)
+	line := fmt.Sprintf("desired %v actual %v mode %s stable %s panic %s panicking %v", deref(st.DesiredScale), deref(st.ActualScale), st.Mode, st.StableValue, st.PanicValue, st.Panicking)
+	for _, c := range st.Conditions {
+		if c.Status != metav1.ConditionTrue {
+			line += fmt.Sprintf("; %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return line
 }
 
 // expectServeEndpoints: the public Service's endpoints are exactly the

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// The activator's objects, rendered only with activator.enabled=true.
+// The activator's objects (on by default; the tests set it explicitly).
 const (
 	activatorName       = "sockscale-activator"
 	activatorMetricsSvc = "sockscale-activator-metrics"
@@ -44,14 +44,23 @@ func activatorContainer(t *testing.T, d *appsv1.Deployment) corev1.Container {
 // Off by default (the activator does not resolve targets from the API
 // yet): nothing of it is rendered, so the controller never puts it in a
 // target's path.
-func TestActivatorDisabledByDefault(t *testing.T) {
+// TestActivatorOnByDefault: the defaults deploy the activator, and
+// activator.enabled=false renders nothing of it.
+func TestActivatorOnByDefault(t *testing.T) {
+	var found bool
+	for _, o := range render(t) {
+		found = found || (o.Kind == "Deployment" && o.Name == activatorName)
+	}
+	if !found {
+		t.Errorf("the defaults render no Deployment %s", activatorName)
+	}
 	for _, tt := range []struct {
 		name string
 		args []string
 	}{
-		{"defaults", nil},
+		{"disabled", []string{"--set", "activator.enabled=false"}},
 		// Its monitor and HPA follow activator.enabled, not only their own switch.
-		{"monitors and HPA on", []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,activator.autoscaling.enabled=true"}},
+		{"disabled with monitors and HPA on", []string{"--set", "activator.enabled=false,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,activator.autoscaling.enabled=true"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, o := range render(t, tt.args...) {

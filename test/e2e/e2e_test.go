@@ -85,8 +85,8 @@ func up(t *testing.T) *stack.Stack {
 		}
 		start = time.Now()
 		// A 20 s stable window keeps the scenarios short; the rest is the
-		// chart's defaults, with the activator on.
-		upErr = st.Install(ctx, "autoscaler.stable-window=20s", "activator.enabled=true")
+		// chart's defaults (the activator on).
+		upErr = st.Install(ctx, "autoscaler.stable-window=20s")
 		t.Logf("chart installed in %s", time.Since(start).Round(100*time.Millisecond))
 	})
 	if upErr != nil {

@@ -1,3 +1,5 @@
-// Package activatorprobe proves that requests to a target's public Service
-// reach an activator: a probe request that only an activator answers in kind.
+// Package activatorprobe is the probe contract between the controller and
+// the activators: a request that only an activator answers in kind, which
+// proves that a target's public Service reaches one. The activator's
+// handler answers it; the controller's sender is kpa.HTTPProber.
 package activatorprobe

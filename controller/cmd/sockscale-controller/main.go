@@ -34,7 +34,6 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
-	"github.com/sockscale/sockscale/internal/activatorprobe"
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
@@ -142,7 +141,7 @@ func run(ctx context.Context, f *flags) error {
 	col := collector.New()
 	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
 		Metrics: kpa.NewMetrics(crmetrics.Registry),
-		Prober:  &activatorprobe.Prober{Resolve: sks.PublicAddress(mgr.GetClient())},
+		Prober:  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:  mgr.GetEventRecorder("sockscale-controller")}
 	// Every replica takes stats, leader or not: a standby has warm windows.
 	// Load for a target at zero pokes its decider at once.

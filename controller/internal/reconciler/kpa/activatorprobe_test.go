@@ -1,4 +1,4 @@
-package activatorprobe
+package kpa
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sockscale/sockscale/internal/activatorprobe"
 )
 
 func TestActivatorInPath(t *testing.T) {
 	activator := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !IsProbe(r) || !strings.HasPrefix(r.UserAgent(), "sockscale-probe/") {
+		if !activatorprobe.IsProbe(r) || !strings.HasPrefix(r.UserAgent(), "sockscale-probe/") {
 			t.Errorf("probe arrived with headers %v", r.Header)
 		}
-		w.Header().Set(ResponseHeader, "activator-0")
+		w.Header().Set(activatorprobe.ResponseHeader, "activator-0")
 	}))
 	defer activator.Close()
 	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -35,7 +37,7 @@ func TestActivatorInPath(t *testing.T) {
 		{"nothing listens", closedAddr, false, true},
 	}
 	for _, tt := range tests {
-		p := &Prober{Resolve: func(context.Context, string, string) (string, error) { return tt.addr, nil }}
+		p := &HTTPProber{Resolve: func(context.Context, string, string) (string, error) { return tt.addr, nil }}
 		got, err := p.ActivatorInPath(context.Background(), "default", "hello")
 		if got != tt.want || (err != nil) != tt.wantErr {
 			t.Errorf("%s: got %v, %v; want %v, error %v", tt.name, got, err, tt.want, tt.wantErr)

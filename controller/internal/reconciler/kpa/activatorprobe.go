@@ -1,0 +1,56 @@
+package kpa
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sockscale/sockscale/internal/activatorprobe"
+)
+
+// Resolve returns the address ("ip:port") that clients of a public Service
+// dial: its ClusterIP and port.
+type ResolvePublic func(ctx context.Context, namespace, service string) (string, error)
+
+// HTTPProber is the Prober that sends the activator probe
+// (internal/activatorprobe) to public Services.
+type HTTPProber struct {
+	Resolve ResolvePublic
+	// Timeout bounds one probe (default 1 s).
+	Timeout time.Duration
+	// Client defaults to one that keeps no idle connections: each probe
+	// must take the path a new client connection takes.
+	Client *http.Client
+}
+
+// ActivatorInPath sends one probe to the public Service and reports
+// whether an activator answered it.
+func (p *HTTPProber) ActivatorInPath(ctx context.Context, namespace, service string) (bool, error) {
+	addr, err := p.Resolve(ctx, namespace, service)
+	if err != nil {
+		return false, fmt.Errorf("resolve Service %s/%s: %w", namespace, service, err)
+	}
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set(activatorprobe.Header, activatorprobe.Value)
+	req.Header.Set("User-Agent", activatorprobe.UserAgent)
+	client := p.Client
+	if client == nil {
+		client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("probe %s/%s at %s: %w", namespace, service, addr, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK && resp.Header.Get(activatorprobe.ResponseHeader) != "", nil
+}

@@ -9,7 +9,7 @@ import (
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 )
 
-// Resolve returns the address ("ip:port") that clients of a public Service
+// ResolvePublic returns the address ("ip:port") that clients of a public Service
 // dial: its ClusterIP and port.
 type ResolvePublic func(ctx context.Context, namespace, service string) (string, error)
 

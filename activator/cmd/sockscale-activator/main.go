@@ -22,8 +22,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sockscale/sockscale/activator/internal/handler"
 	"github.com/sockscale/sockscale/activator/internal/readiness"
@@ -167,8 +169,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer stopAux()
 
 	// What the cluster says: targets (PodAutoscalers and their public
-	// Services), the activators in each one's path (ServerlessServices)
-	// and their pods (the private Services' EndpointSlices), in one cache.
+	// Services), the activators in each one's path (ServerlessServices),
+	// their pods (the private Services' EndpointSlices) and the host names
+	// that route to them (Ingresses, HTTPRoutes), in one cache.
 	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -179,7 +182,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 	}
-	objects, err := cache.New(restCfg, cache.Options{Scheme: scheme})
+	httpClient, err := rest.HTTPClientFor(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	// The mapper tells the watcher whether the Gateway API is installed.
+	mapper, err := apiutil.NewDynamicRESTMapper(restCfg, httpClient)
+	if err != nil {
+		return fmt.Errorf("discover the API server's kinds: %w", err)
+	}
+	objects, err := cache.New(restCfg, cache.Options{Scheme: scheme, Mapper: mapper, HTTPClient: httpClient})
 	if err != nil {
 		return fmt.Errorf("cache of the cluster's objects: %w", err)
 	}
@@ -188,7 +200,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// ready pod. Readiness probes feed the throttle; the throttle's first
 	// request held at zero pokes the controller through the stats counter.
 	table := resolve.NewTable(cfg.clusterDomain)
-	watcher := &watch.Watcher{Cache: objects, Table: table, Log: log}
+	watcher := &watch.Watcher{Cache: objects, Table: table, Mapper: mapper, Log: log}
 	var reporter stats.Reporter = logReporter{log}
 	var sender *statsreport.Reporter
 	if cfg.statsAddr != "" {

@@ -13,7 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -68,10 +71,15 @@ type Watcher struct {
 	Table    Table
 	Throttle Throttle
 	Pods     Pods
-	Log      *slog.Logger
+	// Mapper tells whether the Gateway API is installed (HTTPRoutes are
+	// watched only then); nil: HTTPRoutes are not watched.
+	Mapper meta.RESTMapper
+	Log    *slog.Logger
 
 	queue  workqueue.TypedRateLimitingInterface[target.Key]
 	synced atomic.Bool
+	// httpRoutes: HTTPRoutes are served, indexed and watched.
+	httpRoutes bool
 
 	mu sync.RWMutex
 	// workloads maps a target to its Deployment's name, for stats records.
@@ -104,7 +112,27 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("index PodAutoscalers by service: %w", err)
 	}
-	for _, h := range []struct {
+	if err := w.Cache.IndexField(ctx, &networkingv1.Ingress{}, backendField, func(o client.Object) []string {
+		return backendKeys(ingressBackends(o.(*networkingv1.Ingress)))
+	}); err != nil {
+		return fmt.Errorf("index Ingresses by backend: %w", err)
+	}
+	if w.Mapper != nil {
+		served, err := httpRoutesServed(w.Mapper)
+		if err != nil {
+			return err
+		}
+		w.httpRoutes = served
+	}
+	if w.httpRoutes {
+		if err := w.Cache.IndexField(ctx, newHTTPRoute(), backendField, func(o client.Object) []string {
+			return backendKeys(routeBackends(o.(*unstructured.Unstructured)))
+		}); err != nil {
+			return fmt.Errorf("index HTTPRoutes by backend: %w", err)
+		}
+	}
+	w.Log.Info("watching targets", "httpRoutes", w.httpRoutes)
+	watches := []struct {
 		obj  client.Object
 		keys func(client.Object) []target.Key
 	}{
@@ -126,7 +154,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 			sks := o.(*v1alpha1.ServerlessService)
 			return []target.Key{{Namespace: sks.Namespace, Name: sks.Spec.PublicService}}
 		}},
-	} {
+		{&networkingv1.Ingress{}, routeTargets},
+	}
+	if w.httpRoutes {
+		watches = append(watches, struct {
+			obj  client.Object
+			keys func(client.Object) []target.Key
+		}{newHTTPRoute(), routeTargets})
+	}
+	for _, h := range watches {
 		inf, err := w.Cache.GetInformer(ctx, h.obj)
 		if err != nil {
 			return fmt.Errorf("watch %T: %w", h.obj, err)
@@ -246,6 +282,9 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 	}
 	pods, err := podsOf(ctx, r, k, podPortName(pa, &svc))
 	if err != nil {
+		return err
+	}
+	if t.Hosts, err = w.routeHosts(ctx, r, k); err != nil {
 		return err
 	}
 	// The throttle learns the target before the table resolves it, so a

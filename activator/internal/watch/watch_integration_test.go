@@ -12,9 +12,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sockscale/sockscale/activator/internal/readiness"
 	"github.com/sockscale/sockscale/activator/internal/resolve"
@@ -73,7 +76,12 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 		}
 	}
 
-	ca, err := cache.New(cl.Config, cache.Options{Scheme: scheme(t)})
+	installHTTPRouteCRD(ctx, t, cl.Config)
+	mapper, err := apiutil.NewDynamicRESTMapper(cl.Config, must(rest.HTTPClientFor(cl.Config)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cache.New(cl.Config, cache.Options{Scheme: scheme(t), Mapper: mapper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +89,7 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	table := resolve.NewTable("")
 	pods := &lockedPods{pods: map[target.Key][]readiness.Pod{}}
 	w := &Watcher{Cache: ca, Table: table, Throttle: throttle.New(throttle.Options{Self: "activator-a"}), Pods: pods,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Mapper: mapper, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 
@@ -101,6 +109,29 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 		return cmp.Diff([]readiness.Pod{{Addr: netip.MustParseAddrPort("10.244.1.7:8080"), Ready: true}}, pods.get(hello),
 			cmpopts.EquateComparable(netip.AddrPort{}))
 	})
+
+	// Host names of routes whose backend is the public Service: an
+	// Ingress rule, and an HTTPRoute (the Gateway API is "installed": its
+	// CRD exists, so HTTPRoutes are watched).
+	route := newHTTPRoute()
+	route.SetNamespace("team")
+	route.SetName("shop")
+	route.Object["spec"] = map[string]any{"hostnames": []any{"shop.example.com"},
+		"rules": []any{map[string]any{"backendRefs": []any{map[string]any{"name": "hello", "port": int64(80)}}}}}
+	for _, o := range []client.Object{ingress("www", "", rule("www.example.com", "hello")), route} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, host := range []string{"www.example.com", "shop.example.com"} {
+		eventually(t, host+" resolves to the target", func() string {
+			got, err := table.Resolve("", host)
+			if err != nil {
+				return err.Error()
+			}
+			return cmp.Diff(hello, got.Key)
+		})
+	}
 
 	p.Spec.ContainerConcurrency = 5
 	if err := c.Update(ctx, p); err != nil {
@@ -130,6 +161,57 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// installHTTPRouteCRD installs a minimal HTTPRoute CRD (the Gateway API's
+// group, kind and version; any spec), as a cluster with the Gateway API
+// has.
+func installHTTPRouteCRD(ctx context.Context, t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	s := scheme(t)
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preserve := true
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		// *.k8s.io groups need an approval annotation; the Gateway API's
+		// CRDs carry this one.
+		ObjectMeta: metav1.ObjectMeta{Name: "httproutes.gateway.networking.k8s.io",
+			Annotations: map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/2466"}},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: HTTPRouteGVK.Group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "httproutes", Singular: "httproute", Kind: "HTTPRoute", ListKind: "HTTPRouteList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &preserve}}}},
+		},
+	}
+	if err := c.Create(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the HTTPRoute CRD is served", func() string {
+		var list apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, &list); err != nil {
+			return err.Error()
+		}
+		for _, cond := range list.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return ""
+			}
+		}
+		return "not established yet"
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // eventually polls check (a diff or a reason, "" when it holds) for 30 s.

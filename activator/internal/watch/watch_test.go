@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -126,6 +127,9 @@ func reader(t *testing.T, objs ...client.Object) client.Reader {
 	return fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).
 		WithIndex(&v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
 			return []string{o.(*v1alpha1.PodAutoscaler).Spec.Service.Name}
+		}).
+		WithIndex(&networkingv1.Ingress{}, backendField, func(o client.Object) []string {
+			return backendKeys(ingressBackends(o.(*networkingv1.Ingress)))
 		}).Build()
 }
 
@@ -233,5 +237,65 @@ func TestSyncH2C(t *testing.T) {
 	}
 	if !s.targets[hello].H2C {
 		t.Error("a port with appProtocol kubernetes.io/h2c did not make the target h2c")
+	}
+}
+
+func ingress(name string, defaultBackend string, rules ...networkingv1.IngressRule) *networkingv1.Ingress {
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name}, Spec: networkingv1.IngressSpec{Rules: rules}}
+	if defaultBackend != "" {
+		ing.Spec.DefaultBackend = &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: defaultBackend, Port: networkingv1.ServiceBackendPort{Number: 80}}}
+	}
+	return ing
+}
+
+func rule(host string, services ...string) networkingv1.IngressRule {
+	r := networkingv1.IngressRule{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{}}}
+	for _, s := range services {
+		r.HTTP.Paths = append(r.HTTP.Paths, networkingv1.HTTPIngressPath{Path: "/" + s, PathType: ptr(networkingv1.PathTypePrefix),
+			Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: s, Port: networkingv1.ServiceBackendPort{Number: 80}}}})
+	}
+	return r
+}
+
+// TestSyncIngressHosts: the hosts of Ingress rules whose backend is the
+// public Service (and every host of an Ingress whose default backend it
+// is) resolve to the target; wildcards and other Services' hosts do not.
+func TestSyncIngressHosts(t *testing.T) {
+	objs := []client.Object{
+		pa("hello", "hello", 1), service("hello", corev1.ServicePort{Port: 80}),
+		ingress("shop", "", rule("Shop.Example.com.", "hello", "cart"), rule("cart.example.com", "cart"), rule("*.example.com", "hello")),
+		ingress("fallback", "hello", rule("www.example.com", "other")),
+		ingress("unrelated", "", rule("other.example.com", "other")),
+	}
+	s := newSinks()
+	if err := watcher(s).Sync(context.Background(), reader(t, objs...), hello); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"shop.example.com", "www.example.com"}, s.targets[hello].Hosts); diff != "" {
+		t.Errorf("hosts (-want +got):\n%s", diff)
+	}
+}
+
+func TestRouteBackends(t *testing.T) {
+	u := newHTTPRoute()
+	u.SetNamespace("team")
+	u.Object["spec"] = map[string]any{
+		"hostnames": []any{"shop.example.com", "*.shop.example.com"},
+		"rules": []any{
+			map[string]any{"backendRefs": []any{
+				map[string]any{"name": "hello", "port": int64(80), "weight": int64(90)},
+				map[string]any{"name": "canary", "kind": "Service", "group": ""},
+				map[string]any{"name": "elsewhere", "namespace": "other"},
+				map[string]any{"name": "bucket", "group": "storage.example.com", "kind": "Bucket"},
+			}},
+			map[string]any{"backendRefs": []any{map[string]any{"name": "hello", "namespace": "team"}}},
+		},
+	}
+	want := map[string][]string{
+		"hello":  {"shop.example.com", "*.shop.example.com", "shop.example.com", "*.shop.example.com"},
+		"canary": {"shop.example.com", "*.shop.example.com"},
+	}
+	if diff := cmp.Diff(want, routeBackends(u)); diff != "" {
+		t.Errorf("backends (-want +got): other namespaces and other kinds are left out:\n%s", diff)
 	}
 }

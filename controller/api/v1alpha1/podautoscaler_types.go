@@ -166,6 +166,7 @@ type PodAutoscalerStatus struct {
 // +kubebuilder:printcolumn:name="Panic",type=boolean,JSONPath=`.status.panicking`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Activity",type=string,JSONPath=`.status.conditions[?(@.type=="Active")].reason`,description="Active; WaitingToScaleDown, WaitingForActivator or NoTraffic on the way to zero; Activating or ActivationTimeout on the way back"
 type PodAutoscaler struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -180,7 +180,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 4)
-	go func() { errc <- pods.Run(ctx, client, cfg.nodeName) }()
+	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
 		go func() {
 			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, log)

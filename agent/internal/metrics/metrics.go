@@ -35,6 +35,7 @@ var (
 	podMapCapacity      = prometheus.NewDesc("sockscale_agent_pod_map_capacity", "Pods the kernel map can hold.", nil, nil)
 	skippedPods         = prometheus.NewDesc("sockscale_agent_skipped_pods", "Pods on this node not accounted, by reason: host_network, no_ipv4.", []string{"reason"}, nil)
 	podwatchErrors      = prometheus.NewDesc("sockscale_agent_pod_map_errors_total", "Failed updates of the kernel pod map.", nil, nil)
+	podwatchPending     = prometheus.NewDesc("sockscale_agent_pod_map_pending", "Pod addresses whose kernel update failed and waits for the next resync (every 10 s).", nil, nil)
 	lastSampleTimestamp = prometheus.NewDesc("sockscale_agent_last_sample_timestamp_seconds", "When the kernel counters were last read (Unix time).", nil, nil)
 )
 
@@ -92,7 +93,7 @@ type collector struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{requestsInFlight, requestsTotal, concurrencySeconds, proxiedInFlight, proxiedTotal,
 		proxiedConcurrency, connsInFlight, connsTotal, opaqueInFlight, opaqueTotal, probesTotal, accountingMode,
-		kernelEventsTotal, trackedPods, podMapCapacity, skippedPods, podwatchErrors, lastSampleTimestamp} {
+		kernelEventsTotal, trackedPods, podMapCapacity, skippedPods, podwatchErrors, podwatchPending, lastSampleTimestamp} {
 		ch <- d
 	}
 }
@@ -102,6 +103,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(trackedPods, prometheus.GaugeValue, float64(st.Tracked))
 	ch <- prometheus.MustNewConstMetric(podMapCapacity, prometheus.GaugeValue, bpf.MaxPods)
 	ch <- prometheus.MustNewConstMetric(podwatchErrors, prometheus.CounterValue, float64(st.Errors))
+	ch <- prometheus.MustNewConstMetric(podwatchPending, prometheus.GaugeValue, float64(st.Pending))
 	for _, reason := range []string{podwatch.SkipHostNetwork, podwatch.SkipNoIPv4} {
 		ch <- prometheus.MustNewConstMetric(skippedPods, prometheus.GaugeValue, float64(st.Skipped[reason]), reason)
 	}

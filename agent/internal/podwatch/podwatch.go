@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
 // Accounting is the kernel pod map, as the bpf package's Accounting has it.
@@ -41,34 +43,64 @@ const (
 	SkipNoIPv4      = "no_ipv4"
 )
 
-// Watcher mirrors the node's pods into the accounting map.
+// Watcher mirrors the node's pods into the accounting map. It is level
+// triggered: every event updates its view of the pods and then makes the
+// kernel entry of each address it touched equal to that view, so the
+// order of events does not matter (a late update of a terminating pod
+// cannot take the address from the live pod that reuses it), and an entry
+// that failed to update is retried (Resync) until it holds.
 type Watcher struct {
 	acct Accounting
 	log  *slog.Logger
 
-	mu      sync.RWMutex
-	byIP    map[netip.Addr]Pod
-	ipOf    map[types.UID]netip.Addr
+	mu sync.RWMutex
+	// pods are the accountable pods with an address, by UID.
+	pods map[types.UID]podState
+	// byIP is each address's owner: the pod whose id the kernel holds
+	// for it (or should, while dirty).
+	byIP map[netip.Addr]Pod
+	// inKernel is what this watcher last wrote for each address.
+	inKernel map[netip.Addr]uint64
+	// dirty addresses failed to update; Resync retries them.
+	dirty   map[netip.Addr]bool
 	skipped map[types.UID]string // pods not accounted, and why
 	synced  bool
 	errs    int
 }
 
+// podState is what decides which pod owns an address.
+type podState struct {
+	ip          netip.Addr
+	terminating bool
+	created     metav1.Time
+	desc        Pod
+}
+
 // New returns a watcher that keeps acct in step with the pods it is given.
 func New(acct Accounting, log *slog.Logger) *Watcher {
 	return &Watcher{
-		acct:    acct,
-		log:     log,
-		byIP:    make(map[netip.Addr]Pod),
-		ipOf:    make(map[types.UID]netip.Addr),
-		skipped: make(map[types.UID]string),
+		acct:     acct,
+		log:      log,
+		pods:     make(map[types.UID]podState),
+		byIP:     make(map[netip.Addr]Pod),
+		inKernel: make(map[netip.Addr]uint64),
+		dirty:    make(map[netip.Addr]bool),
+		skipped:  make(map[types.UID]string),
 	}
 }
 
+// ResyncPeriod is how often Run retries failed updates and compares the
+// whole kernel map with the pods (something else may have changed it).
+const ResyncPeriod = 10 * time.Second
+
 // Run watches the pods scheduled to node until ctx ends. Once the first
 // list is in, it removes kernel entries of pods that are gone (an agent
-// restart keeps the live ones, with their counters).
-func (w *Watcher) Run(ctx context.Context, client kubernetes.Interface, node string) error {
+// restart keeps the live ones, with their counters); then it resyncs every
+// period of clk's ticker (nil: the real clock, ResyncPeriod).
+func (w *Watcher) Run(ctx context.Context, client kubernetes.Interface, node string, clk clock.WithTicker) error {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
@@ -89,49 +121,63 @@ func (w *Watcher) Run(ctx context.Context, client kubernetes.Interface, node str
 		return fmt.Errorf("watch pods: %w", err)
 	}
 	factory.Start(ctx.Done())
+	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return errors.New("watch pods: cache never synced")
 	}
-	if err := w.RemoveStale(); err != nil {
-		return err
+	// The first full sync must succeed: until it has, entries of pods
+	// that went while the agent was down still count somewhere.
+	for {
+		err := w.Resync()
+		if err == nil {
+			break
+		}
+		w.log.Error("sync the pod map; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-clk.After(time.Second):
+		}
 	}
-	<-ctx.Done()
-	factory.Shutdown()
-	return nil
+	tick := clk.NewTicker(ResyncPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+			if err := w.Resync(); err != nil {
+				w.log.Warn("resync the pod map", "err", err)
+			}
+		}
+	}
 }
 
 // Update accounts a pod that was added or changed.
 func (w *Watcher) Update(pod *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	old, had := w.pods[pod.UID]
 	ip, reason := accountable(pod)
 	if reason != "" {
 		if w.skipped[pod.UID] != reason {
 			w.log.Debug("pod not accounted", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
 		}
 		w.skipped[pod.UID] = reason
-		w.forget(pod.UID)
-		return
+	} else {
+		delete(w.skipped, pod.UID)
 	}
-	delete(w.skipped, pod.UID)
-	if !ip.IsValid() { // no address yet, or finished
-		w.forget(pod.UID)
-		return
+	if reason != "" || !ip.IsValid() { // skipped, no address yet, or finished
+		delete(w.pods, pod.UID)
+	} else {
+		w.pods[pod.UID] = podState{ip: ip, terminating: pod.DeletionTimestamp != nil, created: pod.CreationTimestamp, desc: describe(pod)}
 	}
-	if old, ok := w.ipOf[pod.UID]; ok && old != ip {
-		w.forget(pod.UID) // the pod's address changed
+	if had && old.ip != ip {
+		w.syncIP(old.ip) // the pod's address changed, or it has none now
 	}
-	if err := w.acct.AddPod(ip, podID(pod.UID)); err != nil {
-		w.errs++
-		w.log.Error("add pod to accounting", "pod", pod.Namespace+"/"+pod.Name, "ip", ip, "err", err)
-		return
+	if ip.IsValid() {
+		w.syncIP(ip)
 	}
-	if prev, ok := w.byIP[ip]; ok && prev.UID != pod.UID {
-		// The address was reused: AddPod reset its counters for the new pod.
-		delete(w.ipOf, prev.UID)
-	}
-	w.byIP[ip] = describe(pod)
-	w.ipOf[pod.UID] = ip
 }
 
 // Delete stops accounting a deleted pod.
@@ -139,48 +185,120 @@ func (w *Watcher) Delete(pod *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.skipped, pod.UID)
-	w.forget(pod.UID)
+	old, had := w.pods[pod.UID]
+	delete(w.pods, pod.UID)
+	if had {
+		w.syncIP(old.ip)
+	}
 }
 
-// forget removes the pod's address from the kernel, unless another pod
-// holds it now. Call with w.mu held.
-func (w *Watcher) forget(uid types.UID) {
-	ip, ok := w.ipOf[uid]
+// owner returns the pod that should own ip: of the pods that have it, a
+// live one before a terminating one (its address is already the new
+// pod's), then the newest, then by UID so the choice is stable. Call with
+// w.mu held.
+func (w *Watcher) owner(ip netip.Addr) (types.UID, podState, bool) {
+	var best types.UID
+	var bs podState
+	found := false
+	for uid, ps := range w.pods {
+		if ps.ip != ip {
+			continue
+		}
+		if !found || better(uid, ps, best, bs) {
+			best, bs, found = uid, ps, true
+		}
+	}
+	return best, bs, found
+}
+
+func better(uid types.UID, a podState, bestUID types.UID, b podState) bool {
+	if a.terminating != b.terminating {
+		return !a.terminating
+	}
+	if !a.created.Equal(&b.created) {
+		return b.created.Before(&a.created)
+	}
+	return uid > bestUID
+}
+
+// syncIP makes the kernel's entry for ip equal to its owner, or removes it
+// when no pod has ip. A failure marks ip dirty for Resync. Call with w.mu
+// held.
+func (w *Watcher) syncIP(ip netip.Addr) {
+	uid, ps, ok := w.owner(ip)
 	if !ok {
+		delete(w.byIP, ip)
+		if _, in := w.inKernel[ip]; !in && !w.dirty[ip] {
+			return
+		}
+		if err := w.acct.RemovePod(ip); err != nil {
+			w.fail(ip, "remove pod from accounting", err)
+			return
+		}
+		delete(w.inKernel, ip)
+		delete(w.dirty, ip)
 		return
 	}
-	delete(w.ipOf, uid)
-	if cur, ok := w.byIP[ip]; ok && cur.UID != uid {
+	w.byIP[ip] = ps.desc
+	id := podID(uid)
+	if cur, in := w.inKernel[ip]; in && cur == id && !w.dirty[ip] {
 		return
 	}
-	delete(w.byIP, ip)
-	if err := w.acct.RemovePod(ip); err != nil {
-		w.errs++
-		w.log.Error("remove pod from accounting", "ip", ip, "err", err)
+	// AddPod keeps the counters when the address already has this id (an
+	// agent restart), and resets them for a new owner.
+	if err := w.acct.AddPod(ip, id); err != nil {
+		w.fail(ip, "add pod to accounting", err)
+		return
 	}
+	w.inKernel[ip] = id
+	delete(w.dirty, ip)
 }
 
-// RemoveStale deletes kernel entries that no known pod holds (pods that
-// went while the agent was down), and marks the watcher synced.
-func (w *Watcher) RemoveStale() error {
+func (w *Watcher) fail(ip netip.Addr, what string, err error) {
+	w.errs++
+	w.dirty[ip] = true
+	w.log.Error(what+"; retrying at the next resync", "ip", ip, "err", err)
+}
+
+// Resync compares the whole kernel map with the pods: it retries the
+// addresses that failed, adds what is missing, and removes entries no
+// known pod holds (pods that went while the agent was down, or entries
+// something else wrote). The first successful call marks the watcher
+// synced.
+func (w *Watcher) Resync() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	inKernel, err := w.acct.Pods()
 	if err != nil {
 		return fmt.Errorf("list accounted pods: %w", err)
 	}
+	w.inKernel = inKernel
+	want := make(map[netip.Addr]bool, len(w.pods))
+	for _, ps := range w.pods {
+		want[ps.ip] = true
+	}
 	for ip := range inKernel {
-		if _, ok := w.byIP[ip]; ok {
-			continue
+		if !want[ip] {
+			w.log.Info("removing a pod address no pod holds from accounting", "ip", ip)
+			w.syncIP(ip)
 		}
-		if err := w.acct.RemovePod(ip); err != nil {
-			return fmt.Errorf("remove stale pod %s: %w", ip, err)
-		}
-		w.log.Info("removed stale pod address from accounting", "ip", ip)
+	}
+	for ip := range want {
+		w.syncIP(ip)
+	}
+	for ip := range w.dirty {
+		w.syncIP(ip)
+	}
+	if len(w.dirty) > 0 {
+		return fmt.Errorf("%d pod addresses still failed to update", len(w.dirty))
 	}
 	w.synced = true
 	return nil
 }
+
+// RemoveStale is the first full sync (Resync), for callers that drive the
+// watcher without Run.
+func (w *Watcher) RemoveStale() error { return w.Resync() }
 
 // Lookup says who the pod at ip is.
 func (w *Watcher) Lookup(ip netip.Addr) (Pod, bool) {
@@ -194,15 +312,17 @@ func (w *Watcher) Lookup(ip netip.Addr) (Pod, bool) {
 type Status struct {
 	Tracked int
 	Skipped map[string]int // by reason
-	Errors  int
-	Synced  bool
+	// Errors counts failed kernel updates; Pending the addresses still
+	// waiting for a retry.
+	Errors, Pending int
+	Synced          bool
 }
 
 // Status reports what the watcher tracks.
 func (w *Watcher) Status() Status {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	s := Status{Tracked: len(w.byIP), Skipped: map[string]int{}, Errors: w.errs, Synced: w.synced}
+	s := Status{Tracked: len(w.byIP), Skipped: map[string]int{}, Errors: w.errs, Pending: len(w.dirty), Synced: w.synced}
 	for _, reason := range w.skipped {
 		s.Skipped[reason]++
 	}

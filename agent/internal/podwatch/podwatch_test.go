@@ -2,9 +2,11 @@ package podwatch
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,21 +15,56 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// fakeAccounting is the kernel map as a Go map.
-type fakeAccounting struct{ pods map[netip.Addr]uint64 }
+// fakeAccounting is the kernel map as a Go map; the next fail calls of
+// AddPod or RemovePod fail, as a full or busy kernel map would.
+type fakeAccounting struct {
+	mu   sync.Mutex
+	pods map[netip.Addr]uint64
+	fail int
+}
 
 func newFakeAccounting() *fakeAccounting { return &fakeAccounting{pods: map[netip.Addr]uint64{}} }
 
-func (f *fakeAccounting) AddPod(ip netip.Addr, id uint64) error { f.pods[ip] = id; return nil }
-func (f *fakeAccounting) RemovePod(ip netip.Addr) error         { delete(f.pods, ip); return nil }
+func (f *fakeAccounting) AddPod(ip netip.Addr, id uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return errors.New("map full")
+	}
+	f.pods[ip] = id
+	return nil
+}
+
+func (f *fakeAccounting) RemovePod(ip netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return errors.New("map busy")
+	}
+	delete(f.pods, ip)
+	return nil
+}
+
 func (f *fakeAccounting) Pods() (map[netip.Addr]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	out := map[netip.Addr]uint64{}
 	for k, v := range f.pods {
 		out[k] = v
 	}
 	return out, nil
+}
+
+func (f *fakeAccounting) get(ip netip.Addr) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.pods[ip]
+	return id, ok
 }
 
 // podBuilder builds test pods: pod("a").IP("10.0.0.5").Obj().
@@ -54,6 +91,15 @@ func (b *podBuilder) IP(ips ...string) *podBuilder {
 func (b *podBuilder) UID(uid string) *podBuilder          { b.p.UID = types.UID(uid); return b }
 func (b *podBuilder) HostNetwork() *podBuilder            { b.p.Spec.HostNetwork = true; return b }
 func (b *podBuilder) Phase(p corev1.PodPhase) *podBuilder { b.p.Status.Phase = p; return b }
+func (b *podBuilder) Created(sec int64) *podBuilder {
+	b.p.CreationTimestamp = metav1.Unix(sec, 0)
+	return b
+}
+func (b *podBuilder) Terminating() *podBuilder {
+	now := metav1.Unix(1e9, 0)
+	b.p.DeletionTimestamp = &now
+	return b
+}
 func (b *podBuilder) Owner(kind, name, hash string) *podBuilder {
 	yes := true
 	b.p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: name, Controller: &yes}}
@@ -118,6 +164,66 @@ func TestAddressReuse(t *testing.T) {
 	}
 }
 
+// TestLateTerminatingUpdateKeepsTheLivePod: the old pod's last updates
+// (terminating, still reporting the address) arrive after the new pod took
+// the address; the kernel keeps the new pod's id throughout, and the old
+// pod's deletion does not remove the address.
+func TestLateTerminatingUpdateKeepsTheLivePod(t *testing.T) {
+	acct := newFakeAccounting()
+	w := New(acct, quiet())
+	w.Update(pod("old").IP("10.0.0.9").Created(100).Obj())
+	w.Update(pod("new").IP("10.0.0.9").Created(200).Obj())
+	w.Update(pod("old").IP("10.0.0.9").Created(100).Terminating().Obj()) // late
+	if got, _ := acct.get(addr("10.0.0.9")); got != podID("uid-new") {
+		t.Errorf("after the late update the kernel id is %x, want the new pod's %x", got, podID("uid-new"))
+	}
+	w.Delete(pod("old").Obj())
+	if got, ok := acct.get(addr("10.0.0.9")); !ok || got != podID("uid-new") {
+		t.Errorf("after the old pod's deletion: id %x, accounted %v; want the new pod's %x", got, ok, podID("uid-new"))
+	}
+	// Even a terminating pod created later does not take a live pod's address.
+	w.Update(pod("newer").IP("10.0.0.9").Created(300).Terminating().Obj())
+	if got, _ := acct.get(addr("10.0.0.9")); got != podID("uid-new") {
+		t.Errorf("a terminating pod took the address: id %x", got)
+	}
+}
+
+// TestFailedUpdatesAreRetried: a kernel update that fails is retried by
+// Resync until it holds, and Status says what is pending meanwhile.
+func TestFailedUpdatesAreRetried(t *testing.T) {
+	acct := newFakeAccounting()
+	w := New(acct, quiet())
+	acct.fail = 1
+	w.Update(pod("web").IP("10.0.0.5").Obj())
+	if _, ok := acct.get(addr("10.0.0.5")); ok {
+		t.Fatal("the failed add is in the map")
+	}
+	if st := w.Status(); st.Pending != 1 || st.Errors != 1 {
+		t.Errorf("status %+v, want 1 pending and 1 error", st)
+	}
+	if err := w.Resync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := acct.get(addr("10.0.0.5")); got != podID("uid-web") {
+		t.Errorf("after resync: id %x, want %x", got, podID("uid-web"))
+	}
+	// A failed removal too.
+	acct.fail = 1
+	w.Delete(pod("web").Obj())
+	if _, ok := acct.get(addr("10.0.0.5")); !ok {
+		t.Fatal("the failed removal took effect")
+	}
+	if err := w.Resync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := acct.get(addr("10.0.0.5")); ok {
+		t.Error("the deleted pod's address is still accounted after resync")
+	}
+	if st := w.Status(); st.Pending != 0 {
+		t.Errorf("status %+v, want nothing pending", st)
+	}
+}
+
 func TestRestartKeepsLiveRemovesStale(t *testing.T) {
 	acct := newFakeAccounting()
 	acct.pods[addr("10.0.0.5")] = podID("uid-web") // live: keeps its counters
@@ -161,11 +267,21 @@ func TestRunWithInformer(t *testing.T) {
 	w := New(acct, quiet())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- w.Run(ctx, client, "node-a") }()
+	clk := clocktesting.NewFakeClock(time.Unix(1e9, 0))
+	go func() { done <- w.Run(ctx, client, "node-a", clk) }()
 	waitFor(t, func() bool { return w.Status().Synced })
-	if _, ok := acct.pods[addr("10.0.0.99")]; ok {
+	if _, ok := acct.get(addr("10.0.0.99")); ok {
 		t.Error("stale entry survived the first sync")
 	}
+	// An entry that fails is retried on the resync tick.
+	acct.mu.Lock()
+	acct.fail = 1
+	acct.mu.Unlock()
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, pod("late").IP("10.0.0.7").Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return w.Status().Pending == 1 })
+	waitFor(t, func() bool { clk.Step(ResyncPeriod); _, ok := acct.get(addr("10.0.0.7")); return ok })
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, pod("two").IP("10.0.0.6").Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,26 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
@@ -32,34 +25,12 @@ import (
 // memory. One process with 250 addresses stands in for the pods: to the
 // agent and the kernel they are 250 pods (250 addresses, 250 Pod objects).
 func footprint(root string, d time.Duration) error {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return errors.New("footprint: KUBEBUILDER_ASSETS is not set (run through `make bench`, which builds etcd and kube-apiserver)")
-	}
-	crlog.SetLogger(logr.Discard()) // envtest logs through controller-runtime
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("start etcd and kube-apiserver: %w", err)
-	}
-	defer func() { _ = env.Stop() }()
-	user, err := env.AddUser(envtest.User{Name: "sockscale-agent", Groups: []string{"system:masters"}}, nil)
+	cp, err := startControlPlane("sockscale-agent")
 	if err != nil {
 		return err
 	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "sockscale-bench")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		return err
-	}
-	client := kubernetes.NewForConfigOrDie(cfg)
+	defer cp.stop()
+	client := kubernetes.NewForConfigOrDie(cp.cfg)
 
 	pod, err := testpod.Create(testpod.Options{Subnet: 78, CgroupParent: root, Addresses: 250})
 	if err != nil {
@@ -70,14 +41,14 @@ func footprint(root string, d time.Duration) error {
 		return err
 	}
 
-	bin := filepath.Join(dir, "sockscale-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sockscale/sockscale/agent/cmd/sockscale-agent").CombinedOutput(); err != nil {
-		return fmt.Errorf("build agent: %w: %s", err, out)
+	bin, err := goBuild(cp.dir, "github.com/sockscale/sockscale/agent/cmd/sockscale-agent")
+	if err != nil {
+		return err
 	}
 	metricsAddr, healthAddr := "127.0.0.1:19090", "127.0.0.1:18081"
 	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-bench-%d", os.Getpid())
 	agent := exec.Command(bin, "--node-name=bench-node", "--cgroup-root="+root, "--bpffs-dir="+pinDir,
-		"--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-level=warn")
+		"--kubeconfig="+cp.kubeconfig, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-level=warn")
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
 		return err
@@ -164,61 +135,4 @@ func waitTracked(metricsAddr string, n int, timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("agent never tracked %d pods", n)
-}
-
-func get(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
-func waitHTTP(url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not OK within %v", url, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// processCPU is a process's user and system time from /proc.
-func processCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command's closing parenthesis; utime and stime are
-	// the 14th and 15th fields of the whole line.
-	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
-	f := strings.Fields(rest)
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100)
-}
-
-// processRSS is a process's resident memory in bytes.
-func processRSS(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

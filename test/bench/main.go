@@ -3,7 +3,9 @@
 // side in one run, modes taking turns in short slices, because shared
 // machines are noisy.
 //
-//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH] [-only datapath,accuracy,footprint]
+//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
+//	    [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
+//	    [-only datapath,accuracy,footprint,activator,coldstart,hold]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine.
@@ -14,13 +16,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,9 +39,14 @@ func main() {
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
 	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice (rounded down to whole pairs of blocks)")
 	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
-	concurrencies := flag.String("c", "1,16,64", "comma-separated closed-loop concurrencies of the data path")
+	concurrencies := flag.String("c", "1,16,64", "comma-separated closed-loop concurrencies of the data path and the activator's")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
-	only := flag.String("only", "datapath,accuracy,footprint", "comma-separated parts: datapath, accuracy, footprint")
+	activatorRounds := flag.Int("activator-rounds", 30, "rounds per concurrency of the data path through the activator (rounded down to whole blocks)")
+	activatorBlock := flag.Int("activator-block", 5, "rounds per block of the data path through the activator (one estimate per block)")
+	coldStarts := flag.Int("cold-starts", 30, "cold starts per probe period")
+	coldPeriods := flag.String("cold-probe-periods", "25ms,15ms", "comma-separated activator --probe-period values, one cold-start row each (25ms is its default)")
+	held := flag.Int("held", 10000, "requests held for one target by the hold part")
+	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
@@ -53,12 +57,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
+	periods, err := parseDurations(*coldPeriods)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -cold-probe-periods:", err)
+		os.Exit(2)
+	}
 	b, err := newBench()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	defer b.close()
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
@@ -67,14 +75,40 @@ func main() {
 			err = b.accuracy(*accuracyDuration)
 		case "footprint":
 			err = footprint(b.root, *footprintDuration)
+		case "activator":
+			err = b.activatorPath(*slice, *activatorRounds, *activatorBlock, cs, *queueProxy)
+		case "coldstart":
+			err = b.coldStart(*coldStarts, periods)
+		case "hold":
+			err = b.hold(*held)
 		default:
-			err = fmt.Errorf("unknown part %q: want datapath, accuracy or footprint", part)
+			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			break
 		}
 	}
+	b.close() // also on error: the pod, the control plane and their processes go
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// parts of the bench, in the order they run by default.
+var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold"}
+
+// parseDurations reads a comma-separated list of positive durations.
+func parseDurations(flagValue string) ([]time.Duration, error) {
+	var ds []time.Duration
+	for _, f := range strings.Split(flagValue, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q: %q is not a positive duration; want e.g. 25ms,15ms", flagValue, f)
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
 }
 
 // parseConcurrencies reads the -c flag: positive integers separated by commas.
@@ -98,6 +132,11 @@ type bench struct {
 	// queue-proxy's backend.
 	twins        [2]server
 	proxyBackend server
+	// queueProxyPid: Knative's queue-proxy runs in the pod in front of
+	// proxyBackend (startQueueProxy); 0: not started.
+	queueProxyPid int
+	// rig runs the activator parts' control plane (activatorRig).
+	rig *activatorRig
 }
 
 // server is one of the pod's servers besides its own.
@@ -141,6 +180,9 @@ func newBench() (*bench, error) {
 }
 
 func (b *bench) close() {
+	if b.rig != nil {
+		b.rig.close()
+	}
 	_ = b.pod.Delete() // stops every server
 	for _, dir := range []string{b.root, b.twins[0].cgroup, b.twins[1].cgroup, b.proxyBackend.cgroup} {
 		_ = os.Remove(dir)
@@ -158,73 +200,6 @@ func (b *bench) attach(cgroup string) (*bpf.Accounting, func(), error) {
 		return nil, nil, errors.Join(err, a.Close())
 	}
 	return a, func() { _ = a.Close() }, nil
-}
-
-// result of one closed-loop measurement: the client's view and the
-// machine's CPU.
-type result struct {
-	*loadgen.Result
-	cpu      time.Duration // whole machine, busy time
-	switches int64         // whole machine, context switches
-}
-
-func (r result) cpuPerRequest() time.Duration {
-	if r.Completed == 0 {
-		return 0
-	}
-	return r.cpu / time.Duration(r.Completed)
-}
-
-// closedLoop runs the closed loop opts for d.
-func closedLoop(opts loadgen.Options, d time.Duration) result {
-	cpu0, sw0 := machineStat()
-	r := loadgen.Run(opts, d)
-	cpu1, sw1 := machineStat()
-	return result{Result: r, cpu: cpu1 - cpu0, switches: sw1 - sw0}
-}
-
-// keepAliveLoop is the data path's load: c requests in flight against url
-// over client's connections.
-func keepAliveLoop(url string, c int, client *http.Client) loadgen.Options {
-	return loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: true, Client: client}
-}
-
-// switchesPerRequest is how often the machine's CPUs switched tasks per
-// request: at c = 1 a request is a chain of wake-ups, and a little latency
-// can turn a runtime's spinning into sleeping and waking.
-func (r result) switchesPerRequest() float64 {
-	if r.Completed == 0 {
-		return 0
-	}
-	return float64(r.switches) / float64(r.Completed)
-}
-
-// machineStat reads /proc/stat once for the machine's busy CPU time (all
-// CPUs running something: not idle, not waiting, and not stolen by the
-// hypervisor, since on a shared VM steal comes in bursts and is no cost of
-// ours) and its context switches since boot.
-func machineStat() (busy time.Duration, switches int64) {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	lines := strings.Split(string(data), "\n")
-	var ticks int64
-	for i, f := range strings.Fields(lines[0])[1:] {
-		v, _ := strconv.ParseInt(f, 10, 64)
-		// user nice system idle iowait irq softirq steal guest guest_nice;
-		// guest time is already in user and nice.
-		if i == 3 || i == 4 || i >= 7 {
-			continue
-		}
-		ticks += v
-	}
-	for _, line := range lines {
-		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
-			switches, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return time.Duration(ticks) * (time.Second / 100), switches // USER_HZ
 }
 
 // dataPath compares the same pod and load with and without accounting, and
@@ -253,8 +228,8 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	}
 	modes := []string{"off", "on"}
 	if queueProxy != "" {
-		if err := startQueueProxy(b.pod, queueProxy, b.proxyBackend.port); err != nil {
-			return fmt.Errorf("queue-proxy: %w", err)
+		if err := b.startQueueProxy(queueProxy); err != nil {
+			return err
 		}
 		modes = append(modes, "queue-proxy")
 	}
@@ -267,76 +242,57 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	fmt.Println("Switches are the whole machine's context switches (/proc/stat ctxt).")
 	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "c\tmode\trps\trps vs off\tp50\tp99\tCPU/req\tCPU/req vs off\tswitches/req\tswitches/req vs off\tBPF run time/req\t")
+	fmt.Fprintln(w, "c\tmode\t"+comparedHeader("off")+"\tBPF run time/req\t")
 	var twinGaps []string
 	for _, c := range concurrencies {
-		// all[mode] merges every slice; estimates[d][mode] holds one value
-		// of the comparison versusOff[d] per block pair, twinGap one per
-		// pair (log of twin a's rps over twin b's, the accounting's share
-		// cancelled).
+		// all[mode] merges every slice; est holds one value of each
+		// comparison with off per block pair, twinGap one per pair (log of
+		// twin a's rps over twin b's, the accounting's share cancelled).
 		all := map[string][]result{}
-		var estimates [len(versusOff)]map[string][]float64
-		for d := range estimates {
-			estimates[d] = map[string][]float64{}
-		}
+		est := estimates{}
 		var twinGap []float64
 		var bpfTime time.Duration
 		var bpfRequests int64
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
 		for range pairs {
-			var blockMeans [2]map[string][len(versusOff)]float64 // per block, each comparison's mean over its rounds
-			var aOverB [2]float64                                // log of twin a's rps over twin b's, per block
-			for k, onTwin := range rng.Perm(2) {                 // which twin is accounted first: random
+			var blockMeans [2]map[string]comparison // per block, each comparison's mean over its rounds
+			var aOverB [2]float64                   // log of twin a's rps over twin b's, per block
+			for k, onTwin := range rng.Perm(2) {    // which twin is accounted first: random
 				urls := map[string]string{"off": url(b.twins[1-onTwin].port), "on": url(b.twins[onTwin].port), "queue-proxy": url(queueProxyPort)}
 				rs, t, n, err := b.runBlock(b.twins[onTwin].cgroup, modes, urls, c, slice, block, rng)
 				if err != nil {
 					return err
 				}
 				bpfTime, bpfRequests = bpfTime+t, bpfRequests+n
-				blockMeans[k] = map[string][len(versusOff)]float64{}
 				for _, m := range modes {
 					all[m] = append(all[m], rs[m]...)
-					var mean [len(versusOff)]float64
-					for i, r := range rs[m] {
-						for d, compare := range versusOff {
-							mean[d] += compare(r, rs["off"][i]) / float64(block)
-						}
-					}
-					blockMeans[k][m] = mean
 				}
+				blockMeans[k] = roundMeans(rs, modes, "off")
 				aOverB[k] = blockMeans[k]["on"][logRatio]
 				if onTwin == 1 {
 					aOverB[k] = -aOverB[k] // a is off: a/b = off/on
 				}
 			}
+			pair := map[string]comparison{}
 			for _, m := range modes {
-				for d := range versusOff {
-					estimates[d][m] = append(estimates[d][m], (blockMeans[0][m][d]+blockMeans[1][m][d])/2)
+				var mean comparison
+				for d := range mean {
+					mean[d] = (blockMeans[0][m][d] + blockMeans[1][m][d]) / 2
 				}
+				pair[m] = mean
 			}
+			est.add(pair)
 			// With a on: log(a/b) = gap + cost; with b on: log(a/b) = gap - cost.
 			twinGap = append(twinGap, (aOverB[0]+aOverB[1])/2)
 		}
 		for _, m := range modes {
-			merged := merge(all[m])
-			ratio, cpu, switches, bpfCol := "1", "0", "0", "-"
-			if m != "off" {
-				mean, lo, hi := meanCI(estimates[logRatio][m])
-				ratio = fmt.Sprintf("%.3f [%.3f-%.3f]", math.Exp(mean), math.Exp(lo), math.Exp(hi))
-				mean, lo, hi = meanCI(estimates[extraCPU][m])
-				cpu = fmt.Sprintf("%+.1fµs [%+.1f..%+.1f]", mean/1e3, lo/1e3, hi/1e3)
-				mean, lo, hi = meanCI(estimates[extraSwitches][m])
-				switches = fmt.Sprintf("%+.2f [%+.2f..%+.2f]", mean, lo, hi)
-			}
+			bpfCol := "-"
 			if m == "on" && bpfRequests > 0 {
 				bpfCol = (bpfTime / time.Duration(bpfRequests)).String()
 			}
-			fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%v\t%v\t%v\t%s\t%.2f\t%s\t%s\t\n", c, m, merged.RPS(), ratio,
-				merged.Percentile(0.5).Round(time.Microsecond), merged.Percentile(0.99).Round(time.Microsecond),
-				merged.cpuPerRequest().Round(100*time.Nanosecond), cpu, merged.switchesPerRequest(), switches, bpfCol)
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", c, m, comparedCells(m, merge(all[m]), est, m == "off"), bpfCol)
 		}
-		mean, lo, hi := meanCI(twinGap)
-		twinGaps = append(twinGaps, fmt.Sprintf("c=%d %.3f [%.3f-%.3f]", c, math.Exp(mean), math.Exp(lo), math.Exp(hi)))
+		twinGaps = append(twinGaps, fmt.Sprintf("c=%d %s", c, ratioCI(meanCI(twinGap))))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -344,21 +300,6 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	fmt.Println("Twin a's rps over twin b's, the accounting's share cancelled (the difference the swap removes):", strings.Join(twinGaps, ", "))
 	return nil
 }
-
-// versusOff are the comparisons of a mode with off that the data-path table
-// reports, each taken within a round; index them with logRatio, extraCPU
-// and extraSwitches.
-var versusOff = [...]func(r, off result) float64{
-	logRatio:      func(r, off result) float64 { return math.Log(r.RPS() / off.RPS()) }, // its mean is the log of the geometric mean
-	extraCPU:      func(r, off result) float64 { return float64(r.cpuPerRequest() - off.cpuPerRequest()) },
-	extraSwitches: func(r, off result) float64 { return r.switchesPerRequest() - off.switchesPerRequest() },
-}
-
-const (
-	logRatio = iota
-	extraCPU
-	extraSwitches
-)
 
 // runBlock attaches the accounting at cgroup and runs block rounds of the
 // modes over fresh connections (so the accounted ones are tracked from
@@ -370,58 +311,19 @@ func (b *bench) runBlock(cgroup string, modes []string, urls map[string]string, 
 		return nil, 0, 0, err
 	}
 	defer detach()
-	clients := map[string]*http.Client{}
+	loads := map[string]loadgen.Options{}
 	for _, m := range modes {
-		clients[m] = loadgen.NewClient(c, true)
-		defer clients[m].CloseIdleConnections()
-		closedLoop(keepAliveLoop(urls[m], c, clients[m]), slice) // warm up connections and caches
+		client := loadgen.NewClient(c, true)
+		defer client.CloseIdleConnections()
+		loads[m] = keepAliveLoop(urls[m], c, client)
+		closedLoop(loads[m], slice) // warm up connections and caches
 	}
-	rs := map[string][]result{}
-	for range block {
-		// A new order every round: whatever a mode leaves behind (warm
-		// caches of the server it used) then helps no mode in particular.
-		order := slices.Clone(modes)
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, m := range order {
-			load := keepAliveLoop(urls[m], c, clients[m])
-			closedLoop(load, slice/10) // lead-in, not measured: the switch from the previous mode
-			r := closedLoop(load, slice)
-			if r.Failed > 0 {
-				return nil, 0, 0, fmt.Errorf("%s c=%d: %d requests failed", m, c, r.Failed)
-			}
-			rs[m] = append(rs[m], r)
-		}
+	rs, err := interleave(modes, loads, nil, slice, block, rng)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	bpfTime, bpfRequests, err := timedRun(a, urls["on"], c, slice)
 	return rs, bpfTime, bpfRequests, err
-}
-
-// meanCI returns the mean of vs and its 95 % confidence interval
-// (Student's t).
-func meanCI(vs []float64) (mean, lo, hi float64) {
-	n := float64(len(vs))
-	for _, v := range vs {
-		mean += v
-	}
-	mean /= n
-	var ss float64
-	for _, v := range vs {
-		ss += (v - mean) * (v - mean)
-	}
-	half := t975(len(vs)-1) * math.Sqrt(ss/(n-1)/n)
-	return mean, mean - half, mean + half
-}
-
-// t975 is the 97.5th percentile of Student's t with df degrees of freedom:
-// from the table up to 30, beyond it 1.96 + 2.4/df (within 0.003).
-func t975(df int) float64 {
-	table := [...]float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
-	if df <= len(table) {
-		return table[df-1]
-	}
-	return 1.96 + 2.4/float64(df)
 }
 
 // timedRun measures the accounting programs' own run time over a closed
@@ -439,18 +341,6 @@ func timedRun(acct *bpf.Accounting, url string, c int, d time.Duration) (time.Du
 	r := closedLoop(keepAliveLoop(url, c, nil), d)
 	t1, _, err := acct.RunTime()
 	return t1 - t0, r.Completed, err
-}
-
-func merge(rs []result) result {
-	m := result{Result: &loadgen.Result{}}
-	for _, r := range rs {
-		m.Completed += r.Completed
-		m.Elapsed += r.Elapsed
-		m.Latencies = append(m.Latencies, r.Latencies...)
-		m.cpu += r.cpu
-		m.switches += r.switches
-	}
-	return m
 }
 
 func (b *bench) accuracy(d time.Duration) error {
@@ -502,18 +392,26 @@ func (b *bench) accuracy(d time.Duration) error {
 
 const queueProxyPort = 8012
 
-// startQueueProxy runs Knative's queue-proxy in the pod's network namespace
-// in front of the pod's server on userPort, as a Knative revision would. It
-// stays in this process's cgroup, outside the accounting's root.
-func startQueueProxy(pod *testpod.Pod, bin string, userPort int) error {
-	cmd := exec.Command("ip", "netns", "exec", pod.Name, bin)
-	cmd.Env = append(os.Environ(), queueProxyEnv(pod, userPort)...)
+// startQueueProxy runs Knative's queue-proxy bin in the pod's network
+// namespace in front of the pod's proxied server, as a Knative revision
+// would, once for every table that compares with it. It stays in this
+// process's cgroup, outside the accounting's root.
+func (b *bench) startQueueProxy(bin string) error {
+	if b.queueProxyPid != 0 {
+		return nil
+	}
+	cmd := exec.Command("ip", "netns", "exec", b.pod.Name, bin)
+	cmd.Env = append(os.Environ(), queueProxyEnv(b.pod, b.proxyBackend.port)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return err
+		return fmt.Errorf("queue-proxy: %w", err)
 	}
-	pod.Adopt(cmd)
-	return pod.WaitListening(queueProxyPort, 10*time.Second)
+	b.pod.Adopt(cmd)
+	if err := b.pod.WaitListening(queueProxyPort, 10*time.Second); err != nil {
+		return fmt.Errorf("queue-proxy: %w", err)
+	}
+	b.queueProxyPid = cmd.Process.Pid // ip netns exec execs queue-proxy in place
+	return nil
 }
 
 func queueProxyEnv(pod *testpod.Pod, userPort int) []string {

@@ -100,8 +100,8 @@ func (d *Decider) Decide(now time.Time, in Inputs) Decision {
 	stablePods := clamp(rawStable, maxDown, maxUp)
 	panicPods := clamp(rawPanic, maxDown, maxUp)
 	if s.ActivationScale > 1 {
-		stablePods = activate(stablePods, s.ActivationScale)
-		panicPods = activate(panicPods, s.ActivationScale)
+		stablePods = activate(rawStable, stablePods, s.ActivationScale)
+		panicPods = activate(rawPanic, panicPods, s.ActivationScale)
 	}
 
 	// Panic: over the threshold when the panic window alone would want
@@ -160,9 +160,12 @@ func (d *Decider) delayed(now time.Time, want int32) int32 {
 
 func clamp(v, lo, hi float64) float64 { return math.Min(math.Max(v, lo), hi) }
 
-// activate raises a non-zero count to the activation scale.
-func activate(pods float64, scale int32) float64 {
-	if pods > 0 {
+// activate raises pods (the rate-limited count) to the activation scale
+// when the load wants any pod (raw, before rate limits, is > 0). It looks
+// at raw, not pods: idle with 5 ready, the scale-down limit alone keeps
+// floor(5/2) = 2, which is no activation and must not go back to 5.
+func activate(raw, pods float64, scale int32) float64 {
+	if raw > 0 {
 		return math.Max(pods, float64(scale))
 	}
 	return pods

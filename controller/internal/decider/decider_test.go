@@ -46,6 +46,10 @@ func TestOneDecision(t *testing.T) {
 		{"scale up rate 2 caps ready 3 at ceil(2*3) = 6", limited, in(3, 70*10, 70*3), 6},
 		{"activation scale 5 lifts 1 to 5", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), in(0, 10, 10), 5},
 		{"activation scale leaves 0 alone", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), Inputs{HasData: true}, 0},
+		// Idle with 5 ready: the rate limit keeps floor(5/2) = 2, which is
+		// not an activation (the raw count is 0) and must not be lifted
+		// back to 5, or the target never scales down.
+		{"activation scale lets an idle target scale down", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), in(5, 0, 0), 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,10 +83,12 @@ func (b *bench) activatorRig() (*activatorRig, error) {
 		cp.stop()
 		return nil, err
 	}
-	bin, err := goBuild(cp.dir, "github.com/sockscale/sockscale/activator/cmd/sockscale-activator")
-	if err != nil {
-		cp.stop()
-		return nil, err
+	bin := b.activatorBin
+	if bin == "" {
+		if bin, err = goBuild(cp.dir, "github.com/sockscale/sockscale/activator/cmd/sockscale-activator"); err != nil {
+			cp.stop()
+			return nil, err
+		}
 	}
 	b.rig = &activatorRig{cp: cp, client: c, bin: bin}
 	return b.rig, nil
@@ -284,9 +286,10 @@ func parseMetrics(r io.Reader) (promSamples, error) {
 	return families, nil
 }
 
-// value is the sum of the samples of counter or gauge name whose labels
-// include labels (name, value, name, value, ...); 0 if there are none, as
-// a series not created yet is a count not started.
+// value is the sum of the samples of counter or gauge name (or the counts
+// of a summary or histogram) whose labels include labels (name, value,
+// name, value, ...); 0 if there are none, as a series not created yet is a
+// count not started.
 func (s promSamples) value(name string, labels ...string) float64 {
 	f := s[name]
 	if f == nil {
@@ -313,6 +316,10 @@ next:
 			sum += m.GetGauge().GetValue()
 		case m.Untyped != nil:
 			sum += m.GetUntyped().GetValue()
+		case m.Summary != nil:
+			sum += float64(m.GetSummary().GetSampleCount())
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

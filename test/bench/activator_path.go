@@ -58,8 +58,9 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 		}
 		modes = append(modes, "queue-proxy")
 	}
-	// The control plane the activator watches runs all along; what it
-	// costs with no load is in every row's CPU, most in the slowest.
+	// The control plane the activator watches runs all along, and on a
+	// shared machine other work too: what the machine does without our
+	// load is in every row's CPU, most in the slowest rows'.
 	idle0, _ := machineStat()
 	time.Sleep(time.Second)
 	idle1, _ := machineStat()
@@ -68,15 +69,19 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 	fmt.Printf("\nData path through the activator (TBC = -1): trivial handler, keep-alive, closed loop; per c %d blocks of %d rounds, each mode %v per round, modes taking turns\n", blocks, block, slice)
 	fmt.Println("direct: to the pod; activator: the real sockscale-activator on this host, forwarding to the same server; queue-proxy: Knative's, in the pod.")
 	fmt.Println("Ratios and differences are per round, averaged over each block: geometric mean (ratios) or mean (differences) over the blocks [95 % confidence interval].")
-	fmt.Printf("CPU is the whole machine's (load generator included, and the idle control plane: %.1f %% of a core before the table).\n", 100*(idle1-idle0).Seconds())
+	fmt.Printf("CPU is the whole machine's (load generator included, and what runs without our load: %.0f %% of a core before the table, the idle control plane and other work).\n", 100*(idle1-idle0).Seconds())
 	fmt.Println("proxy CPU/req: the proxy process's own CPU time (all its threads' schedstat), which the machine's other work does not blur.")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\t"+comparedHeader("direct")+"\tproxy CPU/req\t")
 	procs := map[string]int{"activator": a.cmd.Process.Pid, "queue-proxy": b.queueProxyPid}
-	var versusQP []string
+	var versusQP, garbage []string
 	for _, c := range concurrencies {
 		urls := map[string]string{"direct": "http://" + b.pod.Addr(testpod.HTTPPort) + "/", "activator": targetURL(name),
 			"queue-proxy": "http://" + b.pod.Addr(queueProxyPort) + "/"}
+		m0, err := a.metrics()
+		if err != nil {
+			return err
+		}
 		loads := map[string]loadgen.Options{}
 		for _, m := range modes {
 			client := loadgen.NewClient(c, true)
@@ -109,6 +114,16 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 				procRatio = append(procRatio, mean)
 			}
 		}
+		m1, err := a.metrics()
+		if err != nil {
+			return err
+		}
+		delta := func(metric string, labels ...string) float64 {
+			return m1.value(metric, labels...) - m0.value(metric, labels...)
+		}
+		forwarded := delta("sockscale_activator_hold_results_total", targetLabels(name, "result", "forwarded")...)
+		garbage = append(garbage, fmt.Sprintf("c=%d %.1f KB allocated and %.2f GC cycles per 1000 requests", c,
+			delta("go_memstats_alloc_bytes_total")/forwarded/1024, 1000*delta("go_gc_duration_seconds")/forwarded))
 		for _, m := range modes {
 			merged, proc := merge(all[m]), "-"
 			if m != "direct" {
@@ -125,6 +140,7 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	fmt.Println("The activator's Go heap per request forwarded (its go_memstats_alloc_bytes_total and go_gc_duration_seconds count):", strings.Join(garbage, ", "))
 	if len(versusQP) > 0 {
 		fmt.Println("Activator over queue-proxy (per round, geometric mean over the blocks [95 % CI]; beyond direct: each proxy's machine CPU/req minus direct's, per block):")
 		fmt.Println("  " + strings.Join(versusQP, "\n  "))

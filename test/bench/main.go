@@ -4,7 +4,7 @@
 // machines are noisy.
 //
 //	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
-//	    [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
+//	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
 //	    [-only datapath,accuracy,footprint,activator,coldstart,hold]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
@@ -46,6 +46,7 @@ func main() {
 	coldStarts := flag.Int("cold-starts", 30, "cold starts per probe period")
 	coldPeriods := flag.String("cold-probe-periods", "25ms,15ms", "comma-separated activator --probe-period values, one cold-start row each (25ms is its default)")
 	held := flag.Int("held", 10000, "requests held for one target by the hold part")
+	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -67,6 +68,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+	b.activatorBin = *activatorBin
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
@@ -135,8 +137,10 @@ type bench struct {
 	// queueProxyPid: Knative's queue-proxy runs in the pod in front of
 	// proxyBackend (startQueueProxy); 0: not started.
 	queueProxyPid int
-	// rig runs the activator parts' control plane (activatorRig).
-	rig *activatorRig
+	// rig runs the activator parts' control plane (activatorRig), and
+	// activatorBin is their activator (empty: built from this tree).
+	rig          *activatorRig
+	activatorBin string
 }
 
 // server is one of the pod's servers besides its own.

@@ -116,6 +116,10 @@ sockscale_activator_requests_in_flight{name="warm",namespace="default",state="he
 sockscale_activator_probes_total{result="error"} 7
 # TYPE go_goroutines gauge
 go_goroutines 20012
+# TYPE go_gc_duration_seconds summary
+go_gc_duration_seconds{quantile="0.5"} 0.0001
+go_gc_duration_seconds_sum 0.25
+go_gc_duration_seconds_count 1234
 `
 	m, err := parseMetrics(strings.NewReader(text))
 	if err != nil {
@@ -132,6 +136,7 @@ go_goroutines 20012
 		{"every series", "sockscale_activator_requests_in_flight", nil, 10005},
 		{"counter", "sockscale_activator_probes_total", []string{"result", "error"}, 7},
 		{"no labels", "go_goroutines", nil, 20012},
+		{"a summary's count", "go_gc_duration_seconds", nil, 1234},
 		{"no such series: 0", "sockscale_activator_requests_in_flight", targetLabels("cold", "state", "held"), 0},
 		{"no such metric: 0", "sockscale_activator_pods", nil, 0},
 	}

@@ -556,6 +556,36 @@ func TestHoldFailures(t *testing.T) {
 			t.Errorf("got %d %q, want 502 %q...", resp.StatusCode, body, want)
 		}
 	})
+	t.Run("pod unreachable (dial timeout): 502 naming the error, not the request timeout", func(t *testing.T) {
+		// A dial timeout matches context.DeadlineExceeded too; it must not
+		// read as the target's request timeout (5 minutes that did not pass).
+		tr := NewTransport()
+		tr.DialContext = (&net.Dialer{Timeout: time.Nanosecond}).DialContext
+		table := resolve.NewTable("")
+		th := throttle.New(throttle.Options{Self: "activator-0"})
+		srv := httptest.NewServer(New(Options{PodName: "activator-0", Resolver: table, Throttler: th, Stats: &countingStats{}, Transport: tr}))
+		defer srv.Close()
+		if err := table.Upsert(target.Target{Key: hello}); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Update(hello, throttle.Settings{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := netip.MustParseAddrPort("192.0.2.1:8080") // TEST-NET-1: never dialled, the dial times out at once
+		th.SetPods(hello, []netip.AddrPort{pod})
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		req.Host = "hello.default"
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		want := fmt.Sprintf("sockscale-activator: forward to pod %s of default/hello: dial tcp %s: i/o timeout\n", pod, pod)
+		if resp.StatusCode != 502 || string(body) != want {
+			t.Errorf("got %d %q, want 502 %q", resp.StatusCode, body, want)
+		}
+	})
 	t.Run("shutdown: held requests get 503 and Connection: close", func(t *testing.T) {
 		e := newEnv(t, 0)
 		e.serve(t, target.Target{Key: hello})

@@ -96,16 +96,19 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del(resolve.Header) // ours, and spent
 }
 
-// proxyError answers a request whose pod did not answer.
+// proxyError answers a request whose pod did not answer. Timeouts are
+// told apart by the request's context, not by err: a dial timeout also
+// matches context.DeadlineExceeded, and is the pod's failure (502), not
+// the target's request timeout running out (504).
 func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	f := r.Context().Value(forwardKey{}).(forward)
 	switch {
 	case errors.Is(context.Cause(r.Context()), ErrShuttingDown):
 		shuttingDown(w)
 		h.fail(w, http.StatusServiceUnavailable, reasonShuttingDown, "%s before pod %s of %s answered; retry", ErrShuttingDown, f.dest, f.target.Key)
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(r.Context().Err(), context.DeadlineExceeded):
 		h.fail(w, http.StatusGatewayTimeout, reasonPodTimeout, "pod %s of %s did not answer within the request timeout of %v", f.dest, f.target.Key, f.target.RequestTimeout())
-	case errors.Is(err, context.Canceled):
+	case r.Context().Err() != nil:
 		h.log.Debug("client left while forwarded", "target", f.target.Key, "pod", f.dest)
 	default:
 		h.log.Warn("forward failed", "target", f.target.Key, "pod", f.dest, "err", err)

@@ -114,7 +114,10 @@ func (d *Decider) Decide(now time.Time, in Inputs) Decision {
 		d.panicSince = now
 	case over:
 		d.panicSince = now // still over: the panic lasts a stable window from now
-	case !d.panicSince.IsZero() && !now.Before(d.panicSince.Add(s.StableWindow)):
+	case !d.panicSince.IsZero() && now.After(d.panicSince.Add(s.StableWindow)):
+		// Strictly more than a stable window since the last tick over the
+		// threshold (Knative's rule): over at 6 s, a 60 s window, still
+		// panicking at 66 s, out at the first tick after.
 		d.log.Info("Un-panicking", "stablePods", stablePods, "readyPods", ready, "overSince", d.panicSince)
 		d.panicSince = time.Time{}
 		d.maxPanicPods = 0

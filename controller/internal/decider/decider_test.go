@@ -130,7 +130,10 @@ func TestPanicTimeline(t *testing.T) {
 		{6, in(4, 300, 700), 10, true},   // over again (10/4 >= 2): up to 10, the panic extends
 		{30, in(10, 100, 100), 10, true}, // still in panic: holds 10
 		{65, in(10, 100, 100), 10, true}, // 59 s after the last time over: still panicking
-		{66, in(10, 100, 100), 5, false}, // a stable window since: Un-panicking, floor(10/2)=5 is the rate limit
+		// Exactly a stable window after the last time over is not enough:
+		// panic ends only when strictly more has passed (as in Knative).
+		{66, in(10, 100, 100), 10, true},
+		{67, in(10, 100, 100), 5, false}, // 61 s since: Un-panicking, floor(10/2)=5 is the rate limit
 	}
 	for _, st := range steps {
 		got := d.Decide(at(st.at), st.in)

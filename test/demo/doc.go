@@ -1,3 +1,5 @@
 // Command sockscale-demo shows sockscale at work on the local cluster: a load
-// ramp against the autoscale test app, a live table and a PNG timeline.
+// ramp against the autoscale test app, the idle app scaling to zero, a burst
+// of requests waking it through the activators with the first request's
+// latency stage by stage, a live table and a PNG timeline.
 package main

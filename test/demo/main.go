@@ -14,8 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
-	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
@@ -25,6 +27,8 @@ type flags struct {
 	nodes                                   int
 	ramp                                    []int
 	step                                    time.Duration
+	burst                                   int
+	after                                   time.Duration
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -36,8 +40,10 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.helm, "helm", stack.HelmFromEnv(), "helm binary (default $HELM)")
 	fs.StringVar(&f.out, "out", "out/demo.png", "where the timeline plot is written")
 	fs.IntVar(&f.nodes, "nodes", 2, "simulated nodes")
-	ramp := fs.String("ramp", "5,14,28,42,28,7,0", "offered concurrency of each step (comma-separated)")
-	fs.DurationVar(&f.step, "step", 30*time.Second, "how long each step of the ramp lasts")
+	ramp := fs.String("ramp", "5,14,28,42,28,7", "offered concurrency of each step (comma-separated); then no load until the app is at zero")
+	fs.DurationVar(&f.step, "step", 20*time.Second, "how long each step of the ramp lasts")
+	fs.IntVar(&f.burst, "burst", 20, "requests sent at once when the app is at zero (a cold start)")
+	fs.DurationVar(&f.after, "after", 20*time.Second, "how long the table goes on after the requests at zero")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -52,6 +58,12 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if f.step < 5*time.Second || f.step > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--step=%s: want 5s to 10m", f.step))
+	}
+	if f.burst < 1 || f.burst > 1000 {
+		errs = append(errs, fmt.Errorf("--burst=%d: want 1 to 1000 requests", f.burst))
+	}
+	if f.after < 4*time.Second || f.after > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--after=%s: want 4s to 10m", f.after))
 	}
 	if f.helm == "" {
 		errs = append(errs, errors.New("--helm: no helm binary (make demo builds the pinned one and sets $HELM)"))
@@ -105,9 +117,10 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 		return err
 	}
 	say("chart installed in %s", time.Since(start).Round(time.Second))
-	say("deploying %s/%s: the autoscale app, its public Service and a PodAutoscaler (target 10 per pod at 70%%, min 1, max 10)", appNS, appName)
+	say("deploying %s/%s: the autoscale app, its public Service and a PodAutoscaler (target 10 per pod at 70%%, min 0, max 10, stable window 10s, burst capacity 0: the activator is in the path only at zero)", appNS, appName)
 	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: appName, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(10.0), ptr(int32(1)), ptr(int32(10)), ptr(0.0)
+		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(10.0), ptr(int32(0)), ptr(int32(10)), ptr(0.0)
+		p.Window = &metav1.Duration{Duration: 10 * time.Second}
 	}}); err != nil { // Up started a fresh cluster: nothing of the app exists yet
 		return err
 	}
@@ -115,11 +128,23 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-
-	samples, completed, failed, err := ramp(ctx, s, f, url, w)
+	wc, err := client.NewWithWatch(c.Config, client.Options{Scheme: s.Client.Scheme()})
 	if err != nil {
 		return err
 	}
+
+	tl := &timeline{s: s, act: newActivators(s, appNS, appName), w: w, begin: time.Now()}
+	tl.header()
+	completed, failed, err := tl.ramp(ctx, f, url)
+	if err != nil {
+		return err
+	}
+	bd, err := tl.coldStart(ctx, wc, f, url)
+	if err != nil {
+		return err
+	}
+	bd.write(w)
+
 	if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
 		return err
 	}
@@ -127,14 +152,15 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := WritePNG(out, fmt.Sprintf("sockscale demo: %s/%s, target 7 in flight per pod", appNS, appName), samples); err != nil {
+	title := fmt.Sprintf("sockscale demo: %s/%s, target 7 in flight per pod, min 0: a ramp, idle to zero, %d requests at zero", appNS, appName, f.burst)
+	if err := WritePNG(out, title, tl.samples, tl.markers); err != nil {
 		out.Close()
 		return err
 	}
 	if err := out.Close(); err != nil {
 		return err
 	}
-	say("%d requests, %d failed; timeline plot: %s", completed, failed, f.out)
+	say("ramp: %d requests, %d failed; at zero: %d sent, %d answered 200; timeline plot: %s", completed, failed, f.burst, len(bd.burst.latencies), f.out)
 	agents, _ := s.AgentMetrics(ctx)
 	fmt.Fprintf(w, `
 Look around (the cluster keeps running):
@@ -180,57 +206,6 @@ func waitReady(ctx context.Context, s *stack.Stack) (string, error) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// ramp runs the load steps and prints a table row every 2 s.
-func ramp(ctx context.Context, s *stack.Stack, f *flags, url string, w io.Writer) ([]Sample, int64, int64, error) {
-	const row = "%6s %8s %9s %8s %6s %6s %6s\n"
-	fmt.Fprintf(w, row, "time", "offered", "observed", "desired", "ready", "mode", "panic")
-	var (
-		loads             []*loadgen.Load
-		samples           []Sample
-		completed, failed int64
-	)
-	stopAll := func() {
-		for _, l := range loads {
-			r := l.Stop()
-			completed, failed = completed+r.Completed, failed+r.Failed
-		}
-		loads = nil
-	}
-	defer stopAll()
-	begin := time.Now()
-	for _, offered := range f.ramp {
-		// Each step starts afresh: the clients of the last step stop and
-		// this step's start (a handler sleeping 200 ms per request).
-		stopAll()
-		if offered > 0 {
-			loads = append(loads, loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: offered, KeepAlive: true}))
-		}
-		for stepEnd := time.Now().Add(f.step); time.Now().Before(stepEnd); {
-			select {
-			case <-ctx.Done():
-				return samples, completed, failed, ctx.Err()
-			case <-time.After(2 * time.Second):
-			}
-			sm := Sample{At: time.Since(begin), Offered: float64(offered)}
-			if pa, err := s.PA(ctx, appNS, appName); err == nil {
-				sm.Observed, _ = strconv.ParseFloat(pa.Status.StableValue, 64)
-				if pa.Status.DesiredScale != nil {
-					sm.Desired = *pa.Status.DesiredScale
-				}
-				sm.Mode, sm.Panicking = string(pa.Status.Mode), pa.Status.Panicking
-			}
-			if d, err := s.Deployment(ctx, appNS, appName); err == nil {
-				sm.Ready = d.Status.ReadyReplicas
-			}
-			samples = append(samples, sm)
-			fmt.Fprintf(w, row, fmt.Sprintf("%ds", int(sm.At.Seconds())), strconv.Itoa(offered), strconv.FormatFloat(sm.Observed, 'f', 1, 64),
-				strconv.Itoa(int(sm.Desired)), strconv.Itoa(int(sm.Ready)), sm.Mode, strconv.FormatBool(sm.Panicking))
-		}
-	}
-	stopAll()
-	return samples, completed, failed, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -19,9 +19,18 @@ import (
 type Sample struct {
 	At                time.Duration
 	Offered, Observed float64
-	Desired, Ready    int32
-	Mode              string
-	Panicking         bool
+	// Held is the most requests the activators held at once since the
+	// last row (-1: unknown).
+	Held           float64
+	Desired, Ready int32
+	Mode           string
+	Panicking      bool
+}
+
+// Marker is a moment of the scenario, drawn as a labelled vertical line.
+type Marker struct {
+	At    time.Duration
+	Label string
 }
 
 // Colours of the plot, one per series.
@@ -30,6 +39,8 @@ var (
 	colObserved = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
 	colDesired  = color.RGBA{0x2c, 0xa0, 0x2c, 0xff}
 	colReady    = color.RGBA{0x94, 0x67, 0xbd, 0xff}
+	colHeld     = color.RGBA{0x8c, 0x56, 0x4b, 0xff}
+	colMarker   = color.RGBA{0x77, 0x77, 0x77, 0xff}
 	colPanic    = color.RGBA{0xfd, 0xd8, 0xd8, 0xff}
 	colProxy    = color.RGBA{0xdd, 0xe8, 0xf7, 0xff}
 	colAxis     = color.RGBA{0x33, 0x33, 0x33, 0xff}
@@ -37,7 +48,7 @@ var (
 )
 
 const (
-	plotW, plotH   = 1000, 640
+	plotW, plotH   = 1000, 660
 	marginL        = 60
 	marginR        = 20
 	panelH         = 240
@@ -48,9 +59,10 @@ const (
 )
 
 // WritePNG draws the timeline as two panels sharing the time axis: the
-// offered and observed concurrency on top, desired and ready pods below;
-// panic is shaded red and Proxy mode blue behind both.
-func WritePNG(w io.Writer, title string, samples []Sample) error {
+// offered and observed concurrency and the requests held by the
+// activators on top, desired and ready pods below; panic is shaded red and
+// Proxy mode blue behind both, markers are dashed vertical lines.
+func WritePNG(w io.Writer, title string, samples []Sample, markers []Marker) error {
 	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	text(img, marginL, 20, colAxis, title)
@@ -67,7 +79,7 @@ func WritePNG(w io.Writer, title string, samples []Sample) error {
 	}
 	maxConc, maxPods := minAxisMaximum, minAxisMaximum
 	for _, s := range samples {
-		maxConc = math.Max(maxConc, math.Max(s.Offered, s.Observed))
+		maxConc = math.Max(maxConc, math.Max(s.Offered, math.Max(s.Observed, s.Held)))
 		maxPods = math.Max(maxPods, float64(max(s.Desired, s.Ready)))
 	}
 	maxConc, maxPods = niceCeil(maxConc), niceCeil(maxPods)
@@ -92,6 +104,17 @@ func WritePNG(w io.Writer, title string, samples []Sample) error {
 			}
 		}
 		axes(img, panel.top, panel.max, end, panel.label)
+		for _, m := range markers {
+			if m.At >= 0 && m.At <= end {
+				dashed(img, x(m.At), panel.top, panel.top+panelH, colMarker)
+			}
+		}
+	}
+	for i, m := range markers {
+		if m.At >= 0 && m.At <= end {
+			// Labels alternate between two lines, so close markers stay readable.
+			text(img, x(m.At)+4, topY+14+14*(i%2), colMarker, m.Label)
+		}
 	}
 	y := func(top int, maxV, v float64) int { return top + panelH - int(float64(panelH)*v/maxV) }
 	series := func(top int, maxV float64, c color.Color, value func(Sample) float64) {
@@ -102,17 +125,23 @@ func WritePNG(w io.Writer, title string, samples []Sample) error {
 	}
 	series(topY, maxConc, colOffered, func(s Sample) float64 { return s.Offered })
 	series(topY, maxConc, colObserved, func(s Sample) float64 { return s.Observed })
+	series(topY, maxConc, colHeld, func(s Sample) float64 { return math.Max(s.Held, 0) })
 	series(bottomY, maxPods, colDesired, func(s Sample) float64 { return float64(s.Desired) })
 	series(bottomY, maxPods, colReady, func(s Sample) float64 { return float64(s.Ready) })
 
-	lx := marginL
+	lx, ly := marginL, legendY
 	for _, l := range []struct {
 		c    color.Color
 		name string
-	}{{colOffered, "offered concurrency"}, {colObserved, "observed (stable window)"}, {colDesired, "desired pods"}, {colReady, "ready pods"}, {colPanic, "panic"}, {colProxy, "Proxy mode"}} {
-		draw.Draw(img, image.Rect(lx, legendY-8, lx+16, legendY+2), image.NewUniform(l.c), image.Point{}, draw.Src)
-		text(img, lx+20, legendY+2, colAxis, l.name)
-		lx += 24 + 7*len(l.name) + 12
+	}{{colOffered, "offered concurrency"}, {colObserved, "observed (stable window)"}, {colHeld, "held by activators (peak)"},
+		{colDesired, "desired pods"}, {colReady, "ready pods"}, {colPanic, "panic"}, {colProxy, "Proxy mode"}} {
+		width := 24 + 7*len(l.name) + 12
+		if lx+width > plotW-marginR { // next legend line
+			lx, ly = marginL, ly+20
+		}
+		draw.Draw(img, image.Rect(lx, ly-8, lx+16, ly+2), image.NewUniform(l.c), image.Point{}, draw.Src)
+		text(img, lx+20, ly+2, colAxis, l.name)
+		lx += width
 	}
 	return png.Encode(w, img)
 }
@@ -179,6 +208,15 @@ func hline(img *image.RGBA, x0, x1, y int, c color.Color) {
 func vline(img *image.RGBA, x, y0, y1 int, c color.Color) {
 	for y := y0; y <= y1; y++ {
 		img.Set(x, y, c)
+	}
+}
+
+// dashed draws a vertical dashed line, 4 pixels on, 4 off.
+func dashed(img *image.RGBA, x, y0, y1 int, c color.Color) {
+	for y := y0; y <= y1; y++ {
+		if (y-y0)%8 < 4 {
+			img.Set(x, y, c)
+		}
 	}
 }
 

@@ -187,9 +187,20 @@ func excessBurstCapacity(s config.Settings, ready int32, panicValue float64) int
 	return int32(math.Floor(float64(ready)*s.Total - s.TargetBurstCapacity - panicValue))
 }
 
-// initialEBC is the excess burst capacity before any data: none.
+// initialEBC is the excess burst capacity before any data, as Knative
+// sets it: what the initial scale's pods could take beyond the burst
+// capacity, initialScale x total - TBC, truncated towards zero (Knative
+// converts without flooring here). Example: defaults, 1 x 100 - 211 =
+// -111, so the activator stays in the path until data shows otherwise;
+// initial scale 3 of CC 10 with TBC 7: 30 - 7 = 23, Serve at once.
 func initialEBC(s config.Settings) int32 {
-	return excessBurstCapacity(s, 0, 0)
+	switch {
+	case s.TargetBurstCapacity == 0:
+		return 0
+	case s.TargetBurstCapacity < 0:
+		return -1
+	}
+	return int32(float64(s.InitialScale)*s.Total - s.TargetBurstCapacity)
 }
 
 // Activators is how many activators to put in a target's path: 2 when TBC

@@ -62,12 +62,31 @@ func TestOneDecision(t *testing.T) {
 	}
 }
 
+// TestNoDataNoDecision: before any data the decider wants nothing new
+// (desired -1) and reports Knative's initial excess burst capacity,
+// initialScale x total - TBC, truncated towards zero as Knative does.
 func TestNoDataNoDecision(t *testing.T) {
-	d := New(settings(t, 0, nil), 0, t0, logr.Discard())
-	got := d.Decide(t0, Inputs{ReadyPods: 0})
-	want := Decision{DesiredScale: -1, ExcessBurstCapacity: int32(math.Floor(-211)), Activators: 3}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
+	tests := []struct {
+		name    string
+		cc      int32
+		spec    *config.Overrides
+		wantEBC int32
+	}{
+		{"defaults: 1 x 100 - 211", 0, nil, -111},
+		{"initial scale 3 of CC 10, TBC 7: 30 - 7", 10, &config.Overrides{InitialScale: ptr(int32(3)), TargetBurstCapacity: ptr(7.0)}, 23},
+		{"TBC 0", 0, &config.Overrides{TargetBurstCapacity: ptr(0.0)}, 0},
+		{"TBC -1", 0, &config.Overrides{TargetBurstCapacity: ptr(-1.0)}, -1},
+		{"target 10.5, TBC 11: -0.5 truncates to 0", 0, &config.Overrides{Target: ptr(10.5), TargetBurstCapacity: ptr(11.0)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := settings(t, tt.cc, tt.spec)
+			got := New(s, 0, t0, logr.Discard()).Decide(t0, Inputs{ReadyPods: 0})
+			want := Decision{DesiredScale: -1, ExcessBurstCapacity: tt.wantEBC, Activators: Activators(s, 0)}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

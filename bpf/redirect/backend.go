@@ -1,0 +1,97 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Limits of the kernel's map (redirect.c's #defines; TestHeaderMatchesGo
+// keeps them equal).
+const (
+	// MaxServices is how many Service addresses can have an entry at once.
+	MaxServices = 16384
+	// MaxBackends is how many backends one entry can have.
+	MaxBackends = 32
+	// MaxWeight is the largest weight of a backend.
+	MaxWeight = 65535
+)
+
+// Backend is where a redirected connect may go: an activator in Proxy mode,
+// a revision's Service address in a traffic split. Each connect picks one
+// backend of its Service with probability Weight / (sum of the weights).
+type Backend struct {
+	Addr   netip.AddrPort
+	Weight uint32 // 1..MaxWeight
+}
+
+// Events count the unusual paths the programs took, summed over CPUs.
+type Events struct {
+	// EntryRefused: connects to a Service with an entry left as they
+	// were because the entry was unusable (see redirect.c).
+	EntryRefused uint64
+	// NoOrigin: redirected connects whose dialled address could not be
+	// kept (no memory for socket storage): their getpeername shows the
+	// backend.
+	NoOrigin uint64
+	// CounterLost: redirected connects not counted because the counter
+	// map is full.
+	CounterLost uint64
+}
+
+// ErrInvalid is wrapped by every error about a caller's bad input.
+var ErrInvalid = errors.New("invalid redirect")
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}
+
+// checkService returns svc as a plain IPv4 address and port, or an error
+// naming what is wrong with it.
+func checkService(svc netip.AddrPort) (netip.AddrPort, error) {
+	ip := svc.Addr().Unmap()
+	switch {
+	case !ip.Is4():
+		return svc, invalid("service %s: only IPv4 addresses are supported", svc)
+	case ip.IsUnspecified():
+		return svc, invalid("service %s: the unspecified address 0.0.0.0 is not a Service address", svc)
+	case svc.Port() == 0:
+		return svc, invalid("service %s: port 0, want 1..65535", svc)
+	}
+	return netip.AddrPortFrom(ip, svc.Port()), nil
+}
+
+// checkBackends returns backends with plain IPv4 addresses, or an error
+// naming the first bad one, its position and the allowed range.
+func checkBackends(svc netip.AddrPort, backends []Backend) ([]Backend, error) {
+	if n := len(backends); n < 1 || n > MaxBackends {
+		return nil, invalid("service %s: %d backends, want 1..%d", svc, n, MaxBackends)
+	}
+	out := make([]Backend, len(backends))
+	seen := make(map[netip.AddrPort]int, len(backends))
+	for i, b := range backends {
+		ip := b.Addr.Addr().Unmap()
+		switch {
+		case !ip.Is4():
+			return nil, invalid("service %s: backend %d (%s): only IPv4 addresses are supported", svc, i, b.Addr)
+		case ip.IsUnspecified():
+			return nil, invalid("service %s: backend %d (%s): the unspecified address 0.0.0.0 cannot be connected to", svc, i, b.Addr)
+		case b.Addr.Port() == 0:
+			return nil, invalid("service %s: backend %d (%s): port 0, want 1..65535", svc, i, b.Addr)
+		case b.Weight < 1 || b.Weight > MaxWeight:
+			return nil, invalid("service %s: backend %d (%s): weight %d, want 1..%d", svc, i, b.Addr, b.Weight, MaxWeight)
+		}
+		addr := netip.AddrPortFrom(ip, b.Addr.Port())
+		if j, ok := seen[addr]; ok {
+			return nil, invalid("service %s: backend %s is listed twice (%d and %d); give it one entry with the summed weight", svc, addr, j, i)
+		}
+		seen[addr] = i
+		out[i] = Backend{Addr: addr, Weight: b.Weight}
+	}
+	return out, nil
+}

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//go:build ignore
+
+// Connect-time redirect for sockscale.
+//
+// A TCP connect() to a Service address (ClusterIP:port) that has an entry in
+// `services` goes to one of the entry's backends instead, chosen per
+// connection by weight; getpeername() on that socket still returns the
+// address the client dialled. Proxy mode is an entry whose backends are the
+// target's activators (equal weights); a traffic split is an entry whose
+// backends are revisions' Service addresses with their weights. Every other
+// connect, and every UDP socket, is left alone.
+//
+// Programs, attached once at a cgroup v2 root (every socket below it):
+//
+//   sockscale_connect4      cgroup/connect4      rewrites the destination
+//   sockscale_getpeername4  cgroup/getpeername4  gives back the dialled address
+//
+// Maps:
+//
+//   services    Service address -> weighted backends (the agent writes it)
+//   origins     per socket: the address dialled and the backend chosen
+//   redirected  per Service, per CPU: connects redirected (the agent reads it)
+//   events      per CPU: how often an unusual path was taken (enum event)
+//
+// Why one update of an entry is atomic for the program. An entry is one
+// value: the backends, their count and their total weight together, and a
+// bpf_spin_lock. The agent replaces it with one BPF_MAP_UPDATE_ELEM with
+// BPF_F_LOCK, which copies the new value over the old one in place while
+// holding the entry's lock; the program picks a backend while holding the
+// same lock. So a connect sees the whole old entry or the whole new one,
+// never count from one and backends from the other. (Without the lock a hash
+// update swaps in a new element under RCU, which readers see whole, but the
+// old element is recycled at once -- the updating CPU's spare element, or the
+// allocator's free list -- so a reader still inside it could see the next
+// update's bytes.) Deleting an entry frees its element at once too: an
+// insert of another Service may reuse it while a connect that looked it up
+// just before still holds the pointer, so the entry carries its own key and
+// the program refuses an entry whose key is not the one it looked up.
+//
+// Minimum kernel: what the verifier accepts for these hooks and helpers:
+// cgroup/getpeername4 (5.8), sk storage and bpf_spin_lock in cgroup
+// sock_addr programs, bounded loops (5.3). Tested on 6.18.
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#define MAX_SERVICES 16384 // Service addresses with an entry, per node
+#define MAX_BACKENDS 32    // backends per entry (an activator subset, a split)
+#define MAX_WEIGHT 65535   // a backend's weight: 1..MAX_WEIGHT
+
+// A Service address. Also the key of the redirected counters.
+struct svc_key {
+	__u32 ip;   // IPv4, network order
+	__u16 port; // network order
+	__u16 pad;  // zero: keys are compared as bytes
+};
+
+struct backend {
+	__u32 ip;     // IPv4, network order
+	__u16 port;   // network order
+	__u16 weight; // 1..MAX_WEIGHT for the first count backends, 0 beyond
+};
+
+struct svc_entry {
+	struct bpf_spin_lock lock; // held by the program while picking, by the agent's BPF_F_LOCK update while copying
+	__u32 count;               // backends in use, 1..MAX_BACKENDS
+	__u32 total;               // the sum of their weights
+	struct svc_key svc;        // the entry's own key (see the top comment)
+	struct backend backends[MAX_BACKENDS];
+};
+
+// What connect4 did to a socket, for getpeername4.
+struct origin {
+	struct svc_key dialled; // the Service address the client asked for
+	struct svc_key backend; // where connect4 sent it
+};
+
+enum event {
+	EV_ENTRY_REFUSED, // an entry was unusable: recycled for another key, or no backend matched
+	EV_NO_ORIGIN,     // no socket storage for the origin: getpeername shows the backend
+	EV_COUNTER_LOST,  // redirected is full: this Service's connects are not counted
+	EV_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // memory for the entries in use only
+	__type(key, struct svc_key);          // Service address
+	__type(value, struct svc_entry);      // its backends, see the struct
+} services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // required for socket storage
+	__type(key, int);                     // the socket (the kernel's key)
+	__type(value, struct origin);         // set by connect4 when it redirects
+} origins SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // a counter per Service ever redirected, not per possible one
+	__type(key, struct svc_key);          // Service address
+	__type(value, __u64);                 // connects redirected on this CPU
+} redirected SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EV_MAX);
+	__type(key, __u32);   // enum event
+	__type(value, __u64); // how often it happened on this CPU
+} events SEC(".maps");
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+// count_event adds one to ev's counter on this CPU.
+static __always_inline void count_event(__u32 ev)
+{
+	__u64 *n = bpf_map_lookup_elem(&events, &ev);
+	// The verifier needs the NULL check even though ev < EV_MAX always.
+	if (n)
+		*n += 1;
+}
+
+// count_redirect adds one to svc's redirected counter on this CPU, creating
+// the counter on the Service's first redirect.
+static __always_inline void count_redirect(const struct svc_key *svc)
+{
+	__u64 one = 1;
+	__u64 *n = bpf_map_lookup_elem(&redirected, svc);
+
+	// NULL: the first redirect of this Service (or the counter was dropped).
+	if (n) {
+		*n += 1;
+		return;
+	}
+	// NOEXIST: another CPU may be creating it right now; then add to theirs.
+	if (bpf_map_update_elem(&redirected, svc, &one, BPF_NOEXIST) == 0)
+		return;
+	n = bpf_map_lookup_elem(&redirected, svc);
+	// NULL again: the map is full.
+	if (n)
+		*n += 1;
+	else
+		count_event(EV_COUNTER_LOST);
+}
+
+// pick chooses a backend of e for the random number r: r scaled to
+// [0, total) falls into one backend's share of the cumulative weights.
+// Returns 1 and fills *to, or 0 if e is not an entry for svc (it was
+// recycled) or no backend matched (an entry the agent would never write).
+static __always_inline int pick(struct svc_entry *e, const struct svc_key *svc, __u32 r, struct svc_key *to)
+{
+	int found = 0;
+	__u32 n, x;
+
+	// No helper calls and no return while the lock is held (verifier).
+	bpf_spin_lock(&e->lock);
+	if (e->svc.ip != svc->ip || e->svc.port != svc->port)
+		goto out;
+	n = e->count;
+	// Multiply-shift scales r to [0, total) without a division; the
+	// share of each value of x differs from 1/total by under total/2^32,
+	// at most 2^21/2^32 = 0.05 % with every weight at MAX_WEIGHT.
+	x = ((__u64)r * e->total) >> 32;
+	// The constant bound is what the verifier checks the loop against
+	// and keeps the index within backends[]; count ends it early.
+	for (__u32 i = 0; i < MAX_BACKENDS; i++) {
+		if (i >= n)
+			break;
+		if (x < e->backends[i].weight) {
+			to->ip = e->backends[i].ip;
+			to->port = e->backends[i].port;
+			found = 1;
+			break;
+		}
+		x -= e->backends[i].weight;
+	}
+out:
+	bpf_spin_unlock(&e->lock);
+	// A zero address or port is never written by the agent; refuse it
+	// rather than connect there.
+	return found && to->ip != 0 && to->port != 0;
+}
+
+// Program sockscale_connect4.
+// Hook: cgroup/connect4 (BPF_CGROUP_INET4_CONNECT), at the cgroup v2 root.
+// Rewrites a TCP connect to a Service address with an entry to one of its
+// backends, remembers the dialled address in the socket's storage, and
+// counts the redirect per Service. UDP returns before any lookup; a TCP
+// connect to any other address costs one hash miss. Always allows the
+// connect (returns 1): a redirect that cannot be done leaves it as it was.
+SEC("cgroup/connect4")
+int sockscale_connect4(struct bpf_sock_addr *ctx)
+{
+	struct svc_key svc = {}, to = {};
+	struct svc_entry *e;
+	struct origin *o;
+	__u32 r;
+
+	if (ctx->protocol != IPPROTO_TCP)
+		return 1;
+	svc.ip = ctx->user_ip4;
+	// user_port holds the port in network order in its low 16 bits.
+	svc.port = (__u16)ctx->user_port;
+	e = bpf_map_lookup_elem(&services, &svc);
+	// NULL: not a Service with an entry, the common case.
+	if (!e)
+		return 1;
+	// Before the lock: no helper calls while it is held.
+	r = bpf_get_prandom_u32();
+	if (!pick(e, &svc, r, &to)) {
+		count_event(EV_ENTRY_REFUSED);
+		return 1;
+	}
+	o = bpf_sk_storage_get(&origins, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	// NULL: no memory for the storage. Redirect anyway; only getpeername
+	// will show the backend.
+	if (o) {
+		o->dialled = svc;
+		o->backend = to;
+	} else {
+		count_event(EV_NO_ORIGIN);
+	}
+	ctx->user_ip4 = to.ip;
+	ctx->user_port = to.port; // a 4-byte store, as the verifier requires for this field
+	count_redirect(&svc);
+	return 1;
+}
+
+// Program sockscale_getpeername4.
+// Hook: cgroup/getpeername4 (BPF_CGROUP_INET4_GETPEERNAME), at the cgroup
+// v2 root. For a socket connect4 redirected, returns the address the client
+// dialled instead of the backend's, so applications, TLS checks and logs see
+// no difference. Other sockets cost one socket-storage miss. Must return 1.
+SEC("cgroup/getpeername4")
+int sockscale_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct origin *o = bpf_sk_storage_get(&origins, ctx->sk, 0, 0);
+
+	// NULL: connect4 never redirected this socket.
+	if (!o)
+		return 1;
+	// A socket whose redirected connect failed may connect again
+	// elsewhere; its storage then describes the old attempt. Only the
+	// backend connect4 chose is translated back.
+	if (ctx->user_ip4 != o->backend.ip || (__u16)ctx->user_port != o->backend.port)
+		return 1;
+	ctx->user_ip4 = o->dialled.ip;
+	ctx->user_port = o->dialled.port;
+	return 1;
+}

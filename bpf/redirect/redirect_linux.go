@@ -1,0 +1,514 @@
+//go:build linux
+
+package redirect
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Options say where the programs attach and where their state is pinned.
+type Options struct {
+	// CgroupRoot is the cgroup v2 directory the programs attach at; they
+	// see the connects of every process below it.
+	CgroupRoot string
+	// PinDir is a directory on a bpffs where maps and links are pinned, so
+	// a restarted or upgraded agent keeps the entries and the attachment.
+	// Empty means no pinning: closing the Redirect detaches everything.
+	// Give the redirect a directory of its own (not the accounting's).
+	PinDir string
+}
+
+// The programs and where they attach. Pinned links are named after them.
+var attachments = []struct {
+	name   string
+	attach ebpf.AttachType
+	prog   func(*redirectPrograms) *ebpf.Program
+}{
+	{"connect4", ebpf.AttachCGroupInet4Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect4 }},
+	{"getpeername4", ebpf.AttachCgroupInet4GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername4 }},
+}
+
+// Redirect owns the loaded programs, their maps and their attachments. Its
+// methods may be called concurrently, Close excepted.
+type Redirect struct {
+	objs   redirectObjects
+	links  []link.Link
+	closed bool
+}
+
+// New loads the redirect programs and attaches them at opts.CgroupRoot.
+//
+// With a PinDir that holds pinned state (an agent restart or upgrade), the
+// maps are reused when this build's maps have the same layout, so every
+// entry stays, and the programs of the pinned links are replaced in place:
+// the kernel swaps the old program for the new in one step, so no connect
+// finds neither or both. When the layout changed, the new maps get the old
+// maps' entries and counters first (if their sizes match; otherwise they
+// start empty and connects go to the Service address until the agent
+// writes its entries again), and the old maps are removed after the swap.
+func New(opts Options) (*Redirect, error) {
+	if opts.CgroupRoot == "" {
+		return nil, errors.New("load redirect: Options.CgroupRoot is empty")
+	}
+	spec, err := loadRedirect()
+	if err != nil {
+		return nil, fmt.Errorf("load redirect spec: %w", err)
+	}
+	var collOpts ebpf.CollectionOptions
+	mapsDir := ""
+	if opts.PinDir != "" {
+		layout, err := mapsLayout(spec)
+		if err != nil {
+			return nil, err
+		}
+		mapsDir = filepath.Join(opts.PinDir, layout)
+		if err := os.MkdirAll(mapsDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin directory: %w", err)
+		}
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinByName
+		}
+		collOpts.Maps.PinPath = mapsDir
+	}
+
+	r := &Redirect{}
+	if err := spec.LoadAndAssign(&r.objs, &collOpts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			// The whole verifier log says what was refused; %v shows only its end.
+			return nil, fmt.Errorf("load redirect programs: %w\n%s", err, strings.Join(verr.Log, "\n"))
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("load redirect programs: pinned maps in %s do not match this build; remove them with Uninstall: %w", mapsDir, err)
+		}
+		return nil, fmt.Errorf("load redirect programs: %w", err)
+	}
+	var old []string
+	if opts.PinDir != "" {
+		if old, err = otherLayouts(opts.PinDir, filepath.Base(mapsDir)); err != nil {
+			return nil, errors.Join(err, r.Close())
+		}
+		for _, dir := range old {
+			if err := r.migrate(dir); err != nil {
+				return nil, errors.Join(fmt.Errorf("copy entries of %s: %w", dir, err), r.Close())
+			}
+		}
+	}
+	for _, at := range attachments {
+		l, err := attach(opts.CgroupRoot, opts.PinDir, at.name, at.attach, at.prog(&r.objs.redirectPrograms))
+		if err != nil {
+			return nil, errors.Join(err, r.Close())
+		}
+		r.links = append(r.links, l)
+	}
+	// The pinned links run our programs now, which use our maps: the old
+	// layout's maps are unused.
+	var errs []error
+	for _, dir := range old {
+		if err := removeDir(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove previous maps %s: %w", dir, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, r.Close())
+	}
+	return r, nil
+}
+
+const layoutPrefix = "maps-"
+
+// mapsLayout names the pin directory of this build's maps after their
+// layout: type, sizes, flags and the BTF of keys and values. A build that
+// changes only program code reuses the maps of the one before. Tests
+// replace it to play an older build.
+var mapsLayout = func(spec *ebpf.CollectionSpec) (string, error) {
+	h := sha256.New()
+	names := make([]string, 0, len(spec.Maps))
+	for name := range spec.Maps {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var gf btf.GoFormatter
+	for _, name := range names {
+		m := spec.Maps[name]
+		fmt.Fprintf(h, "%s %v %d %d %d %#x\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries, m.Flags)
+		for _, t := range []btf.Type{m.Key, m.Value} {
+			if t == nil {
+				continue
+			}
+			decl, err := gf.TypeDeclaration("t", t)
+			if err != nil {
+				return "", fmt.Errorf("describe the layout of map %s: %w", name, err)
+			}
+			fmt.Fprintln(h, decl)
+		}
+	}
+	return layoutPrefix + hex.EncodeToString(h.Sum(nil)[:6]), nil
+}
+
+// otherLayouts lists the map directories in pinDir other than current.
+func otherLayouts(pinDir, current string) ([]string, error) {
+	entries, err := os.ReadDir(pinDir)
+	if err != nil {
+		return nil, fmt.Errorf("read pin directory: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), layoutPrefix) && e.Name() != current {
+			out = append(out, filepath.Join(pinDir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// migrate copies the entries and counters of the maps pinned in dir, an
+// older layout's, into ours, where their sizes match ours. It runs before
+// the programs are swapped, while the old programs still count in the old
+// maps: the few connects redirected between the copy and the swap are not
+// counted in the new maps, which never makes a counter go back.
+func (r *Redirect) migrate(dir string) error {
+	oldServices, err := loadPinnedLike(filepath.Join(dir, "services"), r.objs.Services)
+	if err != nil || oldServices == nil {
+		return err
+	}
+	defer func() { _ = oldServices.Close() }()
+	var key redirectSvcKey
+	var entry redirectSvcEntry
+	var keys []redirectSvcKey
+	it := oldServices.Iterate()
+	for it.Next(&key, &entry) {
+		keys = append(keys, key)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read entries: %w", err)
+	}
+	for _, k := range keys {
+		if err := oldServices.LookupWithFlags(&k, &entry, ebpf.LookupLock); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				continue
+			}
+			return fmt.Errorf("read entry: %w", err)
+		}
+		if err := r.objs.Services.Update(&k, &entry, ebpf.UpdateLock); err != nil {
+			return fmt.Errorf("copy entry %s: %w", keyAddr(k), err)
+		}
+	}
+
+	oldCounters, err := loadPinnedLike(filepath.Join(dir, "redirected"), r.objs.Redirected)
+	if err != nil || oldCounters == nil {
+		return err
+	}
+	defer func() { _ = oldCounters.Close() }()
+	var perCPU []uint64
+	ct := oldCounters.Iterate()
+	for ct.Next(&key, &perCPU) {
+		if err := r.objs.Redirected.Update(&key, perCPU, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("copy counter %s: %w", keyAddr(key), err)
+		}
+	}
+	if err := ct.Err(); err != nil {
+		return fmt.Errorf("read counters: %w", err)
+	}
+	return nil
+}
+
+// loadPinnedLike opens the map pinned at path if it has the type and sizes
+// of like; nil if there is none or it differs.
+func loadPinnedLike(path string, like *ebpf.Map) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if m.Type() != like.Type() || m.KeySize() != like.KeySize() || m.ValueSize() != like.ValueSize() {
+		return nil, m.Close()
+	}
+	return m, nil
+}
+
+// attach attaches prog at the cgroup root, or replaces the program of the
+// link pinned by a previous run in one step. A pinned link at another
+// cgroup (the root was moved) is replaced by a new link at the new root,
+// attached before the old one is detached.
+func attach(cgroupRoot, pinDir, name string, typ ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
+	pin := ""
+	var stale link.Link
+	if pinDir != "" {
+		pin = filepath.Join(pinDir, "link_"+name)
+		l, err := link.LoadPinnedLink(pin, nil)
+		switch {
+		case err == nil:
+			same, err := attachedAt(l, cgroupRoot)
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("pinned %s link %s: %w", name, pin, err), l.Close())
+			}
+			if !same {
+				stale = l
+				break
+			}
+			if err := l.Update(prog); err != nil {
+				return nil, errors.Join(fmt.Errorf("replace %s program of pinned link %s: %w", name, pin, err), l.Close())
+			}
+			return l, nil
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: typ, Program: prog})
+	if err != nil {
+		if stale != nil {
+			err = errors.Join(err, stale.Close())
+		}
+		return nil, fmt.Errorf("attach %s to %s: %w", name, cgroupRoot, err)
+	}
+	if stale != nil {
+		// Unpin drops the pin's reference, Close ours: the old link goes.
+		if err := errors.Join(stale.Unpin(), stale.Close()); err != nil {
+			return nil, errors.Join(fmt.Errorf("detach %s link at the previous root: %w", name, err), l.Close())
+		}
+	}
+	if pin != "" {
+		if err := l.Pin(pin); err != nil {
+			return nil, errors.Join(fmt.Errorf("pin %s link at %s: %w", name, pin, err), l.Close())
+		}
+	}
+	return l, nil
+}
+
+// attachedAt reports whether the cgroup link l is attached at dir: the
+// kernel names cgroups by id, which is the directory's inode number.
+func attachedAt(l link.Link, dir string) (bool, error) {
+	info, err := l.Info()
+	if err != nil {
+		return false, err
+	}
+	cg := info.Cgroup()
+	if cg == nil {
+		return false, fmt.Errorf("not a cgroup link (type %v)", info.Type)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return false, fmt.Errorf("cgroup root: %w", err)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, fmt.Errorf("cgroup root %s: no inode number", dir)
+	}
+	return sys.Ino == cg.CgroupId, nil
+}
+
+// Close releases every file descriptor. Pinned links and maps stay in the
+// kernel and keep redirecting; without pins, closing detaches the programs.
+// Close is idempotent and safe on a nil Redirect.
+func (r *Redirect) Close() error {
+	if r == nil || r.closed {
+		return nil
+	}
+	r.closed = true
+	var errs []error
+	for _, l := range r.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, r.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Uninstall detaches the programs and removes the state pinned in pinDir,
+// of every layout. It is what a clean uninstall runs; a missing directory
+// is not an error.
+func Uninstall(pinDir string) error {
+	return removeDir(pinDir)
+}
+
+// removeDir unpins (and so detaches) the links in dir, removes the other
+// pins and the directory, recursively.
+func removeDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pin directory: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if e.IsDir() {
+			errs = append(errs, removeDir(path))
+			continue
+		}
+		if l, err := link.LoadPinnedLink(path, nil); err == nil {
+			errs = append(errs, l.Unpin(), l.Close())
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove pin: %w", err))
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Set makes connects to svc go to backends, each chosen with probability
+// weight / total weight, from the next connect on. It replaces any entry
+// svc had in one step: a connect sees the old backends or the new ones.
+// Connects already made keep their backend.
+func (r *Redirect) Set(svc netip.AddrPort, backends []Backend) error {
+	svc, err := checkService(svc)
+	if err != nil {
+		return fmt.Errorf("set: %w", err)
+	}
+	backends, err = checkBackends(svc, backends)
+	if err != nil {
+		return fmt.Errorf("set: %w", err)
+	}
+	key := addrKey(svc)
+	entry := redirectSvcEntry{Count: uint32(len(backends)), Svc: key}
+	for i, b := range backends {
+		k := addrKey(b.Addr)
+		entry.Backends[i] = redirectBackend{Ip: k.Ip, Port: k.Port, Weight: uint16(b.Weight)}
+		entry.Total += b.Weight
+	}
+	// BPF_F_LOCK: copied in place under the entry's lock, which the
+	// program holds while it picks (redirect.c).
+	if err := r.objs.Services.Update(&key, &entry, ebpf.UpdateLock); err != nil {
+		if errors.Is(err, syscall.E2BIG) {
+			return fmt.Errorf("set %s: the map is full (%d Service addresses): %w", svc, MaxServices, err)
+		}
+		return fmt.Errorf("set %s: %w", svc, err)
+	}
+	return nil
+}
+
+// Delete makes connects to svc go to svc again. Its redirected counter is
+// kept, so a Service that comes back counts on (Forget drops it). Deleting
+// a Service without an entry is not an error.
+func (r *Redirect) Delete(svc netip.AddrPort) error {
+	svc, err := checkService(svc)
+	if err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	key := addrKey(svc)
+	if err := r.objs.Services.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete %s: %w", svc, err)
+	}
+	return nil
+}
+
+// Forget deletes svc's entry and its redirected counter, for a Service that
+// is gone.
+func (r *Redirect) Forget(svc netip.AddrPort) error {
+	if err := r.Delete(svc); err != nil {
+		return err
+	}
+	svc, _ = checkService(svc)
+	key := addrKey(svc)
+	if err := r.objs.Redirected.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("forget %s: %w", svc, err)
+	}
+	return nil
+}
+
+// Entries returns every Service address with an entry and its backends, in
+// the order they were set. Each entry is read whole, under its lock.
+func (r *Redirect) Entries() (map[netip.AddrPort][]Backend, error) {
+	var key redirectSvcKey
+	var entry redirectSvcEntry
+	var keys []redirectSvcKey
+	it := r.objs.Services.Iterate()
+	for it.Next(&key, &entry) {
+		keys = append(keys, key)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read entries: %w", err)
+	}
+	out := make(map[netip.AddrPort][]Backend, len(keys))
+	for _, k := range keys {
+		if err := r.objs.Services.LookupWithFlags(&k, &entry, ebpf.LookupLock); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				continue // deleted since the iteration saw it
+			}
+			return nil, fmt.Errorf("read entry %s: %w", keyAddr(k), err)
+		}
+		n := min(entry.Count, MaxBackends)
+		backends := make([]Backend, n)
+		for i := range n {
+			b := entry.Backends[i]
+			backends[i] = Backend{Addr: keyAddr(redirectSvcKey{Ip: b.Ip, Port: b.Port}), Weight: uint32(b.Weight)}
+		}
+		out[keyAddr(k)] = backends
+	}
+	return out, nil
+}
+
+// Redirected returns how many connects were redirected per Service address,
+// summed over CPUs, for every Service redirected since its counter was
+// created (Delete keeps counters, Forget drops them).
+func (r *Redirect) Redirected() (map[netip.AddrPort]uint64, error) {
+	out := make(map[netip.AddrPort]uint64)
+	var key redirectSvcKey
+	var perCPU []uint64
+	it := r.objs.Redirected.Iterate()
+	for it.Next(&key, &perCPU) {
+		var sum uint64
+		for _, n := range perCPU {
+			sum += n
+		}
+		out[keyAddr(key)] = sum
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read redirected counters: %w", err)
+	}
+	return out, nil
+}
+
+// Events returns how often the programs took an unusual path, summed over
+// CPUs.
+func (r *Redirect) Events() (Events, error) {
+	var ev Events
+	for i, dst := range []*uint64{&ev.EntryRefused, &ev.NoOrigin, &ev.CounterLost} {
+		var perCPU []uint64
+		if err := r.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
+			return Events{}, fmt.Errorf("read event %d: %w", i, err)
+		}
+		for _, n := range perCPU {
+			*dst += n
+		}
+	}
+	return ev, nil
+}
+
+// addrKey is the map key of an IPv4 address and port: both in network
+// order, as the program reads them from the socket address.
+func addrKey(a netip.AddrPort) redirectSvcKey {
+	ip := a.Addr().As4()
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], a.Port())
+	return redirectSvcKey{Ip: binary.NativeEndian.Uint32(ip[:]), Port: binary.NativeEndian.Uint16(port[:])}
+}
+
+func keyAddr(k redirectSvcKey) netip.AddrPort {
+	var ip [4]byte
+	binary.NativeEndian.PutUint32(ip[:], k.Ip)
+	var port [2]byte
+	binary.NativeEndian.PutUint16(port[:], k.Port)
+	return netip.AddrPortFrom(netip.AddrFrom4(ip), binary.BigEndian.Uint16(port[:]))
+}

@@ -175,12 +175,13 @@ var fields = []field{
 
 // Parse reads a ConfigMap's data; missing keys keep their defaults. Every
 // bad key is reported, each naming the key, the value and what is allowed.
+// Keys it does not know are ignored, as Knative ignores them (its shipped
+// example sets pod-autoscaler-class, which has no meaning here); the
+// caller warns about them with UnknownKeys.
 func Parse(data map[string]string) (*Config, error) {
 	c := Defaults()
-	known := make(map[string]bool, len(fields))
 	var errs []error
 	for _, f := range fields {
-		known[f.key] = true
 		v, ok := data[f.key]
 		if !ok {
 			continue
@@ -189,16 +190,6 @@ func Parse(data map[string]string) (*Config, error) {
 			errs = append(errs, fmt.Errorf("key %q: value %q: %w", f.key, v, err))
 		}
 	}
-	var unknown []string
-	for k := range data {
-		if !known[k] && !strings.HasPrefix(k, "_") { // "_example" blocks are documentation
-			unknown = append(unknown, k)
-		}
-	}
-	sort.Strings(unknown)
-	for _, k := range unknown {
-		errs = append(errs, fmt.Errorf("key %q is not an autoscaler setting; known keys: %s", k, strings.Join(Keys(), ", ")))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -206,6 +197,24 @@ func Parse(data map[string]string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// UnknownKeys lists, sorted, the keys of data that Parse ignores because
+// they are no autoscaler setting ("_example" blocks, documentation, are
+// not listed).
+func UnknownKeys(data map[string]string) []string {
+	known := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		known[f.key] = true
+	}
+	var unknown []string
+	for k := range data {
+		if !known[k] && !strings.HasPrefix(k, "_") {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	return unknown
 }
 
 // Keys lists the ConfigMap keys, sorted.

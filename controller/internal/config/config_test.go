@@ -71,14 +71,65 @@ func TestParseErrorsNameKeyValueAndRange(t *testing.T) {
 }
 
 func TestParseReportsEveryError(t *testing.T) {
-	_, err := Parse(map[string]string{"stable-window": "1s", "max-scale": "x", "stabel-window": "60s"})
+	_, err := Parse(map[string]string{"stable-window": "1s", "max-scale": "x"})
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{`"stable-window"`, `"max-scale"`, `key "stabel-window" is not an autoscaler setting; known keys: activator-capacity,`} {
+	for _, want := range []string{`"stable-window"`, `"max-scale"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
+	}
+}
+
+// TestUnknownKeysAreIgnored: like Knative, keys the autoscaler does not
+// know do not stop the ConfigMap from loading; UnknownKeys names them so
+// the caller can warn (a typo then shows in the log, not as a dead config).
+func TestUnknownKeysAreIgnored(t *testing.T) {
+	data := map[string]string{"stable-window": "30s", "stabel-window": "60s", "pod-autoscaler-class": "kpa.autoscaling.knative.dev", "_example": "docs"}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatalf("unknown keys rejected: %v", err)
+	}
+	if got.StableWindow != 30*time.Second {
+		t.Errorf("stable window %v, want 30s", got.StableWindow)
+	}
+	if diff := cmp.Diff([]string{"pod-autoscaler-class", "stabel-window"}, UnknownKeys(data)); diff != "" {
+		t.Errorf("unknown keys (-want +got):\n%s", diff)
+	}
+}
+
+// TestKnativeExampleConfigMapParses: the values of Knative's shipped
+// config-autoscaler example (its _example block copied into data, floats
+// written as "10.0", pod-autoscaler-class included) are the defaults.
+func TestKnativeExampleConfigMapParses(t *testing.T) {
+	got, err := Parse(map[string]string{
+		"container-concurrency-target-percentage": "70",
+		"container-concurrency-target-default":    "100",
+		"requests-per-second-target-default":      "200",
+		"target-burst-capacity":                   "211",
+		"stable-window":                           "60s",
+		"panic-window-percentage":                 "10.0",
+		"panic-threshold-percentage":              "200.0",
+		"max-scale-up-rate":                       "1000.0",
+		"max-scale-down-rate":                     "2.0",
+		"enable-scale-to-zero":                    "true",
+		"scale-to-zero-grace-period":              "30s",
+		"scale-to-zero-pod-retention-period":      "0s",
+		"pod-autoscaler-class":                    "kpa.autoscaling.knative.dev",
+		"activator-capacity":                      "100.0",
+		"initial-scale":                           "1",
+		"allow-zero-initial-scale":                "false",
+		"min-scale":                               "0",
+		"max-scale":                               "0",
+		"scale-down-delay":                        "0s",
+		"max-scale-limit":                         "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Defaults(), got); diff != "" {
+		t.Errorf("Knative's example (-want +got):\n%s", diff)
 	}
 }
 

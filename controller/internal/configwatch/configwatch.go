@@ -3,6 +3,7 @@ package configwatch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,22 +18,39 @@ import (
 )
 
 // Load reads the autoscaler ConfigMap ref ("namespace/name"); a missing
-// one means defaults, a bad one is an error naming every bad key.
+// one means defaults, a bad one is an error naming every bad key, and
+// unknown keys are logged and ignored.
 func Load(ctx context.Context, r client.Reader, ref string) (*config.Config, error) {
+	cfg, unknown, err := load(ctx, r, ref)
+	if err == nil {
+		warnUnknown(ctx, ref, unknown)
+	}
+	return cfg, err
+}
+
+// load is Load without the warning: it also returns the ignored keys.
+func load(ctx context.Context, r client.Reader, ref string) (*config.Config, []string, error) {
 	ns, name, _ := strings.Cut(ref, "/")
 	var cm corev1.ConfigMap
 	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			log.FromContext(ctx).Info("autoscaler ConfigMap not found; using the defaults", "configMap", ref)
-			return config.Defaults(), nil
+			return config.Defaults(), nil, nil
 		}
-		return nil, fmt.Errorf("read autoscaler ConfigMap %s: %w", ref, err)
+		return nil, nil, fmt.Errorf("read autoscaler ConfigMap %s: %w", ref, err)
 	}
 	cfg, err := config.Parse(cm.Data)
 	if err != nil {
-		return nil, fmt.Errorf("autoscaler ConfigMap %s: %w", ref, err)
+		return nil, nil, fmt.Errorf("autoscaler ConfigMap %s: %w", ref, err)
 	}
-	return cfg, nil
+	return cfg, config.UnknownKeys(cm.Data), nil
+}
+
+func warnUnknown(ctx context.Context, ref string, unknown []string) {
+	if len(unknown) > 0 {
+		log.FromContext(ctx).Info("autoscaler ConfigMap: ignoring keys that are no autoscaler setting (Knative ignores them too)",
+			"configMap", ref, "ignored", unknown, "known", config.Keys())
+	}
 }
 
 // Watcher re-reads the autoscaler ConfigMap every Period (one GET, no
@@ -49,6 +67,8 @@ type Watcher struct {
 	// Clock ticks every Period (clock.RealClock{} in main, a fake clock
 	// in tests).
 	Clock clock.WithTicker
+
+	unknown []string // the ignored keys last logged
 }
 
 // NeedLeaderElection is false: a standby replica keeps its configuration
@@ -69,9 +89,14 @@ func (w *Watcher) Start(ctx context.Context) error {
 	}
 }
 
-// refresh loads the ConfigMap and swaps it in if it parses.
+// refresh loads the ConfigMap and swaps it in if it parses. Ignored keys
+// are logged when they change, not every period.
 func (w *Watcher) refresh(ctx context.Context) {
-	cfg, err := Load(ctx, w.Reader, w.Ref)
+	cfg, unknown, err := load(ctx, w.Reader, w.Ref)
+	if err == nil && !slices.Equal(unknown, w.unknown) {
+		warnUnknown(ctx, w.Ref, unknown)
+		w.unknown = unknown
+	}
 	if err != nil {
 		log.FromContext(ctx).Error(err, "autoscaler ConfigMap rejected; keeping the previous configuration", "configMap", w.Ref)
 		return

@@ -28,6 +28,11 @@ func TestLoad(t *testing.T) {
 	if err != nil || cfg.StableWindow != 30*time.Second {
 		t.Errorf("stable-window 30s: %+v, %v", cfg, err)
 	}
+	// Knative's key for the autoscaler class means nothing here: ignored.
+	cfg, err = Load(ctx, fake.NewClientBuilder().WithObjects(configMap(map[string]string{"stable-window": "30s", "pod-autoscaler-class": "kpa.autoscaling.knative.dev"})).Build(), "ops/sockscale-autoscaler")
+	if err != nil || cfg.StableWindow != 30*time.Second {
+		t.Errorf("with pod-autoscaler-class: %+v, %v; want it ignored", cfg, err)
+	}
 	_, err = Load(ctx, fake.NewClientBuilder().WithObjects(configMap(map[string]string{"stable-window": "2s"})).Build(), "ops/sockscale-autoscaler")
 	if err == nil {
 		t.Error("stable-window 2s: no error")

@@ -90,8 +90,10 @@ type PodAutoscalerSpec struct {
 	// +kubebuilder:validation:Minimum=2
 	// +optional
 	ActivationScale *int32 `json:"activationScale,omitempty"`
-	// ScaleDownDelay: a scale-down must be wanted this long (0s..1h).
+	// ScaleDownDelay: a scale-down must be wanted this long (whole seconds,
+	// 0s..1h).
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="scaleDownDelay must be from 0s to 1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self).getMilliseconds() % 1000 == 0",message="scaleDownDelay must be whole seconds (as in Knative)"
 	// +optional
 	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
 	// +kubebuilder:validation:Minimum=1

@@ -164,7 +164,7 @@ var fields = []field{
 		return err
 	}},
 	{"scale-down-delay", func(c *Config, v string) (err error) {
-		c.ScaleDownDelay, err = durationIn(v, 0, time.Hour, "a duration from 0s to 1h")
+		c.ScaleDownDelay, err = scaleDownDelay(v)
 		return err
 	}},
 	{"max-scale-limit", func(c *Config, v string) (err error) {
@@ -276,6 +276,16 @@ func window(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 6*time.Second || d > time.Hour || d%time.Second != 0 {
 		return 0, errors.New("must be whole seconds from 6s to 1h")
+	}
+	return d, nil
+}
+
+// scaleDownDelay reads a scale-down delay: whole seconds, as Knative
+// requires ("61984ms" is refused, ConfigMap and annotation alike).
+func scaleDownDelay(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > time.Hour || d%time.Second != 0 {
+		return 0, errors.New("must be whole seconds from 0s to 1h")
 	}
 	return d, nil
 }

@@ -59,7 +59,9 @@ func TestParseErrorsNameKeyValueAndRange(t *testing.T) {
 		{"activator-capacity", "0", "a number >= 1"},
 		{"initial-scale", "-1", "a whole number >= 0"},
 		{"max-scale", "1.5", "a whole number >= 0"},
-		{"scale-down-delay", "-1s", "a duration from 0s to 1h"},
+		{"scale-down-delay", "-1s", "whole seconds from 0s to 1h"},
+		// Knative wants at most second precision.
+		{"scale-down-delay", "61984ms", "whole seconds from 0s to 1h"},
 	}
 	for _, tt := range tests {
 		_, err := Parse(map[string]string{tt.key: tt.value})

@@ -69,7 +69,7 @@ func (o *Overrides) annotations() []annotation {
 			return err
 		}},
 		{"scale-down-delay", func(o *Overrides, v string) error {
-			d, err := durationIn(v, 0, time.Hour, "a duration from 0s to 1h")
+			d, err := scaleDownDelay(v)
 			o.ScaleDownDelay = &d
 			return err
 		}},

@@ -80,7 +80,8 @@ func TestAnnotationErrors(t *testing.T) {
 		{"window", "5s", "whole seconds from 6s to 1h"},
 		{"target-utilization-percentage", "0", "a percentage from 1 to 100"},
 		{"panic-threshold-percentage", "50", "from 110 to 1000"},
-		{"scale-down-delay", "2h", "from 0s to 1h"},
+		{"scale-down-delay", "2h", "whole seconds from 0s to 1h"},
+		{"scale-down-delay", "61984ms", "whole seconds from 0s to 1h"}, // Knative: at most second precision
 		{"min-scal", "1", "is not a per-target setting; known keys after autoscaling.knative.dev/: activation-scale,"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,54 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
+)
+
+// TestIntegrationKnativeValidation: the generated CRD refuses what
+// Knative's validation refuses, on a real kube-apiserver (the rest of the
+// schema is checked in test/integration).
+func TestIntegrationKnativeValidation(t *testing.T) {
+	c := testenv.ControlPlane(t).Client
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pa := func(mutate func(*v1alpha1.PodAutoscalerSpec)) *v1alpha1.PodAutoscaler {
+		p := &v1alpha1.PodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "hello-"},
+			Spec: v1alpha1.PodAutoscalerSpec{
+				ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello"},
+				Service:        v1alpha1.ServiceRef{Name: "hello"},
+			},
+		}
+		mutate(&p.Spec)
+		return p
+	}
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.PodAutoscalerSpec)
+		want   string // "" means accepted
+	}{
+		{"scale-down delay of whole seconds", func(s *v1alpha1.PodAutoscalerSpec) { s.ScaleDownDelay = &metav1.Duration{Duration: 62 * time.Second} }, ""},
+		{"scale-down delay with milliseconds", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.ScaleDownDelay = &metav1.Duration{Duration: 61984 * time.Millisecond}
+		}, "scaleDownDelay must be whole seconds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.Create(ctx, pa(tt.mutate))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("err = %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+}

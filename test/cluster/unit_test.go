@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -102,5 +103,11 @@ func TestHostPathTranslation(t *testing.T) {
 		if (err != nil) != tt.wantErr || got != tt.want {
 			t.Errorf("hostPath(%s) = %q, %v; want %q (error: %v)", tt.path, got, err, tt.want, tt.wantErr)
 		}
+	}
+}
+
+func TestPodMACFollowsTheIP(t *testing.T) {
+	if got, want := podMAC(netip.MustParseAddr("10.244.1.7")), "0a:58:0a:f4:01:07"; got != want {
+		t.Errorf("podMAC = %s, want %s", got, want)
 	}
 }

@@ -96,6 +96,10 @@ type PodAutoscalerSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self).getMilliseconds() % 1000 == 0",message="scaleDownDelay must be whole seconds (as in Knative)"
 	// +optional
 	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+	// TargetUtilizationPercentage is the share of Target each pod is
+	// aimed at. Unset: the autoscaler ConfigMap's
+	// container-concurrency-target-percentage for concurrency, a fixed 70
+	// for rps (as in Knative).
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +optional

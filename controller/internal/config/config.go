@@ -12,8 +12,10 @@ import (
 
 // Config is the cluster-wide autoscaler configuration (the ConfigMap).
 type Config struct {
-	// Utilization is the fraction of a pod's capacity the autoscaler aims
-	// for (container-concurrency-target-percentage / 100).
+	// Utilization is the fraction of a pod's concurrency capacity the
+	// autoscaler aims for (container-concurrency-target-percentage / 100).
+	// It does not apply to the rps metric, which aims at RPSUtilization
+	// (Knative's reading; KPA.md "Target value").
 	Utilization float64
 	// ConcurrencyTargetDefault is a pod's capacity in concurrent requests
 	// when the target sets neither containerConcurrency nor target.

@@ -7,4 +7,10 @@
 // Defaults. Every value is validated where it is read, and the merged
 // settings are validated again for rules across keys (min-scale <=
 // max-scale, activation-scale <= max-scale, max-scale <= max-scale-limit).
+//
+// Where KPA.md leaves room, the reading is Knative's: the ConfigMap's
+// container-concurrency-target-percentage is the utilization of the
+// concurrency metric only, and rps aims at a fixed 70 % of its target
+// unless the target sets target-utilization-percentage; unknown ConfigMap
+// keys are ignored (the caller warns) rather than refused.
 package config

@@ -12,6 +12,11 @@ import (
 // AnnotationPrefix marks per-target settings on a Deployment's pod template.
 const AnnotationPrefix = "autoscaling.knative.dev/"
 
+// RPSUtilization is the share of a pod's rps capacity the autoscaler aims
+// for unless a target sets target-utilization-percentage: Knative's fixed
+// 70 %; the ConfigMap's percentage is for concurrency only.
+const RPSUtilization = 0.7
+
 // Metrics a target can scale on.
 const (
 	MetricConcurrency = "concurrency"
@@ -167,7 +172,10 @@ func ParseAnnotations(annotations map[string]string) (*Overrides, error) {
 type Settings struct {
 	Metric string
 	// Total is one pod's capacity for the metric; TargetValue what the
-	// autoscaler aims at per pod: max(0.01, Total * Utilization).
+	// autoscaler aims at per pod: max(0.01, Total * Utilization), where
+	// Utilization is the target's target-utilization-percentage, else
+	// the ConfigMap's container-concurrency-target-percentage for
+	// concurrency and RPSUtilization (0.7) for rps.
 	Total, Utilization, TargetValue float64
 	ContainerConcurrency            int32
 	TargetBurstCapacity             float64
@@ -192,7 +200,6 @@ type Settings struct {
 func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrides) (Settings, error) {
 	s := Settings{
 		Metric:                        MetricConcurrency,
-		Utilization:                   c.Utilization,
 		ContainerConcurrency:          containerConcurrency,
 		TargetBurstCapacity:           c.TargetBurstCapacity,
 		StableWindow:                  c.StableWindow,
@@ -210,7 +217,7 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 		Aggregation:                   AggregationLinear,
 	}
 	panicPct := c.PanicWindowPercentage
-	var target *float64
+	var target, utilizationPct *float64
 	// Lower precedence first, so spec values overwrite annotation values.
 	for _, o := range []*Overrides{annotations, spec} {
 		if o == nil {
@@ -231,21 +238,28 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 			target = o.Target
 		}
 		if o.TargetUtilizationPercentage != nil {
-			s.Utilization = *o.TargetUtilizationPercentage / 100
+			utilizationPct = o.TargetUtilizationPercentage
 		}
 		if o.PanicThresholdPercentage != nil {
 			s.PanicThreshold = *o.PanicThresholdPercentage / 100
 		}
 	}
 
-	// A pod's capacity (KPA.md "Target value").
+	// A pod's capacity and the share of it to aim at (KPA.md "Target
+	// value"). The ConfigMap's container-concurrency-target-percentage is
+	// the concurrency metric's utilization only: rps aims at a fixed
+	// RPSUtilization, as in Knative, unless the target sets its own
+	// target-utilization-percentage. Example: percentage 50 in the
+	// ConfigMap, rps: 200 x 0.7 = 140, not 200 x 0.5 = 100.
 	switch s.Metric {
 	case MetricRPS:
+		s.Utilization = RPSUtilization
 		s.Total = c.RPSTargetDefault
 		if target != nil {
 			s.Total = *target
 		}
 	default:
+		s.Utilization = c.Utilization
 		s.Total = c.ConcurrencyTargetDefault
 		if containerConcurrency > 0 {
 			s.Total = float64(containerConcurrency)
@@ -256,6 +270,9 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 				s.Total = math.Min(*target, float64(containerConcurrency))
 			}
 		}
+	}
+	if utilizationPct != nil {
+		s.Utilization = *utilizationPct / 100
 	}
 	s.TargetValue = math.Max(0.01, s.Total*s.Utilization)
 

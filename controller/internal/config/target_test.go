@@ -36,6 +36,35 @@ func TestEffectiveTargetValue(t *testing.T) {
 	}
 }
 
+// TestRPSUtilizationIgnoresTheConcurrencyPercentage: as in Knative, the
+// ConfigMap's container-concurrency-target-percentage is the concurrency
+// metric's utilization only; rps aims at a fixed 70 % unless the target
+// sets target-utilization-percentage.
+func TestRPSUtilizationIgnoresTheConcurrencyPercentage(t *testing.T) {
+	c, err := Parse(map[string]string{"container-concurrency-target-percentage": "50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		spec *Overrides
+		want float64
+	}{
+		{"concurrency: 100 * 50%", nil, 50},
+		{"rps: 200 * 70%, the percentage does not apply", &Overrides{Metric: ptr(MetricRPS)}, 140},
+		{"rps with target-utilization-percentage 90: 200 * 90%", &Overrides{Metric: ptr(MetricRPS), TargetUtilizationPercentage: ptr(90.0)}, 180},
+	}
+	for _, tt := range tests {
+		s, err := Effective(c, 0, nil, tt.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if abs(s.TargetValue-tt.want) > 1e-9 {
+			t.Errorf("%s: target value %v, want %v", tt.name, s.TargetValue, tt.want)
+		}
+	}
+}
+
 func abs(f float64) float64 {
 	if f < 0 {
 		return -f

@@ -90,7 +90,7 @@ func TestActivatorDeployment(t *testing.T) {
 		"--metrics-bind-address=:9090",
 		"--health-probe-bind-address=:8081",
 		"--queue-depth=10000",
-		"--probe-period=25ms",
+		"--probe-period=15ms",
 		"--cluster-domain=cluster.local",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
 		"--log-level=info",

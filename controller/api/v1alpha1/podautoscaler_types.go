@@ -48,6 +48,7 @@ const DefaultTimeoutSeconds = 300
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minScale) || !has(self.maxScale) || self.maxScale == 0 || self.minScale <= self.maxScale",message="minScale must not exceed maxScale (maxScale 0 means unlimited)"
 // +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.maxScale) || self.maxScale == 0 || self.activationScale <= self.maxScale",message="activationScale must not exceed maxScale"
+// +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.minScale) || self.minScale <= self.activationScale",message="minScale must not exceed activationScale"
 type PodAutoscalerSpec struct {
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 	Service        ServiceRef     `json:"service"`

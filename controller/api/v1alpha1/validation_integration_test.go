@@ -39,6 +39,9 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		{"scale-down delay with milliseconds", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.ScaleDownDelay = &metav1.Duration{Duration: 61984 * time.Millisecond}
 		}, "scaleDownDelay must be whole seconds"},
+		{"min-scale at activation-scale", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale, s.ActivationScale = ptr(int32(3)), ptr(int32(3)) }, ""},
+		{"min-scale above activation-scale", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale, s.ActivationScale = ptr(int32(4)), ptr(int32(3)) },
+			"minScale must not exceed activationScale"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,3 +55,5 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

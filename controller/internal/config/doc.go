@@ -6,7 +6,8 @@
 // template, then the cluster ConfigMap, then the built-in defaults of
 // Defaults. Every value is validated where it is read, and the merged
 // settings are validated again for rules across keys (min-scale <=
-// max-scale, activation-scale <= max-scale, max-scale <= max-scale-limit).
+// max-scale, the target's min-scale <= activation-scale <= max-scale,
+// max-scale <= max-scale-limit).
 //
 // Where KPA.md leaves room, the reading is Knative's: the ConfigMap's
 // container-concurrency-target-percentage is the utilization of the

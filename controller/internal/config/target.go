@@ -218,12 +218,16 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 	}
 	panicPct := c.PanicWindowPercentage
 	var target, utilizationPct *float64
+	var targetMin *int32 // min-scale set for the target (not the cluster's)
 	// Lower precedence first, so spec values overwrite annotation values.
 	for _, o := range []*Overrides{annotations, spec} {
 		if o == nil {
 			continue
 		}
 		setIf(&s.MinScale, o.MinScale)
+		if o.MinScale != nil {
+			targetMin = o.MinScale
+		}
 		setIf(&s.MaxScale, o.MaxScale)
 		setIf(&s.InitialScale, o.InitialScale)
 		setIf(&s.ActivationScale, o.ActivationScale)
@@ -280,7 +284,7 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 	// Example: 60s * 10% = 6s; 10s * 15% = 1.5s -> 2s.
 	s.PanicWindow = max(time.Second, time.Duration(math.Round(s.StableWindow.Seconds()*panicPct/100))*time.Second)
 
-	return s, s.validate(c)
+	return s, s.validate(c, targetMin)
 }
 
 func setIf[T any](dst *T, v *T) {
@@ -289,7 +293,9 @@ func setIf[T any](dst *T, v *T) {
 	}
 }
 
-func (s *Settings) validate(c *Config) error {
+// validate checks rules across keys. targetMin is the min-scale the
+// target itself sets, nil if it takes the cluster's.
+func (s *Settings) validate(c *Config, targetMin *int32) error {
 	var errs []error
 	if s.ContainerConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("containerConcurrency %d: must be 0 (no limit) or more", s.ContainerConcurrency))
@@ -305,6 +311,12 @@ func (s *Settings) validate(c *Config) error {
 	}
 	if s.ActivationScale > 0 && s.MaxScale > 0 && s.ActivationScale > s.MaxScale {
 		errs = append(errs, fmt.Errorf("activation-scale %d is above max-scale %d", s.ActivationScale, s.MaxScale))
+	}
+	// Knative holds activation-scale within min..max, the min being the
+	// target's own min-scale: a cluster-wide min-scale above a target's
+	// activation scale is not the target's mistake (min-scale wins anyway).
+	if s.ActivationScale > 0 && targetMin != nil && *targetMin > s.ActivationScale {
+		errs = append(errs, fmt.Errorf("min-scale %d is above activation-scale %d", *targetMin, s.ActivationScale))
 	}
 	if s.InitialScale == 0 && !c.AllowZeroInitialScale {
 		errs = append(errs, errors.New("initial-scale 0 needs the cluster's allow-zero-initial-scale: true"))

@@ -137,10 +137,26 @@ func TestEffectiveCrossKeyRules(t *testing.T) {
 		{limited, 0, &Overrides{MaxScale: ptr(int32(0))}, "max-scale 0: the cluster's max-scale-limit 10"},
 		{Defaults(), 0, &Overrides{InitialScale: ptr(int32(0))}, "initial-scale 0 needs the cluster's allow-zero-initial-scale: true"},
 		{Defaults(), -1, nil, "containerConcurrency -1: must be 0 (no limit) or more"},
+		// Knative: activation-scale must be within min..max.
+		{Defaults(), 0, &Overrides{MinScale: ptr(int32(4)), ActivationScale: ptr(int32(3))}, "min-scale 4 is above activation-scale 3"},
 	}
 	for _, tt := range tests {
 		if _, err := Effective(tt.c, tt.cc, nil, tt.spec); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("err = %v, want %q", err, tt.want)
 		}
+	}
+	// The cluster's min-scale is not the target's: as in Knative, only a
+	// min-scale set for the target is held against its activation scale.
+	high := Defaults()
+	high.MinScale = 5
+	if _, err := Effective(high, 0, nil, &Overrides{ActivationScale: ptr(int32(3))}); err != nil {
+		t.Errorf("cluster min-scale 5 with activation-scale 3: %v", err)
+	}
+	ann, err := ParseAnnotations(map[string]string{AnnotationPrefix + "min-scale": "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Effective(Defaults(), 0, ann, &Overrides{ActivationScale: ptr(int32(3))}); err == nil || !strings.Contains(err.Error(), "min-scale 4 is above activation-scale 3") {
+		t.Errorf("annotation min-scale 4, spec activation-scale 3: err = %v", err)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -27,7 +29,13 @@ import (
 
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
+	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
+
+func TestMain(m *testing.M) {
+	testpod.Main() // returns unless this process is a test pod's server
+	os.Exit(m.Run())
+}
 
 // The tests connect from this process. A cgroup program sees the sockets
 // of processes below the cgroup it is attached at, so each test makes a
@@ -43,7 +51,7 @@ type kernelEnv struct {
 	r      *Redirect
 }
 
-func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
+func newKernelEnv(t testing.TB, pinDir string) *kernelEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
 	cg2, err := cgroup2.Root()
@@ -65,7 +73,7 @@ func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
 
 // attach loads and attaches a Redirect at the root and closes it when t
 // ends.
-func (e *kernelEnv) attach(t *testing.T, pinDir string) *Redirect {
+func (e *kernelEnv) attach(t testing.TB, pinDir string) *Redirect {
 	t.Helper()
 	r, err := New(Options{CgroupRoot: e.root, PinDir: pinDir})
 	if err != nil {
@@ -77,7 +85,7 @@ func (e *kernelEnv) attach(t *testing.T, pinDir string) *Redirect {
 
 // enter moves this process into the client cgroup until leave or the end
 // of t.
-func (e *kernelEnv) enter(t *testing.T) {
+func (e *kernelEnv) enter(t testing.TB) {
 	t.Helper()
 	cg2, err := cgroup2.Root()
 	if err != nil {
@@ -105,7 +113,7 @@ func (e *kernelEnv) enter(t *testing.T) {
 
 // leave moves this process to the cgroup v2 root, outside the subtree,
 // where nothing is redirected; enter brings it back.
-func (e *kernelEnv) leave(t *testing.T) {
+func (e *kernelEnv) leave(t testing.TB) {
 	t.Helper()
 	cg2, err := cgroup2.Root()
 	if err != nil {
@@ -114,7 +122,7 @@ func (e *kernelEnv) leave(t *testing.T) {
 	moveSelf(t, cg2)
 }
 
-func moveSelf(t *testing.T, cgroup string) {
+func moveSelf(t testing.TB, cgroup string) {
 	t.Helper()
 	// cgroup.procs moves the whole process, every thread of it.
 	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
@@ -182,7 +190,7 @@ type dialResult struct {
 func dial(addr netip.AddrPort) (res dialResult) {
 	res.start = time.Now()
 	defer func() { res.end = time.Now() }()
-	c, err := net.DialTimeout("tcp4", addr.String(), 2*time.Second)
+	c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
 	if err != nil {
 		res.err = err
 		return res
@@ -216,11 +224,13 @@ func peerName(c syscallConn) (netip.AddrPort, error) {
 	if serr != nil {
 		return netip.AddrPort{}, fmt.Errorf("getpeername: %w", serr)
 	}
-	in4, ok := sa.(*unix.SockaddrInet4)
-	if !ok {
-		return netip.AddrPort{}, fmt.Errorf("getpeername: %T, want an IPv4 address", sa)
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)), nil
 	}
-	return netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)), nil
+	return netip.AddrPort{}, fmt.Errorf("getpeername: %T, want an IP address", sa)
 }
 
 type syscallConn interface {
@@ -269,7 +279,7 @@ type services struct {
 	backends []*server
 }
 
-func newServices(t *testing.T, n int) *services {
+func newServices(t testing.TB, n int) *services {
 	t.Helper()
 	s := &services{direct: serve(t, "direct", localAddr(t, "127.77.0.1"), 0)}
 	s.svc = s.direct.addr
@@ -358,7 +368,7 @@ func TestKernelRedirect(t *testing.T) {
 
 var addrPortComparer = cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })
 
-func redirectedCount(t *testing.T, r *Redirect, svc netip.AddrPort) uint64 {
+func redirectedCount(t testing.TB, r *Redirect, svc netip.AddrPort) uint64 {
 	t.Helper()
 	counts, err := r.Redirected()
 	if err != nil {
@@ -371,7 +381,10 @@ func redirectedCount(t *testing.T, r *Redirect, svc netip.AddrPort) uint64 {
 // many the verifier processed.
 func logProgramSizes(t *testing.T, r *Redirect) {
 	t.Helper()
-	for name, prog := range map[string]*ebpf.Program{"connect4": r.objs.SockscaleConnect4, "getpeername4": r.objs.SockscaleGetpeername4} {
+	for name, prog := range map[string]*ebpf.Program{
+		"connect4": r.objs.SockscaleConnect4, "getpeername4": r.objs.SockscaleGetpeername4,
+		"connect6": r.objs.SockscaleConnect6, "getpeername6": r.objs.SockscaleGetpeername6,
+	} {
 		info, err := prog.Info()
 		if err != nil {
 			t.Fatal(err)
@@ -630,8 +643,8 @@ func TestKernelAgentRestartKeepsEntries(t *testing.T) {
 	if got := mustDial(t, s.svc); got.backend == "direct" {
 		t.Errorf("after the restart: answered by direct, want a backend")
 	}
-	if n := attachedPrograms(t, e.root); n != 2 {
-		t.Errorf("after the restart %d programs are attached at the root, want 2 (one per hook)", n)
+	if n := attachedPrograms(t, e.root); n != len(attachments) {
+		t.Errorf("after the restart %d programs are attached at the root, want %d (one per hook)", n, len(attachments))
 	}
 	if err := e.r.Close(); err != nil {
 		t.Fatal(err)
@@ -702,8 +715,8 @@ func TestKernelUpgradeWithoutGap(t *testing.T) {
 	if counts["direct"] != 0 {
 		t.Errorf("%d connects went to the Service address during the upgrades, want 0", counts["direct"])
 	}
-	if n := attachedPrograms(t, e.root); n != 2 {
-		t.Errorf("after the upgrades %d programs are attached, want 2", n)
+	if n := attachedPrograms(t, e.root); n != len(attachments) {
+		t.Errorf("after the upgrades %d programs are attached, want %d", n, len(attachments))
 	}
 	if _, err := os.Stat(filepath.Join(pins, layoutPrefix+"previous")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the previous layout's maps are still pinned: %v", err)
@@ -726,5 +739,254 @@ func TestKernelUpgradeWithoutGap(t *testing.T) {
 	}
 	if got := redirectedCount(t, e.r, s.svc); got > uint64(len(results)) || got+uint64(overlapped) < uint64(len(results)) {
 		t.Errorf("redirected = %d, want the %d connects, less at most the %d that overlapped the copy", got, len(results), overlapped)
+	}
+}
+
+// rawConnect connects a new TCP socket of family to sa with connect(2), so
+// the test controls the socket's family and can connect it twice.
+func rawConnect(t *testing.T, family int, sa unix.Sockaddr) (int, error) {
+	t.Helper()
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	tv := unix.NsecToTimeval((2 * time.Second).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		t.Fatal(err)
+	}
+	return fd, unix.Connect(fd, sa)
+}
+
+// readName reads the answering server's name from fd.
+func readName(t *testing.T, fd int) string {
+	t.Helper()
+	var name []byte
+	buf := make([]byte, 64)
+	for !strings.HasSuffix(string(name), "\n") {
+		n, err := unix.Read(fd, buf)
+		if err != nil || n == 0 {
+			t.Fatalf("read server name: %d bytes, %v", n, err)
+		}
+		name = append(name, buf[:n]...)
+	}
+	return strings.TrimSuffix(string(name), "\n")
+}
+
+func mapped(a netip.AddrPort) *unix.SockaddrInet6 {
+	return &unix.SockaddrInet6{Addr: netip.AddrFrom16(a.Addr().As16()).As16(), Port: int(a.Port())}
+}
+
+// TestKernelDualStackSockets: a client that opens IPv6 sockets for IPv4
+// destinations (Java, .NET) dials ::ffff:<Service address>; connect6 and
+// getpeername6 treat it like connect4 and getpeername4. Plain IPv6 stays
+// untouched.
+func TestKernelDualStackSockets(t *testing.T) {
+	e := newKernelEnv(t, "")
+	s := newServices(t, 1)
+	if err := e.r.Set(s.svc, s.weighted(1)); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		fd, err := rawConnect(t, unix.AF_INET6, mapped(s.svc))
+		if err != nil {
+			t.Fatalf("connect to %v: %v", mapped(s.svc).Addr, err)
+		}
+		if got := readName(t, fd); got != "backend-0" {
+			t.Errorf("dual-stack connect to ::ffff:%s answered by %s, want backend-0", s.svc, got)
+		}
+		sa, err := unix.Getpeername(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in6 := sa.(*unix.SockaddrInet6)
+		if got := netip.AddrPortFrom(netip.AddrFrom16(in6.Addr).Unmap(), uint16(in6.Port)); got != s.svc || !netip.AddrFrom16(in6.Addr).Is4In6() {
+			t.Errorf("getpeername = [%v]:%d, want ::ffff:%s", netip.AddrFrom16(in6.Addr), in6.Port, s.svc)
+		}
+	}
+	if got := redirectedCount(t, e.r, s.svc); got != 5 {
+		t.Errorf("redirected = %d, want 5", got)
+	}
+	// Plain IPv6, on loopback, no entry: as it was.
+	v6 := serve6(t)
+	if got := mustDial(t, v6.addr); got.backend != "v6" || got.peer != v6.addr {
+		t.Errorf("IPv6 connect to %s: answered by %s, peer %s", v6.addr, got.backend, got.peer)
+	}
+}
+
+func serve6(t *testing.T) *server {
+	t.Helper()
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := &server{name: "v6", addr: netip.MustParseAddrPort(ln.Addr().String())}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("v6\n"))
+			c.Close()
+		}
+	}()
+	return s
+}
+
+// TestKernelReconnectAfterFailedRedirect: a socket whose redirected connect
+// failed and that then connects elsewhere reports its real peer.
+func TestKernelReconnectAfterFailedRedirect(t *testing.T) {
+	e := newKernelEnv(t, "")
+	s := newServices(t, 0)
+	other := serve(t, "other", localAddr(t, "127.77.0.2"), 0)
+	// A backend nobody listens on: the connect is refused at once.
+	ln, err := net.Listen("tcp4", localAddr(t, "127.77.1.9").String()+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := netip.MustParseAddrPort(ln.Addr().String())
+	ln.Close()
+	if err := e.r.Set(s.svc, []Backend{{Addr: closed, Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	svc4 := &unix.SockaddrInet4{Addr: s.svc.Addr().As4(), Port: int(s.svc.Port())}
+	fd, err := rawConnect(t, unix.AF_INET, svc4)
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		t.Fatalf("connect to %s redirected to the closed %s: %v, want ECONNREFUSED", s.svc, closed, err)
+	}
+	to := &unix.SockaddrInet4{Addr: other.addr.Addr().As4(), Port: int(other.addr.Port())}
+	if err := unix.Connect(fd, to); err != nil {
+		t.Fatalf("connect the same socket again, to %s: %v", other.addr, err)
+	}
+	if got := readName(t, fd); got != "other" {
+		t.Errorf("second connect answered by %s, want other", got)
+	}
+	sa, err := unix.Getpeername(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in4 := sa.(*unix.SockaddrInet4)
+	if got := netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)); got != other.addr {
+		t.Errorf("getpeername = %s, want the real peer %s (not the first connect's %s)", got, other.addr, s.svc)
+	}
+}
+
+// podSubnet is the test pod's /24 (10.213.92.0/24): no other package's
+// tests use it, so they may run at the same time.
+const podSubnet = 92
+
+// TestKernelRedirectToPod is the production shape: the Service address is a
+// "ClusterIP" nothing answers (an unused address of the pod's /24, routed
+// to the pod's veth), the backend a server in another network namespace,
+// the client an HTTP client that knows only the Service address.
+func TestKernelRedirectToPod(t *testing.T) {
+	e := newKernelEnv(t, "")
+	pod := testpod.New(t, testpod.Options{Subnet: podSubnet, CgroupParent: e.root})
+	if err := pod.Start(testpod.RoleHTTP, testpod.HTTPPort); err != nil {
+		t.Fatal(err)
+	}
+	svc := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 213, podSubnet, 200}), 80)
+	out, err := exec.Command("ip", "route", "get", svc.Addr().String()).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf(" dev sstph%d ", podSubnet)) {
+		t.Fatalf("%s is not routed to the test pod's veth (refusing to send test traffic off the machine): %v: %s", svc.Addr(), err, out)
+	}
+	if err := e.r.Set(svc, []Backend{{Addr: netip.AddrPortFrom(pod.IP, testpod.HTTPPort), Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 3 {
+		resp, err := client.Get("http://" + svc.String() + "/?size=5")
+		if err != nil {
+			t.Fatalf("GET the Service address: %v", err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "abcde" {
+			t.Fatalf("GET the Service address: %d %q %v, want 200 \"abcde\"", resp.StatusCode, body, err)
+		}
+	}
+	// Without the entry the connect goes to the Service address, where
+	// nothing answers.
+	if err := e.r.Delete(svc); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", svc.String(), 300*time.Millisecond); err == nil {
+		c.Close()
+		t.Errorf("after Delete a connect to %s succeeded; nothing listens there", svc)
+	}
+}
+
+// BenchmarkKernelConnect measures loopback connects (connect, accept, one
+// line, close) without the programs in the path, with them and no entry
+// (the one hash miss every other connect on a node pays), and redirected.
+// ns/connect4 is the program's own run time per connect, from the kernel's
+// BPF run-time statistics.
+func BenchmarkKernelConnect(b *testing.B) {
+	e := newKernelEnv(b, "")
+	s := newServices(b, 1)
+	plain := serve(b, "plain", localAddr(b, "127.77.0.3"), 0)
+	if err := e.r.Set(s.svc, s.weighted(1)); err != nil {
+		b.Fatal(err)
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
+	for _, bc := range []struct {
+		name     string
+		attached bool
+		addr     netip.AddrPort
+		want     string
+	}{
+		{"no program", false, plain.addr, "plain"},
+		{"miss", true, plain.addr, "plain"},
+		{"redirected", true, s.svc, "backend-0"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if bc.attached {
+				e.enter(b)
+			} else {
+				e.leave(b)
+			}
+			st0, err := e.r.objs.SockscaleConnect4.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if res := dial(bc.addr); res.err != nil || res.backend != bc.want {
+					b.Fatalf("dial %s: answered by %q, %v; want %s", bc.addr, res.backend, res.err, bc.want)
+				}
+			}
+			st1, err := e.r.objs.SockscaleConnect4.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if runs := st1.RunCount - st0.RunCount; runs > 0 {
+				b.ReportMetric(float64(st1.Runtime-st0.Runtime)/float64(runs), "ns/connect4")
+			}
+		})
+	}
+}
+
+// BenchmarkKernelSet measures one entry update (the agent's switch of a
+// Service between two activator sets).
+func BenchmarkKernelSet(b *testing.B) {
+	e := newKernelEnv(b, "")
+	svc := netip.MustParseAddrPort("10.96.0.10:80")
+	sets := [2][]Backend{}
+	for i := range sets {
+		for j := range 3 {
+			sets[i] = append(sets[i], Backend{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i), byte(j + 1)}), 8012), Weight: 1})
+		}
+	}
+	i := 0
+	for b.Loop() {
+		if err := e.r.Set(svc, sets[i%2]); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }

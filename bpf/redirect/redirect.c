@@ -15,6 +15,8 @@
 //
 //   sockscale_connect4      cgroup/connect4      rewrites the destination
 //   sockscale_getpeername4  cgroup/getpeername4  gives back the dialled address
+//   sockscale_connect6      cgroup/connect6      the same for dual-stack sockets
+//   sockscale_getpeername6  cgroup/getpeername6  dialling ::ffff:<ClusterIP>
 //
 // Maps:
 //
@@ -38,12 +40,13 @@
 // just before still holds the pointer, so the entry carries its own key and
 // the program refuses an entry whose key is not the one it looked up.
 //
-// Minimum kernel: what the verifier accepts for these hooks and helpers:
-// cgroup/getpeername4 (5.8), sk storage and bpf_spin_lock in cgroup
-// sock_addr programs, bounded loops (5.3). Tested on 6.18.
+// Minimum kernel: 5.8 for the getpeername hooks; the loader fails with the
+// verifier's reason on a kernel that lacks socket storage or bpf_spin_lock
+// for cgroup sock_addr programs. Tested on 6.18.
 
 #include <linux/bpf.h>
 #include <linux/in.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #define MAX_SERVICES 16384 // Service addresses with an entry, per node
@@ -186,49 +189,107 @@ out:
 	return found && to->ip != 0 && to->port != 0;
 }
 
+// redirect picks a backend for a TCP connect to svc, if svc has an entry:
+// it remembers the dialled address in the socket's storage, counts the
+// redirect and returns 1 with *to filled. Returns 0 if the connect stays
+// as it is: no entry (one hash miss, the common case) or an unusable one.
+static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_key *svc, struct svc_key *to)
+{
+	struct svc_entry *e = bpf_map_lookup_elem(&services, svc);
+	struct origin *o;
+	__u32 r;
+
+	// NULL: not a Service with an entry.
+	if (!e)
+		return 0;
+	// Before the lock: no helper calls while it is held.
+	r = bpf_get_prandom_u32();
+	if (!pick(e, svc, r, to)) {
+		count_event(EV_ENTRY_REFUSED);
+		return 0;
+	}
+	o = bpf_sk_storage_get(&origins, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	// NULL: no memory for the storage. Redirect anyway; only getpeername
+	// will show the backend.
+	if (o) {
+		o->dialled = *svc;
+		o->backend = *to;
+	} else {
+		count_event(EV_NO_ORIGIN);
+	}
+	count_redirect(svc);
+	return 1;
+}
+
+// v4_mapped reports whether the first three words of an IPv6 address are
+// those of an IPv4-mapped one (::ffff:a.b.c.d), in network order.
+static __always_inline int v4_mapped(__u32 w0, __u32 w1, __u32 w2)
+{
+	return w0 == 0 && w1 == 0 && w2 == bpf_htonl(0xffff);
+}
+
 // Program sockscale_connect4.
 // Hook: cgroup/connect4 (BPF_CGROUP_INET4_CONNECT), at the cgroup v2 root.
 // Rewrites a TCP connect to a Service address with an entry to one of its
-// backends, remembers the dialled address in the socket's storage, and
-// counts the redirect per Service. UDP returns before any lookup; a TCP
-// connect to any other address costs one hash miss. Always allows the
-// connect (returns 1): a redirect that cannot be done leaves it as it was.
+// backends (see redirect). UDP returns before any lookup; a TCP connect to
+// any other address costs one hash miss. Always allows the connect
+// (returns 1): a redirect that cannot be done leaves it as it was.
 SEC("cgroup/connect4")
 int sockscale_connect4(struct bpf_sock_addr *ctx)
 {
 	struct svc_key svc = {}, to = {};
-	struct svc_entry *e;
-	struct origin *o;
-	__u32 r;
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return 1;
 	svc.ip = ctx->user_ip4;
 	// user_port holds the port in network order in its low 16 bits.
 	svc.port = (__u16)ctx->user_port;
-	e = bpf_map_lookup_elem(&services, &svc);
-	// NULL: not a Service with an entry, the common case.
-	if (!e)
+	if (!redirect(ctx, &svc, &to))
 		return 1;
-	// Before the lock: no helper calls while it is held.
-	r = bpf_get_prandom_u32();
-	if (!pick(e, &svc, r, &to)) {
-		count_event(EV_ENTRY_REFUSED);
-		return 1;
-	}
-	o = bpf_sk_storage_get(&origins, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	// NULL: no memory for the storage. Redirect anyway; only getpeername
-	// will show the backend.
-	if (o) {
-		o->dialled = svc;
-		o->backend = to;
-	} else {
-		count_event(EV_NO_ORIGIN);
-	}
 	ctx->user_ip4 = to.ip;
 	ctx->user_port = to.port; // a 4-byte store, as the verifier requires for this field
-	count_redirect(&svc);
 	return 1;
+}
+
+// Program sockscale_connect6.
+// Hook: cgroup/connect6 (BPF_CGROUP_INET6_CONNECT), at the cgroup v2 root.
+// connect4 for dual-stack sockets: a client whose runtime opens IPv6
+// sockets for every address (Java, .NET) connects to ::ffff:<ClusterIP>,
+// which is IPv4 on the wire and never reaches connect4. Only IPv4-mapped
+// destinations are looked up; the rewrite keeps the mapped prefix and
+// changes the IPv4 word. Returns 1 like connect4.
+SEC("cgroup/connect6")
+int sockscale_connect6(struct bpf_sock_addr *ctx)
+{
+	struct svc_key svc = {}, to = {};
+
+	if (ctx->protocol != IPPROTO_TCP)
+		return 1;
+	if (!v4_mapped(ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2]))
+		return 1;
+	svc.ip = ctx->user_ip6[3];
+	svc.port = (__u16)ctx->user_port;
+	if (!redirect(ctx, &svc, &to))
+		return 1;
+	ctx->user_ip6[3] = to.ip; // 4-byte store into the IPv4 word
+	ctx->user_port = to.port;
+	return 1;
+}
+
+// origin_of returns the storage of a socket connect4 or connect6
+// redirected to ip:port, or NULL: never redirected, or redirected and then
+// connected again elsewhere (a socket whose redirected connect failed may
+// try another address; its storage then describes the old attempt).
+static __always_inline struct origin *origin_of(struct bpf_sock_addr *ctx, __u32 ip, __u16 port)
+{
+	struct origin *o = bpf_sk_storage_get(&origins, ctx->sk, 0, 0);
+
+	// NULL: connect4/6 never redirected this socket.
+	if (!o)
+		return 0;
+	if (ip != o->backend.ip || port != o->backend.port)
+		return 0;
+	return o;
 }
 
 // Program sockscale_getpeername4.
@@ -239,17 +300,30 @@ int sockscale_connect4(struct bpf_sock_addr *ctx)
 SEC("cgroup/getpeername4")
 int sockscale_getpeername4(struct bpf_sock_addr *ctx)
 {
-	struct origin *o = bpf_sk_storage_get(&origins, ctx->sk, 0, 0);
+	struct origin *o = origin_of(ctx, ctx->user_ip4, (__u16)ctx->user_port);
 
-	// NULL: connect4 never redirected this socket.
 	if (!o)
 		return 1;
-	// A socket whose redirected connect failed may connect again
-	// elsewhere; its storage then describes the old attempt. Only the
-	// backend connect4 chose is translated back.
-	if (ctx->user_ip4 != o->backend.ip || (__u16)ctx->user_port != o->backend.port)
-		return 1;
 	ctx->user_ip4 = o->dialled.ip;
+	ctx->user_port = o->dialled.port;
+	return 1;
+}
+
+// Program sockscale_getpeername6.
+// Hook: cgroup/getpeername6 (BPF_CGROUP_INET6_GETPEERNAME), at the cgroup
+// v2 root. getpeername4 for the dual-stack sockets connect6 redirected: the
+// peer is ::ffff:<backend>, and becomes ::ffff:<dialled>. Must return 1.
+SEC("cgroup/getpeername6")
+int sockscale_getpeername6(struct bpf_sock_addr *ctx)
+{
+	struct origin *o;
+
+	if (!v4_mapped(ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2]))
+		return 1;
+	o = origin_of(ctx, ctx->user_ip6[3], (__u16)ctx->user_port);
+	if (!o)
+		return 1;
+	ctx->user_ip6[3] = o->dialled.ip;
 	ctx->user_port = o->dialled.port;
 	return 1;
 }

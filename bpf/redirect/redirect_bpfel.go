@@ -54,7 +54,9 @@ const (
 	redirectMapRedirected             = "redirected"
 	redirectMapServices               = "services"
 	redirectProgSockscaleConnect4     = "sockscale_connect4"
+	redirectProgSockscaleConnect6     = "sockscale_connect6"
 	redirectProgSockscaleGetpeername4 = "sockscale_getpeername4"
+	redirectProgSockscaleGetpeername6 = "sockscale_getpeername6"
 )
 
 // loadRedirect returns the embedded CollectionSpec for redirect.
@@ -100,7 +102,9 @@ type redirectSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type redirectProgramSpecs struct {
 	SockscaleConnect4     *ebpf.ProgramSpec `ebpf:"sockscale_connect4"`
+	SockscaleConnect6     *ebpf.ProgramSpec `ebpf:"sockscale_connect6"`
 	SockscaleGetpeername4 *ebpf.ProgramSpec `ebpf:"sockscale_getpeername4"`
+	SockscaleGetpeername6 *ebpf.ProgramSpec `ebpf:"sockscale_getpeername6"`
 }
 
 // redirectMapSpecs contains maps before they are loaded into the kernel.
@@ -165,13 +169,17 @@ type redirectVariables struct {
 // It can be passed to loadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type redirectPrograms struct {
 	SockscaleConnect4     *ebpf.Program `ebpf:"sockscale_connect4"`
+	SockscaleConnect6     *ebpf.Program `ebpf:"sockscale_connect6"`
 	SockscaleGetpeername4 *ebpf.Program `ebpf:"sockscale_getpeername4"`
+	SockscaleGetpeername6 *ebpf.Program `ebpf:"sockscale_getpeername6"`
 }
 
 func (p *redirectPrograms) Close() error {
 	return _RedirectClose(
 		p.SockscaleConnect4,
+		p.SockscaleConnect6,
 		p.SockscaleGetpeername4,
+		p.SockscaleGetpeername6,
 	)
 }
 

@@ -40,6 +40,8 @@ var attachments = []struct {
 }{
 	{"connect4", ebpf.AttachCGroupInet4Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect4 }},
 	{"getpeername4", ebpf.AttachCgroupInet4GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername4 }},
+	{"connect6", ebpf.AttachCGroupInet6Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect6 }},
+	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername6 }},
 }
 
 // Redirect owns the loaded programs, their maps and their attachments. Its

@@ -18,8 +18,8 @@ type Inputs struct {
 	// no decision is made.
 	Stable, Panic float64
 	HasData       bool
-	// Reachable: traffic is routed to the target (it may scale down, and
-	// min-scale applies).
+	// Reachable: traffic can reach the target. Only then is scaling down
+	// rate-limited and delayed (and, in the reconciler, min-scale applied).
 	Reachable bool
 }
 
@@ -130,7 +130,10 @@ func (d *Decider) Decide(now time.Time, in Inputs) Decision {
 		d.maxPanicPods = int32(desired)
 	}
 	want := int32(desired)
-	if s.ScaleDownDelay > 0 {
+	// The delay holds only a target traffic can reach (Knative neither
+	// applies nor feeds it otherwise): with nothing to serve there is
+	// nothing to be careful about.
+	if s.ScaleDownDelay > 0 && in.Reachable {
 		want = d.delayed(now, want)
 	}
 	return Decision{

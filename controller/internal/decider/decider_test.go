@@ -197,6 +197,34 @@ func TestScaleDownDelay(t *testing.T) {
 	}
 }
 
+// TestScaleDownDelaySkippedWhileUnreachable: as in Knative, a target no
+// traffic can reach is not held by the scale-down delay, and its ticks
+// are not remembered by it.
+func TestScaleDownDelaySkippedWhileUnreachable(t *testing.T) {
+	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr(30 * time.Second)})
+	d := New(s, 1, t0, logr.Discard())
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	unreachable := func(ready int32, v float64) Inputs {
+		return Inputs{ReadyPods: ready, Stable: v, Panic: v, HasData: true}
+	}
+	steps := []struct {
+		at   int
+		in   Inputs
+		want int32
+	}{
+		{0, in(1, 280, 50), 4},      // reachable: 4 pods, remembered for 30 s
+		{10, unreachable(4, 0), 0},  // unreachable and idle: 0 at once, no rate limit, no delay
+		{12, unreachable(0, 70), 1}, // unreachable: 1 wanted, not remembered
+		{14, in(1, 70, 70), 4},      // reachable again: the 4 of 0 s is 14 s old, held
+		{32, in(4, 70, 70), 2},      // 4 left the delay: floor(4/2) = 2 is the rate limit
+	}
+	for _, st := range steps {
+		if got := d.Decide(at(st.at), st.in); got.DesiredScale != st.want {
+			t.Fatalf("at %ds: desired %d, want %d", st.at, got.DesiredScale, st.want)
+		}
+	}
+}
+
 // TestStepLoadStaysInBand replays KPA.md's step load: offered concurrency
 // steps up and the pod count follows, within [floor(c/u) - 1,
 // ceil(ceil(target/u) * 1.1)] at every check (here with target 10, u 0.7).

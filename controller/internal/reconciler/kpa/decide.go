@@ -34,6 +34,7 @@ type outcome struct {
 	want        int32 // after bounds and the scale-to-zero rules
 	ready       int32
 	initialized bool
+	reach       reach
 	zero        zeroOutcome
 	sks         *v1alpha1.ServerlessService
 }
@@ -56,9 +57,10 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	if o.values, err = r.Collector.Values(tkey, now); err != nil {
 		return outcome{}, err
 	}
-	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: true})
+	o.reach = r.reachable(ctx, pa, deploy)
+	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: o.reach.ok})
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
-	want := bounded(o.dec, settings, o.current, o.initialized)
+	want := bounded(o.dec, settings, o.current, o.initialized, o.reach.ok)
 	// The mode follows the decision (KPA.md: Serve iff pods are wanted and
 	// their burst capacity is covered); the zero rules below may still hold
 	// the last pod while the activator takes over.
@@ -68,6 +70,7 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	}
 	o.zero = r.state(key).zero.apply(zeroInputs{
 		now: now, want: want, current: o.current, ready: o.ready, mode: o.sks.Status.Mode, s: settings,
+		reachable: o.reach.ok, noPath: o.reach.noPath,
 		progressDeadline: progressDeadline(deploy),
 		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service.Name) },
 	})

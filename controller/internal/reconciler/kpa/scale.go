@@ -43,21 +43,26 @@ func (r *PodAutoscaler) apply(ctx context.Context, key collector.Key, pa *v1alph
 }
 
 // bounded applies the target's bounds to a decision. Without data the
-// current scale stays. min-scale applies (the target is reachable), and
-// without scale to zero at least one pod stays; max-scale caps, and until
-// the target first reaches its initial scale it is not taken below it. A
-// 0 here is only a wish: the scale-to-zero rules (zeroState) decide when
-// the last pod really goes.
-func bounded(dec decider.Decision, s config.Settings, current int32, initialized bool) int32 {
+// current scale stays. min-scale applies only while the target is
+// reachable, and without scale to zero at least one pod stays; max-scale
+// caps, and until the target first reaches its initial scale it is not
+// taken below it (again only while reachable: Knative ignores min-scale
+// and initial scale for a Revision no traffic can reach). A 0 here is
+// only a wish: the scale-to-zero rules (zeroState) decide when the last
+// pod really goes.
+func bounded(dec decider.Decision, s config.Settings, current int32, initialized, reachable bool) int32 {
 	if !dec.Valid || dec.DesiredScale < 0 {
 		return current
 	}
-	lowest := s.MinScale
+	var lowest int32
+	if reachable {
+		lowest = s.MinScale
+	}
 	if !s.EnableScaleToZero {
 		lowest = max(lowest, 1)
 	}
 	want := max(dec.DesiredScale, lowest)
-	if !initialized {
+	if !initialized && reachable {
 		want = max(want, s.InitialScale)
 	}
 	if s.MaxScale > 0 {

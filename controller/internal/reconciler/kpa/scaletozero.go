@@ -45,6 +45,9 @@ type zeroInputs struct {
 	mode             v1alpha1.Mode
 	s                config.Settings
 	progressDeadline time.Duration
+	// reachable: traffic can reach the target (reach.ok); noPath: there
+	// is not even a public Service (reach.noPath).
+	reachable, noPath bool
 	// activatorInPath probes the public Service (called only when the
 	// last pod is about to go, so a probe is rare).
 	activatorInPath func() bool
@@ -101,10 +104,22 @@ func (z *zeroState) apply(in zeroInputs) zeroOutcome {
 		return hold(ReasonWaitingToScaleDown, fmt.Sprintf("active since %s; a target stays active for a stable window (%s) before it may be idle", z.activeSince.UTC().Format(time.RFC3339), in.s.StableWindow))
 	}
 	idle := in.now.Sub(z.inactiveSince)
-	grace := max(in.s.ScaleToZeroGracePeriod, in.s.ScaleToZeroPodRetentionPeriod)
+	// An unreachable target keeps no pod for the retention period (as in
+	// Knative): nobody can be served by it.
+	retention := in.s.ScaleToZeroPodRetentionPeriod
+	if !in.reachable {
+		retention = 0
+	}
+	grace := max(in.s.ScaleToZeroGracePeriod, retention)
 	proxied := !z.proxySince.IsZero() && in.now.Sub(z.proxySince) >= in.s.ScaleToZeroGracePeriod
-	if idle < in.s.ScaleToZeroPodRetentionPeriod || (idle < grace && !proxied) {
+	if idle < retention || (idle < grace && !proxied) {
 		return hold(ReasonWaitingToScaleDown, fmt.Sprintf("idle since %s; the last pod goes after %s idle", z.inactiveSince.UTC().Format(time.RFC3339), grace))
+	}
+	// Without a public Service no request can arrive, so there is nothing
+	// for an activator to take over (Knative's unreachable Revisions still
+	// have their Service; this case is sockscale's own).
+	if in.noPath {
+		return zeroOutcome{0, false, ReasonNoTraffic, "idle and no public Service: scaled to zero"}
 	}
 	if in.mode != v1alpha1.ModeProxy {
 		return hold(ReasonWaitingForActivator, "the last pod stays until the public Service routes to an activator (no ready activator, or the switch to Proxy mode is pending)")

@@ -21,7 +21,7 @@ func TestScaleToZeroTimeline(t *testing.T) {
 	var z zeroState
 	step := func(at time.Duration, want, current, ready int32, mode v1alpha1.Mode) zeroOutcome {
 		t.Helper()
-		return z.apply(zeroInputs{now: t0.Add(at), want: want, current: current, ready: ready, mode: mode, s: s,
+		return z.apply(zeroInputs{now: t0.Add(at), want: want, current: current, ready: ready, mode: mode, s: s, reachable: true,
 			progressDeadline: 600 * time.Second, activatorInPath: func() bool { probes++; return probeOK }})
 	}
 	expect := func(got zeroOutcome, pods int32, reason string) {
@@ -59,19 +59,26 @@ func TestScaleToZeroTimeline(t *testing.T) {
 func TestScaleToZeroNeedsTheActivatorInThePath(t *testing.T) {
 	base, _ := config.Effective(config.Defaults(), 0, nil, nil)
 	t0 := time.Unix(1_700_000_000, 0)
+	retention := func(s *config.Settings) { s.ScaleToZeroPodRetentionPeriod = 5 * time.Minute }
 	tests := []struct {
 		name   string
 		mutate func(*config.Settings)
 		mode   v1alpha1.Mode
 		probe  bool
+		reach  reach
 		want   int32
 		reason string
 	}{
-		{"Serve mode (no activator): the last pod stays", nil, v1alpha1.ModeServe, true, 1, ReasonWaitingForActivator},
-		{"Proxy but the probe fails: stays", nil, v1alpha1.ModeProxy, false, 1, ReasonWaitingForActivator},
-		{"Proxy and probe answered: goes", nil, v1alpha1.ModeProxy, true, 0, ReasonNoTraffic},
-		{"TBC -1: Proxy is enough without a probe", func(s *config.Settings) { s.TargetBurstCapacity = -1 }, v1alpha1.ModeProxy, false, 0, ReasonNoTraffic},
-		{"retention 5 min holds the last pod", func(s *config.Settings) { s.ScaleToZeroPodRetentionPeriod = 5 * time.Minute }, v1alpha1.ModeProxy, true, 1, ReasonWaitingToScaleDown},
+		{"Serve mode (no activator): the last pod stays", nil, v1alpha1.ModeServe, true, reach{ok: true}, 1, ReasonWaitingForActivator},
+		{"Proxy but the probe fails: stays", nil, v1alpha1.ModeProxy, false, reach{ok: true}, 1, ReasonWaitingForActivator},
+		{"Proxy and probe answered: goes", nil, v1alpha1.ModeProxy, true, reach{ok: true}, 0, ReasonNoTraffic},
+		{"TBC -1: Proxy is enough without a probe", func(s *config.Settings) { s.TargetBurstCapacity = -1 }, v1alpha1.ModeProxy, false, reach{ok: true}, 0, ReasonNoTraffic},
+		{"retention 5 min holds the last pod", retention, v1alpha1.ModeProxy, true, reach{ok: true}, 1, ReasonWaitingToScaleDown},
+		// Knative: an unreachable target keeps no pod for the retention.
+		{"unreachable: retention does not hold", retention, v1alpha1.ModeProxy, true, reach{}, 0, ReasonNoTraffic},
+		{"unreachable with its Service: still needs the activator", nil, v1alpha1.ModeServe, true, reach{}, 1, ReasonWaitingForActivator},
+		// No public Service: no request can come, no activator is needed.
+		{"no public Service: goes without the activator", nil, v1alpha1.ModeServe, false, reach{noPath: true}, 0, ReasonNoTraffic},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +89,7 @@ func TestScaleToZeroNeedsTheActivatorInThePath(t *testing.T) {
 			// Active long ago, idle for 2 minutes.
 			z := zeroState{activeSince: t0.Add(-time.Hour), inactiveSince: t0.Add(-2 * time.Minute), proxySince: t0.Add(-2 * time.Minute)}
 			got := z.apply(zeroInputs{now: t0, want: 0, current: 1, ready: 1, mode: tt.mode, s: s, progressDeadline: time.Minute,
+				reachable: tt.reach.ok, noPath: tt.reach.noPath,
 				activatorInPath: func() bool { return tt.probe }})
 			if got.pods != tt.want || got.reason != tt.reason {
 				t.Errorf("got %d pods (%s: %s), want %d (%s)", got.pods, got.reason, got.message, tt.want, tt.reason)

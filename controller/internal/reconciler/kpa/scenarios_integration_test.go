@@ -142,6 +142,44 @@ func TestIntegrationScenarios(t *testing.T) {
 		r.expectPublic(v1alpha1.ModeProxy, 2)
 	})
 
+	t.Run("a target no traffic can reach is held by neither min-scale nor the delay", func(t *testing.T) {
+		r := newRig(t, cl, "unreachable", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScale = ptr(int32(3))
+			s.ScaleDownDelay = &metav1.Duration{Duration: 5 * time.Minute}
+			s.Window = &metav1.Duration{Duration: 6 * time.Second}
+		})
+		r.run(20 * time.Second)
+		if got := r.replicas(); got != 3 {
+			t.Fatalf("idle with min-scale 3: %d pods, want 3", got)
+		}
+		assertCondition(t, cl.Client, "unreachable", kpa.ConditionReachable, kpa.ReasonReachable)
+		public := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unreachable"}}
+		if err := cl.Client.Delete(context.Background(), public); err != nil {
+			t.Fatal(err)
+		}
+		// Idle and unreachable: one pod at once (no rate limit, no 5 min
+		// delay, no min-scale), none after the 30 s grace period.
+		r.run(4 * time.Second)
+		if got := r.replicas(); got != 1 {
+			t.Fatalf("just after the public Service went: %d pods, want 1", got)
+		}
+		assertCondition(t, cl.Client, "unreachable", kpa.ConditionReachable, kpa.ReasonNoPublicService)
+		r.run(30 * time.Second)
+		if got := r.replicas(); got != 0 {
+			t.Fatalf("30 s later: %d pods, want 0", got)
+		}
+		// The Service is back: min-scale holds again.
+		public = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unreachable"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+		if err := cl.Client.Create(context.Background(), public); err != nil {
+			t.Fatal(err)
+		}
+		r.run(4 * time.Second)
+		if got := r.replicas(); got != 3 {
+			t.Errorf("with the Service back: %d pods, want min-scale 3", got)
+		}
+	})
+
 	t.Run("up, down to zero through the activator, up again", func(t *testing.T) {
 		r := newRig(t, cl, "zero", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.Target = ptr(10.0)

@@ -15,7 +15,8 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
-// Condition types of a PodAutoscaler besides names.ConditionReady.
+// Condition types of a PodAutoscaler besides names.ConditionReady (and
+// ConditionReachable).
 const (
 	ConditionActive      = "Active"
 	ConditionInitialized = "ScaleTargetInitialized"
@@ -37,6 +38,11 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 		active = metav1.ConditionTrue
 	}
 	setCondition(status, gen, ConditionActive, active, o.zero.reason, o.zero.message)
+	reachable := metav1.ConditionFalse
+	if o.reach.ok {
+		reachable = metav1.ConditionTrue
+	}
+	setCondition(status, gen, ConditionReachable, reachable, o.reach.reason, o.reach.message)
 	if o.initialized {
 		setCondition(status, gen, ConditionInitialized, metav1.ConditionTrue, "Initialized", fmt.Sprintf("the target reached its initial scale of %d", s.InitialScale))
 	} else {

@@ -990,3 +990,41 @@ func BenchmarkKernelSet(b *testing.B) {
 		i++
 	}
 }
+
+// TestKernelRootMoved: an agent started with another cgroup root attaches
+// there first and then detaches the pinned links from the old root.
+func TestKernelRootMoved(t *testing.T) {
+	pins := pinDir(t)
+	e := newKernelEnv(t, pins)
+	s := newServices(t, 1)
+	if err := e.r.Set(s.svc, s.weighted(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	moved := e.root + "-moved"
+	if err := os.Mkdir(moved, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(moved) })
+	r, err := New(Options{CgroupRoot: moved, PinDir: pins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if n := attachedPrograms(t, e.root); n != 0 {
+		t.Errorf("%d programs still attached at the old root, want 0", n)
+	}
+	if n := attachedPrograms(t, moved); n != len(attachments) {
+		t.Errorf("%d programs attached at the new root, want %d", n, len(attachments))
+	}
+	// The client is below the old root only: no longer redirected. The
+	// entry is still there for clients below the new one.
+	if got := mustDial(t, s.svc); got.backend != "direct" {
+		t.Errorf("below the old root: answered by %s, want direct", got.backend)
+	}
+	if entries, err := r.Entries(); err != nil || len(entries) != 1 {
+		t.Errorf("Entries() = %v, %v; want the one entry", entries, err)
+	}
+}

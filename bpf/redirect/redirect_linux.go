@@ -32,16 +32,18 @@ type Options struct {
 	PinDir string
 }
 
-// The programs and where they attach. Pinned links are named after them.
+// The programs and where they attach, in attach order: getpeername first,
+// so a connect redirected while New attaches already reads back the
+// dialled address. Pinned links are named after them.
 var attachments = []struct {
 	name   string
 	attach ebpf.AttachType
 	prog   func(*redirectPrograms) *ebpf.Program
 }{
-	{"connect4", ebpf.AttachCGroupInet4Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect4 }},
 	{"getpeername4", ebpf.AttachCgroupInet4GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername4 }},
-	{"connect6", ebpf.AttachCGroupInet6Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect6 }},
 	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername6 }},
+	{"connect4", ebpf.AttachCGroupInet4Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect4 }},
+	{"connect6", ebpf.AttachCGroupInet6Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect6 }},
 }
 
 // Redirect owns the loaded programs, their maps and their attachments. Its
@@ -62,6 +64,9 @@ type Redirect struct {
 // maps' entries and counters first (if their sizes match; otherwise they
 // start empty and connects go to the Service address until the agent
 // writes its entries again), and the old maps are removed after the swap.
+// Sockets redirected before a layout change keep their backend, but their
+// getpeername then returns the backend's address: the dialled addresses
+// were in the old maps' socket storage, which cannot be copied.
 func New(opts Options) (*Redirect, error) {
 	if opts.CgroupRoot == "" {
 		return nil, errors.New("load redirect: Options.CgroupRoot is empty")
@@ -82,6 +87,9 @@ func New(opts Options) (*Redirect, error) {
 			return nil, fmt.Errorf("create pin directory: %w", err)
 		}
 		for _, m := range spec.Maps {
+			if m.Name == ".rodata" || m.Name == ".data" || m.Name == ".bss" {
+				continue // none today; globals would be per load, never pinned
+			}
 			m.Pinning = ebpf.PinByName
 		}
 		collOpts.Maps.PinPath = mapsDir
@@ -182,7 +190,17 @@ func otherLayouts(pinDir, current string) ([]string, error) {
 // the programs are swapped, while the old programs still count in the old
 // maps: the few connects redirected between the copy and the swap are not
 // counted in the new maps, which never makes a counter go back.
+//
+// Only into new, empty maps: if ours already have entries, an earlier New
+// copied them and the agent has written since, and the old maps are only
+// there because removing them failed.
 func (r *Redirect) migrate(dir string) error {
+	var k redirectSvcKey
+	if err := r.objs.Services.NextKey(nil, &k); err == nil {
+		return nil
+	} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("read entries: %w", err)
+	}
 	oldServices, err := loadPinnedLike(filepath.Join(dir, "services"), r.objs.Services)
 	if err != nil || oldServices == nil {
 		return err

@@ -26,6 +26,7 @@ type burstResult struct {
 	sent      time.Time
 	latencies []time.Duration // of the requests answered 200, sorted
 	failed    []string        // what went wrong with the others
+	failedAt  []time.Duration // when they ended, sorted
 	pods      map[string]int  // answers by the pod that gave them
 }
 
@@ -57,9 +58,10 @@ func burst(ctx context.Context, url string, n int) *burstResult {
 			defer mu.Unlock()
 			switch {
 			case err != nil:
-				res.failed = append(res.failed, err.Error())
+				res.failed, res.failedAt = append(res.failed, err.Error()), append(res.failedAt, took)
 			case resp.StatusCode != http.StatusOK:
 				res.failed = append(res.failed, fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body))))
+				res.failedAt = append(res.failedAt, took)
 			default:
 				res.latencies = append(res.latencies, took)
 				// The app answers "pod <name>: did nothing ...".
@@ -70,6 +72,7 @@ func burst(ctx context.Context, url string, n int) *burstResult {
 	}
 	wg.Wait()
 	slices.Sort(res.latencies)
+	slices.Sort(res.failedAt)
 	return res
 }
 
@@ -123,6 +126,7 @@ const (
 	stForwarded  = "first held request forwarded to the pod"
 	stAnswered   = "first response at the client"
 	stLast       = "last response at the client"
+	stFailed     = "first failed response at the client"
 	stKubeReady  = "pod Ready (kubelet readiness probe)"
 	stServe      = "PodAutoscaler mode Serve (activator leaves the path)"
 	srcClient    = "client"
@@ -277,6 +281,9 @@ func newBreakdown(b *burstResult, m *marks, tl *actTimeline) *breakdown {
 		bd.stages = append(bd.stages,
 			stage{name: stAnswered, at: b.sent.Add(b.latencies[0]), source: srcClient},
 			stage{name: stLast, at: b.sent.Add(b.latencies[n-1]), source: srcClient})
+	}
+	if len(b.failedAt) > 0 {
+		bd.stages = append(bd.stages, stage{name: stFailed, at: b.sent.Add(b.failedAt[0]), source: srcClient})
 	}
 	if tl != nil {
 		for _, s := range []stage{{name: stHeld, at: tl.held}, {name: stProbed, at: tl.podReady}, {name: stForwarded, at: tl.forwarded}} {

@@ -16,7 +16,7 @@ func TestBreakdown(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 900_000_000, time.Local)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	b := &burstResult{sent: t0, latencies: []time.Duration{141 * time.Millisecond, 150 * time.Millisecond, 160 * time.Millisecond},
-		failed: []string{"503 Service Unavailable: queue full"}, pods: map[string]int{"hello-1": 3}}
+		failed: []string{"503 Service Unavailable: queue full"}, failedAt: []time.Duration{150 * time.Millisecond}, pods: map[string]int{"hello-1": 3}}
 	m := &marks{}
 	m.mark(stage{name: stKubeReady, at: at(1020), source: srcWatch, api: at(1020).Truncate(time.Second), apiWhat: "Ready"})
 	m.mark(stage{key: stScale, name: fmt.Sprintf(stScale, 1), at: at(21), source: srcWatch})
@@ -39,6 +39,7 @@ func TestBreakdown(t *testing.T) {
 		"120 ms " + stProbed,
 		"130 ms " + stForwarded,
 		"141 ms " + stAnswered,
+		"150 ms " + stFailed,
 		"160 ms " + stLast,
 		"1020 ms " + stKubeReady,
 	}

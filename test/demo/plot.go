@@ -82,7 +82,9 @@ func WritePNG(w io.Writer, title string, samples []Sample, markers []Marker) err
 		maxConc = math.Max(maxConc, math.Max(s.Offered, math.Max(s.Observed, s.Held)))
 		maxPods = math.Max(maxPods, float64(max(s.Desired, s.Ready)))
 	}
-	maxConc, maxPods = niceCeil(maxConc), niceCeil(maxPods)
+	// Pods are whole: their axis is a multiple of 4, so the four grid
+	// lines fall on whole pods (6 pods at most => 8, not 10 with 2.5s).
+	maxConc, maxPods = niceCeil(maxConc), 4*math.Ceil(maxPods/4)
 
 	for _, panel := range []struct {
 		top   int
@@ -112,8 +114,13 @@ func WritePNG(w io.Writer, title string, samples []Sample, markers []Marker) err
 	}
 	for i, m := range markers {
 		if m.At >= 0 && m.At <= end {
-			// Labels alternate between two lines, so close markers stay readable.
-			text(img, x(m.At)+4, topY+14+14*(i%2), colMarker, m.Label)
+			// Labels alternate between two lines, so close markers stay
+			// readable; near the right edge a label goes left of its line.
+			lx := x(m.At) + 4
+			if w := 7 * len(m.Label); lx+w > plotW-marginR {
+				lx = x(m.At) - 4 - w
+			}
+			text(img, lx, topY+14+14*(i%2), colMarker, m.Label)
 		}
 	}
 	y := func(top int, maxV, v float64) int { return top + panelH - int(float64(panelH)*v/maxV) }

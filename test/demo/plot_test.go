@@ -47,6 +47,10 @@ func TestWritePNG(t *testing.T) {
 	if !same(x(10), topY+panelH/2, colOffered) && !same(x(10), topY+panelH/2, colObserved) {
 		t.Errorf("no concurrency line at (%d,%d)", x(10), topY+panelH/2)
 	}
+	// 2 ready pods of an axis up to 4 (whole pods): half the lower panel.
+	if !same(x(10), bottomY+panelH/2, colReady) && !same(x(10), bottomY+panelH/2, colDesired) {
+		t.Errorf("no pods line at (%d,%d)", x(10), bottomY+panelH/2)
+	}
 	// 20-40 s is panicking: shaded red in both panels away from lines.
 	if !same(x(30), topY+5, colPanic) || !same(x(30), bottomY+5, colPanic) {
 		t.Errorf("panic band missing at x=%d", x(30))

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
@@ -1026,5 +1027,77 @@ func TestKernelRootMoved(t *testing.T) {
 	}
 	if entries, err := r.Entries(); err != nil || len(entries) != 1 {
 		t.Errorf("Entries() = %v, %v; want the one entry", entries, err)
+	}
+}
+
+// TestKernelPinDirShared: the redirect may share the accounting's PinDir. It
+// detaches its own links of hooks it no longer has, and neither New nor
+// Uninstall touch another component's pins.
+func TestKernelPinDirShared(t *testing.T) {
+	pins := pinDir(t)
+	e := newKernelEnv(t, pins)
+	// Another component's pins, named like the accounting's.
+	if err := os.Mkdir(filepath.Join(pins, "objects-0123"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	foreignPins := []string{"link_sockops", "objects-0123/pod_slots"}
+	t.Cleanup(func() { // before pinDir's Uninstall, which leaves them
+		for _, name := range append(foreignPins, "objects-0123") {
+			_ = os.Remove(filepath.Join(pins, name))
+		}
+	})
+	for _, name := range foreignPins {
+		// One map per pin: pinning a pinned map again moves its pin.
+		foreign, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer foreign.Close()
+		if err := foreign.Pin(filepath.Join(pins, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A link an older build pinned for a hook this one does not have.
+	old, err := link.AttachCgroup(link.CgroupOptions{Path: e.root, Attach: ebpf.AttachCgroupInet4GetPeername, Program: e.r.objs.SockscaleGetpeername4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pin(filepath.Join(pins, linkPrefix+"getsockname4")); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	if n := attachedPrograms(t, e.root); n != len(attachments)+1 {
+		t.Fatalf("%d programs attached, want %d", n, len(attachments)+1)
+	}
+
+	if err := e.r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.r = e.attach(t, pins)
+	if n := attachedPrograms(t, e.root); n != len(attachments) {
+		t.Errorf("after New %d programs are attached, want %d: the stale link stays", n, len(attachments))
+	}
+	if err := e.r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(pins); err != nil {
+		t.Fatal(err)
+	}
+	if n := attachedPrograms(t, e.root); n != 0 {
+		t.Errorf("after Uninstall %d programs are attached, want 0", n)
+	}
+	left, err := os.ReadDir(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range left {
+		names = append(names, l.Name())
+	}
+	if diff := cmp.Diff([]string{"link_sockops", "objects-0123"}, names); diff != "" {
+		t.Errorf("left in the shared PinDir after Uninstall (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(pins, "objects-0123", "pod_slots")); err != nil {
+		t.Errorf("another component's map pin: %v", err)
 	}
 }

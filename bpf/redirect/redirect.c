@@ -35,10 +35,14 @@
 // update swaps in a new element under RCU, which readers see whole, but the
 // old element is recycled at once -- the updating CPU's spare element, or the
 // allocator's free list -- so a reader still inside it could see the next
-// update's bytes.) Deleting an entry frees its element at once too: an
+// update's bytes.) Deleting an entry frees its element at once too, and an
 // insert of another Service may reuse it while a connect that looked it up
-// just before still holds the pointer, so the entry carries its own key and
-// the program refuses an entry whose key is not the one it looked up.
+// just before still holds the pointer. So the entry carries its own key and
+// the program refuses an entry whose key is not the one it looked up. That
+// narrows the race without closing it -- an insert copies its value without
+// the lock -- but what is left needs a delete and an insert of another
+// Service on the same CPU within the few hundred nanoseconds between a
+// connect's lookup and its pick, which every reader of a BPF hash map shares.
 //
 // Minimum kernel: 5.8 for the getpeername hooks; the loader fails with the
 // verifier's reason on a kernel that lacks socket storage or bpf_spin_lock
@@ -74,10 +78,10 @@ struct svc_entry {
 	struct backend backends[MAX_BACKENDS];
 };
 
-// What connect4 did to a socket, for getpeername4.
+// What connect4 or connect6 did to a socket, for getpeername4 or 6.
 struct origin {
 	struct svc_key dialled; // the Service address the client asked for
-	struct svc_key backend; // where connect4 sent it
+	struct svc_key backend; // where it was sent instead
 };
 
 enum event {
@@ -99,7 +103,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC); // required for socket storage
 	__type(key, int);                     // the socket (the kernel's key)
-	__type(value, struct origin);         // set by connect4 when it redirects
+	__type(value, struct origin);         // set by connect4/6 when they redirect
 } origins SEC(".maps");
 
 struct {
@@ -165,9 +169,9 @@ static __always_inline int pick(struct svc_entry *e, const struct svc_key *svc, 
 	if (e->svc.ip != svc->ip || e->svc.port != svc->port)
 		goto out;
 	n = e->count;
-	// Multiply-shift scales r to [0, total) without a division; the
-	// share of each value of x differs from 1/total by under total/2^32,
-	// at most 2^21/2^32 = 0.05 % with every weight at MAX_WEIGHT.
+	// Multiply-shift scales r to [0, total) without a division: each
+	// backend gets a run of the 2^32 values of r within one value of
+	// weight/total of them (TestPickModelShares checks the Go model).
 	x = ((__u64)r * e->total) >> 32;
 	// The constant bound is what the verifier checks the loop against
 	// and keeps the index within backends[]; count ends it early.

@@ -28,22 +28,26 @@ type Options struct {
 	// PinDir is a directory on a bpffs where maps and links are pinned, so
 	// a restarted or upgraded agent keeps the entries and the attachment.
 	// Empty means no pinning: closing the Redirect detaches everything.
-	// Give the redirect a directory of its own (not the accounting's).
+	// It may be the accounting's PinDir or a directory below it: every
+	// name the redirect pins starts with "redirect", and it removes no
+	// other.
 	PinDir string
 }
 
 // The programs and where they attach, in attach order: getpeername first,
 // so a connect redirected while New attaches already reads back the
-// dialled address. Pinned links are named after them.
-var attachments = []struct {
-	name   string
-	attach ebpf.AttachType
-	prog   func(*redirectPrograms) *ebpf.Program
-}{
+// dialled address. Pinned links are named linkPrefix + name.
+var attachments = []attachment{
 	{"getpeername4", ebpf.AttachCgroupInet4GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername4 }},
 	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleGetpeername6 }},
 	{"connect4", ebpf.AttachCGroupInet4Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect4 }},
 	{"connect6", ebpf.AttachCGroupInet6Connect, func(p *redirectPrograms) *ebpf.Program { return p.SockscaleConnect6 }},
+}
+
+type attachment struct {
+	name   string
+	attach ebpf.AttachType
+	prog   func(*redirectPrograms) *ebpf.Program
 }
 
 // Redirect owns the loaded programs, their maps and their attachments. Its
@@ -125,21 +129,52 @@ func New(opts Options) (*Redirect, error) {
 		}
 		r.links = append(r.links, l)
 	}
-	// The pinned links run our programs now, which use our maps: the old
-	// layout's maps are unused.
+	if opts.PinDir != "" {
+		// The pinned links run our programs now, which use our maps: the
+		// old layout's maps are unused, and so are links of hooks this
+		// build no longer has.
+		if err := removeStale(opts.PinDir, old); err != nil {
+			return nil, errors.Join(err, r.Close())
+		}
+	}
+	return r, nil
+}
+
+// removeStale removes the map directories in old and detaches the pinned
+// redirect links in pinDir that no attachment of this build owns.
+func removeStale(pinDir string, old []string) error {
 	var errs []error
 	for _, dir := range old {
 		if err := removeDir(dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove previous maps %s: %w", dir, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, errors.Join(err, r.Close())
+	entries, err := os.ReadDir(pinDir)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("read pin directory: %w", err))...)
 	}
-	return r, nil
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), linkPrefix)
+		if !ok || e.IsDir() || slices.ContainsFunc(attachments, func(a attachment) bool { return a.name == name }) {
+			continue
+		}
+		l, err := link.LoadPinnedLink(filepath.Join(pinDir, e.Name()), nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("open stale link %s: %w", e.Name(), err))
+			continue
+		}
+		if err := errors.Join(l.Unpin(), l.Close()); err != nil {
+			errs = append(errs, fmt.Errorf("detach stale link %s: %w", e.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
-const layoutPrefix = "maps-"
+// Names in the PinDir: the maps' directories and the links.
+const (
+	layoutPrefix = "redirect-maps-"
+	linkPrefix   = "redirect-link-"
+)
 
 // mapsLayout names the pin directory of this build's maps after their
 // layout: type, sizes, flags and the BTF of keys and values. A build that
@@ -270,7 +305,7 @@ func attach(cgroupRoot, pinDir, name string, typ ebpf.AttachType, prog *ebpf.Pro
 	pin := ""
 	var stale link.Link
 	if pinDir != "" {
-		pin = filepath.Join(pinDir, "link_"+name)
+		pin = filepath.Join(pinDir, linkPrefix+name)
 		l, err := link.LoadPinnedLink(pin, nil)
 		switch {
 		case err == nil:
@@ -349,15 +384,41 @@ func (r *Redirect) Close() error {
 	return errors.Join(errs...)
 }
 
-// Uninstall detaches the programs and removes the state pinned in pinDir,
-// of every layout. It is what a clean uninstall runs; a missing directory
-// is not an error.
+// Uninstall detaches the programs and removes the redirect's state pinned
+// in pinDir, of every layout, and pinDir itself if nothing else is left in
+// it. It is what a clean uninstall runs; a missing directory is not an
+// error.
 func Uninstall(pinDir string) error {
-	return removeDir(pinDir)
+	entries, err := os.ReadDir(pinDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pin directory: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(pinDir, e.Name())
+		switch {
+		case e.IsDir() && strings.HasPrefix(e.Name(), layoutPrefix):
+			errs = append(errs, removeDir(path))
+		case !e.IsDir() && strings.HasPrefix(e.Name(), linkPrefix):
+			l, err := link.LoadPinnedLink(path, nil)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("open pinned link %s: %w", path, err))
+				continue
+			}
+			errs = append(errs, l.Unpin(), l.Close())
+		}
+	}
+	// Not empty: another component's pins (the accounting's) are there.
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
-// removeDir unpins (and so detaches) the links in dir, removes the other
-// pins and the directory, recursively.
+// removeDir removes the pins in a maps directory and the directory.
 func removeDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -368,16 +429,8 @@ func removeDir(dir string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		if e.IsDir() {
-			errs = append(errs, removeDir(path))
-			continue
-		}
-		if l, err := link.LoadPinnedLink(path, nil); err == nil {
-			errs = append(errs, l.Unpin(), l.Close())
-			continue
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A map's pin: removing it drops the pin's reference.
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove pin: %w", err))
 		}
 	}

@@ -40,8 +40,12 @@ func TestE2EScaleToZeroAndBack(t *testing.T) {
 			if got := replicas(t, s, "zero"); got != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
 				return fmt.Errorf("%d pods wanted: %s", got, paLine(t, s, "zero"))
 			}
-			if d, err := s.Deployment(ctx, appNS, "zero"); err != nil || d.Status.Replicas != 0 {
-				return fmt.Errorf("the Deployment still has pods (%v)", err)
+			d, err := s.Deployment(ctx, appNS, "zero")
+			if err != nil {
+				return err
+			}
+			if d.Status.Replicas != 0 {
+				return fmt.Errorf("the Deployment still has %d pods", d.Status.Replicas)
 			}
 			return nil
 		})

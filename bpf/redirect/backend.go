@@ -15,10 +15,15 @@ const (
 	MaxBackends = 32
 	// MaxWeight is the largest weight of a backend.
 	MaxWeight = 65535
+	// MaxHops is how many entries one connect follows: a backend that is
+	// itself a Service address with an entry (a split's revision in
+	// Proxy mode) sends the connect on to one of its backends.
+	MaxHops = 2
 )
 
 // Backend is where a redirected connect may go: an activator in Proxy mode,
-// a revision's Service address in a traffic split. Each connect picks one
+// a revision's Service address in a traffic split (whose own entry, if it
+// has one, is followed: see MaxHops). Each connect picks one
 // backend of its Service with probability Weight / (sum of the weights).
 type Backend struct {
 	Addr   netip.AddrPort

@@ -28,7 +28,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 		}
 		defines[m[1]] = v
 	}
-	want := map[string]uint64{"MAX_SERVICES": MaxServices, "MAX_BACKENDS": MaxBackends, "MAX_WEIGHT": MaxWeight}
+	want := map[string]uint64{"MAX_SERVICES": MaxServices, "MAX_BACKENDS": MaxBackends, "MAX_WEIGHT": MaxWeight, "MAX_HOPS": MaxHops}
 	if diff := cmp.Diff(want, defines); diff != "" {
 		t.Errorf("redirect.c #defines (-Go +C):\n%s", diff)
 	}

@@ -1101,3 +1101,41 @@ func TestKernelPinDirShared(t *testing.T) {
 		t.Errorf("another component's map pin: %v", err)
 	}
 }
+
+// TestKernelSplitToProxiedRevision: a split's backend that is a Service
+// address with an entry of its own (a revision at zero, in Proxy mode) is
+// followed to that entry's backend; each entry counts the connect. A cycle
+// of entries ends after MaxHops.
+func TestKernelSplitToProxiedRevision(t *testing.T) {
+	e := newKernelEnv(t, "")
+	route := newServices(t, 1)                                      // the split's address, an activator
+	revision := serve(t, "revision", localAddr(t, "127.77.0.2"), 0) // a revision's Service address
+	if err := e.r.Set(route.svc, []Backend{{Addr: revision.addr, Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, route.svc); got.backend != "revision" || got.peer != route.svc {
+		t.Fatalf("split to a revision in Serve mode: answered by %s, peer %s; want revision, %s", got.backend, got.peer, route.svc)
+	}
+	// The revision goes to Proxy mode: the connect goes on to the activator.
+	if err := e.r.Set(revision.addr, route.weighted(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, route.svc); got.backend != "backend-0" || got.peer != route.svc {
+		t.Errorf("split to a revision in Proxy mode: answered by %s, peer %s; want backend-0, %s", got.backend, got.peer, route.svc)
+	}
+	counts, err := e.r.Redirected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[netip.AddrPort]uint64{route.svc: 2, revision.addr: 1}, counts, addrPortComparer); diff != "" {
+		t.Errorf("Redirected (-want +got):\n%s", diff)
+	}
+	// A cycle: route -> revision -> route stops after two entries, at the
+	// route's own address.
+	if err := e.r.Set(revision.addr, []Backend{{Addr: route.svc, Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, route.svc); got.backend != "direct" {
+		t.Errorf("an entry cycle: answered by %s, want direct (the route's address after %d hops)", got.backend, MaxHops)
+	}
+}

@@ -8,8 +8,10 @@
 // connection by weight; getpeername() on that socket still returns the
 // address the client dialled. Proxy mode is an entry whose backends are the
 // target's activators (equal weights); a traffic split is an entry whose
-// backends are revisions' Service addresses with their weights. Every other
-// connect, and every UDP socket, is left alone.
+// backends are revisions' Service addresses with their weights; a
+// revision's address with an entry of its own (Proxy mode) is followed to
+// its backend (MAX_HOPS). Every other connect, and every UDP socket, is
+// left alone.
 //
 // Programs, attached once at a cgroup v2 root (every socket below it):
 //
@@ -56,6 +58,7 @@
 #define MAX_SERVICES 16384 // Service addresses with an entry, per node
 #define MAX_BACKENDS 32    // backends per entry (an activator subset, a split)
 #define MAX_WEIGHT 65535   // a backend's weight: 1..MAX_WEIGHT
+#define MAX_HOPS 2         // entries a connect follows: a split, then a revision in Proxy mode
 
 // A Service address. Also the key of the redirected counters.
 struct svc_key {
@@ -157,10 +160,12 @@ static __always_inline void count_redirect(const struct svc_key *svc)
 
 // pick chooses a backend of e for the random number r: r scaled to
 // [0, total) falls into one backend's share of the cumulative weights.
-// Returns 1 and fills *to, or 0 if e is not an entry for svc (it was
-// recycled) or no backend matched (an entry the agent would never write).
+// Returns 1 and fills *to, or 0 and leaves *to alone if e is not an entry
+// for svc (it was recycled) or no backend matched (an entry the agent
+// would never write).
 static __always_inline int pick(struct svc_entry *e, const struct svc_key *svc, __u32 r, struct svc_key *to)
 {
+	struct svc_key got = {};
 	int found = 0;
 	__u32 n, x;
 
@@ -179,8 +184,8 @@ static __always_inline int pick(struct svc_entry *e, const struct svc_key *svc, 
 		if (i >= n)
 			break;
 		if (x < e->backends[i].weight) {
-			to->ip = e->backends[i].ip;
-			to->port = e->backends[i].port;
+			got.ip = e->backends[i].ip;
+			got.port = e->backends[i].port;
 			found = 1;
 			break;
 		}
@@ -190,28 +195,45 @@ out:
 	bpf_spin_unlock(&e->lock);
 	// A zero address or port is never written by the agent; refuse it
 	// rather than connect there.
-	return found && to->ip != 0 && to->port != 0;
+	if (!found || got.ip == 0 || got.port == 0)
+		return 0;
+	*to = got;
+	return 1;
 }
 
 // redirect picks a backend for a TCP connect to svc, if svc has an entry:
 // it remembers the dialled address in the socket's storage, counts the
 // redirect and returns 1 with *to filled. Returns 0 if the connect stays
 // as it is: no entry (one hash miss, the common case) or an unusable one.
+//
+// A backend may be a Service address with an entry of its own: a traffic
+// split's revision whose Service is in Proxy mode. The connect then goes
+// on to that entry's backend, up to MAX_HOPS entries deep; the bound keeps
+// an entry cycle finite (the verifier needs one anyway). Each entry passed
+// counts a redirect.
 static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_key *svc, struct svc_key *to)
 {
-	struct svc_entry *e = bpf_map_lookup_elem(&services, svc);
+	struct svc_key hop = *svc;
+	struct svc_entry *e;
 	struct origin *o;
-	__u32 r;
+	int hops = 0;
 
-	// NULL: not a Service with an entry.
-	if (!e)
-		return 0;
-	// Before the lock: no helper calls while it is held.
-	r = bpf_get_prandom_u32();
-	if (!pick(e, svc, r, to)) {
-		count_event(EV_ENTRY_REFUSED);
-		return 0;
+	for (int i = 0; i < MAX_HOPS; i++) {
+		e = bpf_map_lookup_elem(&services, &hop);
+		// NULL: not a Service with an entry.
+		if (!e)
+			break;
+		// bpf_get_prandom_u32 before pick: no helper calls under its lock.
+		if (!pick(e, &hop, bpf_get_prandom_u32(), to)) {
+			count_event(EV_ENTRY_REFUSED);
+			break;
+		}
+		count_redirect(&hop);
+		hop = *to;
+		hops++;
 	}
+	if (hops == 0)
+		return 0;
 	o = bpf_sk_storage_get(&origins, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	// NULL: no memory for the storage. Redirect anyway; only getpeername
 	// will show the backend.
@@ -221,7 +243,6 @@ static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_
 	} else {
 		count_event(EV_NO_ORIGIN);
 	}
-	count_redirect(svc);
 	return 1;
 }
 

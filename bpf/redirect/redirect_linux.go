@@ -534,7 +534,9 @@ func (r *Redirect) Entries() (map[netip.AddrPort][]Backend, error) {
 
 // Redirected returns how many connects were redirected per Service address,
 // summed over CPUs, for every Service redirected since its counter was
-// created (Delete keeps counters, Forget drops them).
+// created (Delete keeps counters, Forget drops them). A connect that went
+// through two entries (a split, then a revision in Proxy mode) counts at
+// both.
 func (r *Redirect) Redirected() (map[netip.AddrPort]uint64, error) {
 	out := make(map[netip.AddrPort]uint64)
 	var key redirectSvcKey

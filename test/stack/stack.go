@@ -95,6 +95,10 @@ type App struct {
 	Namespace, Name string
 	// Spec adjusts the PodAutoscaler's spec.
 	Spec func(*v1alpha1.PodAutoscalerSpec)
+	// Image of the app's container; empty: AppImage. An image the node
+	// simulator does not know leaves the pod waiting in ErrImagePull: a
+	// target whose pods never become ready.
+	Image string
 }
 
 // Deploy creates the app's namespace (if missing), Deployment, Service and
@@ -106,6 +110,10 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 	}
 	labels := map[string]string{"app": app.Name}
 	one := int32(1)
+	image := app.Image
+	if image == "" {
+		image = AppImage
+	}
 	deploy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
 		Spec: appsv1.DeploymentSpec{
@@ -116,7 +124,7 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr(int64(30)),
 					Containers: []corev1.Container{{
-						Name: "app", Image: AppImage,
+						Name: "app", Image: image,
 						// After SIGTERM the app keeps serving (not ready) for 5 s
 						// while the endpoint removal reaches kube-proxy, then drains.
 						Args:  []string{"--port=8080", "--shutdown-delay=5s"},
@@ -151,6 +159,19 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 		}
 	}
 	return nil
+}
+
+// Remove deletes the app's PodAutoscaler, Service and Deployment (the
+// namespace stays). Objects already gone are not an error.
+func (s *Stack) Remove(ctx context.Context, app App) error {
+	meta := metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name}
+	var errs []error
+	for _, o := range []client.Object{&v1alpha1.PodAutoscaler{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &appsv1.Deployment{ObjectMeta: meta}} {
+		if err := s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %T %s: %w", o, app.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // PublicURL is http://<ClusterIP>:80/ of the app's public Service, once it

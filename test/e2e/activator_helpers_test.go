@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/test/stack"
+)
+
+// unknownImage is an image the node simulator has no binary for: the
+// pod's container waits in ErrImagePull and never answers, so the target
+// has a pod (with an address) that never becomes ready.
+const unknownImage = "ghcr.io/sockscale/never-pulled:0.1.0"
+
+// removeAtEnd deletes the app when the test ends, so the pods of one
+// scenario do not load the next.
+func removeAtEnd(t *testing.T, s *stack.Stack, name string) {
+	t.Cleanup(func() {
+		if err := s.Remove(context.Background(), stack.App{Namespace: appNS, Name: name}); err != nil {
+			t.Errorf("remove %s: %v", name, err)
+		}
+	})
+}
+
+// deployUnready deploys an app whose pods may never become ready, waits
+// until its public Service routes to activators that know it, and returns
+// its public URL.
+func deployUnready(t *testing.T, s *stack.Stack, app stack.App) string {
+	t.Helper()
+	ctx := context.Background()
+	app.Namespace = appNS
+	if err := s.Deploy(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	removeAtEnd(t, s, app.Name)
+	var url string
+	eventually(t, time.Minute, app.Name+"'s public Service routes to activators", func() error {
+		var err error
+		if url, err = s.PublicURL(ctx, appNS, app.Name); err != nil {
+			return err
+		}
+		if err := expectActivatorEndpoints(ctx, s, app.Name); err != nil {
+			return err
+		}
+		if err := activatorsKnow(ctx, s, app.Name); err != nil {
+			return err
+		}
+		// kube-proxy has the Service's rules once a connection to its
+		// ClusterIP is accepted (by an activator); no request is sent,
+		// which would be held and wake the target.
+		conn, err := net.DialTimeout("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"), time.Second)
+		if err != nil {
+			return fmt.Errorf("connect to the public Service: %w", err)
+		}
+		conn.Close()
+		return nil
+	})
+	return url
+}
+
+// activatorsKnow: every ready activator has the target in its throttle
+// (its per-target series exist), so none answers 404 for it.
+func activatorsKnow(ctx context.Context, s *stack.Stack, name string) error {
+	acts, err := s.Activators(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range acts {
+		if !a.Ready || a.Deleting {
+			continue
+		}
+		m, err := stack.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, smp := range m["sockscale_activator_pods"] {
+			if smp.Labels["namespace"] == appNS && smp.Labels["name"] == name {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("activator %s does not know %s/%s yet", a.Name, appNS, name)
+		}
+	}
+	return nil
+}
+
+// expectActivatorEndpoints: the target is in Proxy mode and its public
+// EndpointSlices hold exactly the ready activators' addresses (those in
+// the PodAutoscaler's status), every port being the activators' proxy port.
+func expectActivatorEndpoints(ctx context.Context, s *stack.Stack, name string) error {
+	pa, err := s.PA(ctx, appNS, name)
+	if err != nil {
+		return err
+	}
+	if pa.Status.Mode != v1alpha1.ModeProxy {
+		return fmt.Errorf("mode %q, want Proxy", pa.Status.Mode)
+	}
+	acts, err := s.Activators(ctx)
+	if err != nil {
+		return err
+	}
+	ips := map[string]string{}
+	for _, a := range acts {
+		if a.Ready && !a.Deleting {
+			ips[a.Name] = a.IP.String()
+		}
+	}
+	if len(pa.Status.Activators) == 0 {
+		return fmt.Errorf("no activators in the PodAutoscaler's status")
+	}
+	var want []string
+	for _, n := range pa.Status.Activators {
+		ip, ok := ips[n]
+		if !ok {
+			return fmt.Errorf("activator %s of the status is not a ready activator (ready: %v)", n, ips)
+		}
+		want = append(want, ip)
+	}
+	got, ports, err := publicEndpoints(ctx, s, name)
+	if err != nil {
+		return err
+	}
+	sortAddrs(want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		return fmt.Errorf("public endpoints %v, the activators in the path %v (%v)", got, want, pa.Status.Activators)
+	}
+	for _, p := range ports {
+		if p != stack.ActivatorProxyPort {
+			return fmt.Errorf("public endpoint port %d, want the activators' %d", p, stack.ActivatorProxyPort)
+		}
+	}
+	return nil
+}
+
+// publicEndpoints are the addresses (sorted) and ports of the public
+// Service's EndpointSlices.
+func publicEndpoints(ctx context.Context, s *stack.Stack, name string) ([]string, []int32, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := s.Client.List(ctx, &slices, client.InNamespace(appNS), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, nil, err
+	}
+	var addrs []string
+	var ports []int32
+	for _, sl := range slices.Items {
+		for _, e := range sl.Endpoints {
+			addrs = append(addrs, e.Addresses...)
+		}
+		for _, p := range sl.Ports {
+			if p.Port != nil {
+				ports = append(ports, *p.Port)
+			}
+		}
+	}
+	sortAddrs(addrs)
+	return addrs, ports, nil
+}
+
+func sortAddrs(a []string) {
+	sort.Slice(a, func(i, j int) bool { return netip.MustParseAddr(a[i]).Less(netip.MustParseAddr(a[j])) })
+}
+
+// answer is one request's outcome as its client saw it.
+type answer struct {
+	code int
+	body string
+	err  error
+	end  time.Time
+	took time.Duration
+}
+
+func (a answer) String() string {
+	if a.err != nil {
+		return "error: " + a.err.Error()
+	}
+	return fmt.Sprintf("%d %q", a.code, strings.TrimSpace(a.body))
+}
+
+// get sends one GET with its own connection.
+func get(c *http.Client, url string) answer {
+	start := time.Now()
+	resp, err := c.Get(url)
+	if err != nil {
+		return answer{err: err, end: time.Now(), took: time.Since(start)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{code: resp.StatusCode, body: string(b), err: err, end: time.Now(), took: time.Since(start)}
+}
+
+// oneShotClient dials a new connection per request, so each request is
+// load-balanced by kube-proxy on its own.
+func oneShotClient(timeout time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}, Timeout: timeout}
+}

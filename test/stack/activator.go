@@ -1,0 +1,121 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Ports of the activator's pods (the chart's defaults).
+const (
+	ActivatorProxyPort   = 8012
+	ActivatorMetricsPort = 9090
+)
+
+// ActivatorPod is one activator pod as the API shows it.
+type ActivatorPod struct {
+	Name string
+	// IP is the pod's address; invalid before it has one.
+	IP netip.Addr
+	// Ready is its Ready condition; Deleting is set once it is being
+	// deleted.
+	Ready, Deleting bool
+}
+
+// Activators lists the activator pods.
+func (s *Stack) Activators(ctx context.Context) ([]ActivatorPod, error) {
+	var pods corev1.PodList
+	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app.kubernetes.io/component": "activator"}); err != nil {
+		return nil, err
+	}
+	out := make([]ActivatorPod, 0, len(pods.Items))
+	for _, p := range pods.Items {
+		a := ActivatorPod{Name: p.Name, Deleting: p.DeletionTimestamp != nil}
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			a.IP = ip
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				a.Ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// Sample is one series of a scrape: its labels and value (a counter's or
+// a gauge's).
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Scrape reads the Prometheus text at http://ip:port/metrics and returns
+// the counters' and gauges' series by metric name.
+func Scrape(ctx context.Context, ip netip.Addr, port uint16) (map[string][]Sample, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	url := "http://" + netip.AddrPortFrom(ip, port).String() + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", url, err)
+	}
+	out := make(map[string][]Sample, len(families))
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			smp := Sample{Labels: map[string]string{}}
+			for _, l := range m.GetLabel() {
+				smp.Labels[l.GetName()] = l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				smp.Value = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				smp.Value = m.GetGauge().GetValue()
+			default:
+				continue
+			}
+			out[name] = append(out[name], smp)
+		}
+	}
+	return out, nil
+}
+
+// Sum adds the values of the series of name whose labels include match.
+func Sum(scrape map[string][]Sample, name string, match map[string]string) float64 {
+	var sum float64
+	for _, smp := range scrape[name] {
+		ok := true
+		for k, v := range match {
+			if smp.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			sum += smp.Value
+		}
+	}
+	return sum
+}

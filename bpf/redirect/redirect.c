@@ -259,6 +259,7 @@ static __always_inline int v4_mapped(__u32 w0, __u32 w1, __u32 w2)
 // backends (see redirect). UDP returns before any lookup; a TCP connect to
 // any other address costs one hash miss. Always allows the connect
 // (returns 1): a redirect that cannot be done leaves it as it was.
+// Minimum kernel: the object's (top comment); the hook itself is 4.17.
 SEC("cgroup/connect4")
 int sockscale_connect4(struct bpf_sock_addr *ctx)
 {
@@ -283,6 +284,7 @@ int sockscale_connect4(struct bpf_sock_addr *ctx)
 // which is IPv4 on the wire and never reaches connect4. Only IPv4-mapped
 // destinations are looked up; the rewrite keeps the mapped prefix and
 // changes the IPv4 word. Returns 1 like connect4.
+// Minimum kernel: the object's (top comment); the hook itself is 4.17.
 SEC("cgroup/connect6")
 int sockscale_connect6(struct bpf_sock_addr *ctx)
 {
@@ -322,6 +324,7 @@ static __always_inline struct origin *origin_of(struct bpf_sock_addr *ctx, __u32
 // v2 root. For a socket connect4 redirected, returns the address the client
 // dialled instead of the backend's, so applications, TLS checks and logs see
 // no difference. Other sockets cost one socket-storage miss. Must return 1.
+// Minimum kernel: 5.8 (the hook).
 SEC("cgroup/getpeername4")
 int sockscale_getpeername4(struct bpf_sock_addr *ctx)
 {
@@ -338,6 +341,7 @@ int sockscale_getpeername4(struct bpf_sock_addr *ctx)
 // Hook: cgroup/getpeername6 (BPF_CGROUP_INET6_GETPEERNAME), at the cgroup
 // v2 root. getpeername4 for the dual-stack sockets connect6 redirected: the
 // peer is ::ffff:<backend>, and becomes ::ffff:<dialled>. Must return 1.
+// Minimum kernel: 5.8 (the hook).
 SEC("cgroup/getpeername6")
 int sockscale_getpeername6(struct bpf_sock_addr *ctx)
 {

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -205,4 +208,66 @@ func get(c *http.Client, url string) answer {
 // load-balanced by kube-proxy on its own.
 func oneShotClient(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}, Timeout: timeout}
+}
+
+// raw sends a hand-written HTTP/1.1 request (with the final blank line
+// added) on a new connection to addr and reads the answer.
+func raw(addr netip.AddrPort, method, request string) answer {
+	start := time.Now()
+	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.WriteString(conn, request+"Connection: close\r\n\r\n"); err != nil {
+		return answer{err: err}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{code: resp.StatusCode, body: string(b), err: err, end: time.Now(), took: time.Since(start)}
+}
+
+// localRoute checks that traffic to ip stays on this machine: the route
+// to it is one of the cluster's links (sccl-*).
+func localRoute(t *testing.T, ip netip.Addr) {
+	t.Helper()
+	out, err := exec.Command("ip", "route", "get", ip.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip route get %s: %v: %s", ip, err, out)
+	}
+	f := strings.Fields(string(out))
+	i := slices.Index(f, "dev")
+	if i < 0 || i+1 >= len(f) || !strings.HasPrefix(f[i+1], "sccl-") {
+		t.Fatalf("ip route get %s: %q is not a route to one of the cluster's links (sccl-*): refusing to send traffic there", ip, strings.TrimSpace(string(out)))
+	}
+}
+
+// readyActivators waits until want activators are ready and none is
+// being deleted, and returns them.
+func readyActivators(t *testing.T, s *stack.Stack, want int, timeout time.Duration) []stack.ActivatorPod {
+	t.Helper()
+	var acts []stack.ActivatorPod
+	eventually(t, timeout, fmt.Sprintf("%d ready activators", want), func() error {
+		all, err := s.Activators(context.Background())
+		if err != nil {
+			return err
+		}
+		acts = acts[:0]
+		for _, a := range all {
+			if a.Deleting || !a.Ready {
+				return fmt.Errorf("activator %s: ready %v, deleting %v", a.Name, a.Ready, a.Deleting)
+			}
+			acts = append(acts, a)
+		}
+		if len(acts) != want {
+			return fmt.Errorf("%d activators", len(acts))
+		}
+		return nil
+	})
+	return acts
 }

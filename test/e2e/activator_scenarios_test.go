@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,4 +100,97 @@ func TestE2EActivatorRefuses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestE2EActivatorKilledWhileHolding: 20 requests are held for a target
+// whose pod cannot start (its image cannot be pulled); one activator is
+// deleted with grace period 0. Only the requests it held fail; once the
+// image is fixed, the other activator's are answered 200.
+func TestE2EActivatorKilledWhileHolding(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name, n = "killed", 20
+	url := deployUnready(t, s, stack.App{Name: name, Image: unknownImage})
+	readyActivators(t, s, 2, time.Minute)
+
+	c := oneShotClient(3 * time.Minute)
+	answers := make([]answer, n)
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			answers[i] = get(c, url)
+			done.Add(1)
+		})
+	}
+	defer wg.Wait()
+	held := map[string]string{"namespace": appNS, "name": name, "state": "held"}
+	var per map[string]float64
+	eventually(t, 20*time.Second, fmt.Sprintf("%d requests held", n), func() error {
+		var sum float64
+		var err error
+		if per, sum, err = activatorSum(ctx, s, "sockscale_activator_requests_in_flight", held); err != nil {
+			return err
+		}
+		if sum != n {
+			return fmt.Errorf("%v held (%v), %d answered", sum, per, done.Load())
+		}
+		return nil
+	})
+	victim := ""
+	for a, v := range per {
+		if v > 0 && (victim == "" || v > per[victim]) {
+			victim = a
+		}
+	}
+	lost := int(per[victim])
+	t.Logf("held per activator: %v; deleting %s (grace period 0) with %d held", per, victim, lost)
+	if err := s.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: stack.Namespace, Name: victim}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	eventually(t, 30*time.Second, "the deleted activator's requests answered", func() error {
+		if got := int(done.Load()); got < lost {
+			return fmt.Errorf("%d answered", got)
+		}
+		return nil
+	})
+	// The others stay held: the target still has no pod.
+	time.Sleep(2 * time.Second)
+	if got := int(done.Load()); got != lost {
+		t.Errorf("%d requests ended after the activator holding %d was deleted, want only those", got, lost)
+	}
+
+	var d appsv1.Deployment
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: appNS, Name: name}, &d); err != nil {
+		t.Fatal(err)
+	}
+	forgetPodAddresses(t)
+	patch := client.MergeFrom(d.DeepCopy())
+	d.Spec.Template.Spec.Containers[0].Image = stack.AppImage
+	if err := s.Client.Patch(ctx, &d, patch); err != nil {
+		t.Fatal(err)
+	}
+	fixed := time.Now()
+	wg.Wait()
+	seen := map[string]int{}
+	ok, failed := 0, 0
+	var slowest, lastFailed time.Duration
+	for _, a := range answers {
+		if a.err == nil && a.code == http.StatusOK {
+			ok++
+			slowest = max(slowest, a.end.Sub(fixed))
+			continue
+		}
+		failed++
+		lastFailed = max(lastFailed, a.end.Sub(killed))
+		seen[a.String()]++
+	}
+	t.Logf("%d answered 200 (the last %s after the image was fixed), %d failed (the last %s after the delete); the failed clients saw %v",
+		ok, slowest.Round(time.Millisecond), failed, lastFailed.Round(time.Millisecond), seen)
+	if failed != lost || ok != n-lost {
+		t.Errorf("%d failed and %d answered 200, want exactly the %d the deleted activator held to fail", failed, ok, lost)
+	}
+	// The Deployment replaces the activator; later scenarios need both.
+	readyActivators(t, s, 2, time.Minute)
 }

@@ -18,8 +18,102 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/test/stack"
 )
+
+// TestE2EActivatorAlwaysInPath: with target-burst-capacity -1 the public
+// endpoints stay the activators (their pod IPs, port 8012) while a ready
+// pod serves, every request is answered through them; and a rolling
+// restart of the activators under that load fails no request.
+func TestE2EActivatorAlwaysInPath(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name = "inpath"
+	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
+		p.TargetBurstCapacity, p.MinScale, p.MaxScale = ptr(-1.0), ptr(int32(1)), ptr(int32(3))
+	})
+	removeAtEnd(t, s, name)
+	forwarded := map[string]string{"namespace": appNS, "name": name, "result": "forwarded"}
+	_, before, err := activatorSum(ctx, s, "sockscale_activator_hold_results_total", forwarded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := loadgen.Options{URLs: []string{url + "?sleep=50"}, Concurrency: 4, KeepAlive: true}
+	load := loadgen.Start(ctx, opts)
+	defer load.Stop()
+	time.Sleep(3 * time.Second)
+	eventually(t, 20*time.Second, "the activators are the public endpoints with a pod ready", func() error {
+		if got := ready(t, s, name); got < 1 {
+			return fmt.Errorf("%d pods ready", got)
+		}
+		return expectActivatorEndpoints(ctx, s, name)
+	})
+	got, _, _ := publicEndpoints(ctx, s, name)
+	t.Logf("under load with %d pods ready: public endpoints %v:%d; %s", ready(t, s, name), got, stack.ActivatorProxyPort, paLine(t, s, name))
+	r := load.Stop()
+	_, after, err := activatorSum(ctx, s, "sockscale_activator_hold_results_total", forwarded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests answered (p50 %s, p99 %s), %d failed; the activators forwarded %v", r.Completed, r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond), r.Failed, after-before)
+	if r.Failed > 0 || r.Completed == 0 {
+		t.Errorf("%d of %d requests failed", r.Failed, r.Completed+r.Failed)
+	}
+	if after-before != float64(r.Completed) {
+		t.Errorf("the activators forwarded %v requests, the client completed %d: not every request went through them", after-before, r.Completed)
+	}
+
+	// A rolling restart (kubectl rollout restart) under the same load.
+	old := readyActivators(t, s, 2, time.Minute)
+	load = loadgen.Start(ctx, opts)
+	defer load.Stop()
+	time.Sleep(2 * time.Second)
+	forgetPodAddresses(t) // the new activators may get freed addresses
+	start := time.Now()
+	var d appsv1.Deployment
+	key := types.NamespacedName{Namespace: stack.Namespace, Name: "sockscale-activator"}
+	if err := s.Client.Get(ctx, key, &d); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(d.DeepCopy())
+	if d.Spec.Template.Annotations == nil {
+		d.Spec.Template.Annotations = map[string]string{}
+	}
+	d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = time.Now().Format(time.RFC3339)
+	if err := s.Client.Patch(ctx, &d, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the activators replaced", func() error {
+		acts, err := s.Activators(ctx)
+		if err != nil {
+			return err
+		}
+		if len(acts) != len(old) {
+			return fmt.Errorf("%d activator pods", len(acts))
+		}
+		for _, a := range acts {
+			for _, o := range old {
+				if a.Name == o.Name {
+					return fmt.Errorf("old activator %s still there (ready %v, deleting %v)", a.Name, a.Ready, a.Deleting)
+				}
+			}
+			if !a.Ready {
+				return fmt.Errorf("new activator %s not ready", a.Name)
+			}
+		}
+		return nil
+	})
+	rollout := time.Since(start)
+	eventually(t, 20*time.Second, "the new activators are the public endpoints", func() error { return expectActivatorEndpoints(ctx, s, name) })
+	time.Sleep(2 * time.Second)
+	r = load.Stop()
+	t.Logf("rolling restart of the activators took %s; under load: %d requests answered (p50 %s, p99 %s, max %s), %d failed",
+		rollout.Round(100*time.Millisecond), r.Completed, r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(time.Millisecond), r.Percentile(1).Round(time.Millisecond), r.Failed)
+	if r.Failed > 0 || r.Completed == 0 {
+		t.Errorf("%d of %d requests failed during the activators' rolling restart, want none", r.Failed, r.Completed+r.Failed)
+	}
+}
 
 // TestE2EActivatorDeadline: a request for a target whose pod never
 // becomes ready is held for the target's timeoutSeconds (2), then

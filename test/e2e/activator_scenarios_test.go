@@ -115,6 +115,57 @@ func TestE2EActivatorAlwaysInPath(t *testing.T) {
 	}
 }
 
+// TestE2EActivatorBurstCapacity7: containerConcurrency 10, target burst
+// capacity 7, steady load of 10 in flight. The target value is
+// min(100, 10) x 70 % = 7, so 10 in flight want ceil(10/7) = 2 pods; with
+// 2 ready pods EBC = floor(2 x 10 - 7 - 10) = 3 >= 0, so the pods
+// themselves are the public endpoints (Serve); with 1 it would be
+// 10 - 7 - 10 = -7 (Proxy).
+func TestE2EActivatorBurstCapacity7(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name = "tbc7"
+	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
+		p.ContainerConcurrency, p.TargetBurstCapacity, p.MaxScale = 10, ptr(7.0), ptr(int32(5))
+	})
+	removeAtEnd(t, s, name)
+	forgetPodAddresses(t) // the second pod may get a freed address
+	// A new connection per request, so traffic follows the public
+	// endpoints as they switch between activators and pods.
+	load := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 10})
+	defer load.Stop()
+	start := time.Now()
+	eventually(t, 90*time.Second, "2 pods ready", func() error {
+		if got := ready(t, s, name); got != 2 {
+			return fmt.Errorf("%d ready: %s", got, paLine(t, s, name))
+		}
+		return nil
+	})
+	expectServeEndpoints(t, s, name)
+	t.Logf("2 pods ready and serving after %s: %s", time.Since(start).Round(100*time.Millisecond), paLine(t, s, name))
+	// Steady: it stays there.
+	for range 10 {
+		time.Sleep(time.Second)
+		pa, err := s.PA(ctx, appNS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, _, err := publicEndpoints(ctx, s, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := replicas(t, s, name); got != 2 || pa.Status.Mode != v1alpha1.ModeServe || len(eps) != 2 {
+			t.Fatalf("at steady load: %d pods wanted, %d public endpoints %v: %s; want 2 pods served directly", got, len(eps), eps, paLine(t, s, name))
+		}
+	}
+	expectServeEndpoints(t, s, name)
+	r := load.Stop()
+	t.Logf("steady at 2 pods, Serve, 2 public endpoints: %s; %d requests, %d failed", paLine(t, s, name), r.Completed, r.Failed)
+	if r.Failed > 0 {
+		t.Errorf("%d of %d requests failed", r.Failed, r.Completed+r.Failed)
+	}
+}
+
 // TestE2EActivatorDeadline: a request for a target whose pod never
 // becomes ready is held for the target's timeoutSeconds (2), then
 // answered 504 with a body naming the target and the timeout.

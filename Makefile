@@ -111,4 +111,4 @@ BENCH_FLAGS ?=
 .PHONY: bench
 bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint, the activator (warm path vs queue-proxy, cold start, 10,000 held); BPF programs per request, stats codec, windows, 10,000 decisions, 5,000 agents' ingest.
 	$(GO) run ./test/bench -queue-proxy $(QUEUE_PROXY) $(BENCH_FLAGS)
-	$(GO) test -run '^$$' -bench . -benchtime 1s ./bpf/ ./internal/stats/ ./controller/internal/window/ ./controller/internal/decider/ ./controller/internal/collector/
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./bpf/... ./internal/stats/ ./controller/internal/window/ ./controller/internal/decider/ ./controller/internal/collector/

@@ -177,6 +177,31 @@ func sortAddrs(a []string) {
 	sort.Slice(a, func(i, j int) bool { return netip.MustParseAddr(a[i]).Less(netip.MustParseAddr(a[j])) })
 }
 
+// waitAtZero waits until every named target has scaled to zero: no pod
+// wanted or left, Proxy mode.
+func waitAtZero(t *testing.T, s *stack.Stack, timeout time.Duration, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	for _, name := range names {
+		eventually(t, timeout-time.Since(start), name+" at zero", func() error {
+			pa, err := s.PA(ctx, appNS, name)
+			if err != nil {
+				return err
+			}
+			d, err := s.Deployment(ctx, appNS, name)
+			if err != nil {
+				return err
+			}
+			if *d.Spec.Replicas != 0 || d.Status.Replicas != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
+				return fmt.Errorf("%d pods wanted, %d left: %s", *d.Spec.Replicas, d.Status.Replicas, paLine(t, s, name))
+			}
+			return nil
+		})
+	}
+	t.Logf("%v at zero after %s", names, time.Since(start).Round(time.Second))
+}
+
 // answer is one request's outcome as its client saw it.
 type answer struct {
 	code int
@@ -209,6 +234,15 @@ func get(c *http.Client, url string) answer {
 // load-balanced by kube-proxy on its own.
 func oneShotClient(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}, Timeout: timeout}
+}
+
+// podOf is the pod named in the autoscale app's answer ("pod <name>: ...").
+func podOf(body string) string {
+	name, _, ok := strings.Cut(strings.TrimPrefix(body, "pod "), ":")
+	if !ok || !strings.HasPrefix(body, "pod ") {
+		return ""
+	}
+	return name
 }
 
 // raw sends a hand-written HTTP/1.1 request (with the final blank line

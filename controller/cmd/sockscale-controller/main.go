@@ -138,7 +138,7 @@ func run(ctx context.Context, f *flags) error {
 		return err
 	}
 
-	col := collector.New()
+	col := collector.New(clock.RealClock{})
 	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
 		Metrics: kpa.NewMetrics(crmetrics.Registry),
 		Prober:  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},

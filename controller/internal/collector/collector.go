@@ -2,8 +2,11 @@ package collector
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/window"
@@ -19,26 +22,90 @@ func (k Key) String() string { return k.Namespace + "/" + k.Name }
 // Values are one target's metric averages at one instant.
 type Values struct {
 	Stable, Panic float64
-	// HasData is false when no source ever reported for the target.
+	// HasData is false when no second of the stable window has a value:
+	// no source ever reported for the target.
 	HasData bool
 }
+
+// StaleAfter is how long a source (a pod's agent, an activator) may go
+// without a report before the collector stops waiting for it: two report
+// periods. A source that reported within it holds back which seconds are
+// complete; one that did not is missing.
+const StaleAfter = 2 * time.Second
+
+// pokeMaxPeriod tells an activator's poke (a report of what it holds at
+// one instant, claiming 1 ms) from its period reports (1 s).
+const pokeMaxPeriod = 100 * time.Millisecond
 
 // Collector keeps windows for the targets it is told to watch. It is safe
 // for concurrent use: batches arrive on HTTP handlers while reconcilers
 // read values.
+//
+// # Timeline
+//
+// Reports are placed on the collector's own clock, where they arrive, not
+// by the reporter's wall clock (agents' clocks differ, and a clock ahead
+// or behind would put its pods' load into seconds the others do not fill).
+// A report of period p arriving at t covers [t-p, t); what it says (the
+// time integral of concurrency, the requests) is spread over the seconds
+// it covers in proportion to the overlap. A source's reports tile its
+// timeline: a report starts where the source's previous one ended if that
+// is later than t-p, so jitter in arrival moves no load between seconds
+// twice or not at all. Example: reports of 10 in flight arriving at 10.5 s
+// and 11.5 s put 5 into second 10 and 5 into second 11 from the first,
+// 5 into second 11 and 5 into second 12 from the second: second 11 holds
+// 10.
+//
+// # Complete seconds
+//
+// The windows average complete seconds only: those every live source has
+// reported past. The seconds after the oldest live source's last report
+// are still being reported and are left out, not read as zeros (with a
+// true concurrency of 10 reported at mid-second, a read just after a
+// second boundary would otherwise see 59 seconds of 10 and one of 0: 9.83
+// over 60 s, 8.33 over 6 s, 5.0 over 2 s). A source silent for StaleAfter
+// no longer holds the seconds back.
+//
+// One exception: an activator's poke, the first request held for a target
+// at zero, is a point sample. It is added to its second as a whole
+// second's concurrency (as Knative records it) and that second counts at
+// once, so the decider woken by the poke sees it; the activator's next
+// period report covers the same time again, which counts the held requests
+// about twice for that one second.
 type Collector struct {
 	mu      sync.Mutex
+	clock   clock.PassiveClock
 	targets map[Key]*target
 }
 
 type target struct {
-	settings    config.Settings
-	concurrency *window.Buckets
-	rps         *window.Buckets
+	settings config.Settings
+	ring     *window.Ring[second]
+	// pods by address and activators by name: where each one's reports
+	// have reached.
+	pods       map[netip.Addr]*source
+	activators map[string]*source
+	// poked is the arrival of the latest poke.
+	poked time.Time
 }
 
-// New returns an empty collector.
-func New() *Collector { return &Collector{targets: make(map[Key]*target)} }
+// source is one reporter of a target's load.
+type source struct {
+	// until is the end of what it reported, on the collector's clock.
+	until time.Time
+}
+
+// second is what a target's sources reported about one second:
+// concurrency as its time integral over the second (so, once the second
+// is complete, its average), and requests.
+type second struct {
+	concurrency, requests float64
+}
+
+// New returns an empty collector that places reports on clk's timeline.
+func New(clk clock.PassiveClock) *Collector {
+	return &Collector{clock: clk, targets: make(map[Key]*target)}
+}
 
 // Watch starts (or updates) collecting for a target with these settings:
 // its windows are as long as its stable window.
@@ -47,19 +114,25 @@ func (c *Collector) Watch(key Key, s config.Settings) error {
 	defer c.mu.Unlock()
 	t, ok := c.targets[key]
 	if !ok {
-		conc, err := window.New(s.StableWindow)
+		ring, err := window.New[second](ringLength(s))
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", key, err)
 		}
-		rps, _ := window.New(s.StableWindow)
-		c.targets[key] = &target{settings: s, concurrency: conc, rps: rps}
+		c.targets[key] = &target{settings: s, ring: ring, pods: make(map[netip.Addr]*source), activators: make(map[string]*source)}
 		return nil
 	}
 	t.settings = s
-	if err := t.concurrency.Resize(s.StableWindow); err != nil {
+	if err := t.ring.Resize(ringLength(s)); err != nil {
 		return fmt.Errorf("watch %s: %w", key, err)
 	}
-	return t.rps.Resize(s.StableWindow)
+	return nil
+}
+
+// ringLength is how many seconds a target's ring keeps: its stable
+// window, plus the seconds still being reported after the newest complete
+// one (up to StaleAfter and the second it ends in).
+func ringLength(s config.Settings) time.Duration {
+	return s.StableWindow + StaleAfter + time.Second
 }
 
 // Forget stops collecting for a target and drops its windows.
@@ -75,7 +148,7 @@ func (c *Collector) Forget(key Key) {
 // had requests in flight in this batch, for the caller to poke deciders
 // whose last decision was zero pods.
 func (c *Collector) RecordPods(b *stats.Batch) []Key {
-	at := periodSecond(b.Start, b.Period)
+	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var active []Key
@@ -87,10 +160,13 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 		if !ok {
 			continue // pods of targets nobody autoscales
 		}
+		src := t.pods[p.IP]
+		if src == nil {
+			src = &source{}
+			t.pods[p.IP] = src
+		}
 		conc := max(0, p.Concurrency-p.ProxiedConcurrency)
-		rps := float64(p.Requests-min(p.ProxiedRequests, p.Requests)) / b.Period.Seconds()
-		t.concurrency.Record(at, conc)
-		t.rps.Record(at, rps)
+		t.spread(src, now, b.Period, conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)))
 		if p.Concurrency > 0 && !seen[key] {
 			seen[key] = true
 			active = append(active, key)
@@ -108,34 +184,81 @@ func (c *Collector) RecordTargets(b *stats.Batch) []Key {
 	for i := range b.Targets {
 		t := &b.Targets[i]
 		key := Key{t.Namespace, t.Workload}
-		if c.RecordActivator(key, b.Start, b.Period, t.Concurrency, t.Requests) && t.Concurrency > 0 {
+		if c.RecordActivator(key, b.Node, b.Period, t.Concurrency, t.Requests) && t.Concurrency > 0 {
 			active = append(active, key)
 		}
 	}
 	return active
 }
 
-// RecordActivator adds what an activator saw for a target over a period:
-// the requests it held or proxied. It reports whether the target is
-// watched.
-func (c *Collector) RecordActivator(key Key, start time.Time, period time.Duration, concurrency float64, requests uint64) bool {
+// RecordActivator adds what an activator (named by its batches' Node)
+// saw for a target over a period that ends now: the requests it held or
+// proxied. A period shorter than pokeMaxPeriod is a poke (see Collector).
+// It reports whether the target is watched.
+func (c *Collector) RecordActivator(key Key, activator string, period time.Duration, concurrency float64, requests uint64) bool {
 	if period <= 0 {
 		return false
 	}
+	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.targets[key]
 	if !ok {
 		return false
 	}
-	at := periodSecond(start, period)
-	t.concurrency.Record(at, max(0, concurrency))
-	t.rps.Record(at, float64(requests)/period.Seconds())
+	if period < pokeMaxPeriod {
+		if b := t.ring.At(now.Unix()); b != nil {
+			b.concurrency += max(0, concurrency)
+			b.requests += float64(requests)
+		}
+		t.poked = now
+		return true
+	}
+	src := t.activators[activator]
+	if src == nil {
+		src = &source{}
+		t.activators[activator] = src
+	}
+	t.spread(src, now, period, max(0, concurrency), float64(requests))
 	return true
 }
 
+// spread places one report of src, of period p arriving at now, on the
+// timeline (see Collector): concurrency*p of area and the requests over
+// [max(src.until, now-p), now), each second getting its share.
+func (t *target) spread(src *source, now time.Time, p time.Duration, concurrency, requests float64) {
+	from := now.Add(-p)
+	if src.until.After(from) {
+		from = src.until
+	}
+	if !now.After(from) { // a second report at the same instant
+		from = now.Add(-time.Nanosecond)
+	}
+	src.until = now
+	area, span := concurrency*p.Seconds(), float64(now.Sub(from))
+	first := from.Unix()
+	if !t.ring.Written() && from.Nanosecond() != 0 {
+		// The first report starts the ring at its first whole second: a
+		// second covered only in part must not read as a light one.
+		first++
+	}
+	// Seconds older than the ring cannot be written (At returns nil).
+	first = max(first, now.Unix()-int64(t.ring.Len()))
+	for sec := first; sec <= now.Add(-time.Nanosecond).Unix(); sec++ {
+		start, end := time.Unix(sec, 0), time.Unix(sec+1, 0)
+		overlap := float64(minTime(end, now).Sub(maxTime(start, from)))
+		b := t.ring.At(sec)
+		if b == nil || overlap <= 0 {
+			continue
+		}
+		b.concurrency += area * overlap / span
+		b.requests += requests * overlap / span
+	}
+}
+
 // Values returns the target's stable and panic averages of its metric at
-// now, with its aggregation algorithm.
+// now, with its aggregation algorithm, over the complete seconds (see
+// Collector).
 func (c *Collector) Values(key Key, now time.Time) (Values, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,20 +266,79 @@ func (c *Collector) Values(key Key, now time.Time) (Values, error) {
 	if !ok {
 		return Values{}, fmt.Errorf("values of %s: not watched", key)
 	}
-	w := t.concurrency
-	if t.settings.Metric == config.MetricRPS {
-		w = t.rps
+	t.prune(now)
+	newest := t.newestComplete(now)
+	n := int(t.settings.StableWindow / time.Second)
+	seconds := make([]float64, 0, n)
+	for age := range n {
+		b, ok := t.ring.Get(newest - int64(age))
+		if !ok {
+			break
+		}
+		if t.settings.Metric == config.MetricRPS {
+			seconds = append(seconds, b.requests)
+		} else {
+			seconds = append(seconds, b.concurrency)
+		}
 	}
-	avg := w.Average
+	avg := window.Linear
 	if t.settings.Aggregation == config.AggregationWeightedExponential {
-		avg = w.WeightedAverage
+		avg = func(v []float64) (float64, bool) { return window.WeightedExponential(v, n) }
 	}
-	stable, ok := avg(now, t.settings.StableWindow)
-	panicValue, _ := avg(now, t.settings.PanicWindow)
-	return Values{Stable: stable, Panic: panicValue, HasData: ok}, nil
+	v := Values{}
+	v.Stable, v.HasData = avg(seconds[:min(n, len(seconds))])
+	v.Panic, _ = avg(seconds[:min(int(t.settings.PanicWindow/time.Second), len(seconds))])
+	return v, nil
 }
 
-// periodSecond is the second a period's average is recorded in: its last.
-func periodSecond(start time.Time, period time.Duration) time.Time {
-	return start.Add(period - time.Nanosecond)
+// newestComplete is the newest second every live source has reported
+// past, or the poke's second when a poke came after it.
+func (t *target) newestComplete(now time.Time) int64 {
+	frontier := now
+	live := func(s *source) {
+		if now.Sub(s.until) <= StaleAfter && s.until.Before(frontier) {
+			frontier = s.until
+		}
+	}
+	for _, s := range t.pods {
+		live(s)
+	}
+	for _, s := range t.activators {
+		live(s)
+	}
+	newest := frontier.Unix() - 1
+	if p := t.poked.Unix(); !t.poked.IsZero() && p > newest && !t.poked.After(now) {
+		newest = p
+	}
+	return newest
+}
+
+// prune forgets sources silent for longer than the window: nothing they
+// said still counts.
+func (t *target) prune(now time.Time) {
+	limit := time.Duration(t.ring.Len())*time.Second + StaleAfter
+	for ip, s := range t.pods {
+		if now.Sub(s.until) > limit {
+			delete(t.pods, ip)
+		}
+	}
+	for name, s := range t.activators {
+		if now.Sub(s.until) > limit {
+			delete(t.activators, name)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -16,7 +18,10 @@ import (
 
 var t0 = time.Unix(1_700_000_000, 0)
 
-func settings(t *testing.T, spec *config.Overrides) config.Settings {
+// at is t0 plus seconds, fractions allowed: at(10.5) is 10.5 s after t0.
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+func settings(t testing.TB, spec *config.Overrides) config.Settings {
 	t.Helper()
 	s, err := config.Effective(config.Defaults(), 0, nil, spec)
 	if err != nil {
@@ -27,53 +32,170 @@ func settings(t *testing.T, spec *config.Overrides) config.Settings {
 
 var hello = Key{"ns", "hello"}
 
-// batch is one agent's report of one second: pods of hello with these
-// (concurrency, proxied concurrency, requests, proxied requests).
-func batch(node string, sec int, pods ...[4]float64) *stats.Batch {
-	b := &stats.Batch{Node: node, Start: t0.Add(time.Duration(sec) * time.Second), Period: time.Second}
+// pod is one pod record of hello: (concurrency, proxied concurrency,
+// requests, proxied requests).
+type pod [4]float64
+
+func podIP(node string, i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(len(node)), node[len(node)-1], byte(i)})
+}
+
+// batch is one agent's report of its last second: pods of hello. Start is
+// the agent's own clock and is left at zero: the collector does not read
+// it.
+func batch(node string, pods ...pod) *stats.Batch {
+	b := &stats.Batch{Node: node, Period: time.Second}
 	for i, p := range pods {
 		b.Pods = append(b.Pods, stats.PodStat{
-			IP: netip.AddrFrom4([4]byte{10, 0, byte(len(node)), byte(i)}), Namespace: "ns", Pod: "hello-x", Workload: "hello",
+			IP: podIP(node, i), Namespace: "ns", Pod: node + "-pod-" + strconv.Itoa(i), Workload: "hello",
 			Concurrency: p[0], ProxiedConcurrency: p[1], Requests: uint64(p[2]), ProxiedRequests: uint64(p[3]),
 		})
 	}
 	return b
 }
 
-func TestPodsOfOneTargetAddUpAcrossAgents(t *testing.T) {
-	c := New()
-	if err := c.Watch(hello, settings(t, nil)); err != nil {
+// rig is a collector on a fake clock watching hello.
+type rig struct {
+	t   *testing.T
+	clk *clocktesting.FakeClock
+	c   *Collector
+}
+
+func newRig(t *testing.T, spec *config.Overrides) *rig {
+	clk := clocktesting.NewFakeClock(t0)
+	c := New(clk)
+	if err := c.Watch(hello, settings(t, spec)); err != nil {
 		t.Fatal(err)
 	}
-	for s := range 6 {
-		c.RecordPods(batch("node-a", s, [4]float64{3, 0, 30, 0}, [4]float64{2, 0, 20, 0}))
-		c.RecordPods(batch("node-b", s, [4]float64{5, 0, 50, 0}))
-	}
-	v, err := c.Values(hello, t0.Add(5*time.Second))
+	return &rig{t: t, clk: clk, c: c}
+}
+
+// arrive delivers b at sec (the collector's clock).
+func (r *rig) arrive(sec float64, b *stats.Batch) []Key {
+	r.clk.SetTime(at(sec))
+	return r.c.RecordPods(b)
+}
+
+func (r *rig) values(sec float64) Values {
+	r.t.Helper()
+	v, err := r.c.Values(hello, at(sec))
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
+	}
+	return v
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestWindowsAverageCompleteSecondsOnly is the timeline: one
+// agent reports a true concurrency of 10 every second, arriving at
+// mid-second. Read just after a second boundary, before that second's
+// report came, the old windows counted the current second as 0: 9.83
+// over 60 s, 8.33 over a 6 s panic window, 5.0 over a 2 s one. Only
+// complete seconds count now, so every read is 10.
+func TestWindowsAverageCompleteSecondsOnly(t *testing.T) {
+	tests := []struct {
+		name   string
+		window time.Duration // the panic window is 10 % of it
+		read   float64
+	}{
+		{"60 s / 6 s, just after a boundary", time.Minute, 100.2},
+		{"60 s / 6 s, just after a report", time.Minute, 100.7},
+		{"60 s / 6 s, at the boundary", time.Minute, 101},
+		{"20 s / 2 s, just after a boundary", 20 * time.Second, 100.2},
+		{"20 s / 2 s, just after a report", 20 * time.Second, 100.7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, &config.Overrides{Window: &tt.window})
+			for k := 0.5; k <= tt.read; k++ {
+				r.arrive(k, batch("node-a", pod{10, 0, 10, 0}))
+			}
+			got := r.values(tt.read)
+			if diff := cmp.Diff(Values{Stable: 10, Panic: 10, HasData: true}, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReportsAreKeyedOnTheCollectorsClock: agents at different phases,
+// with wall clocks far apart and arrival times that jitter around a
+// second boundary, still add up to their sum in every second: off by no
+// more than the jitter's share of a period (2 ms in 1 s here), where
+// keying by arrival second alone would put two reports of node-b into
+// one second and none into the next.
+func TestReportsAreKeyedOnTheCollectorsClock(t *testing.T) {
+	r := newRig(t, nil)
+	for k := 0; k < 120; k++ {
+		a := batch("node-a", pod{4, 0, 4, 0})
+		a.Start = t0.Add(-time.Hour) // a clock an hour behind
+		// node-b's reports arrive 2 ms either side of the boundary.
+		jitter := 0.002
+		if k%2 == 1 {
+			jitter = -0.002
+		}
+		b := batch("node-b", pod{6, 0, 6, 0})
+		b.Start = t0.Add(time.Hour) // an hour ahead
+		r.arrive(float64(k)+0.3, a)
+		r.arrive(float64(k)+1+jitter, b)
+		if k < 2 {
+			continue
+		}
+		for _, read := range []float64{float64(k) + 0.5, float64(k) + 1.001} {
+			if v := r.values(read); math.Abs(v.Stable-10) > 0.01 || math.Abs(v.Panic-10) > 0.03 {
+				t.Fatalf("at %.3f: stable %v panic %v, want 4 + 6 = 10", read, v.Stable, v.Panic)
+			}
+		}
+	}
+}
+
+// TestALateSourceHoldsTheWindowBack: a live source's unreported time is
+// waited for; once it is silent for StaleAfter the window moves on.
+func TestALateSourceHoldsTheWindowBack(t *testing.T) {
+	r := newRig(t, &config.Overrides{Window: ptr(6 * time.Second)})
+	for k := 1.0; k <= 20; k++ {
+		r.arrive(k, batch("node-a", pod{5, 0, 5, 0}))
+		r.arrive(k+0.5, batch("node-b", pod{5, 0, 5, 0}))
+	}
+	// node-a's report due at 21 is late: at 21.4 the seconds after 20 wait.
+	r.arrive(21.5, batch("node-b", pod{5, 0, 5, 0}))
+	if v := r.values(21.9); !near(v.Stable, 10) {
+		t.Errorf("while node-a is late: %v, want 10 (its unreported time is not a zero)", v.Stable)
+	}
+	// Silent since 20 for more than StaleAfter: no longer waited for, so
+	// the window moves on to second 21, where it has no share (seconds
+	// 16..19 hold 10, 20 and 21 node-b's 5).
+	r.arrive(22.5, batch("node-b", pod{5, 0, 5, 0}))
+	if v := r.values(22.6); !near(v.Stable, (4*10+5+5)/6.0) {
+		t.Errorf("node-a silent 2.6 s: %v, want %v", v.Stable, (4*10+5+5)/6.0)
+	}
+}
+
+func TestPodsOfOneTargetAddUpAcrossAgents(t *testing.T) {
+	r := newRig(t, nil)
+	for s := 1.0; s <= 6; s++ {
+		r.arrive(s, batch("node-a", pod{3, 0, 30, 0}, pod{2, 0, 20, 0}))
+		r.arrive(s, batch("node-b", pod{5, 0, 50, 0}))
 	}
 	// 3 + 2 + 5 = 10 in every second that exists.
-	if !v.HasData || v.Stable != 10 || v.Panic != 10 {
-		t.Errorf("values %+v, want stable = panic = 10", v)
+	if diff := cmp.Diff(Values{Stable: 10, Panic: 10, HasData: true}, r.values(6)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 
 func TestProxiedRequestsAreNotCountedTwice(t *testing.T) {
-	c := New()
-	_ = c.Watch(hello, settings(t, nil))
+	r := newRig(t, nil)
 	// The pod has 4 in flight, 3 of them from an activator; the activator
 	// reports its 3 itself: 1 + 3 = 4, not 7.
-	c.RecordPods(batch("node-a", 0, [4]float64{4, 3, 40, 30}))
-	c.RecordTargets(&stats.Batch{Node: "activator-0", Start: t0, Period: time.Second,
+	r.arrive(1, batch("node-a", pod{4, 3, 40, 30}))
+	r.c.RecordTargets(&stats.Batch{Node: "activator-0", Period: time.Second,
 		Targets: []stats.TargetStat{{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 3, Requests: 30}}})
-	v, _ := c.Values(hello, t0)
-	if v.Stable != 4 {
+	if v := r.values(1); !near(v.Stable, 4) {
 		t.Errorf("stable %v, want 4", v.Stable)
 	}
-	rps := settings(t, &config.Overrides{Metric: ptr(config.MetricRPS)})
-	_ = c.Watch(hello, rps)
-	if v, _ := c.Values(hello, t0); v.Stable != 40 {
+	_ = r.c.Watch(hello, settings(t, &config.Overrides{Metric: ptr(config.MetricRPS)}))
+	if v := r.values(1); !near(v.Stable, 40) {
 		t.Errorf("rps %v, want 10 direct + 30 through the activator = 40", v.Stable)
 	}
 }
@@ -84,11 +206,10 @@ func ptr[T any](v T) *T { return &v }
 // targets with requests held, for the caller to poke; idle and unwatched
 // targets are not named.
 func TestRecordTargetsReportsHeldLoad(t *testing.T) {
-	c := New()
-	_ = c.Watch(hello, settings(t, nil))
+	r := newRig(t, nil)
 	idle := Key{Namespace: hello.Namespace, Name: "idle"}
-	_ = c.Watch(idle, settings(t, nil))
-	got := c.RecordTargets(&stats.Batch{Node: "activator-0", Start: t0, Period: time.Second, Targets: []stats.TargetStat{
+	_ = r.c.Watch(idle, settings(t, nil))
+	got := r.c.RecordTargets(&stats.Batch{Node: "activator-0", Period: time.Second, Targets: []stats.TargetStat{
 		{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 1},
 		{Namespace: idle.Namespace, Workload: idle.Name, Concurrency: 0, Requests: 2},
 		{Namespace: "elsewhere", Workload: "unwatched", Concurrency: 5},
@@ -98,81 +219,94 @@ func TestRecordTargetsReportsHeldLoad(t *testing.T) {
 	}
 }
 
+// TestAPokeCountsAtOnce: a target at zero, the activator's poke (3 held,
+// a 1 ms period) arrives mid-second and the decider reads at once: the
+// poke's second counts although it is not over.
+func TestAPokeCountsAtOnce(t *testing.T) {
+	r := newRig(t, &config.Overrides{Window: ptr(10 * time.Second)})
+	// Idle for a while: the last pod's agent reported zeros until 20.
+	for k := 11.0; k <= 20; k++ {
+		r.arrive(k, batch("node-a", pod{0, 0, 0, 0}))
+	}
+	r.clk.SetTime(at(40.3))
+	r.c.RecordTargets(&stats.Batch{Node: "activator-0", Period: time.Millisecond,
+		Targets: []stats.TargetStat{{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 3}}})
+	// 3 in the poke's second over the 10 s window, 1 s of panic window.
+	if diff := cmp.Diff(Values{Stable: 0.3, Panic: 3, HasData: true}, r.values(40.3)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 func TestNoDataAndAgeing(t *testing.T) {
-	c := New()
-	_ = c.Watch(hello, settings(t, nil))
-	if v, _ := c.Values(hello, t0); v.HasData {
+	r := newRig(t, nil)
+	if v := r.values(0); v.HasData {
 		t.Error("a target nobody reported on has data")
 	}
-	c.RecordPods(batch("node-a", 0, [4]float64{6, 0, 6, 0}))
+	r.arrive(1, batch("node-a", pod{6, 0, 6, 0}))
 	// The agent disappears: a minute later its pod's load has aged out.
-	v, _ := c.Values(hello, t0.Add(61*time.Second))
-	if !v.HasData || v.Stable != 0 || v.Panic != 0 {
+	if v := r.values(62); !v.HasData || v.Stable != 0 || v.Panic != 0 {
 		t.Errorf("a minute after the last report: %+v, want data with 0 load", v)
 	}
-	if _, err := c.Values(Key{"ns", "other"}, t0); err == nil || !strings.Contains(err.Error(), "ns/other: not watched") {
+	if _, err := r.c.Values(Key{"ns", "other"}, t0); err == nil || !strings.Contains(err.Error(), "ns/other: not watched") {
 		t.Errorf("unwatched target: err = %v", err)
 	}
 }
 
 func TestActiveTargetsForPoke(t *testing.T) {
-	c := New()
-	_ = c.Watch(hello, settings(t, nil))
-	if got := c.RecordPods(batch("node-a", 0, [4]float64{0, 0, 0, 0})); len(got) != 0 {
+	r := newRig(t, nil)
+	if got := r.arrive(1, batch("node-a", pod{0, 0, 0, 0})); len(got) != 0 {
 		t.Errorf("idle batch marked %v active", got)
 	}
-	got := c.RecordPods(batch("node-a", 1, [4]float64{1, 0, 1, 0}, [4]float64{2, 0, 2, 0}))
+	got := r.arrive(2, batch("node-a", pod{1, 0, 1, 0}, pod{2, 0, 2, 0}))
 	if len(got) != 1 || got[0] != hello {
 		t.Errorf("active = %v, want [ns/hello] once", got)
 	}
-	other := batch("node-a", 1, [4]float64{5, 0, 5, 0})
+	other := batch("node-a", pod{5, 0, 5, 0})
 	other.Pods[0].Workload = "unwatched"
-	if got := c.RecordPods(other); len(got) != 0 {
+	if got := r.arrive(3, other); len(got) != 0 {
 		t.Errorf("unwatched target reported active: %v", got)
 	}
 }
 
 func TestConcurrentUse(t *testing.T) {
-	c := New()
-	_ = c.Watch(hello, settings(t, nil))
+	r := newRig(t, nil)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
 			for s := range 100 {
-				c.RecordPods(batch("node-"+string(rune('a'+g)), s, [4]float64{1, 0, 1, 0}))
-				_, _ = c.Values(hello, t0.Add(time.Duration(s)*time.Second))
+				r.c.RecordPods(batch("node-"+string(rune('a'+g)), pod{1, 0, 1, 0}))
+				_, _ = r.c.Values(hello, at(float64(s)))
 			}
 		})
 	}
 	wg.Wait()
-	if v, _ := c.Values(hello, t0.Add(99*time.Second)); v.Stable != 4 {
-		t.Errorf("four agents with one request each: stable %v, want 4", v.Stable)
+	if _, err := r.c.Values(hello, t0); err != nil {
+		t.Error(err)
 	}
 }
 
 // BenchmarkIngest5000Agents is one second of stats from 5,000 nodes with
 // 100 pods each, spread over 10,000 targets.
 func BenchmarkIngest5000Agents(b *testing.B) {
-	c := New()
+	clk := clocktesting.NewFakeClock(t0)
+	c := New(clk)
 	s, _ := config.Effective(config.Defaults(), 0, nil, nil)
 	batches := make([]*stats.Batch, 5000)
 	for n := range batches {
-		bt := &stats.Batch{Node: "n", Start: t0, Period: time.Second}
+		bt := &stats.Batch{Node: "n", Period: time.Second}
 		for p := range 100 {
 			w := "t" + strconv.Itoa((n*100+p)%10000)
-			bt.Pods = append(bt.Pods, stats.PodStat{Namespace: "ns", Workload: w, Concurrency: 1, Requests: 10})
+			bt.Pods = append(bt.Pods, stats.PodStat{IP: netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), byte(p)}), Namespace: "ns", Workload: w, Concurrency: 1, Requests: 10})
 		}
 		batches[n] = bt
 	}
 	for i := range 10000 {
 		_ = c.Watch(Key{"ns", "t" + strconv.Itoa(i)}, s)
 	}
-	sec := 0
 	for b.Loop() {
+		clk.Step(time.Second)
 		for _, bt := range batches {
-			bt.Start = t0.Add(time.Duration(sec) * time.Second)
 			c.RecordPods(bt)
 		}
-		sec++
 	}
 }

@@ -6,28 +6,29 @@ import (
 	"time"
 )
 
-// Buckets is a ring of 1-second buckets covering the last Length seconds.
-// Values recorded for the same second are summed (a second's samples from
-// every pod and activator of a target add up). A shorter window (the panic
-// window) is a suffix of the same ring.
+// Ring is a ring of 1-second buckets of T, keyed by Unix second, covering
+// the last Len seconds up to the newest bucket written. What a bucket
+// holds and how a second's value is read from it is the caller's: the
+// collector keeps per-second sums there and turns them into the values
+// that Linear and WeightedExponential average.
 //
-// Every method takes the time explicitly; nothing reads a clock. Buckets is
-// not safe for concurrent use.
-type Buckets struct {
-	values []float64
-	// first and last are the Unix seconds of the first and the newest
-	// write; valid only when written is true.
+// Every method takes the second explicitly; nothing reads a clock. A Ring
+// is not safe for concurrent use.
+type Ring[T any] struct {
+	buckets []T
+	// first and last are the oldest and the newest second written; valid
+	// only when written is true.
 	first, last int64
 	written     bool
 }
 
-// New returns buckets for a window of length (whole seconds, at least 1s).
-func New(length time.Duration) (*Buckets, error) {
+// New returns a ring for a window of length (whole seconds, 1s to 24h).
+func New[T any](length time.Duration) (*Ring[T], error) {
 	n, err := seconds(length)
 	if err != nil {
 		return nil, err
 	}
-	return &Buckets{values: make([]float64, n)}, nil
+	return &Ring[T]{buckets: make([]T, n)}, nil
 }
 
 func seconds(d time.Duration) (int, error) {
@@ -37,126 +38,122 @@ func seconds(d time.Duration) (int, error) {
 	return int(d / time.Second), nil
 }
 
-// Length is the longest window the buckets average over.
-func (b *Buckets) Length() time.Duration { return time.Duration(len(b.values)) * time.Second }
+// Len is how many seconds the ring holds.
+func (r *Ring[T]) Len() int { return len(r.buckets) }
 
-func (b *Buckets) slot(sec int64) int {
-	n := int64(len(b.values))
+func (r *Ring[T]) slot(sec int64) int {
+	n := int64(len(r.buckets))
 	return int(((sec % n) + n) % n)
 }
 
-// Record adds v to the bucket of t's second. A value older than the ring
-// is dropped.
-func (b *Buckets) Record(t time.Time, v float64) {
-	sec := t.Unix()
-	n := int64(len(b.values))
+// At returns the bucket of sec for writing. Writing a second after the
+// newest moves the ring forward: the seconds in between start as the zero
+// T. The first write fixes the ring's first second; At returns nil for a
+// second before it or older than the ring holds (nothing to write to).
+func (r *Ring[T]) At(sec int64) *T {
+	n := int64(len(r.buckets))
 	switch {
-	case !b.written:
-		clear(b.values)
-		b.first, b.last, b.written = sec, sec, true
-	case sec > b.last:
-		// The seconds since the newest write start empty: they hold what
-		// was there a ring ago.
-		if sec-b.last >= n {
-			clear(b.values)
+	case !r.written:
+		clear(r.buckets)
+		r.first, r.last, r.written = sec, sec, true
+	case sec > r.last:
+		if sec-r.last >= n {
+			clear(r.buckets)
 		} else {
-			for s := b.last + 1; s <= sec; s++ {
-				b.values[b.slot(s)] = 0
+			var zero T
+			for s := r.last + 1; s <= sec; s++ {
+				r.buckets[r.slot(s)] = zero
 			}
 		}
-		b.last = sec
-	case sec <= b.last-n:
-		return // older than anything the ring holds
+		r.last = sec
+	case sec < r.first || sec <= r.last-n:
+		return nil
 	}
-	if sec < b.first {
-		b.first = sec
-	}
-	b.values[b.slot(sec)] += v
+	return &r.buckets[r.slot(sec)]
 }
 
-// Written reports whether anything was ever recorded ("no data" if not).
-func (b *Buckets) Written() bool { return b.written }
-
-// Average is the mean per second over the window of the given length
-// ending with now's second: the sum of its buckets divided by the number of
-// its seconds since the first write (so right after a cold start it
-// averages over the seconds that exist). ok is false if nothing was ever
-// recorded. A window without any write in it averages 0.
-//
-// Example: first write at 10 s, values 4 at 10 s and 8 at 11 s, now 11 s,
-// window 60 s: (4 + 8) / 2 seconds = 6.
-func (b *Buckets) Average(now time.Time, length time.Duration) (avg float64, ok bool) {
-	sum, count := b.fold(now, length, func(_ int, v float64) float64 { return v })
-	if count == 0 {
-		return 0, b.written
+// Get returns the bucket of sec for reading and whether sec counts: it is
+// at or after the first second written and within the ring's reach of
+// the newest. A second after the newest counts and is the zero T (nothing
+// was written for it).
+func (r *Ring[T]) Get(sec int64) (T, bool) {
+	var zero T
+	if !r.written || sec < r.first || sec <= r.last-int64(len(r.buckets)) {
+		return zero, false
 	}
-	return sum / float64(count), true
+	if sec > r.last {
+		return zero, true
+	}
+	return r.buckets[r.slot(sec)], true
 }
 
-// WeightedAverage weighs newer seconds more: the second k seconds before
-// now's second weighs a*(1-a)^k with a = max(1 - (1-0.9999)^(1/n), 0.2) for
-// a window of n seconds, and the weights of the seconds that exist are
-// normalised to sum to 1. For a 60 s window a = 0.2, so the newest second
-// weighs 20 % and one a minute old ~0.0003 %.
-func (b *Buckets) WeightedAverage(now time.Time, length time.Duration) (avg float64, ok bool) {
-	n := min(int(length/time.Second), len(b.values))
-	if n < 1 {
-		return 0, b.written
-	}
-	a := math.Max(1-math.Pow(1-0.9999, 1/float64(n)), 0.2)
-	var weights float64
-	sum, count := b.fold(now, length, func(age int, v float64) float64 {
-		w := a * math.Pow(1-a, float64(age))
-		weights += w
-		return w * v
-	})
-	if count == 0 || weights == 0 {
-		return 0, b.written
-	}
-	return sum / weights, true
-}
+// Written reports whether anything was ever written.
+func (r *Ring[T]) Written() bool { return r.written }
 
-// fold applies f to each second of the window that is at or after the
-// first write (age 0 is now's second) and returns the sum of f and how many
-// seconds there were.
-func (b *Buckets) fold(now time.Time, length time.Duration, f func(age int, v float64) float64) (sum float64, count int) {
-	if !b.written {
-		return 0, 0
-	}
-	n := min(int(length/time.Second), len(b.values))
-	nowSec := now.Unix()
-	for age := range n {
-		sec := nowSec - int64(age)
-		if sec < b.first {
-			break
-		}
-		v := 0.0
-		// A bucket is current if its second is within the ring behind the
-		// newest write; later seconds have had no write yet.
-		if sec <= b.last && sec > b.last-int64(len(b.values)) {
-			v = b.values[b.slot(sec)]
-		}
-		sum += f(age, v)
-		count++
-	}
-	return sum, count
-}
-
-// Resize changes the ring's length, keeping what still fits.
-func (b *Buckets) Resize(length time.Duration) error {
+// Resize changes how many seconds the ring holds, keeping the newest
+// that still fit.
+func (r *Ring[T]) Resize(length time.Duration) error {
 	n, err := seconds(length)
 	if err != nil {
 		return err
 	}
-	if n == len(b.values) {
+	if n == len(r.buckets) {
 		return nil
 	}
-	values := make([]float64, n)
-	if b.written {
-		for sec := b.last; sec > b.last-int64(min(n, len(b.values))); sec-- {
-			values[int(((sec%int64(n))+int64(n))%int64(n))] = b.values[b.slot(sec)]
+	buckets := make([]T, n)
+	if r.written {
+		for sec := r.last; sec > r.last-int64(min(n, len(r.buckets))); sec-- {
+			buckets[int(((sec%int64(n))+int64(n))%int64(n))] = r.buckets[r.slot(sec)]
 		}
 	}
-	b.values = values
+	r.buckets = buckets
 	return nil
+}
+
+// NoData marks a second without a value in what Linear and
+// WeightedExponential average: such a second is left out, neither a zero
+// nor a second of the divisor.
+var NoData = math.NaN()
+
+// Linear is the mean of the seconds that have a value (values newest
+// first; NoData left out). ok is false when none has. Example: 4, NoData,
+// 8 => (4 + 8) / 2 = 6.
+func Linear(values []float64) (avg float64, ok bool) {
+	var sum float64
+	count := 0
+	for _, v := range values {
+		if !math.IsNaN(v) {
+			sum += v
+			count++
+		}
+	}
+	if count == 0 {
+		return 0, false
+	}
+	return sum / float64(count), true
+}
+
+// WeightedExponential weighs newer seconds more (values newest first): the
+// second of age k weighs a*(1-a)^k with a = max(1 - (1-0.9999)^(1/n), 0.2)
+// for a window of n seconds, and the weights of the seconds that have a
+// value are normalised to sum to 1. For a 60 s window a = 0.2, so the
+// newest second weighs 20 % and one a minute old ~0.0003 %.
+func WeightedExponential(values []float64, n int) (avg float64, ok bool) {
+	if n < 1 {
+		return 0, false
+	}
+	a := math.Max(1-math.Pow(1-0.9999, 1/float64(n)), 0.2)
+	var sum, weights float64
+	w := a
+	for _, v := range values {
+		if !math.IsNaN(v) {
+			sum += w * v
+			weights += w
+		}
+		w *= 1 - a
+	}
+	if weights == 0 {
+		return 0, false
+	}
+	return sum / weights, true
 }

@@ -5,142 +5,169 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
-var t0 = time.Unix(1_700_000_000, 0)
-
-func sec(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
-
-func mustNew(t testing.TB, d time.Duration) *Buckets {
+func mustNew(t testing.TB, d time.Duration) *Ring[float64] {
 	t.Helper()
-	b, err := New(d)
+	r, err := New[float64](d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return r
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-func TestAverageTimelines(t *testing.T) {
-	type rec struct {
-		at int
-		v  float64
+// read returns seconds from..to (inclusive, newest first) as Get sees
+// them; -1 marks a second that does not count.
+func read(r *Ring[float64], to, from int64) []float64 {
+	var out []float64
+	for s := to; s >= from; s-- {
+		v, ok := r.Get(s)
+		if !ok {
+			v = -1
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestRingTimelines(t *testing.T) {
+	type write struct {
+		sec int64
+		v   float64
 	}
 	tests := []struct {
 		name     string
-		records  []rec
-		now      int
-		window   time.Duration
-		want     float64
-		wantData bool
+		writes   []write
+		to, from int64
+		want     []float64
 	}{
-		{"never written is no data", nil, 5, time.Minute, 0, false},
-		{"cold start averages over the seconds that exist: (4+8)/2", []rec{{10, 4}, {11, 8}}, 11, time.Minute, 6, true},
-		{"a second's samples add up: (3+5)/1", []rec{{10, 3}, {10, 5}}, 10, time.Minute, 8, true},
-		{"seconds without writes count as 0 once data exists: 12/4", []rec{{10, 12}}, 13, time.Minute, 3, true},
-		{"no write for the whole window is 0", []rec{{10, 12}}, 10 + 60, time.Minute, 0, true},
-		{"the panic window is the ring's suffix: 6*60/6", []rec{{0, 1}, {54, 60}, {55, 60}, {56, 60}, {57, 60}, {58, 60}, {59, 60}}, 59, 6 * time.Second, 60, true},
-		{"the stable window over the same data: (1+6*60)/60", []rec{{0, 1}, {54, 60}, {55, 60}, {56, 60}, {57, 60}, {58, 60}, {59, 60}}, 59, time.Minute, (1 + 6*60) / 60.0, true},
-		{"a late sample lands in its own second: (2+4)/3", []rec{{10, 2}, {12, 0}, {11, 4}}, 12, time.Minute, 2, true},
-		{"a sample older than the ring is dropped", []rec{{100, 6}, {30, 1000}}, 100, time.Minute, 6, true},
+		{"nothing written: nothing counts", nil, 3, 0, []float64{-1, -1, -1, -1}},
+		{"a second's writes add up", []write{{10, 3}, {10, 5}}, 10, 10, []float64{8}},
+		{"seconds before the first write do not count", []write{{10, 4}, {11, 8}}, 11, 9, []float64{8, 4, -1}},
+		{"seconds after the newest count as empty", []write{{10, 12}}, 13, 10, []float64{0, 0, 0, 12}},
+		{"seconds skipped by a later write are empty", []write{{10, 2}, {13, 5}}, 13, 10, []float64{5, 0, 0, 2}},
+		{"a late write lands in its own second", []write{{10, 2}, {12, 1}, {11, 4}}, 12, 10, []float64{1, 4, 2}},
+		{"a write before the first second is dropped", []write{{10, 2}, {9, 100}}, 10, 9, []float64{2, -1}},
+		{"a write older than the ring is dropped", []write{{0, 1}, {100, 6}, {30, 1000}}, 100, 99, []float64{6, 0}},
+		{"seconds that left the ring do not count", []write{{0, 1}, {5, 2}}, 5, 0, []float64{2, 0, 0, 0, -1, -1}},
+		{"a write a whole ring later clears it", []write{{0, 1}, {3, 2}, {20, 3}}, 20, 16, []float64{3, 0, 0, 0, -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustNew(t, time.Minute)
-			for _, r := range tt.records {
-				b.Record(sec(r.at), r.v)
+			r := mustNew(t, 4*time.Second)
+			for _, w := range tt.writes {
+				if b := r.At(w.sec); b != nil {
+					*b += w.v
+				}
 			}
-			got, ok := b.Average(sec(tt.now), tt.window)
-			if ok != tt.wantData || !near(got, tt.want) {
-				t.Errorf("Average = %v, %v; want %v, %v", got, ok, tt.want, tt.wantData)
+			if diff := cmp.Diff(tt.want, read(r, tt.to, tt.from)); diff != "" {
+				t.Errorf("seconds %d..%d (-want +got):\n%s", tt.to, tt.from, diff)
 			}
 		})
 	}
 }
 
-func TestSteadyLoadOverManyRings(t *testing.T) {
-	b := mustNew(t, time.Minute)
-	for s := range 300 {
-		b.Record(sec(s), 10)
-		if got, _ := b.Average(sec(s), time.Minute); !near(got, 10) {
-			t.Fatalf("at %ds: average %v, want 10", s, got)
-		}
+func TestResizeKeepsRecentSeconds(t *testing.T) {
+	r := mustNew(t, time.Minute)
+	for s := range int64(60) {
+		*r.At(s) = float64(s)
 	}
-	// The load stops: 30 s later half the window is empty.
-	if got, _ := b.Average(sec(299+30), time.Minute); !near(got, 5) {
-		t.Errorf("30s after the load stopped: %v, want 5", got)
+	if err := r.Resize(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]float64{59, 58, 57, 56, 55, 54, 53, 52, 51, 50, -1}, read(r, 59, 49)); diff != "" {
+		t.Errorf("after shrinking (-want +got):\n%s", diff)
+	}
+	if err := r.Resize(2 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	*r.At(60) = 60
+	// 50..60 hold data, and the seconds from the first write (0) that the
+	// shrink dropped read as empty.
+	if got := read(r, 60, 45); !near(got[0], 60) || !near(got[10], 50) || got[11] != 0 {
+		t.Errorf("after growing: %v", got)
 	}
 }
 
-func TestWeightedAverage(t *testing.T) {
-	b := mustNew(t, time.Minute)
-	for s := range 60 {
-		b.Record(sec(s), 7)
+func TestLinear(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []float64
+		want   float64
+		ok     bool
+	}{
+		{"nothing", nil, 0, false},
+		{"only seconds without a value", []float64{NoData, NoData}, 0, false},
+		{"mean", []float64{4, 8}, 6, true},
+		{"a second without a value is neither a zero nor counted: (4+8)/2", []float64{4, NoData, 8}, 6, true},
+		{"zeros count", []float64{12, 0, 0, 0}, 3, true},
 	}
-	if got, _ := b.WeightedAverage(sec(59), time.Minute); !near(got, 7) {
-		t.Errorf("constant load: weighted %v, want 7", got)
+	for _, tt := range tests {
+		got, ok := Linear(tt.values)
+		if ok != tt.ok || !near(got, tt.want) {
+			t.Errorf("%s: %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
 	}
-	// A step up in the newest seconds shows more in the weighted average
-	// (a = 0.2 for 60 buckets: the last 5 seconds weigh 1-0.8^5 = 67 %).
-	for s := 55; s < 60; s++ {
-		b.Record(sec(s), 100-7)
+}
+
+func TestWeightedExponential(t *testing.T) {
+	constant := make([]float64, 60)
+	for i := range constant {
+		constant[i] = 7
 	}
-	lin, _ := b.Average(sec(59), time.Minute)
-	w, _ := b.WeightedAverage(sec(59), time.Minute)
+	if got, _ := WeightedExponential(constant, 60); !near(got, 7) {
+		t.Errorf("constant load: %v, want 7", got)
+	}
+	// A step up in the newest 5 seconds shows more than in the linear mean
+	// (a = 0.2 for 60 s: the newest 5 seconds weigh 1-0.8^5 = 67 %).
+	step := append([]float64(nil), constant...)
+	for i := range 5 {
+		step[i] = 100
+	}
+	lin, _ := Linear(step)
+	w, _ := WeightedExponential(step, 60)
 	if !near(lin, 7+5*93/60.0) {
 		t.Errorf("linear = %v, want %v", lin, 7+5*93/60.0)
 	}
-	wantW := 7 + 93*(1-math.Pow(0.8, 5))/(1-math.Pow(0.8, 60))
-	if math.Abs(w-wantW) > 1e-6 {
-		t.Errorf("weighted = %v, want %v", w, wantW)
+	if want := 7 + 93*(1-math.Pow(0.8, 5))/(1-math.Pow(0.8, 60)); math.Abs(w-want) > 1e-9 {
+		t.Errorf("weighted = %v, want %v", w, want)
 	}
-	if _, ok := mustNew(t, time.Minute).WeightedAverage(sec(0), time.Minute); ok {
+	// A second without a value keeps its age but no weight: 10 (age 0,
+	// weight 0.2) and 20 (age 2, weight 0.2*0.8^2 = 0.128) => (2 + 2.56) / 0.328.
+	if got, _ := WeightedExponential([]float64{10, NoData, 20}, 60); !near(got, (2+2.56)/0.328) {
+		t.Errorf("with a gap: %v, want %v", got, (2+2.56)/0.328)
+	}
+	if _, ok := WeightedExponential([]float64{NoData}, 60); ok {
 		t.Error("weighted average of nothing reports data")
-	}
-}
-
-func TestResizeKeepsRecentSeconds(t *testing.T) {
-	b := mustNew(t, time.Minute)
-	for s := range 60 {
-		b.Record(sec(s), float64(s))
-	}
-	if err := b.Resize(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// Seconds 50..59 remain: mean 54.5.
-	if got, _ := b.Average(sec(59), 10*time.Second); !near(got, 54.5) {
-		t.Errorf("after shrinking: %v, want 54.5", got)
-	}
-	if err := b.Resize(2 * time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	b.Record(sec(60), 0)
-	// 50..60 hold data; the ring's first write was at 0, so the window of
-	// 120 s counts 61 seconds: (50+...+59)/61.
-	if got, _ := b.Average(sec(60), 2*time.Minute); !near(got, 545.0/61) {
-		t.Errorf("after growing: %v, want %v", got, 545.0/61)
 	}
 }
 
 func TestBadLengths(t *testing.T) {
 	for _, d := range []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond, 25 * time.Hour} {
-		_, err := New(d)
+		_, err := New[float64](d)
 		if err == nil || !strings.Contains(err.Error(), "whole seconds between 1s and 24h") {
 			t.Errorf("New(%v): err = %v", d, err)
 		}
 	}
 }
 
-// BenchmarkRecordAndAverage is one target's work per second: one sample,
-// a stable and a panic average.
-func BenchmarkRecordAndAverage(b *testing.B) {
-	w := mustNew(b, time.Minute)
-	s := 0
+// BenchmarkWriteAndAverage is one target's work per second: one write, a
+// stable and a panic average over 60 and 6 seconds.
+func BenchmarkWriteAndAverage(b *testing.B) {
+	r := mustNew(b, time.Minute)
+	values := make([]float64, 60)
+	s := int64(0)
 	for b.Loop() {
-		w.Record(sec(s), 3)
-		w.Average(sec(s), time.Minute)
-		w.Average(sec(s), 6*time.Second)
+		*r.At(s) += 3
+		for age := range values {
+			values[age], _ = r.Get(s - int64(age))
+		}
+		Linear(values)
+		Linear(values[:6])
 		s++
 	}
 }

@@ -46,7 +46,7 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 	}
 
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	col := collector.New()
+	col := collector.New(clk)
 	reg := prometheus.NewRegistry()
 	r := &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Metrics: kpa.NewMetrics(reg)}
 	reconcileOnce := func(name string) {

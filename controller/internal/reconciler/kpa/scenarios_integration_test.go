@@ -265,7 +265,7 @@ func newRig(t *testing.T, cl *testenv.Cluster, name string, spec func(*v1alpha1.
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	col := collector.New()
+	col := collector.New(clk)
 	prober := &fakeProber{}
 	r := &rig{
 		t: t, cl: cl, name: name, clk: clk, start: clk.Now(), col: col, prober: prober,
@@ -314,7 +314,7 @@ func (r *rig) record() {
 			Concurrency: r.offered / float64(ready), Requests: uint64(10 * r.offered / float64(ready))})
 	}
 	r.paRec.Poke(r.col.RecordPods(b))
-	if r.activatorLoad > 0 && r.col.RecordActivator(collector.Key{Namespace: "default", Name: r.name}, r.clk.Now(), time.Second, r.activatorLoad, 1) {
+	if r.activatorLoad > 0 && r.col.RecordActivator(collector.Key{Namespace: "default", Name: r.name}, "activator-0", time.Second, r.activatorLoad, 1) {
 		r.paRec.Poke([]collector.Key{{Namespace: "default", Name: r.name}})
 	}
 }

@@ -44,7 +44,8 @@ func TestPodAutoscalerRefusesAForeignServerlessService(t *testing.T) {
 	foreign := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
 		Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "other", Selector: map[string]string{"app": "other"}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.PodAutoscaler{}).WithObjects(deploy, pa, foreign).Build()
-	r := &PodAutoscaler{Client: c, Collector: collector.New(), Clock: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), Config: config.Defaults}
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	r := &PodAutoscaler{Client: c, Collector: collector.New(clk), Clock: clk, Config: config.Defaults}
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
 		t.Fatal(err)
 	}

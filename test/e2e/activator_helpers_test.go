@@ -204,11 +204,12 @@ func waitAtZero(t *testing.T, s *stack.Stack, timeout time.Duration, names ...st
 
 // answer is one request's outcome as its client saw it.
 type answer struct {
-	code int
-	body string
-	err  error
-	end  time.Time
-	took time.Duration
+	code   int
+	header http.Header
+	body   string
+	err    error
+	end    time.Time
+	took   time.Duration
 }
 
 func (a answer) String() string {
@@ -227,7 +228,7 @@ func get(c *http.Client, url string) answer {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return answer{code: resp.StatusCode, body: string(b), err: err, end: time.Now(), took: time.Since(start)}
+	return answer{code: resp.StatusCode, header: resp.Header, body: string(b), err: err, end: time.Now(), took: time.Since(start)}
 }
 
 // oneShotClient dials a new connection per request, so each request is
@@ -264,7 +265,7 @@ func raw(addr netip.AddrPort, method, request string) answer {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return answer{code: resp.StatusCode, body: string(b), err: err, end: time.Now(), took: time.Since(start)}
+	return answer{code: resp.StatusCode, header: resp.Header, body: string(b), err: err, end: time.Now(), took: time.Since(start)}
 }
 
 // localRoute checks that traffic to ip stays on this machine: the route

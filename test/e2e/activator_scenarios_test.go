@@ -353,6 +353,71 @@ func TestE2EActivatorDeadline(t *testing.T) {
 	}
 }
 
+// TestE2EActivatorQueueFull: with the activators' queue depth at 3, a
+// fourth request held by the same activator for a target with no ready
+// pod is answered 503 at once, with Retry-After and a body naming the
+// target and the depth; the three held get their 504 at the target's
+// timeout.
+func TestE2EActivatorQueueFull(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name, depth = "full", 3
+	start := time.Now()
+	if err := s.Install(ctx, append(slices.Clone(chartSets), fmt.Sprintf("activator.queueDepth=%d", depth))...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Install(ctx, chartSets...); err != nil {
+			t.Errorf("reinstall the chart as the package had it: %v", err)
+		}
+		readyActivators(t, s, 2, 2*time.Minute)
+	})
+	act := readyActivators(t, s, 2, 2*time.Minute)[0]
+	t.Logf("activators restarted with --queue-depth=%d in %s", depth, time.Since(start).Round(100*time.Millisecond))
+	deployUnready(t, s, stack.App{Name: name, Image: unknownImage, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
+		p.TimeoutSeconds = ptr(int32(5))
+	}})
+	localRoute(t, act.IP)
+	proxy := netip.AddrPortFrom(act.IP, stack.ActivatorProxyPort)
+	request := "GET / HTTP/1.1\r\nHost: " + name + "." + appNS + "\r\n"
+	held := make([]answer, depth)
+	var wg sync.WaitGroup
+	for i := range held {
+		wg.Go(func() { held[i] = raw(proxy, "GET", request) })
+	}
+	defer wg.Wait()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d held by %s", depth, act.Name), func() error {
+		m, err := stack.Scrape(ctx, act.IP, stack.ActivatorMetricsPort)
+		if err != nil {
+			return err
+		}
+		if got := stack.Sum(m, "sockscale_activator_requests_in_flight", map[string]string{"namespace": appNS, "name": name, "state": "held"}); got != depth {
+			return fmt.Errorf("%v held", got)
+		}
+		return nil
+	})
+	a := raw(proxy, "GET", request)
+	t.Logf("request %d: %s after %s, Retry-After %q", depth+1, a, a.took.Round(time.Millisecond), a.header.Get("Retry-After"))
+	if a.err != nil || a.code != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
+		t.Errorf("got %s (Retry-After %q), want 503 with Retry-After", a, a.header.Get("Retry-After"))
+	}
+	for _, want := range []string{"queue full", appNS + "/" + name, fmt.Sprint(depth)} {
+		if !strings.Contains(a.body, want) {
+			t.Errorf("the 503's body %q does not say %q", strings.TrimSpace(a.body), want)
+		}
+	}
+	if a.took > time.Second {
+		t.Errorf("the 503 came after %s, want it at once", a.took)
+	}
+	wg.Wait()
+	for i, h := range held {
+		if h.err != nil || h.code != http.StatusGatewayTimeout {
+			t.Errorf("held request %d: %s, want 504 at the 5 s timeout", i, h)
+		}
+	}
+	t.Logf("the %d held: %s after %s", depth, held[0], held[0].took.Round(time.Millisecond))
+}
+
 // TestE2EActivatorRefuses: requests sent straight to an activator pod
 // are forwarded only to a known target's pods: an unknown Host gets a 404
 // saying what was tried, Hosts naming a pod, the activator itself or the

@@ -49,6 +49,12 @@ func TestMain(m *testing.M) {
 
 const appNS = "e2e"
 
+// chartSets are the helm --set values of the package's install: a 20 s
+// stable window keeps the scenarios short; the rest is the chart's
+// defaults (the activator on). A scenario that installs with more sets
+// reinstalls with these alone when it ends.
+var chartSets = []string{"autoscaler.stable-window=20s"}
+
 // binDir holds the images' binaries (make build).
 func binDir() string {
 	if d := os.Getenv("SOCKSCALE_BIN_DIR"); d != "" {
@@ -84,9 +90,7 @@ func up(t *testing.T) *stack.Stack {
 			return
 		}
 		start = time.Now()
-		// A 20 s stable window keeps the scenarios short; the rest is the
-		// chart's defaults (the activator on).
-		upErr = st.Install(ctx, "autoscaler.stable-window=20s")
+		upErr = st.Install(ctx, chartSets...)
 		t.Logf("chart installed in %s", time.Since(start).Round(100*time.Millisecond))
 	})
 	if upErr != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
-	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -164,10 +163,6 @@ func (tl *timeline) coldStart(ctx context.Context, wc client.WithWatch, f *flags
 	if _, err := tl.rows(ctx, 0, 3*rowPeriod, nil); err != nil {
 		return nil, err
 	}
-	if err := forgetPodAddresses(); err != nil {
-		return nil, err
-	}
-	tl.say("flushed the host's and the pods' ARP entries of %s: the node simulator reuses a freed pod address without announcing it (see neigh.go)", cluster.ClusterCIDR)
 
 	// The requests go out at once; the table goes on while they are held.
 	now := time.Now()

@@ -31,6 +31,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/configwatch"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
@@ -153,6 +154,11 @@ func run(ctx context.Context, f *flags) error {
 	}
 	if err := pa.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the PodAutoscaler controller: %w", err)
+	}
+	// Every replica keeps the collector's view of every PodAutoscaler (its
+	// windows' settings, the ready pods it expects stats from).
+	if err := (&collect.Reconciler{Client: mgr.GetClient(), Collector: col, Config: current.Load}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the collector's PodAutoscaler watch: %w", err)
 	}
 	ss := &sks.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,
 		ActivatorSelector: f.activatorSelector, ActivatorPort: int32(f.activatorPort)}

@@ -23,8 +23,17 @@ func (k Key) String() string { return k.Namespace + "/" + k.Name }
 type Values struct {
 	Stable, Panic float64
 	// HasData is false when no second of the stable window has a value:
-	// no source ever reported for the target.
+	// no source ever reported for the target, or too few of its ready
+	// pods were heard for the whole window.
 	HasData bool
+	// Expected is how many ready pods the target has (Expect). Missing is
+	// how many of them sent no stats for StaleAfter, on MissingNodes.
+	Expected, Missing int
+	MissingNodes      []string
+	// Extrapolating: some are missing but enough were heard, so their
+	// load is estimated from the others'; with some missing and not
+	// Extrapolating, the windows hold what came before.
+	Extrapolating bool
 }
 
 // StaleAfter is how long a source (a pod's agent, an activator) may go
@@ -52,9 +61,9 @@ const pokeMaxPeriod = 100 * time.Millisecond
 // timeline: a report starts where the source's previous one ended if that
 // is later than t-p, so jitter in arrival moves no load between seconds
 // twice or not at all. Example: reports of 10 in flight arriving at 10.5 s
-// and 11.5 s put 5 into second 10 and 5 into second 11 from the first,
-// 5 into second 11 and 5 into second 12 from the second: second 11 holds
-// 10.
+// and 11.5 s: the first covers [9.5, 10.5) and puts 5 into second 9 and 5
+// into second 10, the second 5 into second 10 and 5 into second 11, so
+// second 10 holds 10.
 //
 // # Complete seconds
 //
@@ -63,8 +72,9 @@ const pokeMaxPeriod = 100 * time.Millisecond
 // are still being reported and are left out, not read as zeros (with a
 // true concurrency of 10 reported at mid-second, a read just after a
 // second boundary would otherwise see 59 seconds of 10 and one of 0: 9.83
-// over 60 s, 8.33 over 6 s, 5.0 over 2 s). A source silent for StaleAfter
-// no longer holds the seconds back.
+// over 60 s, 8.33 over 6 s, 5.0 over 2 s). The sources waited for are the
+// activators and the ready pods (all pods until Expect says which are
+// ready); one silent for StaleAfter no longer holds the seconds back.
 //
 // One exception: an activator's poke, the first request held for a target
 // at zero, is a point sample. It is added to its second as a whole
@@ -72,6 +82,22 @@ const pokeMaxPeriod = 100 * time.Millisecond
 // once, so the decider woken by the poke sees it; the activator's next
 // period report covers the same time again, which counts the held requests
 // about twice for that one second.
+//
+// # Missing data
+//
+// Missing data is not zero load. The collector is told which ready pods
+// each target has (Expect, from its private Service's endpoints) and
+// counts, per second, how much of that second each of them reported. A
+// second some expected pods did not report is completed as Knative
+// completes a scrape that reached only a sample of the pods: when at
+// least Knative's sample size of them was heard (all of up to 3 pods, 4
+// of 5, 7 of 10, 14 of 100: n = ceil(N x 15.37 / (N + 14.37))), the
+// missing ones are counted at the mean of those heard; with fewer, the
+// second has no value at all and the windows average the seconds that
+// have one, so the decision holds to what was last known instead of
+// reading a dead agent's node as idle. Example: 5 ready pods, the agent of
+// the node with 1 of them crashed, the 4 heard carry 40 in flight: the
+// second reads 40 + 1 x 40/4 = 50.
 type Collector struct {
 	mu      sync.Mutex
 	clock   clock.PassiveClock
@@ -87,6 +113,33 @@ type target struct {
 	activators map[string]*source
 	// poked is the arrival of the latest poke.
 	poked time.Time
+	// since is the first second every source of the target's cold start
+	// covers whole (see spread): earlier ones do not count.
+	since int64
+	// started is when the ring was first written.
+	started time.Time
+	// expected are the ready pods (Expect), and those that recently were:
+	// each counts as heard in the seconds it was expected. How many were
+	// expected in a second is base plus the changes from then or before
+	// (sorted by second).
+	expected map[netip.Addr]*expectedPod
+	base     int
+	changes  []change
+	// told: Expect was called; until then every pod is waited for.
+	told bool
+}
+
+// expectedPod is a ready pod: its node, and the seconds it is expected in
+// (from..until, until = math.MaxInt64 while it is ready).
+type expectedPod struct {
+	node        string
+	from, until int64
+}
+
+// change: from second from on, delta more pods were expected.
+type change struct {
+	from  int64
+	delta int
 }
 
 // source is one reporter of a target's load.
@@ -97,9 +150,12 @@ type source struct {
 
 // second is what a target's sources reported about one second:
 // concurrency as its time integral over the second (so, once the second
-// is complete, its average), and requests.
+// is complete, its average), and requests; then the part of those from
+// the expected pods, and how many pod-seconds of it they covered.
 type second struct {
-	concurrency, requests float64
+	concurrency, requests           float64
+	heardConcurrency, heardRequests float64
+	heard                           float64
 }
 
 // New returns an empty collector that places reports on clk's timeline.
@@ -118,7 +174,8 @@ func (c *Collector) Watch(key Key, s config.Settings) error {
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", key, err)
 		}
-		c.targets[key] = &target{settings: s, ring: ring, pods: make(map[netip.Addr]*source), activators: make(map[string]*source)}
+		c.targets[key] = &target{settings: s, ring: ring, pods: make(map[netip.Addr]*source), activators: make(map[string]*source),
+			expected: make(map[netip.Addr]*expectedPod)}
 		return nil
 	}
 	t.settings = s
@@ -166,7 +223,7 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 			t.pods[p.IP] = src
 		}
 		conc := max(0, p.Concurrency-p.ProxiedConcurrency)
-		t.spread(src, now, b.Period, conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)))
+		t.spread(src, now, b.Period, conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)), t.expected[p.IP])
 		if p.Concurrency > 0 && !seen[key] {
 			seen[key] = true
 			active = append(active, key)
@@ -219,41 +276,8 @@ func (c *Collector) RecordActivator(key Key, activator string, period time.Durat
 		src = &source{}
 		t.activators[activator] = src
 	}
-	t.spread(src, now, period, max(0, concurrency), float64(requests))
+	t.spread(src, now, period, max(0, concurrency), float64(requests), nil)
 	return true
-}
-
-// spread places one report of src, of period p arriving at now, on the
-// timeline (see Collector): concurrency*p of area and the requests over
-// [max(src.until, now-p), now), each second getting its share.
-func (t *target) spread(src *source, now time.Time, p time.Duration, concurrency, requests float64) {
-	from := now.Add(-p)
-	if src.until.After(from) {
-		from = src.until
-	}
-	if !now.After(from) { // a second report at the same instant
-		from = now.Add(-time.Nanosecond)
-	}
-	src.until = now
-	area, span := concurrency*p.Seconds(), float64(now.Sub(from))
-	first := from.Unix()
-	if !t.ring.Written() && from.Nanosecond() != 0 {
-		// The first report starts the ring at its first whole second: a
-		// second covered only in part must not read as a light one.
-		first++
-	}
-	// Seconds older than the ring cannot be written (At returns nil).
-	first = max(first, now.Unix()-int64(t.ring.Len()))
-	for sec := first; sec <= now.Add(-time.Nanosecond).Unix(); sec++ {
-		start, end := time.Unix(sec, 0), time.Unix(sec+1, 0)
-		overlap := float64(minTime(end, now).Sub(maxTime(start, from)))
-		b := t.ring.At(sec)
-		if b == nil || overlap <= 0 {
-			continue
-		}
-		b.concurrency += area * overlap / span
-		b.requests += requests * overlap / span
-	}
 }
 
 // Values returns the target's stable and panic averages of its metric at
@@ -271,74 +295,23 @@ func (c *Collector) Values(key Key, now time.Time) (Values, error) {
 	n := int(t.settings.StableWindow / time.Second)
 	seconds := make([]float64, 0, n)
 	for age := range n {
-		b, ok := t.ring.Get(newest - int64(age))
-		if !ok {
+		sec := newest - int64(age)
+		b, ok := t.ring.Get(sec)
+		if !ok || sec < t.since {
 			break
 		}
-		if t.settings.Metric == config.MetricRPS {
-			seconds = append(seconds, b.requests)
-		} else {
-			seconds = append(seconds, b.concurrency)
-		}
+		seconds = append(seconds, t.value(sec, b))
 	}
 	avg := window.Linear
 	if t.settings.Aggregation == config.AggregationWeightedExponential {
 		avg = func(v []float64) (float64, bool) { return window.WeightedExponential(v, n) }
 	}
-	v := Values{}
+	v := t.missing(now)
 	v.Stable, v.HasData = avg(seconds[:min(n, len(seconds))])
-	v.Panic, _ = avg(seconds[:min(int(t.settings.PanicWindow/time.Second), len(seconds))])
+	if v.Panic, ok = avg(seconds[:min(int(t.settings.PanicWindow/time.Second), len(seconds))]); !ok {
+		// No second of the panic window has a value: hold the stable
+		// value rather than read a burst or a lull into the gap.
+		v.Panic = v.Stable
+	}
 	return v, nil
-}
-
-// newestComplete is the newest second every live source has reported
-// past, or the poke's second when a poke came after it.
-func (t *target) newestComplete(now time.Time) int64 {
-	frontier := now
-	live := func(s *source) {
-		if now.Sub(s.until) <= StaleAfter && s.until.Before(frontier) {
-			frontier = s.until
-		}
-	}
-	for _, s := range t.pods {
-		live(s)
-	}
-	for _, s := range t.activators {
-		live(s)
-	}
-	newest := frontier.Unix() - 1
-	if p := t.poked.Unix(); !t.poked.IsZero() && p > newest && !t.poked.After(now) {
-		newest = p
-	}
-	return newest
-}
-
-// prune forgets sources silent for longer than the window: nothing they
-// said still counts.
-func (t *target) prune(now time.Time) {
-	limit := time.Duration(t.ring.Len())*time.Second + StaleAfter
-	for ip, s := range t.pods {
-		if now.Sub(s.until) > limit {
-			delete(t.pods, ip)
-		}
-	}
-	for name, s := range t.activators {
-		if now.Sub(s.until) > limit {
-			delete(t.activators, name)
-		}
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

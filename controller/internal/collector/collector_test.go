@@ -122,7 +122,8 @@ func TestWindowsAverageCompleteSecondsOnly(t *testing.T) {
 // TestReportsAreKeyedOnTheCollectorsClock: agents at different phases,
 // with wall clocks far apart and arrival times that jitter around a
 // second boundary, still add up to their sum in every second: off by no
-// more than the jitter's share of a period (2 ms in 1 s here), where
+// more than the jitter's share (2 ms either side of a second of node-b's
+// 6: 0.024 in one second, less over a window), where
 // keying by arrival second alone would put two reports of node-b into
 // one second and none into the next.
 func TestReportsAreKeyedOnTheCollectorsClock(t *testing.T) {
@@ -143,7 +144,7 @@ func TestReportsAreKeyedOnTheCollectorsClock(t *testing.T) {
 			continue
 		}
 		for _, read := range []float64{float64(k) + 0.5, float64(k) + 1.001} {
-			if v := r.values(read); math.Abs(v.Stable-10) > 0.01 || math.Abs(v.Panic-10) > 0.03 {
+			if v := r.values(read); math.Abs(v.Stable-10) > 0.024 || math.Abs(v.Panic-10) > 0.024 {
 				t.Fatalf("at %.3f: stable %v panic %v, want 4 + 6 = 10", read, v.Stable, v.Panic)
 			}
 		}
@@ -233,6 +234,155 @@ func TestAPokeCountsAtOnce(t *testing.T) {
 		Targets: []stats.TargetStat{{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 3}}})
 	// 3 in the poke's second over the 10 s window, 1 s of panic window.
 	if diff := cmp.Diff(Values{Stable: 0.3, Panic: 3, HasData: true}, r.values(40.3)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestMissingDataIsNotZeroLoad: an agent stops reporting at 30 s (crash
+// loop, OOM, network) while its node's pods keep serving. Its pods are
+// expected (ready), so their silence is not idleness: with enough pods
+// heard their load is extrapolated from the others', with too few the
+// windows hold the last seconds that had enough.
+func TestMissingDataIsNotZeroLoad(t *testing.T) {
+	type read struct {
+		at   float64
+		want Values
+	}
+	tests := []struct {
+		name string
+		// pods per node, each with 10 in flight; node-b's agent dies at 30.
+		a, b   int
+		expect bool
+		reads  []read
+	}{
+		{"5 ready pods, 1 missing: 4 heard are Knative's sample size, so 40 + 40/4", 4, 1, true, []read{
+			{29.5, Values{Stable: 50, Panic: 50, HasData: true, Expected: 5}},
+			{40, Values{Stable: 50, Panic: 50, HasData: true, Expected: 5, Missing: 1, MissingNodes: []string{"node-b"}, Extrapolating: true}},
+			{200, Values{Stable: 50, Panic: 50, HasData: true, Expected: 5, Missing: 1, MissingNodes: []string{"node-b"}, Extrapolating: true}},
+		}},
+		{"2 ready pods, 1 missing: too few heard, the windows hold", 1, 1, true, []read{
+			{40, Values{Stable: 20, Panic: 20, HasData: true, Expected: 2, Missing: 1, MissingNodes: []string{"node-b"}}},
+			// A whole stable window without enough pods heard: no data,
+			// so the decider makes no decision.
+			{100, Values{Expected: 2, Missing: 1, MissingNodes: []string{"node-b"}}},
+		}},
+		// Without knowing the ready pods, silence reads as idle (what the
+		// collector did before it was told them).
+		{"nobody said which pods are ready: node-b reads as idle", 1, 1, false, []read{
+			// Seconds 1..28 hold 20, 29 holds 10 + half of node-b's 10,
+			// 30..39 hold 10.
+			{40, Values{Stable: (28*20 + 15 + 10*10) / 39.0, Panic: 10, HasData: true}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, nil)
+			load := func(n int) []pod {
+				ps := make([]pod, n)
+				for i := range ps {
+					ps[i] = pod{10, 0, 10, 0}
+				}
+				return ps
+			}
+			if tt.expect {
+				ready := make(map[netip.Addr]string)
+				for i := range tt.a {
+					ready[podIP("node-a", i)] = "node-a"
+				}
+				for i := range tt.b {
+					ready[podIP("node-b", i)] = "node-b"
+				}
+				r.c.Expect(hello, ready)
+			}
+			reads := tt.reads
+			for k := 1.0; len(reads) > 0; k++ {
+				for len(reads) > 0 && reads[0].at < k {
+					if diff := cmp.Diff(reads[0].want, r.values(reads[0].at)); diff != "" {
+						t.Errorf("at %v s (-want +got):\n%s", reads[0].at, diff)
+					}
+					reads = reads[1:]
+				}
+				r.arrive(k, batch("node-a", load(tt.a)...))
+				if k < 30 {
+					r.arrive(k+0.5, batch("node-b", load(tt.b)...))
+				}
+			}
+		})
+	}
+}
+
+// TestReadyPodsComeAndGo: pods joining and leaving the ready set are
+// neither missed nor extrapolated: 3 ready pods of 10 each; at 20.5 s
+// pod 2 stops being ready (it drains and is reported at 0 until it goes
+// at 25 s), at 40.5 s a new pod 3 becomes ready.
+func TestReadyPodsComeAndGo(t *testing.T) {
+	r := newRig(t, &config.Overrides{Window: ptr(6 * time.Second)})
+	ready := func(ips ...int) map[netip.Addr]string {
+		m := make(map[netip.Addr]string)
+		for _, i := range ips {
+			m[podIP("node-a", i)] = "node-a"
+		}
+		return m
+	}
+	r.c.Expect(hello, ready(0, 1, 2))
+	for k := 1.0; k <= 60; k++ {
+		switch k {
+		case 21:
+			r.clk.SetTime(at(20.5))
+			r.c.Expect(hello, ready(0, 1))
+		case 41:
+			r.clk.SetTime(at(40.5))
+			r.c.Expect(hello, ready(0, 1, 3))
+		}
+		b := batch("node-a", pod{10, 0, 10, 0}, pod{10, 0, 10, 0}, pod{10, 0, 10, 0}, pod{10, 0, 10, 0})
+		switch {
+		case k <= 20:
+			b.Pods = b.Pods[:3]
+		case k <= 25:
+			b.Pods[2].Concurrency = 0
+			b.Pods = b.Pods[:3]
+		case k <= 40:
+			b.Pods = b.Pods[:2]
+		default:
+			b.Pods = append(b.Pods[:2], b.Pods[3])
+		}
+		r.arrive(k, b)
+		want := map[bool]float64{true: 30, false: 20}[k <= 20 || k > 40]
+		if v := r.values(k); !near(v.Panic, want) || v.Missing != 0 {
+			t.Fatalf("at %v s: panic %v missing %d, want %v and 0", k, v.Panic, v.Missing, want)
+		}
+	}
+}
+
+// TestTheLastPodGoes: scaled to zero, the last pod leaves the ready set
+// and stops reporting in the same second in which the activator starts
+// holding requests: that second counts the activator's load, and is no
+// hole left by the pod that is gone.
+func TestTheLastPodGoes(t *testing.T) {
+	r := newRig(t, &config.Overrides{Window: ptr(10 * time.Second)})
+	r.c.Expect(hello, map[netip.Addr]string{podIP("node-a", 0): "node-a"})
+	for k := 1.0; k <= 30; k++ {
+		r.arrive(k, batch("node-a", pod{0, 0, 0, 0}))
+	}
+	r.clk.SetTime(at(30.2))
+	r.c.Expect(hello, nil)
+	for k := 31.0; k <= 32; k++ {
+		r.clk.SetTime(at(k))
+		r.c.RecordActivator(hello, "activator-0", time.Second, 3, 3)
+	}
+	// Seconds 30 and 31 hold the activator's 3; the panic window is 1 s.
+	if diff := cmp.Diff(Values{Stable: 0.6, Panic: 3, HasData: true}, r.values(32)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestSampleSize(t *testing.T) {
+	got := map[int]float64{}
+	for _, n := range []int{1, 2, 3, 4, 5, 10, 100, 1000} {
+		got[n] = sampleSize(n)
+	}
+	want := map[int]float64{1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 10: 7, 100: 14, 1000: 16}
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

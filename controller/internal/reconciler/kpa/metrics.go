@@ -8,9 +8,9 @@ import (
 // podautoscaler. Register them with controller-runtime's registry
 // (sigs.k8s.io/controller-runtime/pkg/metrics.Registry) in main.
 type Metrics struct {
-	desired, stable, panicValue, ebc, panicking *prometheus.GaugeVec
-	decisions                                   prometheus.Counter
-	latency                                     prometheus.Histogram
+	desired, stable, panicValue, ebc, panicking, missing *prometheus.GaugeVec
+	decisions                                            prometheus.Counter
+	latency                                              prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -25,6 +25,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		panicValue: gauge("panic_value", "The target's metric averaged over the panic window."),
 		ebc:        gauge("excess_burst_capacity", "Excess burst capacity; negative keeps the activator in the path."),
 		panicking:  gauge("panic_mode", "1 while the target is in panic mode, else 0."),
+		missing: gauge("missing_stats_pods", "Ready pods of the target whose stats have not arrived for 2 s or more (their node's agent is not reporting): "+
+			"their load is estimated from the pods heard, or the decision holds when too few were heard."),
 		decisions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sockscale_controller_decisions_total", Help: "Autoscaling decisions made (every target every tick).",
 		}),
@@ -34,14 +36,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16), // 100us .. 3.3s
 		}),
 	}
-	reg.MustRegister(m.desired, m.stable, m.panicValue, m.ebc, m.panicking, m.decisions, m.latency)
+	reg.MustRegister(m.desired, m.stable, m.panicValue, m.ebc, m.panicking, m.missing, m.decisions, m.latency)
 	return m
 }
 
-func (m *Metrics) record(ns, name string, desired int32, stable, panicValue float64, ebc int32, panicking bool, seconds float64) {
+func (m *Metrics) record(ns, name string, desired int32, stable, panicValue float64, ebc int32, panicking bool, missing int, seconds float64) {
 	if m == nil {
 		return
 	}
+	m.missing.WithLabelValues(ns, name).Set(float64(missing))
 	m.desired.WithLabelValues(ns, name).Set(float64(desired))
 	m.stable.WithLabelValues(ns, name).Set(stable)
 	m.panicValue.WithLabelValues(ns, name).Set(panicValue)
@@ -59,7 +62,7 @@ func (m *Metrics) forget(ns, name string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.desired, m.stable, m.panicValue, m.ebc, m.panicking} {
+	for _, v := range []*prometheus.GaugeVec{m.desired, m.stable, m.panicValue, m.ebc, m.panicking, m.missing} {
 		v.DeleteLabelValues(ns, name)
 	}
 }

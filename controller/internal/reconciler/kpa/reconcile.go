@@ -81,7 +81,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.writeStatus(ctx, &pa, status)
 	}
-	settings, err := r.settings(&pa, deploy)
+	settings, err := config.ForPodAutoscaler(r.Config(), &pa, deploy)
 	if err != nil {
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
 		return ctrl.Result{}, r.writeStatus(ctx, &pa, status)
@@ -97,7 +97,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.apply(ctx, key, &pa, deploy, settings, o); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, time.Since(started).Seconds())
+	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing, time.Since(started).Seconds())
 	fillStatus(status, pa.Generation, settings, o)
 	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, status)
 }
@@ -119,40 +119,6 @@ func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) 
 		return nil, "UnsupportedSelector", fmt.Sprintf("Deployment %q: its selector must be matchLabels only, because the private Service selects the same pods", ref.Name)
 	}
 	return &d, "", ""
-}
-
-// settings merges the cluster config, the pod template's annotations and
-// the spec.
-func (r *PodAutoscaler) settings(pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment) (config.Settings, error) {
-	ann, err := config.ParseAnnotations(d.Spec.Template.Annotations)
-	if err != nil {
-		return config.Settings{}, fmt.Errorf("pod template of Deployment %s: %w", d.Name, err)
-	}
-	return config.Effective(r.Config(), pa.Spec.ContainerConcurrency, ann, specOverrides(&pa.Spec))
-}
-
-func specOverrides(s *v1alpha1.PodAutoscalerSpec) *config.Overrides {
-	o := &config.Overrides{
-		MinScale: s.MinScale, MaxScale: s.MaxScale, InitialScale: s.InitialScale, ActivationScale: s.ActivationScale,
-		Target: s.Target, TargetUtilizationPercentage: s.TargetUtilizationPercentage, TargetBurstCapacity: s.TargetBurstCapacity,
-		PanicWindowPercentage: s.PanicWindowPercentage, PanicThresholdPercentage: s.PanicThresholdPercentage,
-	}
-	if s.Metric != "" {
-		o.Metric = &s.Metric
-	}
-	if s.MetricAggregationAlgorithm != "" {
-		o.Aggregation = &s.MetricAggregationAlgorithm
-	}
-	if s.ScaleDownDelay != nil {
-		o.ScaleDownDelay = &s.ScaleDownDelay.Duration
-	}
-	if s.Window != nil {
-		o.Window = &s.Window.Duration
-	}
-	if s.ScaleToZeroPodRetentionPeriod != nil {
-		o.ScaleToZeroPodRetentionPeriod = &s.ScaleToZeroPodRetentionPeriod.Duration
-	}
-	return o
 }
 
 // SetupWithManager watches PodAutoscalers, their ServerlessServices, and

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
@@ -142,6 +144,38 @@ func TestIntegrationScenarios(t *testing.T) {
 		r.expectPublic(v1alpha1.ModeProxy, 2)
 	})
 
+	t.Run("an agent that stops reporting does not read as idle", func(t *testing.T) {
+		// target 10 x 70 % = 7 per pod; 28 in flight => 4 pods, 2 on each node.
+		r := newRig(t, cl, "agent-down", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })
+		r.offered = 28
+		r.run(90 * time.Second)
+		if got := r.replicas(); got != 4 {
+			t.Fatalf("at 28 in flight: %d pods, want 4", got)
+		}
+		// node-b's agent crashes; its 2 pods keep serving their half. 2 of
+		// 4 heard is under Knative's sample size (4 of 4), so the windows
+		// hold: read as idle, the target would drop to 2 pods.
+		r.nodeBDown = true
+		for end := r.clk.Now().Add(3 * time.Minute); r.clk.Now().Before(end); {
+			r.tick()
+			if got := r.replicas(); got != 4 {
+				t.Fatalf("%s after node-b's agent stopped: %d pods, want 4", r.elapsed(), got)
+			}
+		}
+		cond := assertCondition(t, cl.Client, "agent-down", names.ConditionReady, kpa.ReasonStatsMissing)
+		if !strings.Contains(cond.Message, "2 of the 4 ready pods (node node-b)") {
+			t.Errorf("message %q does not say which pods and node", cond.Message)
+		}
+		// The agent is back: the target is decided on its stats again.
+		r.nodeBDown = false
+		r.offered = 14
+		r.run(90 * time.Second)
+		if got := r.replicas(); got != 2 {
+			t.Errorf("with node-b back at 14 in flight: %d pods, want 2", got)
+		}
+		assertCondition(t, cl.Client, "agent-down", names.ConditionReady, "Scaled")
+	})
+
 	t.Run("a target no traffic can reach is held by neither min-scale nor the delay", func(t *testing.T) {
 		r := newRig(t, cl, "unreachable", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.MinScale = ptr(int32(3))
@@ -230,10 +264,13 @@ type rig struct {
 	pa     func() *v1alpha1.PodAutoscaler
 	paRec  *kpa.PodAutoscaler
 	sksRec *sks.ServerlessService
+	colRec *collect.Reconciler
 	prober *fakeProber
 	// offered is the concurrency the pods serve in all; activatorLoad what
 	// the activator holds (reported by it, not by pods).
 	offered, activatorLoad float64
+	// nodeBDown: the agent of node-b (odd pods) does not report.
+	nodeBDown bool
 }
 
 type fakeProber struct{ inPath bool }
@@ -272,6 +309,7 @@ func newRig(t *testing.T, cl *testenv.Cluster, name string, spec func(*v1alpha1.
 		paRec: &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Prober: prober},
 		sksRec: &sks.ServerlessService{Client: c, ActivatorNamespace: activatorNS,
 			ActivatorSelector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "activator"}), ActivatorPort: 8012},
+		colRec: &collect.Reconciler{Client: c, Collector: col, Config: config.Defaults},
 	}
 	r.pa = func() *v1alpha1.PodAutoscaler {
 		var got v1alpha1.PodAutoscaler
@@ -305,15 +343,26 @@ func (r *rig) tick() {
 }
 
 // record reports one second: the ready pods share the offered load (one
-// agent batch), and the activator reports what it holds.
+// batch per node's agent), and the activator reports what it holds.
 func (r *rig) record() {
 	ready := r.readyPods()
-	b := &stats.Batch{Node: "node-a", Start: r.clk.Now(), Period: time.Second}
+	batches := map[string]*stats.Batch{}
 	for i := range ready {
+		node := nodeOf(i)
+		b := batches[node]
+		if b == nil {
+			b = &stats.Batch{Node: node, Start: r.clk.Now(), Period: time.Second}
+			batches[node] = b
+		}
 		b.Pods = append(b.Pods, stats.PodStat{IP: podIP(i), Namespace: "default", Pod: podName(r.name, i), Workload: r.name,
 			Concurrency: r.offered / float64(ready), Requests: uint64(10 * r.offered / float64(ready))})
 	}
-	r.paRec.Poke(r.col.RecordPods(b))
+	for node, b := range batches {
+		if node == "node-b" && r.nodeBDown {
+			continue
+		}
+		r.paRec.Poke(r.col.RecordPods(b))
+	}
 	if r.activatorLoad > 0 && r.col.RecordActivator(collector.Key{Namespace: "default", Name: r.name}, "activator-0", time.Second, r.activatorLoad, 1) {
 		r.paRec.Poke([]collector.Key{{Namespace: "default", Name: r.name}})
 	}
@@ -323,6 +372,9 @@ func (r *rig) reconcile() {
 	r.t.Helper()
 	ctx := context.Background()
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: r.name}}
+	if _, err := r.colRec.Reconcile(ctx, req); err != nil {
+		r.t.Fatalf("reconcile the collector's view: %v", err)
+	}
 	if _, err := r.paRec.Reconcile(ctx, req); err != nil {
 		r.t.Fatalf("reconcile PodAutoscaler: %v", err)
 	}
@@ -353,7 +405,7 @@ func (r *rig) becomeReady() {
 	slice.Ports = []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}}
 	slice.Endpoints = nil
 	for i := range n {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{podIP(i).String()},
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{podIP(i).String()}, NodeName: ptr(nodeOf(i)),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: podName(r.name, i)}})
 	}
 	if exists {
@@ -421,6 +473,9 @@ func (r *rig) expectPublic(mode v1alpha1.Mode, n int) {
 		r.t.Errorf("PodAutoscaler status mode %s, want %s", pa.Status.Mode, mode)
 	}
 }
+
+// nodeOf is pod i's node: even pods on node-a, odd ones on node-b.
+func nodeOf(i int32) string { return []string{"node-a", "node-b"}[i%2] }
 
 func podIP(i int32) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 10)}) }
 

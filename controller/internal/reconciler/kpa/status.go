@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
@@ -21,6 +23,27 @@ const (
 	ConditionActive      = "Active"
 	ConditionInitialized = "ScaleTargetInitialized"
 )
+
+// Reasons of the Ready condition when stats are missing (the agents of
+// some ready pods' nodes stopped reporting): estimated from the pods
+// heard, or held.
+const (
+	ReasonPartialStats = "PartialStats"
+	ReasonStatsMissing = "StatsMissing"
+)
+
+// nodes names the nodes of missing pods for a message.
+func nodes(ns []string) string {
+	for i, n := range ns {
+		if n == "" {
+			ns[i] = "node unknown"
+		}
+	}
+	if len(ns) == 1 {
+		return "node " + ns[0]
+	}
+	return "nodes " + strings.Join(ns, ", ")
+}
 
 // fillStatus writes a tick's outcome into the PodAutoscaler's status.
 func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome) {
@@ -48,9 +71,18 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 	} else {
 		setCondition(status, gen, ConditionInitialized, metav1.ConditionFalse, "Initializing", fmt.Sprintf("%d of the initial %d pods are ready", o.ready, s.InitialScale))
 	}
+	v := o.values
 	switch {
-	case !o.values.HasData:
+	case v.Missing > 0 && !v.Extrapolating:
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionFalse, ReasonStatsMissing, fmt.Sprintf(
+			"no stats for %s or more from %d of the %d ready pods (%s), and too few were heard to estimate them: the decision holds to the last seconds that had enough; check the sockscale agent on those nodes",
+			collector.StaleAfter, v.Missing, v.Expected, nodes(v.MissingNodes)))
+	case !v.HasData:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "NoData", "no stats have arrived for the target yet; keeping its scale")
+	case v.Missing > 0:
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, ReasonPartialStats, fmt.Sprintf(
+			"no stats for %s or more from %d of the %d ready pods (%s): their load is estimated from the %d heard; check the sockscale agent on those nodes",
+			collector.StaleAfter, v.Missing, v.Expected, nodes(v.MissingNodes), v.Expected-v.Missing))
 	case o.ready < o.want:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
 	default:

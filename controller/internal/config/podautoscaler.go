@@ -1,0 +1,44 @@
+package config
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// ForPodAutoscaler is a PodAutoscaler's effective settings: c, then the
+// annotations of its Deployment's pod template, then its spec.
+func ForPodAutoscaler(c *Config, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment) (Settings, error) {
+	ann, err := ParseAnnotations(d.Spec.Template.Annotations)
+	if err != nil {
+		return Settings{}, fmt.Errorf("pod template of Deployment %s: %w", d.Name, err)
+	}
+	return Effective(c, pa.Spec.ContainerConcurrency, ann, specOverrides(&pa.Spec))
+}
+
+// specOverrides are the settings a PodAutoscaler's spec sets.
+func specOverrides(s *v1alpha1.PodAutoscalerSpec) *Overrides {
+	o := &Overrides{
+		MinScale: s.MinScale, MaxScale: s.MaxScale, InitialScale: s.InitialScale, ActivationScale: s.ActivationScale,
+		Target: s.Target, TargetUtilizationPercentage: s.TargetUtilizationPercentage, TargetBurstCapacity: s.TargetBurstCapacity,
+		PanicWindowPercentage: s.PanicWindowPercentage, PanicThresholdPercentage: s.PanicThresholdPercentage,
+	}
+	if s.Metric != "" {
+		o.Metric = &s.Metric
+	}
+	if s.MetricAggregationAlgorithm != "" {
+		o.Aggregation = &s.MetricAggregationAlgorithm
+	}
+	if s.ScaleDownDelay != nil {
+		o.ScaleDownDelay = &s.ScaleDownDelay.Duration
+	}
+	if s.Window != nil {
+		o.Window = &s.Window.Duration
+	}
+	if s.ScaleToZeroPodRetentionPeriod != nil {
+		o.ScaleToZeroPodRetentionPeriod = &s.ScaleToZeroPodRetentionPeriod.Duration
+	}
+	return o
+}

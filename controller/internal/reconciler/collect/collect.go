@@ -1,0 +1,191 @@
+package collect
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
+	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+)
+
+// Resync is how often each PodAutoscaler is looked at again without an
+// event: the autoscaler ConfigMap (re-read every 10 s, not watched) may
+// have changed its windows.
+const Resync = 10 * time.Second
+
+// Reconciler tells the collector, for each PodAutoscaler, the settings its
+// windows need (Watch) and which ready pods it should hear from (Expect),
+// and makes it forget deleted ones. Every replica runs it, so a standby's
+// windows are as warm as the leader's and a failover loses no history: the
+// agents and activators report to every replica.
+type Reconciler struct {
+	Client    client.Client
+	Collector *collector.Collector
+	// Config returns the cluster defaults in force.
+	Config func() *config.Config
+
+	mu sync.Mutex
+	// watched maps each PodAutoscaler to the collector key it feeds (its
+	// Deployment), to forget the right one.
+	watched map[client.ObjectKey]collector.Key
+}
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+
+// Reconcile reads a PodAutoscaler, its Deployment and its private
+// Service's endpoints, and passes what it found to the collector.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pa v1alpha1.PodAutoscaler
+	if err := r.Client.Get(ctx, req.NamespacedName, &pa); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	ref := pa.Spec.ScaleTargetRef
+	if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" {
+		r.forget(req.NamespacedName) // the PodAutoscaler reconciler says why
+		return ctrl.Result{}, nil
+	}
+	var d appsv1.Deployment
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pa.Namespace, Name: ref.Name}, &d); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{RequeueAfter: Resync}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	settings, err := config.ForPodAutoscaler(r.Config(), &pa, &d)
+	if err != nil {
+		// The PodAutoscaler reconciler reports the bad setting; the windows
+		// keep their last good shape meanwhile.
+		log.FromContext(ctx).V(1).Info("invalid settings; windows unchanged", "error", err.Error())
+		return ctrl.Result{RequeueAfter: Resync}, nil
+	}
+	key := collector.Key{Namespace: pa.Namespace, Name: d.Name}
+	r.remember(req.NamespacedName, key)
+	if err := r.Collector.Watch(key, settings); err != nil {
+		return ctrl.Result{}, err
+	}
+	pods, err := ReadyPods(ctx, r.Client, pa.Namespace, names.PrivateServiceName(pa.Spec.Service.Name))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Collector.Expect(key, pods)
+	return ctrl.Result{RequeueAfter: Resync}, nil
+}
+
+// ReadyPods are the ready endpoints of a Service's EndpointSlices (the
+// private Service: the target's pods), IPv4 as the agents report them,
+// with their nodes ("" if a slice does not say).
+func ReadyPods(ctx context.Context, c client.Reader, namespace, service string) (map[netip.Addr]string, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+		return nil, fmt.Errorf("list EndpointSlices of %s: %w", service, err)
+	}
+	pods := make(map[netip.Addr]string)
+	for _, s := range list.Items {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if !ptr.Deref(e.Conditions.Ready, true) || ptr.Deref(e.Conditions.Terminating, false) {
+				continue
+			}
+			for _, a := range e.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					pods[ip] = ptr.Deref(e.NodeName, "")
+				}
+			}
+		}
+	}
+	return pods, nil
+}
+
+func (r *Reconciler) remember(pa client.ObjectKey, key collector.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watched == nil {
+		r.watched = make(map[client.ObjectKey]collector.Key)
+	}
+	if old, ok := r.watched[pa]; ok && old != key {
+		r.Collector.Forget(old) // the PodAutoscaler now points elsewhere
+	}
+	r.watched[pa] = key
+}
+
+func (r *Reconciler) forget(pa client.ObjectKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if key, ok := r.watched[pa]; ok {
+		r.Collector.Forget(key)
+		delete(r.watched, pa)
+	}
+}
+
+// SetupWithManager runs the reconciler on every replica (no leader
+// election) for PodAutoscalers, their Deployments and their private
+// Services' EndpointSlices.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("podautoscaler-collector").
+		For(&v1alpha1.PodAutoscaler{}).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.byDeployment)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byPrivateService)).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		Complete(r)
+}
+
+// byDeployment maps a Deployment to the PodAutoscalers that scale it.
+func (r *Reconciler) byDeployment(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.matching(ctx, o.GetNamespace(), func(pa *v1alpha1.PodAutoscaler) bool {
+		return pa.Spec.ScaleTargetRef.Kind == "Deployment" && pa.Spec.ScaleTargetRef.Name == o.GetName()
+	})
+}
+
+// byPrivateService maps an EndpointSlice to the PodAutoscalers whose
+// private Service it belongs to.
+func (r *Reconciler) byPrivateService(ctx context.Context, o client.Object) []reconcile.Request {
+	service := o.GetLabels()[discoveryv1.LabelServiceName]
+	if service == "" {
+		return nil
+	}
+	return r.matching(ctx, o.GetNamespace(), func(pa *v1alpha1.PodAutoscaler) bool {
+		return names.PrivateServiceName(pa.Spec.Service.Name) == service
+	})
+}
+
+func (r *Reconciler) matching(ctx context.Context, ns string, match func(*v1alpha1.PodAutoscaler) bool) []reconcile.Request {
+	var list v1alpha1.PodAutoscalerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if match(&list.Items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+package collect
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/collector"
+	"github.com/sockscale/sockscale/controller/internal/config"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func scheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pa(name, deployment, service string) *v1alpha1.PodAutoscaler {
+	return &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: deployment},
+			Service:        v1alpha1.ServiceRef{Name: service},
+		}}
+}
+
+func deployment(name string, annotations map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}}}
+}
+
+type ep struct {
+	ip, node           string
+	ready, terminating *bool
+}
+
+func slice(name, service string, typ discoveryv1.AddressType, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: typ}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip}, NodeName: ptr.To(e.node),
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Terminating: e.terminating}})
+	}
+	return s
+}
+
+func TestReadyPods(t *testing.T) {
+	c := fake.NewClientBuilder().WithObjects(
+		slice("hello-private-1", "hello-private", discoveryv1.AddressTypeIPv4,
+			ep{ip: "10.0.0.1", node: "node-a", ready: ptr.To(true)},
+			ep{ip: "10.0.0.2", node: "node-b"}, // no condition: ready
+			ep{ip: "10.0.0.3", node: "node-b", ready: ptr.To(false)},
+			ep{ip: "10.0.0.4", node: "node-a", ready: ptr.To(false), terminating: ptr.To(true)}),
+		slice("hello-private-2", "hello-private", discoveryv1.AddressTypeIPv4, ep{ip: "10.0.0.5", node: "node-c", ready: ptr.To(true)}),
+		slice("hello-private-6", "hello-private", discoveryv1.AddressTypeIPv6, ep{ip: "fd00::1", node: "node-a", ready: ptr.To(true)}),
+		slice("other-1", "other", discoveryv1.AddressTypeIPv4, ep{ip: "10.0.9.9", node: "node-a", ready: ptr.To(true)}),
+	).Build()
+	got, err := ReadyPods(context.Background(), c, "default", "hello-private")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Addr]string{
+		netip.MustParseAddr("10.0.0.1"): "node-a", netip.MustParseAddr("10.0.0.2"): "node-b", netip.MustParseAddr("10.0.0.5"): "node-c",
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestReconcileFeedsTheCollector: a PodAutoscaler's windows get the
+// settings of its spec and annotations and expect its ready pods; a
+// deleted one is forgotten.
+func TestReconcileFeedsTheCollector(t *testing.T) {
+	ctx := context.Background()
+	hello := pa("hello", "hello-v1", "hello")
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(hello,
+		deployment("hello-v1", map[string]string{config.AnnotationPrefix + "window": "10s"}),
+		slice("hello-private-1", "hello-private", discoveryv1.AddressTypeIPv4,
+			ep{ip: "10.0.0.1", node: "node-a", ready: ptr.To(true)}, ep{ip: "10.0.0.2", node: "node-b", ready: ptr.To(true)}),
+	).Build()
+	clk := clocktesting.NewFakeClock(t0)
+	col := collector.New(clk)
+	r := &Reconciler{Client: c, Collector: col, Config: config.Defaults}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}
+	res, err := r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != Resync {
+		t.Errorf("requeue after %v, want %v (the ConfigMap is not watched)", res.RequeueAfter, Resync)
+	}
+	key := collector.Key{Namespace: "default", Name: "hello-v1"}
+	v, err := col.Values(key, t0.Add(5*time.Second))
+	if err != nil {
+		t.Fatalf("the Deployment's windows do not exist: %v", err)
+	}
+	// Nobody reported: both ready pods are missing.
+	if diff := cmp.Diff(collector.Values{Expected: 2, Missing: 2, MissingNodes: []string{"node-a", "node-b"}}, v); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+
+	if err := c.Delete(ctx, hello); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := col.Values(key, t0); err == nil {
+		t.Error("a deleted PodAutoscaler's windows are still kept")
+	}
+}
+
+func TestEventsMapToPodAutoscalers(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(
+		pa("a", "web", "front"), pa("b", "web", "back"), pa("c", "api", "api"),
+	).Build()
+	r := &Reconciler{Client: c}
+	names := func(reqs []reconcile.Request) []string {
+		var out []string
+		for _, q := range reqs {
+			out = append(out, q.Name)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, names(r.byDeployment(ctx, deployment("web", nil)))); diff != "" {
+		t.Errorf("Deployment web (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"b"}, names(r.byPrivateService(ctx, slice("back-private-x", "back-private", discoveryv1.AddressTypeIPv4)))); diff != "" {
+		t.Errorf("slice of back-private (-want +got):\n%s", diff)
+	}
+	if got := r.byPrivateService(ctx, slice("front-x", "front", discoveryv1.AddressTypeIPv4)); len(got) != 0 {
+		t.Errorf("a public Service's slice maps to %v", names(got))
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,10 +42,13 @@ import (
 type flags struct {
 	metricsAddr, healthAddr, statsAddr string
 	leaderElect                        bool
-	configMap                          string // namespace/name
-	activatorNamespace                 string
-	activatorSelector                  labels.Selector
-	activatorPort                      int
+	// leaseNamespace holds the leader-election lease: POD_NAMESPACE, or
+	// "" for controller-runtime's in-cluster default.
+	leaseNamespace     string
+	configMap          string // namespace/name
+	activatorNamespace string
+	activatorSelector  labels.Selector
+	activatorPort      int
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -55,6 +59,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.statsAddr, "stats-bind-address", ":8443", "address where agents POST their stats (every replica listens, so a standby stays warm)")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica scales targets")
 	ns := os.Getenv("POD_NAMESPACE")
+	f.leaseNamespace = ns
 	if ns == "" {
 		ns = "sockscale-system"
 	}
@@ -116,11 +121,18 @@ func run(ctx context.Context, f *flags) error {
 		return err
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
-		HealthProbeBindAddress: f.healthAddr,
-		LeaderElection:         f.leaderElect,
-		LeaderElectionID:       "sockscale-controller.sockscale.dev",
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:  f.healthAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        "sockscale-controller.sockscale.dev",
+		LeaderElectionNamespace: f.leaseNamespace,
+		// A leader that stops (a rollout, a drain) hands the lease over at
+		// once instead of letting it run out: the standby, its windows
+		// warm, decides within a retry period (2 s) rather than the lease
+		// duration (15 s). run returns as soon as the manager stops, as
+		// this needs.
+		LeaderElectionReleaseOnCancel: true,
 		// Of all pods, only the activators are watched (and cached).
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: f.activatorSelector}}},
 	})
@@ -140,6 +152,10 @@ func run(ctx context.Context, f *flags) error {
 	}
 
 	col := collector.New(clock.RealClock{})
+	crmetrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sockscale_controller_collected_targets",
+		Help: "PodAutoscalers whose windows this replica keeps, leader or not: on a warm standby it equals the leader's.",
+	}, func() float64 { return float64(col.Len()) }))
 	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
 		Metrics: kpa.NewMetrics(crmetrics.Registry),
 		Prober:  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},

@@ -192,6 +192,13 @@ func ringLength(s config.Settings) time.Duration {
 	return s.StableWindow + StaleAfter + time.Second
 }
 
+// Len is how many targets the collector keeps windows for.
+func (c *Collector) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.targets)
+}
+
 // Forget stops collecting for a target and drops its windows.
 func (c *Collector) Forget(key Key) {
 	c.mu.Lock()

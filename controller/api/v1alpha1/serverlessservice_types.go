@@ -19,6 +19,14 @@ type ServerlessServiceSpec struct {
 	// selector: its EndpointSlices are written here).
 	// +kubebuilder:validation:MinLength=1
 	PublicService string `json:"publicService"`
+	// Port is the public Service's port the target serves (the
+	// PodAutoscaler's spec.service.port): in Proxy mode only it goes to
+	// the activators, and the Service's other ports keep going to the
+	// pods. 0: every port goes to the activators.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
 	// Selector selects the target's pods; the private Service
 	// <publicService>-private gets it.
 	// +kubebuilder:validation:MinProperties=1

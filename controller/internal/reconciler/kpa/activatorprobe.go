@@ -9,9 +9,10 @@ import (
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 )
 
-// ResolvePublic returns the address ("ip:port") that clients of a public Service
-// dial: its ClusterIP and port.
-type ResolvePublic func(ctx context.Context, namespace, service string) (string, error)
+// ResolvePublic returns the address ("ip:port") that clients of a public
+// Service dial: its ClusterIP and port (the PodAutoscaler's
+// spec.service.port, 0 if it sets none).
+type ResolvePublic func(ctx context.Context, namespace, service string, port int32) (string, error)
 
 // HTTPProber is the Prober that sends the activator probe
 // (internal/activatorprobe) to public Services.
@@ -24,10 +25,10 @@ type HTTPProber struct {
 	Client *http.Client
 }
 
-// ActivatorInPath sends one probe to the public Service and reports
-// whether an activator answered it.
-func (p *HTTPProber) ActivatorInPath(ctx context.Context, namespace, service string) (bool, error) {
-	addr, err := p.Resolve(ctx, namespace, service)
+// ActivatorInPath sends one probe to the public Service's port and
+// reports whether an activator answered it.
+func (p *HTTPProber) ActivatorInPath(ctx context.Context, namespace, service string, port int32) (bool, error) {
+	addr, err := p.Resolve(ctx, namespace, service, port)
 	if err != nil {
 		return false, fmt.Errorf("resolve Service %s/%s: %w", namespace, service, err)
 	}

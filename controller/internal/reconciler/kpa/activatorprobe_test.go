@@ -37,8 +37,8 @@ func TestActivatorInPath(t *testing.T) {
 		{"nothing listens", closedAddr, false, true},
 	}
 	for _, tt := range tests {
-		p := &HTTPProber{Resolve: func(context.Context, string, string) (string, error) { return tt.addr, nil }}
-		got, err := p.ActivatorInPath(context.Background(), "default", "hello")
+		p := &HTTPProber{Resolve: func(context.Context, string, string, int32) (string, error) { return tt.addr, nil }}
+		got, err := p.ActivatorInPath(context.Background(), "default", "hello", 0)
 		if got != tt.want || (err != nil) != tt.wantErr {
 			t.Errorf("%s: got %v, %v; want %v, error %v", tt.name, got, err, tt.want, tt.wantErr)
 		}

@@ -72,7 +72,7 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 		now: now, want: want, current: o.current, ready: o.ready, mode: o.sks.Status.Mode, s: settings,
 		reachable: o.reach.ok, noPath: o.reach.noPath,
 		progressDeadline: progressDeadline(deploy),
-		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service.Name) },
+		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service) },
 	})
 	o.want = o.zero.pods
 	return o, nil

@@ -130,9 +130,10 @@ func (z *zeroState) apply(in zeroInputs) zeroOutcome {
 	return zeroOutcome{0, false, ReasonNoTraffic, "idle: scaled to zero; the activator holds the next request"}
 }
 
-// Prober tells whether requests to a public Service reach an activator.
+// Prober tells whether requests to a public Service's port (0: the
+// Service's first) reach an activator.
 type Prober interface {
-	ActivatorInPath(ctx context.Context, namespace, service string) (bool, error)
+	ActivatorInPath(ctx context.Context, namespace, service string, port int32) (bool, error)
 }
 
 // progressDeadline is how long the Deployment may take to make progress
@@ -145,13 +146,13 @@ func progressDeadline(d *appsv1.Deployment) time.Duration {
 }
 
 // activatorInPath asks the Prober; an error is logged and counts as no.
-func (r *PodAutoscaler) activatorInPath(ctx context.Context, ns, service string) bool {
+func (r *PodAutoscaler) activatorInPath(ctx context.Context, ns string, svc v1alpha1.ServiceRef) bool {
 	if r.Prober == nil {
 		return false
 	}
-	ok, err := r.Prober.ActivatorInPath(ctx, ns, service)
+	ok, err := r.Prober.ActivatorInPath(ctx, ns, svc.Name, svc.Port)
 	if err != nil {
-		log.FromContext(ctx).V(1).Info("activator probe failed; keeping the last pod", "service", service, "error", err.Error())
+		log.FromContext(ctx).V(1).Info("activator probe failed; keeping the last pod", "service", svc.Name, "error", err.Error())
 	}
 	return ok && err == nil
 }

@@ -216,6 +216,7 @@ func TestIntegrationScenarios(t *testing.T) {
 
 	t.Run("up, down to zero through the activator, up again", func(t *testing.T) {
 		r := newRig(t, cl, "zero", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Service.Port = 80
 			s.Target = ptr(10.0)
 			s.TargetBurstCapacity = ptr(0.0) // no burst capacity: Serve whenever pods are wanted
 			s.Window = &metav1.Duration{Duration: 10 * time.Second}
@@ -240,6 +241,9 @@ func TestIntegrationScenarios(t *testing.T) {
 		r.run(4 * time.Second)
 		if got := r.replicas(); got != 0 {
 			t.Fatalf("idle with the activator in the path: %d pods, want 0", got)
+		}
+		if p := r.prober.ports; len(p) == 0 || p[len(p)-1] != 80 {
+			t.Errorf("probed ports %v, want spec.service.port 80", p)
 		}
 		assertCondition(t, cl.Client, "zero", kpa.ConditionActive, kpa.ReasonNoTraffic)
 
@@ -273,9 +277,13 @@ type rig struct {
 	nodeBDown bool
 }
 
-type fakeProber struct{ inPath bool }
+type fakeProber struct {
+	inPath bool
+	ports  []int32 // the ports probed
+}
 
-func (p *fakeProber) ActivatorInPath(context.Context, string, string) (bool, error) {
+func (p *fakeProber) ActivatorInPath(_ context.Context, _, _ string, port int32) (bool, error) {
+	p.ports = append(p.ports, port)
 	return p.inPath, nil
 }
 

@@ -89,12 +89,31 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// activatorSlice is the public endpoints in Proxy mode: every port of the
-// public Service goes to the activators' port.
-func (r *ServerlessService) activatorSlice(public *corev1.Service, acts []endpoints.Endpoint) discoveryv1.EndpointSlice {
+// servedPort is the name of the public Service's port that goes through
+// the activators in Proxy mode: the one numbered port (spec.port), or
+// every port (all false) when port is 0 or not among the Service's.
+func servedPort(public *corev1.Service, port int32) (name string, all bool) {
+	if port != 0 {
+		for _, p := range public.Spec.Ports {
+			if p.Port == port {
+				return p.Name, false
+			}
+		}
+	}
+	return "", true
+}
+
+// proxySlices are the public endpoints in Proxy mode: the served port (or
+// every port) of the public Service to the activators' port, and the
+// public Service's other ports still to the pods, which the activator
+// would not forward them to.
+func (r *ServerlessService) proxySlices(public *corev1.Service, port int32, acts []endpoints.Endpoint, pods []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	served, all := servedPort(public, port)
 	s := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
 	for _, p := range public.Spec.Ports {
-		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: ptr(r.ActivatorPort)})
+		if all || p.Name == served {
+			s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: ptr(r.ActivatorPort)})
+		}
 	}
 	for _, a := range acts {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
@@ -102,7 +121,31 @@ func (r *ServerlessService) activatorSlice(public *corev1.Service, acts []endpoi
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: r.ActivatorNamespace, Name: a.Name},
 		})
 	}
-	return s
+	out := []discoveryv1.EndpointSlice{s}
+	if all {
+		return out
+	}
+	for _, ps := range pods {
+		other := ps
+		other.Ports = nil
+		for _, p := range ps.Ports {
+			if ptrValue(p.Name) != served {
+				other.Ports = append(other.Ports, p)
+			}
+		}
+		if len(other.Ports) > 0 && len(other.Endpoints) > 0 {
+			out = append(out, other)
+		}
+	}
+	return out
+}
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 // writeSlices makes the public Service's EndpointSlices equal to want

@@ -105,7 +105,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	want := podSlices
 	status.Activators = nil
 	if res.Mode == v1alpha1.ModeProxy {
-		want = []discoveryv1.EndpointSlice{r.activatorSlice(&public, res.Endpoints)}
+		want = r.proxySlices(&public, sks.Spec.Port, res.Endpoints, podSlices)
 		for _, e := range res.Endpoints {
 			status.Activators = append(status.Activators, e.Name)
 		}

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
-	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -329,37 +328,4 @@ func activatorSum(ctx context.Context, s *stack.Stack, metric string, match map[
 		sum += v
 	}
 	return per, sum, nil
-}
-
-// forgetPodAddresses flushes the neighbour (ARP) caches of the host's
-// cluster range and of every pod's network namespace.
-//
-// Why: the node simulator gives a freed pod address to the next pod at
-// once (lowest free first) and announces nothing (no gratuitous ARP), so a
-// scale from zero reuses the addresses of the pods that just went, and
-// whoever talked to those pods (the activators, the host) keeps sending
-// to the old pods' MAC addresses until its cache entry fails: 8 to 30 s in
-// which the new pod is unreachable from there, while the kubelet (its
-// own entry refreshed) calls it ready. Real CNI plugins allocate
-// addresses round-robin and announce them. Without this, cold starts here
-// measure the simulator's ARP caches, and requests forwarded to such a
-// pod fail (dial timeout, 502). Remove once test/cluster announces or
-// rotates pod addresses.
-func forgetPodAddresses(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command("ip", "neigh", "flush", "to", cluster.ClusterCIDR.String()).CombinedOutput(); err != nil {
-		t.Fatalf("ip neigh flush to %s: %v: %s", cluster.ClusterCIDR, err, out)
-	}
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		t.Fatalf("ip netns list: %v", err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || !strings.HasPrefix(f[0], cluster.Prefix+"-") {
-			continue
-		}
-		// A namespace may go between the list and the flush.
-		_ = exec.Command("ip", "-n", f[0], "neigh", "flush", "all").Run()
-	}
 }

@@ -74,7 +74,6 @@ func hundredAtZero(t *testing.T, s *stack.Stack, name string) {
 	})
 	c := oneShotClient(2 * time.Minute)
 	answers := make([]answer, n)
-	forgetPodAddresses(t)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range answers {
@@ -165,7 +164,6 @@ func activationScale(t *testing.T, s *stack.Stack, name string, scale int32) {
 	if got := replicas(t, s, name); got != 0 {
 		t.Fatalf("%d pods wanted before the request, want 0", got)
 	}
-	forgetPodAddresses(t)
 	a := get(oneShotClient(time.Minute), url)
 	if a.err != nil || a.code != http.StatusOK {
 		t.Fatalf("one request at zero: %s, want 200", a)
@@ -232,7 +230,6 @@ func TestE2EActivatorAlwaysInPath(t *testing.T) {
 	load = loadgen.Start(ctx, opts)
 	defer load.Stop()
 	time.Sleep(2 * time.Second)
-	forgetPodAddresses(t) // the new activators may get freed addresses
 	start := time.Now()
 	var d appsv1.Deployment
 	key := types.NamespacedName{Namespace: stack.Namespace, Name: "sockscale-activator"}
@@ -292,7 +289,6 @@ func TestE2EActivatorBurstCapacity7(t *testing.T) {
 		p.ContainerConcurrency, p.TargetBurstCapacity, p.MaxScale = 10, ptr(7.0), ptr(int32(5))
 	})
 	removeAtEnd(t, s, name)
-	forgetPodAddresses(t) // the second pod may get a freed address
 	// A new connection per request, so traffic follows the public
 	// endpoints as they switch between activators and pods.
 	load := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 10})
@@ -538,7 +534,6 @@ func TestE2EActivatorKilledWhileHolding(t *testing.T) {
 	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: appNS, Name: name}, &d); err != nil {
 		t.Fatal(err)
 	}
-	forgetPodAddresses(t)
 	patch := client.MergeFrom(d.DeepCopy())
 	d.Spec.Template.Spec.Containers[0].Image = stack.AppImage
 	if err := s.Client.Patch(ctx, &d, patch); err != nil {

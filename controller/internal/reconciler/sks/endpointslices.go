@@ -12,43 +12,46 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 )
 
-// readySlices are the private Service's EndpointSlices with only their
-// ready endpoints, in name order.
-func (r *ServerlessService) readySlices(ctx context.Context, ns, service string) ([]discoveryv1.EndpointSlice, error) {
+// podSlices are the private Service's IPv4 EndpointSlices as the public
+// Service should carry them, in name order: every endpoint as it is, with
+// its conditions (ready, serving, terminating) and topology hints, so
+// kube-proxy treats the public Service as it would a selector Service
+// (terminating endpoints still serving take over while none is ready;
+// topology-aware routing keeps its zones).
+func (r *ServerlessService) podSlices(ctx context.Context, ns, service string) ([]discoveryv1.EndpointSlice, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
 		return nil, fmt.Errorf("list EndpointSlices of %s: %w", service, err)
 	}
 	var out []discoveryv1.EndpointSlice
 	for _, s := range list.Items {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Endpoints) == 0 {
 			continue // the agents account IPv4 pods (README: limitations)
 		}
-		ready := discoveryv1.EndpointSlice{AddressType: s.AddressType, Ports: s.Ports}
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
-				ready.Endpoints = append(ready.Endpoints, discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}, TargetRef: e.TargetRef, NodeName: e.NodeName, Zone: e.Zone})
-			}
+		mirror := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: s.Name}, AddressType: s.AddressType, Ports: s.Ports}
+		for i := range s.Endpoints {
+			mirror.Endpoints = append(mirror.Endpoints, *s.Endpoints[i].DeepCopy())
 		}
-		if len(ready.Endpoints) > 0 {
-			ready.Name = s.Name
-			out = append(out, ready)
-		}
+		out = append(out, mirror)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-// endpointsOf flattens slices for the mode decision.
-func endpointsOf(slices []discoveryv1.EndpointSlice) []endpoints.Endpoint {
+// readyEndpoints flattens slices' ready endpoints for the mode decision.
+func readyEndpoints(slices []discoveryv1.EndpointSlice) []endpoints.Endpoint {
 	var out []endpoints.Endpoint
 	for _, s := range slices {
 		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
 			name := ""
 			if e.TargetRef != nil {
 				name = e.TargetRef.Name
@@ -148,22 +151,46 @@ func ptrValue[T any](p *T) T {
 	return *p
 }
 
+// Managers of EndpointSlices other than sockscale that a public Service
+// may have slices of.
+const (
+	// managerKubernetes is Kubernetes' EndpointSlice controller: its slices
+	// of a public Service are left from when the Service had a selector.
+	// It manages no slices of a Service without one, so nobody else
+	// writes them any more.
+	managerKubernetes = "endpointslice-controller.k8s.io"
+	// managerMirroring mirrors an Endpoints object of the Service's name
+	// into slices (and recreates a deleted slice while the object exists).
+	managerMirroring = "endpointslicemirroring-controller.k8s.io"
+)
+
 // writeSlices makes the public Service's EndpointSlices equal to want
 // (each split at Kubernetes' 1000 endpoints per slice), named
-// <public>-sockscale-<i>. It returns a message instead when a slice of the
-// Service belongs to another manager: two writers would fight.
+// <public>-sockscale-<i>. Slices Kubernetes' EndpointSlice controller left
+// from a removed selector are taken over: removed once sockscale's are
+// written. For a slice of any other manager it writes nothing and returns
+// a message naming the command that removes it: two writers would fight.
 func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service, want []discoveryv1.EndpointSlice) (string, error) {
 	var have discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &have, client.InNamespace(public.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: public.Name}); err != nil {
 		return "", fmt.Errorf("list EndpointSlices of %s: %w", public.Name, err)
 	}
 	existing := make(map[string]*discoveryv1.EndpointSlice)
+	var leftovers []*discoveryv1.EndpointSlice
 	for i := range have.Items {
 		s := &have.Items[i]
-		if !metav1.IsControlledBy(s, sks) {
-			return fmt.Sprintf("EndpointSlice %q of Service %q is managed by %q, not sockscale; delete it so the public endpoints have one writer", s.Name, public.Name, s.Labels[discoveryv1.LabelManagedBy]), nil
+		switch manager := s.Labels[discoveryv1.LabelManagedBy]; {
+		case metav1.IsControlledBy(s, sks):
+			existing[s.Name] = s
+		case manager == managerKubernetes:
+			leftovers = append(leftovers, s)
+		case manager == managerMirroring:
+			return fmt.Sprintf("EndpointSlice %q of Service %q is mirrored by Kubernetes from the Endpoints object %q: delete that so the public endpoints have one writer (kubectl -n %s delete endpoints %s)",
+				s.Name, public.Name, public.Name, public.Namespace, public.Name), nil
+		default:
+			return fmt.Sprintf("EndpointSlice %q of Service %q is managed by %q, not sockscale: delete it so the public endpoints have one writer (kubectl -n %s delete endpointslice %s)",
+				s.Name, public.Name, manager, public.Namespace, s.Name), nil
 		}
-		existing[s.Name] = s
 	}
 	var chunks []discoveryv1.EndpointSlice
 	for _, w := range want {
@@ -202,6 +229,13 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			return "", fmt.Errorf("delete EndpointSlice %s: %w", s.Name, err)
 		}
+	}
+	for _, s := range leftovers {
+		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("delete EndpointSlice %s left by Kubernetes from a removed selector: %w", s.Name, err)
+		}
+		log.FromContext(ctx).Info("took over the public Service's endpoints: removed a slice Kubernetes left from its removed selector",
+			"service", public.Name, "endpointSlice", s.Name)
 	}
 	return "", nil
 }

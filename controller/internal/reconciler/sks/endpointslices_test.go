@@ -2,8 +2,10 @@ package sks
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -132,6 +134,98 @@ func TestProxyModeSendsOnlyTheServedPortToTheActivator(t *testing.T) {
 			_, got := newFixture(tt.mode, tt.port, pod("10.0.1.1", true)).run(t)
 			if diff := cmp.Diff(tt.want, summarize(got)); diff != "" {
 				t.Errorf("public slices (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestServeModeMirrorsConditionsAndHints: the public slices carry the
+// private ones' endpoints as they are, conditions and topology hints
+// included, so kube-proxy treats the public Service as it would a
+// selector Service: terminating endpoints still serving take over when no
+// endpoint is ready, and topology-aware routing keeps its zones.
+func TestServeModeMirrorsConditionsAndHints(t *testing.T) {
+	ready := pod("10.0.1.1", true)
+	ready.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}
+	ready.Zone, ready.NodeName = ptr("zone-a"), ptr("node-a")
+	draining := discoveryv1.Endpoint{Addresses: []string{"10.0.1.2"},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}}
+	starting := discoveryv1.Endpoint{Addresses: []string{"10.0.1.3"},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(false)}}
+
+	_, got := newFixture(v1alpha1.ModeServe, 0, ready, draining, starting).run(t)
+	if len(got) != 1 {
+		t.Fatalf("%d public slices, want 1", len(got))
+	}
+	if diff := cmp.Diff([]discoveryv1.Endpoint{ready, draining, starting}, got[0].Endpoints); diff != "" {
+		t.Errorf("public endpoints (-want +got):\n%s", diff)
+	}
+
+	// Only draining pods: no ready one, so the activator takes the traffic.
+	c, got := newFixture(v1alpha1.ModeServe, 0, draining).run(t)
+	if diff := cmp.Diff([]summary{{Ports: []string{"http:8012", "metrics:8012"}, Addresses: []string{"10.0.2.10"}}}, summarize(got)); diff != "" {
+		t.Errorf("with no ready pod (-want +got):\n%s", diff)
+	}
+	var sks v1alpha1.ServerlessService
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "hello"}, &sks)
+	if sks.Status.Mode != v1alpha1.ModeProxy {
+		t.Errorf("mode %s, want Proxy (forced: no ready pod)", sks.Status.Mode)
+	}
+}
+
+// TestLeftoverSlicesOfARemovedSelector: a public Service that had a
+// selector keeps the slices Kubernetes wrote for it, pointing at whatever
+// pods were there; Kubernetes no longer manages them once the selector is
+// gone. sockscale takes them over (removes them once its own are
+// written); slices of any other manager are reported with the command
+// that removes them.
+func TestLeftoverSlicesOfARemovedSelector(t *testing.T) {
+	leftover := func(name, manager string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+				Labels: map[string]string{discoveryv1.LabelServiceName: "hello", discoveryv1.LabelManagedBy: manager}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{pod("10.0.9.9", true)},
+		}
+	}
+	tests := []struct {
+		name      string
+		slice     *discoveryv1.EndpointSlice
+		wantGone  bool
+		wantInMsg string
+	}{
+		{"Kubernetes' EndpointSlice controller: taken over", leftover("hello-x7k2p", "endpointslice-controller.k8s.io"), true, ""},
+		{"mirrored from an Endpoints object: reported", leftover("hello-mirror", "endpointslicemirroring-controller.k8s.io"),
+			false, "kubectl -n default delete endpoints hello"},
+		{"another manager: reported", leftover("hello-manual", "someone"),
+			false, "kubectl -n default delete endpointslice hello-manual"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(v1alpha1.ModeServe, 0, pod("10.0.1.1", true))
+			f.extra = append(f.extra, tt.slice)
+			c, got := f.run(t)
+			var names []string
+			for _, s := range got {
+				names = append(names, s.Name)
+			}
+			var sks v1alpha1.ServerlessService
+			_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "hello"}, &sks)
+			cond := sks.Status.Conditions[0]
+			if tt.wantGone {
+				if diff := cmp.Diff([]string{"hello-sockscale-0"}, names); diff != "" {
+					t.Errorf("public slices (-want +got):\n%s", diff)
+				}
+				if cond.Status != metav1.ConditionTrue {
+					t.Errorf("Ready = %+v, want True", cond)
+				}
+				return
+			}
+			if !slices.Contains(names, tt.slice.Name) {
+				t.Errorf("the foreign slice was removed: %v", names)
+			}
+			if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, tt.wantInMsg) {
+				t.Errorf("Ready = %+v, want False saying %q", cond, tt.wantInMsg)
 			}
 		})
 	}

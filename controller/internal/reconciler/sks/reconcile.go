@@ -90,7 +90,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return notReady(names.ReasonNotOwned, msg)
 	}
-	podSlices, err := r.readySlices(ctx, sks.Namespace, status.PrivateServiceName)
+	podSlices, err := r.podSlices(ctx, sks.Namespace, status.PrivateServiceName)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -99,7 +99,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	res := endpoints.Public(endpoints.Inputs{
-		Want: sks.Spec.Mode, Pods: endpointsOf(podSlices), Activators: activators,
+		Want: sks.Spec.Mode, Pods: readyEndpoints(podSlices), Activators: activators,
 		NumActivators: sks.Spec.NumActivators, Target: sks.Namespace + "/" + sks.Name,
 	})
 	want := podSlices

@@ -376,6 +376,23 @@ func TestTheLastPodGoes(t *testing.T) {
 	}
 }
 
+// TestANewPodIsNotMissingAtOnce: a pod that just became ready may not be
+// known to its node's agent yet; it counts as missing only after
+// StaleAfter without stats.
+func TestANewPodIsNotMissingAtOnce(t *testing.T) {
+	r := newRig(t, nil)
+	r.clk.SetTime(at(10.5))
+	r.c.Expect(hello, map[netip.Addr]string{podIP("node-a", 0): "node-a"})
+	for _, tt := range []struct {
+		at      float64
+		missing int
+	}{{11.5, 0}, {12.9, 0}, {13.1, 1}} {
+		if got := r.values(tt.at).Missing; got != tt.missing {
+			t.Errorf("at %v s: %d missing, want %d", tt.at, got, tt.missing)
+		}
+	}
+}
+
 func TestSampleSize(t *testing.T) {
 	got := map[int]float64{}
 	for _, n := range []int{1, 2, 3, 4, 5, 10, 100, 1000} {

@@ -102,7 +102,8 @@ func sampleSize(n int) float64 {
 }
 
 // missing fills Values' account of the expected pods not heard for
-// StaleAfter.
+// StaleAfter. A pod ready for less than that is not missing yet: its
+// agent may learn of it a moment after its endpoint shows.
 func (t *target) missing(now time.Time) Values {
 	var v Values
 	for ip, e := range t.expected {
@@ -110,6 +111,9 @@ func (t *target) missing(now time.Time) Values {
 			continue
 		}
 		v.Expected++
+		if time.Unix(e.from, 0).Add(StaleAfter).After(now) {
+			continue
+		}
 		if s := t.pods[ip]; s == nil || now.Sub(s.until) > StaleAfter {
 			v.Missing++
 			if !slices.Contains(v.MissingNodes, e.node) {

@@ -26,8 +26,11 @@ import (
 
 // Resync is how often each PodAutoscaler is looked at again without an
 // event: the autoscaler ConfigMap (re-read every 10 s, not watched) may
-// have changed its windows.
-const Resync = 10 * time.Second
+// have changed its windows' length. The leader's PodAutoscaler reconciler
+// applies such a change at its next tick; a standby only needs it before
+// it takes over, so a minute is enough and keeps thousands of targets
+// cheap.
+const Resync = time.Minute
 
 // Reconciler tells the collector, for each PodAutoscaler, the settings its
 // windows need (Watch) and which ready pods it should hear from (Expect),

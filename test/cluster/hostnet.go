@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,13 +50,19 @@ func (c *Cluster) setupHostNet() error {
 	if err := forwardGuard(); err != nil {
 		return err
 	}
-	type link struct{ name, addr string }
-	links := []link{{HostBridge, HostIP.String() + "/16"}, {ServiceBridge, ""}}
+	// Each bridge's MAC is set, from its address, as pods' are (podMAC):
+	// a bridge without one takes its lowest port's, which changes as pods
+	// come and go and leaves the pods' entries for their gateway stale.
+	type link struct {
+		name, addr string
+		mac        netip.Addr
+	}
+	links := []link{{HostBridge, HostIP.String() + "/16", HostIP}, {ServiceBridge, "", ServiceCIDR.Addr().Next()}}
 	for i := 0; i < c.opts.Nodes; i++ {
-		links = append(links, link{NodeBridge(NodeName(i)), fmt.Sprintf("%s/%d", NodeIP(i), NodeCIDR(i).Bits())})
+		links = append(links, link{NodeBridge(NodeName(i)), fmt.Sprintf("%s/%d", NodeIP(i), NodeCIDR(i).Bits()), NodeIP(i)})
 	}
 	for _, l := range links {
-		if err := run("ip", "link", "add", l.name, "type", "bridge"); err != nil {
+		if err := run("ip", "link", "add", l.name, "address", podMAC(l.mac), "type", "bridge"); err != nil {
 			return err
 		}
 		if l.addr != "" {

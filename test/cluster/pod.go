@@ -32,6 +32,9 @@ type podWorker struct {
 	pod      *corev1.Pod
 	ip       netip.Addr
 	netns    string // "" for hostNetwork
+	// netUp: the pod's network is built, so its IP may be published (and
+	// probed, and sent traffic to).
+	netUp bool
 	dir      string // <state>/pods/<uid>
 	cgroup   string
 	sandbox  error // why the sandbox is not ready
@@ -165,7 +168,7 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 	case hasIP:
 	case pod.Spec.HostNetwork:
 		w.mu.Lock()
-		w.ip = NodeIP(w.node.index)
+		w.ip, w.netUp = NodeIP(w.node.index), true
 		w.mu.Unlock()
 	default:
 		ip, err := w.node.allocIP(pod.UID)
@@ -185,6 +188,12 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 			w.mu.Unlock()
 			return fmt.Errorf("pod network: %w", err)
 		}
+		// Published only now: a kubelet reports a pod's IP once its
+		// sandbox's network is up, and clients (the activator's probes)
+		// would otherwise dial an address that drops their SYNs.
+		w.mu.Lock()
+		w.netUp = true
+		w.mu.Unlock()
 	}
 	w.kick()
 	if err := w.writeVolumes(ctx, pod); err != nil {
@@ -386,7 +395,7 @@ func (w *podWorker) status() corev1.PodStatus {
 	start := metav1.NewTime(w.started)
 	st := corev1.PodStatus{Phase: corev1.PodPending, StartTime: &start,
 		HostIP: NodeIP(w.node.index).String(), HostIPs: []corev1.HostIP{{IP: NodeIP(w.node.index).String()}}}
-	if w.ip.IsValid() {
+	if w.ip.IsValid() && w.netUp {
 		st.PodIP = w.ip.String()
 		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
 	}

@@ -27,13 +27,19 @@ func (c *Collector) Expect(key Key, pods map[netip.Addr]string) {
 		return
 	}
 	t.told = true
+	ready := make(map[ipv4]string, len(pods))
+	for a, node := range pods {
+		if ip, ok := ipv4Of(a); ok {
+			ready[ip] = node
+		}
+	}
 	for ip, e := range t.expected {
-		if _, ok := pods[ip]; !ok && e.until == math.MaxInt64 {
+		if _, ok := ready[ip]; !ok && e.until == math.MaxInt64 {
 			e.until = now - 1
 			t.change(now, -1)
 		}
 	}
-	for ip, node := range pods {
+	for ip, node := range ready {
 		if e := t.expected[ip]; e != nil && e.until == math.MaxInt64 {
 			e.node = node
 			continue
@@ -114,7 +120,7 @@ func (t *target) missing(now time.Time) Values {
 		if time.Unix(e.from, 0).Add(StaleAfter).After(now) {
 			continue
 		}
-		if s := t.pods[ip]; s == nil || now.Sub(s.until) > StaleAfter {
+		if s := t.pods[ip]; s == nil || now.UnixNano()-s.until > int64(StaleAfter) {
 			v.Missing++
 			if !slices.Contains(v.MissingNodes, e.node) {
 				v.MissingNodes = append(v.MissingNodes, e.node)

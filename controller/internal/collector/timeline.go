@@ -10,37 +10,38 @@ import (
 // [max(src.until, now-p), now), each second getting its share. For an
 // expected pod (exp not nil) the seconds it is expected in also count
 // what it covered as heard.
-func (t *target) spread(src *source, now time.Time, p time.Duration, concurrency, requests float64, exp *expectedPod) {
-	fresh := src.until.IsZero()
-	from := now.Add(-p)
-	if src.until.After(from) {
-		from = src.until
-	}
-	if !now.After(from) { // a second report at the same instant
-		from = now.Add(-time.Nanosecond)
+func (t *target) spread(src *source, at time.Time, p time.Duration, concurrency, requests float64, exp *expectedPod) {
+	// Nanoseconds since 1970 throughout: this runs for every pod of every
+	// agent every second.
+	const second = int64(time.Second)
+	now := at.UnixNano()
+	fresh := src.until == 0
+	from := max(now-int64(p), src.until)
+	if from >= now { // a second report at the same instant
+		from = now - 1
 	}
 	src.until = now
-	area, span := concurrency*p.Seconds(), float64(now.Sub(from))
-	first := from.Unix()
+	area, span := concurrency*p.Seconds(), float64(now-from)
+	first := floorDiv(from, second)
 	if !t.ring.Written() {
-		t.started = now
+		t.started = at
 	}
-	if fresh && now.Sub(t.started) <= StaleAfter {
+	if fresh && at.Sub(t.started) <= StaleAfter {
 		// A cold start (the collector's, or the target's first reports):
 		// the sources' first reports start at their own phases, so the
 		// seconds before the last of those starts are covered only in
 		// part and must not read as light ones.
 		whole := first
-		if from.Nanosecond() != 0 {
+		if from%second != 0 {
 			whole++
 		}
 		t.since = max(t.since, whole)
 	}
 	// Seconds older than the ring cannot be written (At returns nil).
-	first = max(first, now.Unix()-int64(t.ring.Len()))
-	for sec := first; sec <= now.Add(-time.Nanosecond).Unix(); sec++ {
-		start, end := time.Unix(sec, 0), time.Unix(sec+1, 0)
-		overlap := float64(minTime(end, now).Sub(maxTime(start, from)))
+	last := floorDiv(now-1, second)
+	first = max(first, last-int64(t.ring.Len()))
+	for sec := first; sec <= last; sec++ {
+		overlap := float64(min(now, (sec+1)*second) - max(from, sec*second))
 		b := t.ring.At(sec)
 		if b == nil || overlap <= 0 {
 			continue
@@ -51,9 +52,18 @@ func (t *target) spread(src *source, now time.Time, p time.Duration, concurrency
 		if exp != nil && exp.from <= sec && sec <= exp.until {
 			b.heardConcurrency += c
 			b.heardRequests += r
-			b.heard += overlap / float64(time.Second)
+			b.heard += overlap / float64(second)
 		}
 	}
+}
+
+// floorDiv is a/b rounded down (also for a < 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
 
 // newestComplete is the newest second every live source has reported
@@ -62,9 +72,9 @@ func (t *target) spread(src *source, now time.Time, p time.Duration, concurrency
 // collector is told which are ready): a pod that left the ready set may be
 // gone, and its silence must not hold the window back.
 func (t *target) newestComplete(now time.Time) int64 {
-	frontier := now
+	frontier := now.UnixNano()
 	live := func(s *source) {
-		if now.Sub(s.until) <= StaleAfter && s.until.Before(frontier) {
+		if now.UnixNano()-s.until <= int64(StaleAfter) && s.until < frontier {
 			frontier = s.until
 		}
 	}
@@ -76,7 +86,7 @@ func (t *target) newestComplete(now time.Time) int64 {
 	for _, s := range t.activators {
 		live(s)
 	}
-	newest := frontier.Unix() - 1
+	newest := floorDiv(frontier, int64(time.Second)) - 1
 	if p := t.poked.Unix(); !t.poked.IsZero() && p > newest && !t.poked.After(now) {
 		newest = p
 	}
@@ -88,12 +98,12 @@ func (t *target) newestComplete(now time.Time) int64 {
 func (t *target) prune(now time.Time) {
 	limit := time.Duration(t.ring.Len())*time.Second + StaleAfter
 	for ip, s := range t.pods {
-		if now.Sub(s.until) > limit {
+		if now.UnixNano()-s.until > int64(limit) {
 			delete(t.pods, ip)
 		}
 	}
 	for name, s := range t.activators {
-		if now.Sub(s.until) > limit {
+		if now.UnixNano()-s.until > int64(limit) {
 			delete(t.activators, name)
 		}
 	}
@@ -108,18 +118,4 @@ func (t *target) prune(now time.Time) {
 		t.base += t.changes[0].delta
 		t.changes = t.changes[1:]
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -28,13 +28,13 @@ type podWorker struct {
 	s    *sim
 	node *simNode
 
-	mu       sync.Mutex
-	pod      *corev1.Pod
-	ip       netip.Addr
-	netns    string // "" for hostNetwork
+	mu    sync.Mutex
+	pod   *corev1.Pod
+	ip    netip.Addr
+	netns string // "" for hostNetwork
 	// netUp: the pod's network is built, so its IP may be published (and
 	// probed, and sent traffic to).
-	netUp bool
+	netUp    bool
 	dir      string // <state>/pods/<uid>
 	cgroup   string
 	sandbox  error // why the sandbox is not ready

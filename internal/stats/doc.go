@@ -10,7 +10,10 @@
 // same windows as the leader and takes over warm. Connections are kept
 // alive, so a cluster of N nodes holds N connections per replica. A batch
 // that fails is dropped, not retried: the next period brings fresh data,
-// and the windows tolerate a missing second. The receiving handler is the
+// and a second a pod did not report is completed from the pods heard (or
+// held) by the controller's collector, never read as zero load. The
+// controller places each report on its own clock where it arrives, over
+// the Period before it; Start is informational. The receiving handler is the
 // controller's (controller/internal/statsserver); this package holds only
 // what both sides must agree on.
 //

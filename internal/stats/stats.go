@@ -69,7 +69,9 @@ type TargetStat struct {
 type Batch struct {
 	// Node names the reporter: the node of an agent, the pod of an
 	// activator.
-	Node    string
+	Node string
+	// Start is when the reporter's period began, by its clock; the
+	// controller places a report by its own clock and Period instead.
 	Start   time.Time
 	Period  time.Duration
 	Pods    []PodStat

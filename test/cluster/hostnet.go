@@ -45,7 +45,17 @@ func (c *Cluster) setupHostNet() error {
 			return fmt.Errorf("sysctl %s=%s: %w", key, val, err)
 		}
 	}
-	c.state.KubeFirewallBefore = run("iptables", "-w", "-S", "KUBE-FIREWALL") == nil
+	// A KUBE-FIREWALL chain is the host's own unless a cluster of ours
+	// made it: the marker outlives a cluster that crashed before `down`
+	// (whatever its state dir), so the next `down` removes its chain.
+	_, err := os.Stat(KubeFirewallMarker)
+	ours := err == nil
+	c.state.KubeFirewallBefore = !ours && run("iptables", "-w", "-S", "KUBE-FIREWALL") == nil
+	if !c.state.KubeFirewallBefore && !ours {
+		if err := os.WriteFile(KubeFirewallMarker, []byte("KUBE-FIREWALL is made by a sockscale test cluster's kube-proxy\n"), 0o644); err != nil {
+			return fmt.Errorf("mark KUBE-FIREWALL as ours: %w", err)
+		}
+	}
 	// The forward guard first: nothing may be forwarded off the machine.
 	if err := forwardGuard(); err != nil {
 		return err
@@ -166,6 +176,9 @@ func teardownHostNet(st *state, kubeProxy string) error {
 			if err := run("iptables", "-w", "-X", "KUBE-FIREWALL"); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if err := os.Remove(KubeFirewallMarker); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
 		}
 	}
 	for run("iptables", "-w", "-D", "FORWARD", "-m", "comment", "--comment", ClusterName, "-j", ForwardChain) == nil {

@@ -23,11 +23,20 @@
 //
 // Sequence numbers, not packets, drive both directions: cgroup_skb ingress runs
 // before TCP's own sequence checks, so it sees retransmitted and out-of-order
-// segments, and egress sees retransmissions and GSO super-packets. Each side
-// remembers the next sequence number it has not seen and only ever looks at
-// bytes beyond it.
+// segments, and egress sees retransmissions and GSO super-packets (of any
+// size: BIG TCP). Each side remembers the next sequence number it has not
+// seen and only ever looks at bytes beyond it, in order; client bytes that
+// arrive ahead of a hole are skipped once TCP fills it (by count inside a
+// body).
 //
-// Minimum kernel: 5.17 (bpf_loop); cmpxchg needs BPF v3 atomics (5.12).
+// Both directions follow HTTP/1.x messages to their ends (lib/message.h),
+// so every request counts, pipelined ones too. Whether a connection is
+// HTTP/1.x is decided at its start; a parser that later loses the stream
+// (bytes it never saw, a malformed message, one of its limits) waits for a
+// point it can prove (a request line, or a status line after the client
+// spoke) and follows the stream from there.
+//
+// Minimum kernel: 5.17 (bpf_loop).
 //
 // Layout. bpf2go compiles one translation unit per object, so this is the
 // only file gen.go names: it holds the licence and includes the rest. The
@@ -42,12 +51,15 @@
 //   lib/conn.h       where a connection's state lives and how a segment finds it
 //   lib/counters.h   per-pod counters and the request transitions that change them
 //   lib/bytes.h      the parse window, tokens, eight-bytes-at-a-time helpers
-//   lib/request.h    request classifier: HTTP/1.x or not, probe or load, HEAD
-//   lib/response.h   HTTP/1.x response parser: where each response ends
-//   lib/segment.h    a TCP segment's new bytes, to the request or response side
+//   lib/message.h    HTTP/1.x message parser of both directions: where each message ends
+//   lib/request.h    client bytes: requests counted, opaque at the start, resynchronising
+//   lib/response.h   server bytes: requests completed, resynchronising
+//   lib/segment.h    a TCP segment's new bytes in order, to the request or response side
+//   lib/accept.h     a new connection's state, from the bytes it sent before the accept
 //   sockops.c        program sockscale_sockops (sock_ops)
 //   ingress.c        program sockscale_ingress (cgroup_skb ingress)
 //   egress.c         program sockscale_egress (cgroup_skb egress)
+//   testprogs.c      programs of the test object only (sockscale_test_accept, sockscale_test_drop)
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -57,12 +69,18 @@
 #include "lib/conn.h"
 #include "lib/counters.h"
 #include "lib/bytes.h"
+#include "lib/message.h"
 #include "lib/request.h"
 #include "lib/response.h"
 #include "lib/segment.h"
+#include "lib/accept.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
 #include "sockops.c"
 #include "ingress.c"
 #include "egress.c"
+
+#ifdef SOCKSCALE_TEST_TUPLE
+#include "testprogs.c"
+#endif

@@ -11,9 +11,12 @@
 #define MAX_ACTIVATORS 1024   // activator pods in the cluster
 
 #define SCAN_WINDOW 64        // bytes parsed per bpf_loop call (stack buffer)
-#define SCAN_STEPS 32         // request classifier steps (windows or header lines)
-#define MAX_WINDOWS 256       // response parse steps per segment before giving up
+#define MAX_WINDOWS 256       // parse steps per segment and direction before the parser gives up
 #define MAX_METHOD 16         // longest HTTP method token accepted
+#define SKIP_LINES 8          // header lines that do not matter skipped per parse step
+#define MAX_PIPELINE 16       // requests in flight on one connection followed one by one (a power of two)
+#define PROOF_WINDOWS 4       // windows searched for the end of a request line that resynchronises
+#define MAX_STASHED 4096      // connections whose first bytes reached the listening socket, until accepted
 
 // One kind of request (all, or proxied only) of one pod.
 struct req_stats {
@@ -49,56 +52,39 @@ struct conn_key {
 	__u16 peer_port; // network order
 };
 
-// Request states of a connection (conn.req).
+// Message parser states (msg.state), for requests (conn.rx) and responses
+// (conn.tx). The start line has states of its own per direction; header
+// lines, bodies and chunks are parsed alike in both.
 enum {
-	REQ_IDLE = 0,  // no request in flight: idle keep-alive is not load
-	REQ_BUSY = 1,  // a counted request is in flight
-	REQ_PROBE = 2, // a health probe is in flight (not load)
+	MS_START = 0,     // requests: before a request line (stray CR and LF skipped);
+	                  // responses: before or in the status line's version
+	MS_METHOD,        // requests: the method
+	MS_CODE,          // responses: the three status digits
+	MS_SKIP_LINE,     // rest of a line we do not care about (request line, reason, header)
+	MS_LINE_START,    // first byte of a header line
+	MS_NAME,          // header name
+	MS_CL_VALUE,      // Content-Length value
+	MS_TE_VALUE,      // Transfer-Encoding value
+	MS_UA_SPACE,      // requests being classified: spaces before the User-Agent value
+	MS_UA_VALUE,      // requests being classified: the User-Agent value
+	MS_HEADERS_LF,    // the LF of the empty line that ends the headers
+	MS_BODY,          // Content-Length body bytes (skipped by count)
+	MS_CHUNK_SIZE,    // hex chunk size
+	MS_CHUNK_EXT,     // chunk extension, up to LF
+	MS_CHUNK_DATA,    // chunk bytes (skipped by count)
+	MS_CHUNK_END,     // CRLF after chunk data
+	MS_TRAILER_START, // first byte of a trailer line (or the final CRLF)
+	MS_TRAILER_SKIP,  // rest of a trailer line
+	MS_TRAILER_LF,    // the LF of the final empty line
+	MS_UNTIL_CLOSE,   // responses: body delimited by the connection's end, or upgraded
+	MS_LOST,          // the stream was lost: waiting for a point to resynchronise at
 };
 
-// Response parser states (conn.state).
+// Header flags of the message being parsed (msg.hflags).
 enum {
-	RS_STATUS = 0,    // before or in the status line's version
-	RS_CODE,          // the three status digits
-	RS_SKIP_LINE,     // rest of a line we do not care about
-	RS_LINE_START,    // first byte of a header line
-	RS_NAME,          // header name
-	RS_CL_VALUE,      // Content-Length value
-	RS_TE_VALUE,      // Transfer-Encoding value
-	RS_HEADERS_LF,    // the LF of the empty line that ends the headers
-	RS_BODY,          // Content-Length body bytes (skipped by count)
-	RS_CHUNK_SIZE,    // hex chunk size
-	RS_CHUNK_EXT,     // chunk extension, up to LF
-	RS_CHUNK_DATA,    // chunk bytes (skipped by count)
-	RS_CHUNK_END,     // CRLF after chunk data
-	RS_TRAILER_START, // first byte of a trailer line (or the final CRLF)
-	RS_TRAILER_SKIP,  // rest of a trailer line
-	RS_TRAILER_LF,    // the LF of the final empty line
-	RS_UNTIL_CLOSE,   // body delimited by the connection's end, or upgraded
-};
-
-// Header flags of the response being parsed (conn.hflags).
-enum {
-	HF_LENGTH = 1,  // Content-Length seen
-	HF_CHUNKED = 2, // Transfer-Encoding: chunked
-};
-
-// Request classifier states.
-enum {
-	RQ_METHOD = 0,
-	RQ_SKIP_LINE,
-	RQ_LINE_START,
-	RQ_NAME,
-	RQ_UA_SPACE,
-	RQ_UA_VALUE,
-	RQ_DONE,
-};
-
-// Request classifier verdicts.
-enum {
-	VERDICT_REQUEST = 0, // an HTTP/1.x request that is load
-	VERDICT_PROBE = 1,   // a health probe: not load
-	VERDICT_OPAQUE = 2,  // not HTTP/1.x: account at connection level
+	HF_LENGTH = 1,   // Content-Length seen
+	HF_CHUNKED = 2,  // Transfer-Encoding: chunked
+	HF_CLASSIFY = 4, // requests: still looking for a probe's User-Agent
 };
 
 // Tokens are recognised by their length and FNV-1a hash, so the parsers
@@ -116,67 +102,86 @@ enum {
 #define HASH_TRANSFER_ENCODING 0xddb4744cu // "transfer-encoding"
 #define HASH_CHUNKED 0xd31f4213u           // "chunked"
 
-// Largest segment we parse; GSO super-packets are at most 64 KiB. Keeping
-// offsets in this range also lets the verifier see that every parse step
-// starts from the same state, so it checks the step once.
-#define MAX_SEGMENT 0xffff
-
-struct conn {
-	// Both directions read these on every segment and write a few of them
-	// on every request: they share the value's first cache line (the kernel
-	// puts a socket-storage value 8 bytes into a line, so that is 56 bytes).
-	__u64 pod_id;       // the id in the pod's counters when accepted (see owner())
-	__u64 req_start_ns; // start of the request in flight
-	__u32 rx_next;      // next client sequence number not yet seen
-	__u32 req;          // REQ_*, changed with cmpxchg
-	__u32 slot;         // the pod's slot in pod_counters
-	__u32 opaque;       // 1 once accounted at connection level
-	__u32 closed;       // 1 once the end of the connection was counted
-	__u8 proxied;       // the client is an activator
-	__u8 head;          // the request in flight is HEAD
-	__u8 seen;          // the client has sent bytes (so the server did not speak first)
-	__u8 load;          // a request on it was load: later ones are too (see on_request_bytes)
-
-	// Scratch of the parsers while one segment is processed. It lives in
-	// the map value, not on the stack, because the verifier tracks constants
-	// on the stack through the parse loops and would check every
-	// combination of them; map values it treats as unknown. Egress runs are
-	// serialised by the socket lock; two ingress runs of one connection can
-	// overlap (the hook runs before TCP locks the socket), which at worst
-	// misclassifies that request (probe or HEAD): start_request's cmpxchg
-	// keeps the count exact.
-	__u32 rx_off, rx_end; // request bytes not yet classified
-	__u32 rx_skip;        // bytes of the window already classified
-	__u32 rx_used;        // bytes of the window classified when bpf_loop stopped
-	// From here on the second cache line: the response parser's, which
-	// only egress touches on the common path.
-	__u32 rx_hash;        // FNV-1a of the request token being matched
-	__u8 rx_state;        // RQ_*
-	__u8 rx_pos;          // length of the request token being matched
-	__u8 rx_verdict;      // VERDICT_*
-	__u8 _pad1;
-
-	__u32 tx_next;      // next server sequence number not yet parsed
-	__u32 hash;         // FNV-1a of the token being parsed
-	__u16 status;       // status code of the response being parsed
-	__u8 state;         // RS_*
-	__u8 hflags;        // HF_*
-	__u8 pos;           // length of the token being parsed (saturates at 255)
-	__u8 _pad2[3];
-	__u64 length;       // Content-Length or chunk size being parsed
-	__u64 remaining;    // bytes left in the body or chunk being skipped
-	__u32 tx_off, tx_end; // response bytes not yet parsed
-	__u32 tx_skip;        // bytes of the window already parsed
-	__u32 tx_used;        // bytes of the window parsed when bpf_loop stopped
-	__u32 tx_done;        // responses completed in this segment
-	__s32 tx_err;         // 0, PARSE_ERROR or PARSE_LIMIT
+// The parse state of one direction's messages.
+struct msg {
+	__u64 length;    // Content-Length or chunk size being parsed
+	__u64 remaining; // bytes left in the body or chunk being skipped
+	__u32 hash;      // FNV-1a of the token being parsed
+	__u16 status;    // responses: status code being parsed
+	__u8 state;      // MS_*
+	__u8 hflags;     // HF_*
+	__u8 pos;        // length of the token being parsed (saturates at 255)
+	__u8 _pad[7];
 };
+
+// A parser's scratch while one segment is parsed. It lives in the map
+// value, not on the stack, because the verifier tracks constants on the
+// stack through the parse loops and would check every combination of them;
+// map values it treats as unknown.
+struct scan {
+	__u32 off, end; // bytes of the segment not yet parsed
+	__u32 skip;     // bytes of the window already parsed
+	__u32 used;     // bytes of the window parsed when bpf_loop stopped
+	__u32 done;     // requests begun (rx) or responses completed (tx) in this segment
+	__s32 err;      // 0, PARSE_ERROR or PARSE_LIMIT
+};
+
+// One server connection. Requests in flight are numbered: pushed counts the
+// requests the request parser counted, popped those their responses (or the
+// connection's end) completed. The oldest request in flight starts at
+// oldest_ns; request i's start time and flags are in slot i % MAX_PIPELINE
+// of the ring (its start time there only if it was not the oldest when
+// counted), so pipelined requests are counted one by one and each response
+// is framed by its own request (HEAD).
+//
+// Cache lines: the kernel puts a socket-storage value 8 bytes into a line.
+// What both directions touch on every request shares the first (56 bytes);
+// the request parser has the second, the response parser the third, each
+// written by one side only; the ring's other slots the rest.
+struct conn {
+	__u64 pod_id;      // the id in the pod's counters when accepted (see owner())
+	__u64 oldest_ns;   // start time of the oldest request in flight
+	__u32 slot;        // the pod's slot in pod_counters
+	__u32 rx_next;     // next client sequence number not yet seen in order
+	__u32 tx_next;     // next server sequence number not yet parsed
+	__u32 pushed;      // requests counted (ingress; under the pod's lock)
+	__u32 popped;      // requests completed (egress, close; under the pod's lock)
+	__u16 head_bits;   // by ring slot: that request is HEAD (its response has no body)
+	__u16 probe_bits;  // by ring slot: that request is a health probe (not load)
+	__u8 proxied;      // the client is an activator
+	__u8 seen;         // the client has sent bytes (so the server did not speak first)
+	__u8 load;         // a request on it was load: later ones are too (see message.h)
+	__u8 answered;     // a response ended: it is HTTP/1.x, and a parse failure loses the stream
+	__u8 opaque;       // accounted at connection level (decided at its start)
+	__u8 closed;       // the end of the connection was counted
+	__u8 tunnel;       // upgraded (101) or a response until the end: no more requests
+	__u8 rx_gap;       // client bytes beyond a hole were seen: [gap_seq, gap_end)
+	__u32 rx_first;    // a stash entry's (lib/conn.h): the sequence number of its first byte
+
+	struct msg rx;     // the request parser
+	struct scan rxs;
+	__u32 gap_seq, gap_end; // client bytes seen ahead of rx_next, which TCP holds until the hole fills
+
+	struct msg tx;     // the response parser
+	struct scan txs;
+	__u64 tx_last_ns;  // while the response parser is lost: when the server last sent bytes
+
+	__u64 start_ns[MAX_PIPELINE]; // ring: start times of the later requests in flight
+};
+
+_Static_assert(__builtin_offsetof(struct conn, rx) == 56 && __builtin_offsetof(struct conn, tx) == 120 &&
+		       __builtin_offsetof(struct conn, start_ns) == 184,
+	       "the cache lines above");
 
 // Counted events that indicate limits or bugs; exported as agent metrics.
 enum event {
 	EV_CONN_UNTRACKED = 0, // a connection was not tracked: no memory for its state
-	EV_PARSE_LIMIT,       // a segment needed more than MAX_WINDOWS steps
-	EV_PARSE_ERROR,       // a response was not valid HTTP/1.x
+	EV_PARSE_LIMIT,       // a parser needed more than MAX_WINDOWS steps for a segment or
+	                      // more than MAX_PIPELINE requests in flight: it lost the stream
+	EV_PARSE_ERROR,       // a request or response was not valid HTTP/1.x
+	EV_STREAM_GAP,        // client bytes the parser never saw (reordered away, or sent before
+	                      // the accept and not kept) were not body bytes it could skip: it lost the stream
+	EV_RESYNC,            // a parser that had lost the stream found it again
 	EV_MAX,
 };
 

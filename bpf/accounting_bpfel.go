@@ -14,42 +14,70 @@ import (
 )
 
 type accountingConn struct {
-	_          structs.HostLayout
-	PodId      uint64
-	ReqStartNs uint64
-	RxNext     uint32
-	Req        uint32
-	Slot       uint32
-	Opaque     uint32
-	Closed     uint32
-	Proxied    uint8
-	Head       uint8
-	Seen       uint8
-	Load       uint8
-	RxOff      uint32
-	RxEnd      uint32
-	RxSkip     uint32
-	RxUsed     uint32
-	RxHash     uint32
-	RxState    uint8
-	RxPos      uint8
-	RxVerdict  uint8
-	Pad1       uint8
-	TxNext     uint32
-	Hash       uint32
-	Status     uint16
-	State      uint8
-	Hflags     uint8
-	Pos        uint8
-	Pad2       [3]uint8
-	Length     uint64
-	Remaining  uint64
-	TxOff      uint32
-	TxEnd      uint32
-	TxSkip     uint32
-	TxUsed     uint32
-	TxDone     uint32
-	TxErr      int32
+	_         structs.HostLayout
+	PodId     uint64
+	OldestNs  uint64
+	Slot      uint32
+	RxNext    uint32
+	TxNext    uint32
+	Pushed    uint32
+	Popped    uint32
+	HeadBits  uint16
+	ProbeBits uint16
+	Proxied   uint8
+	Seen      uint8
+	Load      uint8
+	Answered  uint8
+	Opaque    uint8
+	Closed    uint8
+	Tunnel    uint8
+	RxGap     uint8
+	RxFirst   uint32
+	_         [4]byte
+	Rx        accountingMsg
+	Rxs       struct {
+		_    structs.HostLayout
+		Off  uint32
+		End  uint32
+		Skip uint32
+		Used uint32
+		Done uint32
+		Err  int32
+	}
+	GapSeq uint32
+	GapEnd uint32
+	Tx     accountingMsg
+	Txs    struct {
+		_    structs.HostLayout
+		Off  uint32
+		End  uint32
+		Skip uint32
+		Used uint32
+		Done uint32
+		Err  int32
+	}
+	TxLastNs uint64
+	StartNs  [16]uint64
+}
+
+type accountingConnKey struct {
+	_        structs.HostLayout
+	PodIp    uint32
+	PeerIp   uint32
+	PodPort  uint16
+	PeerPort uint16
+}
+
+type accountingMsg struct {
+	_         structs.HostLayout
+	Length    uint64
+	Remaining uint64
+	Hash      uint32
+	Status    uint16
+	State     uint8
+	Hflags    uint8
+	Pos       uint8
+	Pad       [7]uint8
 }
 
 type accountingPodStats struct {
@@ -89,9 +117,11 @@ type accountingPodStats struct {
 const (
 	accountingMapActivators        = "activators"
 	accountingMapConnStore         = "conn_store"
+	accountingMapConnZero          = "conn_zero"
 	accountingMapEvents            = "events"
 	accountingMapPodCounters       = "pod_counters"
 	accountingMapPodSlots          = "pod_slots"
+	accountingMapStash             = "stash"
 	accountingProgSockscaleEgress  = "sockscale_egress"
 	accountingProgSockscaleIngress = "sockscale_ingress"
 	accountingProgSockscaleSockops = "sockscale_sockops"
@@ -150,9 +180,11 @@ type accountingProgramSpecs struct {
 type accountingMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
+	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
 	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
+	Stash       *ebpf.MapSpec `ebpf:"stash"`
 }
 
 // accountingVariableSpecs contains global variables before they are loaded into the kernel.
@@ -183,18 +215,22 @@ func (o *accountingObjects) Close() error {
 type accountingMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
+	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Events      *ebpf.Map `ebpf:"events"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
 	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
+	Stash       *ebpf.Map `ebpf:"stash"`
 }
 
 func (m *accountingMaps) Close() error {
 	return _AccountingClose(
 		m.Activators,
 		m.ConnStore,
+		m.ConnZero,
 		m.Events,
 		m.PodCounters,
 		m.PodSlots,
+		m.Stash,
 	)
 }
 

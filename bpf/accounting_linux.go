@@ -436,11 +436,11 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 	return snap, nil
 }
 
-// Events returns how often the kernel side hit a limit or gave up parsing,
-// summed over CPUs.
+// Events returns how often the kernel side hit a limit, lost a stream or
+// found it again, summed over CPUs.
 func (a *Accounting) Events() (Events, error) {
 	var ev Events
-	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError} {
+	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync} {
 		var perCPU []uint64
 		if err := a.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
 			return Events{}, fmt.Errorf("read event %d: %w", i, err)

@@ -21,19 +21,31 @@ type accountingtestConnKey struct {
 	PeerPort uint16
 }
 
+type accountingtestDropRule struct {
+	_       structs.HostLayout
+	Port    uint16
+	Payload uint16
+	Count   uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	accountingtestMapActivators        = "activators"
-	accountingtestMapConnStore         = "conn_store"
-	accountingtestMapConns             = "conns"
-	accountingtestMapEvents            = "events"
-	accountingtestMapPodCounters       = "pod_counters"
-	accountingtestMapPodSlots          = "pod_slots"
-	accountingtestProgSockscaleEgress  = "sockscale_egress"
-	accountingtestProgSockscaleIngress = "sockscale_ingress"
-	accountingtestProgSockscaleSockops = "sockscale_sockops"
+	accountingtestMapActivators           = "activators"
+	accountingtestMapConnStore            = "conn_store"
+	accountingtestMapConnZero             = "conn_zero"
+	accountingtestMapConns                = "conns"
+	accountingtestMapDropRules            = "drop_rules"
+	accountingtestMapEvents               = "events"
+	accountingtestMapPodCounters          = "pod_counters"
+	accountingtestMapPodSlots             = "pod_slots"
+	accountingtestMapStash                = "stash"
+	accountingtestProgSockscaleEgress     = "sockscale_egress"
+	accountingtestProgSockscaleIngress    = "sockscale_ingress"
+	accountingtestProgSockscaleSockops    = "sockscale_sockops"
+	accountingtestProgSockscaleTestAccept = "sockscale_test_accept"
+	accountingtestProgSockscaleTestDrop   = "sockscale_test_drop"
 )
 
 // loadAccountingtest returns the embedded CollectionSpec for accountingtest.
@@ -78,9 +90,11 @@ type accountingtestSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingtestProgramSpecs struct {
-	SockscaleEgress  *ebpf.ProgramSpec `ebpf:"sockscale_egress"`
-	SockscaleIngress *ebpf.ProgramSpec `ebpf:"sockscale_ingress"`
-	SockscaleSockops *ebpf.ProgramSpec `ebpf:"sockscale_sockops"`
+	SockscaleEgress     *ebpf.ProgramSpec `ebpf:"sockscale_egress"`
+	SockscaleIngress    *ebpf.ProgramSpec `ebpf:"sockscale_ingress"`
+	SockscaleSockops    *ebpf.ProgramSpec `ebpf:"sockscale_sockops"`
+	SockscaleTestAccept *ebpf.ProgramSpec `ebpf:"sockscale_test_accept"`
+	SockscaleTestDrop   *ebpf.ProgramSpec `ebpf:"sockscale_test_drop"`
 }
 
 // accountingtestMapSpecs contains maps before they are loaded into the kernel.
@@ -89,10 +103,13 @@ type accountingtestProgramSpecs struct {
 type accountingtestMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
+	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	DropRules   *ebpf.MapSpec `ebpf:"drop_rules"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
 	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
+	Stash       *ebpf.MapSpec `ebpf:"stash"`
 }
 
 // accountingtestVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,20 +140,26 @@ func (o *accountingtestObjects) Close() error {
 type accountingtestMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
+	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Conns       *ebpf.Map `ebpf:"conns"`
+	DropRules   *ebpf.Map `ebpf:"drop_rules"`
 	Events      *ebpf.Map `ebpf:"events"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
 	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
+	Stash       *ebpf.Map `ebpf:"stash"`
 }
 
 func (m *accountingtestMaps) Close() error {
 	return _AccountingtestClose(
 		m.Activators,
 		m.ConnStore,
+		m.ConnZero,
 		m.Conns,
+		m.DropRules,
 		m.Events,
 		m.PodCounters,
 		m.PodSlots,
+		m.Stash,
 	)
 }
 
@@ -150,9 +173,11 @@ type accountingtestVariables struct {
 //
 // It can be passed to loadAccountingtestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingtestPrograms struct {
-	SockscaleEgress  *ebpf.Program `ebpf:"sockscale_egress"`
-	SockscaleIngress *ebpf.Program `ebpf:"sockscale_ingress"`
-	SockscaleSockops *ebpf.Program `ebpf:"sockscale_sockops"`
+	SockscaleEgress     *ebpf.Program `ebpf:"sockscale_egress"`
+	SockscaleIngress    *ebpf.Program `ebpf:"sockscale_ingress"`
+	SockscaleSockops    *ebpf.Program `ebpf:"sockscale_sockops"`
+	SockscaleTestAccept *ebpf.Program `ebpf:"sockscale_test_accept"`
+	SockscaleTestDrop   *ebpf.Program `ebpf:"sockscale_test_drop"`
 }
 
 func (p *accountingtestPrograms) Close() error {
@@ -160,6 +185,8 @@ func (p *accountingtestPrograms) Close() error {
 		p.SockscaleEgress,
 		p.SockscaleIngress,
 		p.SockscaleSockops,
+		p.SockscaleTestAccept,
+		p.SockscaleTestDrop,
 	)
 }
 

@@ -55,15 +55,32 @@ type Events struct {
 	// cgroup.
 	ConnUntracked uint64
 	// ParseLimit counts segments that needed more parse steps than a BPF
-	// program may take; their connection fell back to connection level.
+	// program may take, and requests pipelined deeper than MaxPipeline:
+	// the parser lost the stream there, and resynchronises (Resync).
 	ParseLimit uint64
-	// ParseError counts responses that were not valid HTTP/1.x; their
-	// connection fell back to connection level.
+	// ParseError counts requests and responses that were not valid
+	// HTTP/1.x: a first response makes its connection opaque (accounted at
+	// connection level, OpaqueConnsTotal); later, the parser loses the
+	// stream and resynchronises. Bytes that are not HTTP/1.x from a
+	// connection's start (TLS, h2) are opaque, not parse errors.
 	ParseError uint64
+	// StreamGap counts client bytes the parser never saw, that were not
+	// body bytes it could skip by count: segments reordered past a hole
+	// that TCP filled later, or bytes sent before the accept whose state
+	// was evicted. The parser lost the stream there, and resynchronises.
+	StreamGap uint64
+	// Resync counts the times a parser that lost the stream found it
+	// again: a request line at the start of a segment once no request was
+	// in flight, or a status line once the client spoke after the server.
+	Resync uint64
 }
 
-// Limits of the kernel maps (accounting.h).
+// Limits of the kernel maps and parsers (accounting.h).
 const (
 	MaxPods       = 4096
 	MaxActivators = 1024
+	// MaxPipeline is how many requests in flight on one connection are
+	// counted one by one; a client that pipelines deeper loses the
+	// parser the stream until no request is in flight.
+	MaxPipeline = 16
 )

@@ -5,11 +5,12 @@
 // accounting.c, not compiled on its own.
 //
 // Hook: cgroup_skb egress at the cgroup v2 root (BPF_CGROUP_INET_EGRESS).
-// Counts: a request completes when the HTTP/1.x response parser
-// (lib/response.h) finds the end of its response: requests completed and
-// their durations; a server that speaks first or a response the parser
-// cannot follow turns the connection opaque.
-// Minimum kernel: 5.17 (bpf_loop); cmpxchg needs BPF v3 atomics (5.12).
+// Counts: a request completes when the HTTP/1.x parser (lib/response.h)
+// finds the end of its response: requests completed and their durations;
+// a server that speaks first, or a first response that is not HTTP/1.x,
+// turns the connection opaque; later failures lose the stream until the
+// parser can resynchronise.
+// Minimum kernel: 5.17 (bpf_loop).
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

@@ -40,9 +40,10 @@ func TestHeaderMatchesGo(t *testing.T) {
 		}
 	}
 	want := map[string]uint64{
-		"MAX_PODS": MaxPods, "MAX_ACTIVATORS": MaxActivators,
-		"SCAN_WINDOW": scanWindow, "SCAN_STEPS": scanSteps, "MAX_WINDOWS": maxWindows, "MAX_METHOD": maxMethod,
-		"MAX_SEGMENT": maxSegment, "FNV_OFFSET": fnvOffset, "FNV_PRIME": fnvPrime,
+		"MAX_PODS": MaxPods, "MAX_ACTIVATORS": MaxActivators, "MAX_PIPELINE": MaxPipeline,
+		"SCAN_WINDOW": scanWindow, "MAX_WINDOWS": maxWindows, "MAX_METHOD": maxMethod, "SKIP_LINES": skipLinesPerStep,
+		"PROOF_WINDOWS": proofWindows, "MAX_STASHED": maxStashed,
+		"FNV_OFFSET": fnvOffset, "FNV_PRIME": fnvPrime,
 		"HASH_HEAD": hashHead, "HASH_PRI": hashPRI, "HASH_USER_AGENT": hashUserAgent,
 		"HASH_KUBE_PROBE": hashKubeProbe, "HASH_SOCKSCALE_PROBE": hashSockscaleProbe,
 		"HASH_HTTP_VERSION": hashHTTPVersion, "HASH_CONTENT_LENGTH": hashContentLength,

@@ -5,11 +5,13 @@
 // accounting.c, not compiled on its own.
 //
 // Hook: cgroup_skb ingress at the cgroup v2 root
-// (BPF_CGROUP_INET_INGRESS); it runs before TCP's own sequence checks.
-// Counts: a request starts with the first new bytes a client sends on an
-// idle connection (lib/request.h): requests started and in flight, probes,
-// and connections that turn out not to be HTTP/1.x (opaque).
-// Minimum kernel: 5.17 (bpf_loop); cmpxchg needs BPF v3 atomics (5.12).
+// (BPF_CGROUP_INET_INGRESS); it runs before TCP's own sequence checks, and
+// for bytes that reach a pod's listening socket (before the accept).
+// Counts: a request starts with its first bytes (lib/request.h), one for
+// each request line the HTTP/1.x parser follows (pipelined ones too):
+// requests started and in flight, probes, and connections whose first
+// bytes are not HTTP/1.x (opaque); lost streams and resynchronisations.
+// Minimum kernel: 5.17 (bpf_loop).
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

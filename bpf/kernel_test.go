@@ -27,6 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	testpod.Main()        // returns unless this process is a test pod's server
 	capabilityProbeMain() // returns unless this process is a capability probe
+	followServerMain()    // returns unless this process is the follow server
 	os.Exit(m.Run())
 }
 

@@ -5,42 +5,77 @@ package bpf
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 )
+
+// msgView is one direction's parser state as compared.
+type msgView struct {
+	State, Hflags, Pos uint8
+	Status             uint16
+	Hash               uint32
+	Length, Remaining  uint64
+}
 
 // modelView is the state compared between the BPF programs and the model.
 type modelView struct {
 	InFlight, Started, Completed, Probes, OpaqueInFlight, OpaqueTotal int64
-	RxNext, TxNext                                                    uint32
-	Req                                                               int
-	Opaque, Seen, Head                                                bool
-	State, Hflags, Pos                                                uint8
-	Status                                                            uint16
-	Hash                                                              uint32
-	Length, Remaining                                                 uint64
+	Events                                                            [evMax]uint64
+	RxNext, TxNext, Pushed, Popped                                    uint32
+	HeadBits, ProbeBits                                               uint16
+	Seen, Load, Answered, Opaque, Tunnel, RxGap                       bool
+	GapSeq, GapEnd                                                    uint32
+	Rx, Tx                                                            msgView
 }
 
-func (h *progHarness) view() modelView {
-	s, c := h.stats(), h.conn()
+func msgViewOf(m accountingMsg) msgView {
+	return msgView{State: m.State, Hflags: m.Hflags, Pos: m.Pos, Status: m.Status, Hash: m.Hash, Length: m.Length, Remaining: m.Remaining}
+}
+
+func modelMsgView(m modelMsg) msgView {
+	return msgView{State: m.state, Hflags: m.hflags, Pos: m.pos, Status: m.status, Hash: m.hash, Length: m.length, Remaining: m.remaining}
+}
+
+// connView is the view of c, the state of the harness's connection or of
+// its stash entry.
+func (h *progHarness) connView(c accountingConn) modelView {
+	s := h.stats()
 	return modelView{
 		InFlight: s.All.InFlight, Started: int64(s.All.Started), Completed: int64(s.All.Completed),
 		Probes: int64(s.ProbesTotal), OpaqueInFlight: s.OpaqueInFlight, OpaqueTotal: int64(s.OpaqueTotal),
-		RxNext: c.RxNext, TxNext: c.TxNext, Req: int(c.Req), Opaque: c.Opaque == 1, Seen: c.Seen == 1, Head: c.Head == 1,
-		State: c.State, Hflags: c.Hflags, Pos: c.Pos, Status: c.Status, Hash: c.Hash, Length: c.Length, Remaining: c.Remaining,
+		Events: h.events(),
+		RxNext: c.RxNext, TxNext: c.TxNext, Pushed: c.Pushed, Popped: c.Popped, HeadBits: c.HeadBits, ProbeBits: c.ProbeBits,
+		Seen: c.Seen == 1, Load: c.Load == 1, Answered: c.Answered == 1, Opaque: c.Opaque == 1, Tunnel: c.Tunnel == 1, RxGap: c.RxGap == 1,
+		GapSeq: c.GapSeq, GapEnd: c.GapEnd, Rx: msgViewOf(c.Rx), Tx: msgViewOf(c.Tx),
 	}
+}
+
+func (h *progHarness) view() modelView { return h.connView(h.conn()) }
+
+// stashView is the view of the connection's stash entry (before the accept).
+func (h *progHarness) stashView() modelView {
+	h.t.Helper()
+	var c accountingConn
+	if err := h.objs.Stash.Lookup(&h.key, &c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		h.t.Fatalf("read stash: %v", err)
+	}
+	return h.connView(c)
 }
 
 func viewOf(p *modelPod, c *modelConn) modelView {
 	return modelView{
 		InFlight: p.inFlight, Started: int64(p.started), Completed: int64(p.completed),
 		Probes: int64(p.probes), OpaqueInFlight: p.opaqueInFlight, OpaqueTotal: int64(p.opaqueTotal),
-		RxNext: c.rxNext, TxNext: c.txNext, Req: c.req, Opaque: c.opaque, Seen: c.seen, Head: c.head,
-		State: c.state, Hflags: c.hflags, Pos: c.pos, Status: c.status, Hash: c.hash, Length: c.length, Remaining: c.remaining,
+		Events: p.events,
+		RxNext: c.rxNext, TxNext: c.txNext, Pushed: c.pushed, Popped: c.popped, HeadBits: c.headBits, ProbeBits: c.probeBits,
+		Seen: c.seen, Load: c.load, Answered: c.answered, Opaque: c.opaque, Tunnel: c.tunnel, RxGap: c.rxGap,
+		GapSeq: c.gapSeq, GapEnd: c.gapEnd, Rx: modelMsgView(c.rx), Tx: modelMsgView(c.tx),
 	}
 }
 
@@ -48,7 +83,8 @@ func viewOf(p *modelPod, c *modelConn) modelView {
 type twin struct {
 	h     *progHarness
 	pod   modelPod
-	conn  *modelConn
+	conn  *modelConn // nil before the accept
+	stash *modelConn // the model's stash entry, before the accept
 	steps []string
 }
 
@@ -59,19 +95,54 @@ func newTwin(t *testing.T) *twin {
 	return &twin{h: h, conn: newModelConn(rx0, tx0, false)}
 }
 
-func (w *twin) send(t *testing.T, ingress bool, seq uint32, payload []byte) {
+// unaccepted starts the twin's connection over, not accepted yet.
+func (w *twin) unaccepted() {
+	w.h.disconnect()
+	w.conn = nil
+}
+
+func (w *twin) send(t *testing.T, s segment) {
 	t.Helper()
 	dir := "out"
-	if ingress {
+	if s.ingress {
 		dir = "in"
-		w.h.ingress(seq, string(payload))
-		w.conn.ingress(&w.pod, seq, payload)
-	} else {
-		w.h.egress(seq, string(payload))
-		w.conn.egress(&w.pod, seq, payload)
 	}
-	w.steps = append(w.steps, fmt.Sprintf("%s seq=%d %q", dir, seq, truncate(payload)))
-	if diff := cmp.Diff(viewOf(&w.pod, w.conn), w.h.view()); diff != "" {
+	if w.conn == nil && !s.listen {
+		// The connection is established before its first segment that
+		// does not reach the listening socket.
+		w.h.accept(rx0, tx0)
+		payload := 0
+		if w.stash != nil {
+			payload = 1
+		}
+		w.conn = accept(&w.pod, w.stash, rx0, tx0, payload, false)
+		w.stash = nil
+		w.steps = append(w.steps, "accept")
+		w.compare(t, w.h.view(), w.conn)
+	}
+	switch {
+	case w.conn == nil:
+		dir = "listen"
+		w.h.listen(s.seq, string(s.payload), false)
+		w.stash = listen(&w.pod, s.seq, false, s.payload)
+	case s.ingress:
+		w.h.ingress(s.seq, string(s.payload))
+		w.conn.ingress(&w.pod, s.seq, s.payload)
+	default:
+		w.h.egress(s.seq, string(s.payload))
+		w.conn.egress(&w.pod, s.seq, s.payload)
+	}
+	w.steps = append(w.steps, fmt.Sprintf("%s seq=%d %q", dir, s.seq, truncate(s.payload)))
+	if w.conn == nil {
+		w.compare(t, w.h.stashView(), w.stash)
+		return
+	}
+	w.compare(t, w.h.view(), w.conn)
+}
+
+func (w *twin) compare(t *testing.T, got modelView, c *modelConn) {
+	t.Helper()
+	if diff := cmp.Diff(viewOf(&w.pod, c), got); diff != "" {
 		t.Fatalf("BPF differs from the model after:\n%s\n(-model +bpf):\n%s", strings.Join(w.steps, "\n"), diff)
 	}
 }
@@ -83,10 +154,14 @@ func truncate(b []byte) string {
 	return string(b)
 }
 
-// exchange is one request and its response(s) as byte streams.
+// exchange is one request and its response(s) as byte streams. An early
+// response is sent after the request's headers and before its body
+// (bodyAt: where the body starts in request).
 type exchange struct {
 	request, response []byte
 	probe, endsConn   bool
+	bodyAt            int
+	early             bool
 }
 
 // randomExchange builds a well-formed HTTP/1.1 exchange of a random kind.
@@ -114,13 +189,49 @@ func randomExchange(rng *rand.Rand) exchange {
 	var body []byte
 	if method == "POST" {
 		body = bytes.Repeat([]byte("b"), rng.IntN(3000))
-		fmt.Fprintf(&req, "Content-Length: %d\r\n", len(body))
+		if rng.IntN(3) == 0 {
+			// A chunked body, with an extension and a trailer now and then.
+			req.WriteString("Transfer-Encoding: chunked\r\n")
+			var chunked bytes.Buffer
+			for left := body; len(left) > 0; {
+				n := min(len(left), 1+rng.IntN(1000))
+				fmt.Fprintf(&chunked, "%x", n)
+				if rng.IntN(3) == 0 {
+					chunked.WriteString(";e=1")
+				}
+				chunked.WriteString("\r\n")
+				chunked.Write(left[:n])
+				chunked.WriteString("\r\n")
+				left = left[n:]
+			}
+			chunked.WriteString("0\r\n")
+			if rng.IntN(2) == 0 {
+				chunked.WriteString("T: 1\r\n")
+			}
+			chunked.WriteString("\r\n")
+			body = chunked.Bytes()
+		} else {
+			fmt.Fprintf(&req, "Content-Length: %d\r\n", len(body))
+			if len(body) > 0 && rng.IntN(4) == 0 {
+				req.WriteString("Expect: 100-continue\r\n")
+				ex.early = true // answered before its body
+			}
+		}
 	}
 	req.WriteString("\r\n")
+	ex.bodyAt = req.Len()
 	req.Write(body)
+	if method == "POST" && rng.IntN(3) == 0 {
+		req.WriteString("\r\n") // an old client's CRLF after the body (RFC 9112 section 2.2)
+	}
 	ex.request = req.Bytes()
 
 	var resp bytes.Buffer
+	if ex.early {
+		fmt.Fprintf(&resp, "HTTP/1.1 %s\r\nContent-Length: 0\r\n\r\n", []string{"413 Content Too Large", "401 Unauthorized"}[rng.IntN(2)])
+		ex.response = resp.Bytes()
+		return ex
+	}
 	if method == "POST" && rng.IntN(4) == 0 {
 		resp.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 	}
@@ -162,43 +273,105 @@ func randomExchange(rng *rand.Rand) exchange {
 	return ex
 }
 
-// sendStream sends b from sequence number start in random segments, with
-// random retransmissions of what was already sent.
-func (w *twin) sendStream(t *testing.T, rng *rand.Rand, ingress bool, start uint32, b []byte) {
-	t.Helper()
-	for _, s := range cutStream(rng, ingress, start, b) {
-		w.send(t, s.ingress, s.seq, s.payload)
+// conversation is a connection's random exchanges as segments: requests
+// pipelined now and then (sent before the responses to the earlier ones),
+// early responses before the rest of their bodies, and now and then the
+// first client bytes before the accept. Besides the segments it says how
+// many requests are load and how many probes, and whether the client's
+// segments came reordered.
+type conversation struct {
+	segs            []segment
+	load, probes    int
+	reordered       bool
+	beforeTheAccept bool
+}
+
+func randomConversation(rng *rand.Rand) conversation {
+	var cv conversation
+	rx, tx := uint32(rx0), uint32(tx0)
+	var queued []exchange // requests sent, responses not yet
+	flush := func() {
+		for _, ex := range queued {
+			cv.segs = append(cv.segs, cutStream(rng, false, tx, ex.response)...)
+			tx += uint32(len(ex.response))
+		}
+		queued = nil
 	}
+	sendClient := func(start uint32, b []byte) {
+		segs := cutStream(rng, true, start, b)
+		if reorder(rng, segs) {
+			cv.reordered = true
+		}
+		cv.segs = append(cv.segs, segs...)
+	}
+	for i := range 1 + rng.IntN(5) {
+		ex := randomExchange(rng)
+		// A probe on a connection that already carried load is load.
+		if ex.probe && cv.load == 0 && len(queued) == 0 {
+			cv.probes++
+		} else {
+			ex.probe = false
+			cv.load++
+		}
+		switch {
+		case ex.early:
+			flush()
+			sendClient(rx, ex.request[:ex.bodyAt])
+			cv.segs = append(cv.segs, cutStream(rng, false, tx, ex.response)...)
+			tx += uint32(len(ex.response))
+			sendClient(rx+uint32(ex.bodyAt), ex.request[ex.bodyAt:])
+		case !ex.probe && !ex.endsConn && rng.IntN(3) == 0:
+			// Pipelined: sent now, answered with the next ones.
+			sendClient(rx, ex.request)
+			queued = append(queued, ex)
+			rx += uint32(len(ex.request))
+			continue
+		default:
+			sendClient(rx, ex.request)
+			queued = append(queued, ex)
+			flush()
+		}
+		if i == 0 && rng.IntN(4) == 0 && len(cv.segs) > 0 && cv.segs[0].ingress {
+			cv.segs[0].listen = true // the segment that completes the handshake
+			cv.beforeTheAccept = true
+		}
+		rx += uint32(len(ex.request))
+		if ex.endsConn {
+			break
+		}
+	}
+	flush()
+	return cv
 }
 
 func TestProgMatchesModelOnRandomExchanges(t *testing.T) {
-	for seed := range uint64(60) {
+	for seed := range uint64(80) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
+			cv := randomConversation(rng)
 			w := newTwin(t)
-			rx, tx := uint32(rx0), uint32(tx0)
-			wantStarted, wantProbes := 0, 0
-			for range 1 + rng.IntN(5) {
-				ex := randomExchange(rng)
-				w.sendStream(t, rng, true, rx, ex.request)
-				rx += uint32(len(ex.request))
-				w.sendStream(t, rng, false, tx, ex.response)
-				tx += uint32(len(ex.response))
-				// A probe on a connection that already carried load is load.
-				if ex.probe && wantStarted == 0 {
-					wantProbes++
-				} else {
-					wantStarted++
-				}
-				if ex.endsConn {
-					break
-				}
+			if cv.beforeTheAccept {
+				w.unaccepted()
 			}
-			// Beyond agreeing with the model, the counts must be right.
+			for _, s := range cv.segs {
+				w.send(t, s)
+			}
+			// Beyond agreeing with the model, the counts must be right where
+			// the parser missed no bytes it could not skip.
 			got := w.h.view()
-			if int(got.Started) != wantStarted || int(got.Probes) != wantProbes || got.OpaqueTotal != 0 {
-				t.Fatalf("started=%d probes=%d opaque=%d, want started=%d probes=%d opaque=0\n%s",
-					got.Started, got.Probes, got.OpaqueTotal, wantStarted, wantProbes, strings.Join(w.steps, "\n"))
+			if got.OpaqueTotal != 0 {
+				t.Fatalf("opaque=%d, want 0\n%s", got.OpaqueTotal, strings.Join(w.steps, "\n"))
+			}
+			// A probe whose request is cut before its User-Agent counts as
+			// load, and so does every later probe on its connection.
+			if got.Events[evStreamGap] != 0 {
+				return
+			}
+			if int(got.Started+got.Probes) != cv.load+cv.probes || int(got.Probes) > cv.probes {
+				t.Fatalf("started=%d probes=%d, want %d requests, at most %d probes\n%s", got.Started, got.Probes, cv.load+cv.probes, cv.probes, strings.Join(w.steps, "\n"))
+			}
+			if got.Events != ([evMax]uint64{}) {
+				t.Fatalf("events %v: the parser failed on valid HTTP/1.1\n%s", got.Events, strings.Join(w.steps, "\n"))
 			}
 		})
 	}
@@ -229,13 +402,21 @@ func FuzzProgMatchesModel(f *testing.F) {
 		f.Add(rec)
 	}
 	f.Add([]byte("\x01\x00\x05GET /\x00\x00\x04HTTP"))
+	// Reordered: the second part first.
+	f.Add([]byte("\x05\x00\x0aGET / HTTP\x01\x00\x08/1.1\r\n\r\n\x00\x00\x26HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	// Before the accept, pipelined.
+	f.Add([]byte("\x09\x00\x20GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n\x00\x00\x26HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
 	shared := newProgHarness(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		shared.t = t
 		shared.reset()
 		w := &twin{h: shared, conn: newModelConn(rx0, tx0, false)}
-		for _, s := range fuzzSegments(data) {
-			w.send(t, s.ingress, s.seq, s.payload)
+		segs := fuzzSegments(data)
+		if len(segs) > 0 && segs[0].listen {
+			w.unaccepted()
+		}
+		for _, s := range segs {
+			w.send(t, s)
 		}
 	})
 }

@@ -3,77 +3,81 @@ package bpf
 import "strings"
 
 // A Go model of the connection state machine of the BPF programs (the
-// request classifier, response parser and counters in lib/), step for step:
-// the same windows, limits, parser states and fast paths. The fuzz test feeds
-// the same segments to the BPF programs (through BPF_PROG_TEST_RUN) and to
-// this model and compares counters and connection state after every segment;
+// message parser of both directions, the request ring, resynchronisation
+// and the counters in lib/), step for step: the same windows, limits,
+// parser states and fast paths. The fuzz and random-exchange tests feed the
+// same segments to the BPF programs (through BPF_PROG_TEST_RUN) and to this
+// model and compare counters and connection state after every segment;
 // TestModelFastPathsMatchByteParsing checks that the fast paths, which read
-// whole words, decide what parsing byte by byte decides.
+// whole words and skip lines, decide what parsing byte by byte decides.
 
-// modelFastPaths switches the model's word-at-a-time fast paths (scan_line_fast
-// and response_line_fast); tests turn it off to get byte-by-byte parsing.
+// modelFastPaths switches the model's word-at-a-time fast paths (line_fast
+// and the lines skip_lines skips after the first); tests turn it off to get
+// byte-by-byte parsing.
 var modelFastPaths = true
 
 // Limits and constants mirrored from accounting.h.
 const (
-	scanWindow = 64
-	scanSteps  = 32
-	maxWindows = 256
-	maxMethod  = 16
-	maxSegment = 0xffff
+	scanWindow       = 64
+	maxWindows       = 256
+	maxMethod        = 16
+	skipLinesPerStep = 8
+	maxPipeline      = MaxPipeline
+	proofWindows     = 4
+	maxStashed       = 4096
 
 	fnvOffset = 0x811c9dc5
 	fnvPrime  = 0x01000193
 
-	hashHead              = 0x305a7fc3
-	hashPRI               = 0xdb304bea
-	hashUserAgent         = 0x24259bee
-	hashKubeProbe         = 0xba596f3c
-	hashSockscaleProbe    = 0x083e4e8b
-	hashHTTPVersion       = 0x1b47a03e
-	hashContentLength     = 0x4df9451d
-	hashTransferEncoding  = 0xddb4744c
-	hashChunked           = 0xd31f4213
-	ipTCPHeaderLen        = 40 // the crafted packets: IPv4 and TCP without options
-	reqIdle, reqBusy      = 0, 1
-	reqProbe              = 2
-	verdictRequest        = 0
-	verdictProbe          = 1
-	verdictOpaque         = 2
-	hfLength, hfChunked   = 1, 2
-	parseError, parseLimt = -1, -2
+	hashHead             = 0x305a7fc3
+	hashPRI              = 0xdb304bea
+	hashUserAgent        = 0x24259bee
+	hashKubeProbe        = 0xba596f3c
+	hashSockscaleProbe   = 0x083e4e8b
+	hashHTTPVersion      = 0x1b47a03e
+	hashContentLength    = 0x4df9451d
+	hashTransferEncoding = 0xddb4744c
+	hashChunked          = 0xd31f4213
+
+	ipTCPHeaderLen = 40 // the crafted packets: IPv4 and TCP without options
+
+	hfLength, hfChunked, hfClassify = 1, 2, 4
+	parseError, parseLimit          = -1, -2
 )
 
-// Response parser states (RS_* in accounting.h).
+// Message parser states (MS_* in accounting.h).
 const (
-	rsStatus = iota
-	rsCode
-	rsSkipLine
-	rsLineStart
-	rsName
-	rsCLValue
-	rsTEValue
-	rsHeadersLF
-	rsBody
-	rsChunkSize
-	rsChunkExt
-	rsChunkData
-	rsChunkEnd
-	rsTrailerStart
-	rsTrailerSkip
-	rsTrailerLF
-	rsUntilClose
+	msStart = iota
+	msMethod
+	msCode
+	msSkipLine
+	msLineStart
+	msName
+	msCLValue
+	msTEValue
+	msUASpace
+	msUAValue
+	msHeadersLF
+	msBody
+	msChunkSize
+	msChunkExt
+	msChunkData
+	msChunkEnd
+	msTrailerStart
+	msTrailerSkip
+	msTrailerLF
+	msUntilClose
+	msLost
 )
 
-// Request classifier states (RQ_*).
+// Events (enum event).
 const (
-	rqMethod = iota
-	rqSkipLine
-	rqLineStart
-	rqName
-	rqUASpace
-	rqUAValue
-	rqDone
+	evConnUntracked = iota
+	evParseLimit
+	evParseError
+	evStreamGap
+	evResync
+	evMax
 )
 
 type modelPod struct {
@@ -81,24 +85,49 @@ type modelPod struct {
 	started, completed, probes, opaqueTotal uint64
 	proxiedInFlight                         int64
 	proxiedStarted, proxiedCompleted        uint64
+	conns                                   int64
+	events                                  [evMax]uint64
+	// now models bpf_ktime_get_ns: every program run reads a later time
+	// than the runs before it, and one run reads one time (tick).
+	now uint64
+}
+
+func (p *modelPod) tick() { p.now++ }
+
+type modelMsg struct {
+	length, remaining uint64
+	hash              uint32
+	status            uint16
+	state, hflags     uint8
+	pos               uint8
+}
+
+type modelScan struct {
+	off, end, used, done, err int
 }
 
 type modelConn struct {
-	rxNext, txNext uint32
-	req            int
-	opaque, closed bool
-	seen, head     bool
-	load           bool // a request on it was load: later ones only have their method read
-	proxied        bool
-
-	state, hflags, pos uint8
-	status             uint16
-	hash               uint32
-	length, remaining  uint64
+	rxNext, txNext      uint32
+	pushed, popped      uint32
+	headBits, probeBits uint16
+	proxied, seen, load bool
+	answered, opaque    bool
+	closed, tunnel      bool
+	rxGap               bool
+	gapSeq, gapEnd      uint32
+	rx, tx              modelMsg
+	rxs, txs            modelScan
+	txLast              uint64
+	rxFirst             uint32
+	startNs             [maxPipeline]uint64
+	counted             bool // accepted: counts into the pod (owner() is not NULL)
+	payload             []byte
 }
 
 func newModelConn(rxNext, txNext uint32, proxied bool) *modelConn {
-	return &modelConn{rxNext: rxNext, txNext: txNext, hash: fnvOffset, proxied: proxied}
+	c := &modelConn{rxNext: rxNext, txNext: txNext, proxied: proxied, counted: true}
+	c.rx.hash, c.tx.hash = fnvOffset, fnvOffset
+	return c
 }
 
 func fnvAdd(pos *uint8, hash *uint32, ch byte) {
@@ -108,6 +137,8 @@ func fnvAdd(pos *uint8, hash *uint32, ch byte) {
 	}
 }
 
+func (m *modelMsg) tokenReset() { m.pos, m.hash = 0, fnvOffset }
+
 func lower(ch byte) byte {
 	if ch >= 'A' && ch <= 'Z' {
 		return ch + 'a' - 'A'
@@ -115,104 +146,479 @@ func lower(ch byte) byte {
 	return ch
 }
 
-func (c *modelConn) startRequest(p *modelPod, kind int) {
-	if c.req != reqIdle {
+func (c *modelConn) msgOf(req bool) *modelMsg {
+	if req {
+		return &c.rx
+	}
+	return &c.tx
+}
+
+func (c *modelConn) scanOf(req bool) *modelScan {
+	if req {
+		return &c.rxs
+	}
+	return &c.txs
+}
+
+func (c *modelConn) pending() uint32 { return c.pushed - c.popped }
+
+func ringBit(n uint32) uint16 { return 1 << (n % maxPipeline) }
+
+// Counters (lib/counters.h).
+
+// owner mirrors owner(): nil unless the connection counts into p.
+func (c *modelConn) owner(p *modelPod) *modelPod {
+	if !c.counted {
+		return nil
+	}
+	return p
+}
+
+func (c *modelConn) pushLocked(p *modelPod, n uint32) {
+	counted := 0
+	for i := range n {
+		slot := (c.pushed + i) % maxPipeline
+		c.startNs[slot] = p.now
+		if c.probeBits&(1<<slot) == 0 {
+			counted++
+		}
+	}
+	c.pushed += n
+	if c.owner(p) == nil {
 		return
 	}
-	c.req = kind
-	if kind == reqProbe {
-		p.probes++
-		return
-	}
-	p.inFlight++
-	p.started++
+	p.probes += uint64(int(n) - counted)
+	p.inFlight += int64(counted)
+	p.started += uint64(counted)
 	if c.proxied {
-		p.proxiedInFlight++
-		p.proxiedStarted++
+		p.proxiedInFlight += int64(counted)
+		p.proxiedStarted += uint64(counted)
 	}
 }
 
-func (c *modelConn) endRequest(p *modelPod) {
-	switch c.req {
-	case reqProbe:
-		c.req = reqIdle
-	case reqBusy:
-		c.req = reqIdle
-		p.inFlight--
-		p.completed++
-		if c.proxied {
-			p.proxiedInFlight--
-			p.proxiedCompleted++
+func (c *modelConn) popLocked(p *modelPod, n uint32) {
+	counted := 0
+	for i := range n {
+		if c.probeBits&ringBit(c.popped+i) == 0 {
+			counted++
 		}
+	}
+	c.popped += n
+	if c.owner(p) == nil {
+		return
+	}
+	p.inFlight -= int64(counted)
+	p.completed += uint64(counted)
+	if c.proxied {
+		p.proxiedInFlight -= int64(counted)
+		p.proxiedCompleted += uint64(counted)
+	}
+}
+
+func (c *modelConn) pushRequests(p *modelPod, n uint32) {
+	if !c.closed {
+		c.pushLocked(p, n)
+	}
+}
+
+func (c *modelConn) popRequests(p *modelPod, n uint32) {
+	n = min(n, c.pending())
+	if !c.closed {
+		c.popLocked(p, n)
 	}
 }
 
 func (c *modelConn) goOpaque(p *modelPod) {
-	if c.opaque {
+	if c.opaque || c.closed {
 		return
 	}
 	c.opaque = true
-	p.opaqueInFlight++
-	p.opaqueTotal++
-	if c.req == reqProbe {
-		c.req = reqIdle
+	load := false
+	for i := range c.pending() {
+		if c.probeBits&ringBit(c.popped+i) == 0 {
+			load = true
+		}
 	}
-	c.startRequest(p, reqBusy)
+	if !load && c.pending() < maxPipeline {
+		c.probeBits &^= ringBit(c.pushed)
+		c.pushLocked(p, 1)
+	}
+	if c.owner(p) != nil {
+		p.opaqueInFlight++
+		p.opaqueTotal++
+	}
 }
 
-// newBytes returns the part of a segment not seen before and advances next,
-// as on_segment does.
-func newBytes(next *uint32, seq uint32, payload []byte) (fresh []byte, skip int, ok bool) {
-	end := seq + uint32(len(payload))
-	if len(payload) == 0 || int32(end-*next) <= 0 {
-		return nil, 0, false
+// The message parser (lib/message.h).
+
+func (c *modelConn) requestBegin(m *modelMsg, sc *modelScan) bool {
+	n := c.pushed + uint32(sc.done)
+	if n-c.popped >= maxPipeline {
+		sc.err = parseLimit
+		return true
 	}
-	if d := int32(*next - seq); d > 0 {
-		skip = int(d)
+	sc.done++
+	c.headBits &^= ringBit(n)
+	c.probeBits &^= ringBit(n)
+	m.hflags = 0
+	if !c.load {
+		m.hflags = hfClassify
 	}
-	*next = end
-	return payload[skip:], skip, true
+	return false
 }
 
-// ingress mirrors cgroup_skb/ingress for a segment with this seq and payload.
-func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
-	if c.closed {
+func (c *modelConn) requestHead(sc *modelScan) {
+	c.headBits |= ringBit(c.pushed + uint32(sc.done) - 1)
+}
+
+func (c *modelConn) requestLoad(m *modelMsg) {
+	m.hflags &^= hfClassify
+	c.load = true
+}
+
+func (c *modelConn) requestProbe(m *modelMsg, sc *modelScan) {
+	m.hflags &^= hfClassify
+	if sc.done > 0 {
+		c.probeBits |= ringBit(c.pushed + uint32(sc.done) - 1)
+	}
+}
+
+func (c *modelConn) messageDone(m *modelMsg, sc *modelScan, req bool) {
+	m.state = msStart
+	m.hflags = 0
+	m.tokenReset()
+	if req {
 		return
 	}
-	_, skip, ok := newBytes(&c.rxNext, seq, payload)
-	if !ok || c.opaque || c.req != reqIdle {
-		return
+	sc.done++
+	m.status = 0
+	c.answered = true
+}
+
+// headersDone mirrors headers_done; it returns true where that returns 1.
+func (c *modelConn) headersDone(m *modelMsg, sc *modelScan, req bool) bool {
+	m.tokenReset()
+	if req {
+		if m.hflags&hfClassify != 0 {
+			c.requestLoad(m)
+		}
+		if m.hflags&hfChunked != 0 {
+			m.state, m.length = msChunkSize, 0
+			return false
+		}
+		if m.hflags&hfLength != 0 && m.length != 0 {
+			m.remaining, m.state = m.length, msBody
+			return true
+		}
+		c.messageDone(m, sc, req)
+		return true
 	}
-	verdict, head := verdictRequest, false
-	if isHead, ok := commonMethod(payload[skip:]); c.load && ok {
-		head = isHead
+	switch {
+	case m.status >= 100 && m.status < 200 && m.status != 101:
+		m.state, m.hflags, m.status = msStart, 0, 0
+		return false
+	case m.status == 101:
+		m.state = msUntilClose
+		return true
+	}
+	n := c.popped + uint32(sc.done)
+	if (int32(c.pushed-n) > 0 && c.headBits&ringBit(n) != 0) || m.status == 204 || m.status == 304 {
+		c.messageDone(m, sc, req)
+		return false
+	}
+	if m.hflags&hfChunked != 0 {
+		m.state, m.length = msChunkSize, 0
+		return false
+	}
+	if m.hflags&hfLength != 0 {
+		if m.length == 0 {
+			c.messageDone(m, sc, req)
+			return false
+		}
+		m.remaining, m.state = m.length, msBody
+		return true
+	}
+	m.state = msUntilClose
+	return true
+}
+
+func chunkSizeDone(m *modelMsg, sc *modelScan) bool {
+	if m.pos == 0 {
+		sc.err = parseError
+		return true
+	}
+	m.tokenReset()
+	if m.length == 0 {
+		m.state = msTrailerStart
+		return false
+	}
+	m.remaining, m.state = m.length, msChunkData
+	return true
+}
+
+func hexValue(ch byte) int {
+	switch {
+	case ch >= '0' && ch <= '9':
+		return int(ch - '0')
+	case lower(ch) >= 'a' && lower(ch) <= 'f':
+		return int(lower(ch)-'a') + 10
+	}
+	return -1
+}
+
+func teTokenEnd(m *modelMsg) {
+	if m.pos == 7 && m.hash == hashChunked {
+		m.hflags |= hfChunked
+	}
+	m.tokenReset()
+}
+
+// msgByte mirrors msg_byte for byte i of the window; it returns true where
+// that returns 1.
+func (c *modelConn) msgByte(i int, ch byte, req bool) bool {
+	m, sc := c.msgOf(req), c.scanOf(req)
+	bad := func() bool { sc.err = parseError; return true }
+	sc.used = i + 1
+	switch m.state {
+	case msStart:
+		if req {
+			if ch == '\r' || ch == '\n' {
+				return false
+			}
+			if ch < 'A' || ch > 'Z' {
+				return bad()
+			}
+			if c.requestBegin(m, sc) {
+				return true
+			}
+			m.tokenReset()
+			fnvAdd(&m.pos, &m.hash, ch)
+			m.state = msMethod
+			return false
+		}
+		if ch != ' ' {
+			if m.pos >= 8 {
+				return bad()
+			}
+			fnvAdd(&m.pos, &m.hash, ch)
+			if m.pos == 5 && m.hash != hashHTTPVersion {
+				return bad()
+			}
+			return false
+		}
+		if m.pos < 6 {
+			return bad()
+		}
+		m.state, m.status = msCode, 0
+		m.tokenReset()
+		return false
+	case msMethod:
+		if ch >= 'A' && ch <= 'Z' {
+			if m.pos >= maxMethod {
+				return bad()
+			}
+			fnvAdd(&m.pos, &m.hash, ch)
+			return false
+		}
+		if ch != ' ' || m.pos < 3 || (m.pos == 3 && m.hash == hashPRI) {
+			return bad()
+		}
+		if m.pos == 4 && m.hash == hashHead {
+			c.requestHead(sc)
+		}
+		m.state = msSkipLine
+		return true
+	case msCode:
+		if ch >= '0' && ch <= '9' && m.pos < 3 {
+			m.status = m.status*10 + uint16(ch-'0')
+			m.pos++
+			return false
+		}
+		if m.pos != 3 {
+			return bad()
+		}
+		if ch == '\n' {
+			m.state = msLineStart
+			return true
+		}
+		m.state = msSkipLine
+		return true
+	case msSkipLine:
+		if ch == '\n' {
+			m.state = msLineStart
+			return true
+		}
+		return false
+	case msLineStart, msName:
+		if m.state == msLineStart {
+			if ch == '\r' {
+				m.state = msHeadersLF
+				return false
+			}
+			if ch == '\n' {
+				return c.headersDone(m, sc, req)
+			}
+			m.state = msName
+			m.tokenReset()
+		}
+		if ch == ':' {
+			m.state = msSkipLine
+			switch {
+			case m.pos == 14 && m.hash == hashContentLength:
+				m.state, m.length = msCLValue, 0
+				m.hflags |= hfLength
+			case m.pos == 17 && m.hash == hashTransferEncoding:
+				m.state = msTEValue
+			case req && m.hflags&hfClassify != 0 && m.pos == 10 && m.hash == hashUserAgent:
+				m.state = msUASpace
+			}
+			m.tokenReset()
+			return m.state == msSkipLine
+		}
+		if ch == '\n' {
+			m.state = msLineStart
+			return true
+		}
+		fnvAdd(&m.pos, &m.hash, lower(ch))
+		return false
+	case msUASpace, msUAValue:
+		if m.state == msUASpace {
+			if ch == ' ' || ch == '\t' {
+				return false
+			}
+			m.state = msUAValue
+			m.tokenReset()
+		}
+		if ch == '\r' || ch == '\n' {
+			c.requestLoad(m)
+			m.state = msSkipLine
+			if ch == '\n' {
+				m.state = msLineStart
+			}
+			return true
+		}
+		fnvAdd(&m.pos, &m.hash, ch)
+		if (m.pos == 11 && m.hash == hashKubeProbe) || (m.pos == 16 && m.hash == hashSockscaleProbe) {
+			c.requestProbe(m, sc)
+			m.state = msSkipLine
+			return true
+		}
+		if m.pos >= 16 {
+			c.requestLoad(m)
+			m.state = msSkipLine
+			return true
+		}
+		return false
+	case msCLValue:
+		if ch >= '0' && ch <= '9' {
+			if m.pos >= 18 {
+				return bad()
+			}
+			m.length = m.length*10 + uint64(ch-'0')
+			m.pos++
+			return false
+		}
+		if ch == ' ' || ch == '\t' || ch == '\r' {
+			return false
+		}
+		if ch == '\n' && m.pos > 0 {
+			m.state = msLineStart
+			return true
+		}
+		return bad()
+	case msTEValue:
+		if ch == '\n' {
+			teTokenEnd(m)
+			m.state = msLineStart
+			return true
+		}
+		if ch == ',' || ch == ' ' || ch == '\t' || ch == '\r' {
+			teTokenEnd(m)
+			return false
+		}
+		fnvAdd(&m.pos, &m.hash, lower(ch))
+		return false
+	case msHeadersLF:
+		if ch != '\n' {
+			return bad()
+		}
+		return c.headersDone(m, sc, req)
+	case msChunkSize:
+		if v := hexValue(ch); v >= 0 {
+			if m.pos >= 15 {
+				return bad()
+			}
+			m.length = m.length*16 + uint64(v)
+			m.pos++
+			return false
+		}
+		switch ch {
+		case ';', ' ', '\t':
+			m.state = msChunkExt
+			return false
+		case '\r':
+			return false
+		case '\n':
+			return chunkSizeDone(m, sc)
+		}
+		return bad()
+	case msChunkExt:
+		if ch == '\n' {
+			return chunkSizeDone(m, sc)
+		}
+		return false
+	case msChunkEnd:
+		if ch == '\r' {
+			return false
+		}
+		if ch != '\n' {
+			return bad()
+		}
+		m.state, m.length = msChunkSize, 0
+		m.tokenReset()
+		return false
+	case msTrailerStart:
+		switch ch {
+		case '\r':
+			m.state = msTrailerLF
+			return false
+		case '\n':
+			c.messageDone(m, sc, req)
+			return req
+		}
+		m.state = msTrailerSkip
+		return true
+	case msTrailerSkip:
+		if ch == '\n' {
+			m.state = msTrailerStart
+		}
+		return false
+	case msTrailerLF:
+		if ch != '\n' {
+			return bad()
+		}
+		c.messageDone(m, sc, req)
+		return req
+	}
+	sc.used = i
+	return true
+}
+
+func (c *modelConn) skipBody(m *modelMsg, sc *modelScan, req bool) bool {
+	avail := uint64(sc.end - sc.off)
+	if m.remaining > avail {
+		m.remaining -= avail
+		sc.off = sc.end
+		return true
+	}
+	sc.off += int(m.remaining)
+	m.remaining = 0
+	if m.state == msBody {
+		c.messageDone(m, sc, req)
 	} else {
-		verdict, head = classify(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload), c.load)
+		m.state = msChunkEnd
 	}
-	c.seen = true
-	if verdict == verdictRequest {
-		c.load = true
-	}
-	if verdict == verdictOpaque {
-		c.goOpaque(p)
-		return
-	}
-	c.head = head
-	if verdict == verdictProbe {
-		c.startRequest(p, reqProbe)
-	} else {
-		c.startRequest(p, reqBusy)
-	}
-}
-
-// commonMethod mirrors common_method: ok if b starts with GET, PUT, POST or
-// HEAD and a space, and has at least eight bytes.
-func commonMethod(b []byte) (head, ok bool) {
-	if len(b) < 8 {
-		return false, false
-	}
-	n, head := methodWord(b)
-	return head, n > 0
+	return false
 }
 
 // methodWord mirrors method_word: the length of the common method and its
@@ -226,68 +632,11 @@ func methodWord(b []byte) (n int, head bool) {
 	return 0, false
 }
 
-// classify mirrors classify_request. Offsets are packet offsets: the payload
-// starts at ipTCPHeaderLen; bytes before it are headers the scan skips.
-func classify(payload []byte, off, end int, methodOnly bool) (verdict int, head bool) {
-	s := scanState{state: rqMethod, hash: fnvOffset, methodOnly: methodOnly}
-	for step := 0; step < scanSteps; step++ {
-		if off >= end || s.state == rqDone || s.verdict != verdictRequest {
-			break
-		}
-		buf := window(payload, off, end)
-		n, k := len(buf), 0
-		if (s.state == rqMethod && s.pos == 0) || s.state == rqLineStart {
-			if modelFastPaths {
-				k = s.lineFast(buf)
-			}
-			if s.state == rqDone || s.verdict != verdictRequest {
-				break
-			}
-			if k > 0 && s.state == rqLineStart {
-				off += k
-				if off > maxSegment {
-					break
-				}
-				continue
-			}
-		}
-		if s.state != rqSkipLine && k < n {
-			used := n
-			for i := k; i < n; i++ {
-				used = i + 1
-				if s.scanByte(buf[i]) {
-					break
-				}
-			}
-			k = used
-		}
-		if s.state == rqSkipLine && k < n {
-			if lf := findLF(buf, k); lf >= 0 {
-				s.state = rqLineStart
-				k = lf + 1
-			} else {
-				k = n
-			}
-		}
-		off += k
-		if off > maxSegment {
-			break
-		}
-	}
-	return int(s.verdict), s.head
-}
-
-// window mirrors load_window: the payload bytes [off, min(end, off+scanWindow))
-// of a packet whose payload starts at ipTCPHeaderLen.
-func window(payload []byte, off, end int) []byte {
-	n := min(end-off, scanWindow)
-	buf := make([]byte, n)
-	for i := range buf {
-		if off+i >= ipTCPHeaderLen { // header bytes are never parsed: off starts past them
-			buf[i] = payload[off+i-ipTCPHeaderLen]
-		}
-	}
-	return buf
+// lineMatters mirrors line_matters for the line at buf[p].
+func lineMatters(buf []byte, p int, m *modelMsg, req bool) bool {
+	ch := buf[p]
+	low := ch | 0x20
+	return ch == '\r' || ch == '\n' || low == 'c' || low == 't' || (req && m.hflags&hfClassify != 0 && low == 'u')
 }
 
 // lowerEqual reports whether b starts with token, ASCII letters compared
@@ -314,162 +663,6 @@ func firstColonOrLF(buf []byte) int {
 	return -1
 }
 
-// lineFast mirrors scan_line_fast; it returns the bytes consumed.
-func (s *scanState) lineFast(buf []byte) int {
-	if len(buf) < 32 {
-		return 0
-	}
-	str := string(buf)
-	if s.state == rqMethod {
-		n, head := methodWord(buf)
-		if n == 0 {
-			return 0
-		}
-		s.head = head
-		s.methodDone()
-		return n
-	}
-	if buf[0] == '\r' || buf[0] == '\n' {
-		return 0
-	}
-	if lowerEqual(buf, "user-agent:") {
-		s.state = rqUASpace
-		if buf[11] != ' ' || buf[12] == ' ' || buf[12] == '\t' {
-			return 11
-		}
-		if strings.HasPrefix(str[12:], "kube-probe/") || strings.HasPrefix(str[12:], "sockscale-probe/") {
-			s.verdict = verdictProbe
-		} else {
-			s.state = rqDone
-		}
-		return 28
-	}
-	q := firstColonOrLF(buf)
-	if q < 0 {
-		return 0
-	}
-	if buf[q] == ':' {
-		s.state = rqSkipLine
-	} else {
-		s.state = rqLineStart
-	}
-	s.pos, s.hash = 0, fnvOffset
-	return q + 1
-}
-
-type scanState struct {
-	state, pos, verdict uint8
-	hash                uint32
-	head                bool
-	methodOnly          bool // the connection already carried load (conn.load)
-}
-
-// methodDone moves past a request's method: to its other lines, or, on a
-// connection that carried load, to the end of the scan.
-func (s *scanState) methodDone() {
-	s.state = rqSkipLine
-	if s.methodOnly {
-		s.state = rqDone
-	}
-}
-
-// scanByte mirrors scan_byte; it returns true where scan_byte returns 1.
-func (s *scanState) scanByte(ch byte) bool {
-	switch s.state {
-	case rqMethod:
-		if ch >= 'A' && ch <= 'Z' {
-			if s.pos >= maxMethod {
-				s.verdict = verdictOpaque
-				return true
-			}
-			fnvAdd(&s.pos, &s.hash, ch)
-			return false
-		}
-		if ch != ' ' || s.pos < 3 || (s.pos == 3 && s.hash == hashPRI) {
-			s.verdict = verdictOpaque
-			return true
-		}
-		s.head = s.pos == 4 && s.hash == hashHead
-		s.methodDone()
-		return true
-	case rqSkipLine:
-		if ch == '\n' {
-			s.state = rqLineStart
-			return true
-		}
-		return false
-	case rqLineStart, rqName:
-		if s.state == rqLineStart {
-			if ch == '\r' || ch == '\n' {
-				s.state = rqDone
-				return true
-			}
-			s.state = rqName
-			s.pos, s.hash = 0, fnvOffset
-		}
-		if ch == ':' {
-			if s.pos == 10 && s.hash == hashUserAgent {
-				s.state = rqUASpace
-				return false
-			}
-			s.state = rqSkipLine
-			return true
-		}
-		if ch == '\n' {
-			s.state = rqLineStart
-			return true
-		}
-		fnvAdd(&s.pos, &s.hash, lower(ch))
-		return false
-	case rqUASpace, rqUAValue:
-		if s.state == rqUASpace {
-			if ch == ' ' || ch == '\t' {
-				return false
-			}
-			s.state = rqUAValue
-			s.pos, s.hash = 0, fnvOffset
-		}
-		if ch == '\r' || ch == '\n' {
-			s.state = rqDone
-			return true
-		}
-		fnvAdd(&s.pos, &s.hash, ch)
-		if (s.pos == 11 && s.hash == hashKubeProbe) || (s.pos == 16 && s.hash == hashSockscaleProbe) {
-			s.verdict = verdictProbe
-			return true
-		}
-		if s.pos >= 16 {
-			s.state = rqDone
-			return true
-		}
-		return false
-	}
-	return true
-}
-
-// egress mirrors cgroup_skb/egress.
-func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
-	if c.closed {
-		return
-	}
-	_, skip, ok := newBytes(&c.txNext, seq, payload)
-	if !ok || c.opaque {
-		return
-	}
-	if !c.seen {
-		c.goOpaque(p)
-		return
-	}
-	done, err := c.parse(payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
-	if err != 0 {
-		c.goOpaque(p)
-		return
-	}
-	if done > 0 {
-		c.endRequest(p)
-	}
-}
-
 // findLF mirrors find_lf: the first '\n' at or after start, or -1.
 func findLF(buf []byte, start int) int {
 	for i := start; i < len(buf); i++ {
@@ -480,93 +673,37 @@ func findLF(buf []byte, start int) int {
 	return -1
 }
 
-type respCtx struct {
-	off, end, used, done int
-	err                  int
-}
-
-// parse mirrors parse_response.
-func (c *modelConn) parse(payload []byte, off, end int) (done, err int) {
-	r := respCtx{off: off, end: end}
-	if end > maxSegment {
-		return 0, parseLimt
-	}
-	for step := 0; step < maxWindows; step++ {
-		if r.off >= r.end || c.state == rsUntilClose || r.err != 0 {
-			break
-		}
-		if c.state == rsBody || c.state == rsChunkData {
-			if c.skipBody(&r) {
-				break
-			}
-			continue
-		}
-		buf := window(payload, r.off, r.end)
-		n, k := len(buf), 0
-		fresh := false
-		if (c.state == rsStatus && c.pos == 0) || c.state == rsLineStart {
-			if modelFastPaths {
-				k = c.lineFast(&r, buf)
-			}
-			if r.err != 0 {
-				break
-			}
-			fresh = k > 0 && c.state != rsSkipLine && c.state != rsCLValue && c.state != rsTEValue
-		}
-		skipping := func() bool { return c.state == rsSkipLine || c.state == rsTrailerSkip }
-		if !fresh && !skipping() && k < n {
-			r.used = n
-			for i := k; i < n; i++ {
-				if c.responseByte(&r, i, buf[i]) {
-					break
-				}
-			}
-			k = r.used
-		}
-		if !fresh && skipping() && k < n {
-			if lf := findLF(buf, k); lf >= 0 {
-				if c.state == rsSkipLine {
-					c.state = rsLineStart
-				} else {
-					c.state = rsTrailerStart
-				}
-				k = lf + 1
-			} else {
-				k = n
-			}
-		}
-		if r.off+k > maxSegment {
-			r.err = parseLimt
-			break
-		}
-		r.off += k
-	}
-	if r.err != 0 {
-		return r.done, r.err
-	}
-	if r.off < r.end && c.state != rsUntilClose {
-		return r.done, parseLimt
-	}
-	return r.done, 0
-}
-
-// lineFast mirrors response_line_fast; it returns the bytes consumed.
-func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
-	if c.state == rsLineStart {
+// lineFast mirrors line_fast; it returns the bytes consumed.
+func (c *modelConn) lineFast(buf []byte, req bool) int {
+	m, sc := c.msgOf(req), c.scanOf(req)
+	n := len(buf)
+	if m.state == msLineStart && (buf[0] == '\n' || strings.HasPrefix(string(buf), "\r\n")) {
+		c.headersDone(m, sc, req)
 		if buf[0] == '\n' {
-			c.headersDone(r)
 			return 1
 		}
-		if strings.HasPrefix(string(buf), "\r\n") {
-			c.headersDone(r)
-			return 2
-		}
+		return 2
 	}
-	if len(buf) < 24 {
+	if req && m.state == msStart {
+		if n < 8 {
+			return 0
+		}
+		k, head := methodWord(buf)
+		if k == 0 || c.requestBegin(m, sc) {
+			return 0
+		}
+		if head {
+			c.requestHead(sc)
+		}
+		m.tokenReset()
+		m.state = msSkipLine
+		return k
+	}
+	if n < 24 {
 		return 0
 	}
 	str := string(buf)
-	if c.state == rsStatus {
+	if m.state == msStart {
 		if !strings.HasPrefix(str, "HTTP/1.1 ") && !strings.HasPrefix(str, "HTTP/1.0 ") {
 			return 0
 		}
@@ -575,46 +712,61 @@ func (c *modelConn) lineFast(r *respCtx, buf []byte) int {
 				return 0
 			}
 		}
-		c.pos, c.hash = 3, fnvOffset
-		c.status = uint16(buf[9]-'0')*100 + uint16(buf[10]-'0')*10 + uint16(buf[11]-'0')
+		m.tokenReset()
+		m.pos = 3
+		m.status = uint16(buf[9]-'0')*100 + uint16(buf[10]-'0')*10 + uint16(buf[11]-'0')
+		m.state = msSkipLine
 		if buf[12] == '\n' {
-			c.state = rsLineStart
-		} else {
-			c.state = rsSkipLine
+			m.state = msLineStart
 		}
 		return 13
 	}
-	if buf[0] == '\r' { // a CR without its LF
+	if buf[0] == '\r' {
 		return 0
 	}
 	if lowerEqual(buf, "content-length:") {
-		c.state = rsCLValue
-		c.hflags |= hfLength
-		c.length = 0
-		c.pos, c.hash = 0, fnvOffset
-		return 15 + c.contentLengthFast(buf[15:23])
+		m.state, m.length = msCLValue, 0
+		m.hflags |= hfLength
+		m.tokenReset()
+		return 15 + contentLengthFast(m, buf[15:23])
 	}
 	if lowerEqual(buf, "transfer-encoding:") {
-		c.state = rsTEValue
-		c.pos, c.hash = 0, fnvOffset
+		m.state = msTEValue
+		m.tokenReset()
 		return 18
+	}
+	if req && m.hflags&hfClassify != 0 && lowerEqual(buf, "user-agent:") {
+		if n < 32 {
+			return 0
+		}
+		m.state = msUASpace
+		m.tokenReset()
+		if buf[11] != ' ' || buf[12] == ' ' || buf[12] == '\t' {
+			return 11
+		}
+		if strings.HasPrefix(str[12:], "kube-probe/") || strings.HasPrefix(str[12:], "sockscale-probe/") {
+			c.requestProbe(m, sc)
+		} else {
+			c.requestLoad(m)
+		}
+		m.state = msSkipLine
+		return 12
 	}
 	q := firstColonOrLF(buf)
 	if q < 0 {
 		return 0
 	}
-	if buf[q] == '\n' {
-		r.err = parseError
-		return 0
+	m.state = msLineStart
+	if buf[q] == ':' {
+		m.state = msSkipLine
 	}
-	c.state = rsSkipLine
-	c.pos, c.hash = 0, fnvOffset
+	m.tokenReset()
 	return q + 1
 }
 
 // contentLengthFast mirrors content_length_fast: v is the eight bytes
 // after "Content-Length:".
-func (c *modelConn) contentLengthFast(v []byte) int {
+func contentLengthFast(m *modelMsg, v []byte) int {
 	if v[0] != ' ' {
 		return 0
 	}
@@ -625,264 +777,396 @@ func (c *modelConn) contentLengthFast(v []byte) int {
 	if i == 1 || v[i] != '\r' || v[i+1] != '\n' {
 		return 0
 	}
-	c.length, c.pos, c.state = length, uint8(i-1), rsLineStart
+	m.length, m.pos, m.state = length, uint8(i-1), msLineStart
 	return i + 2
 }
 
-func (c *modelConn) skipBody(r *respCtx) bool {
-	avail := uint64(r.end - r.off)
-	if c.remaining > avail {
-		c.remaining -= avail
-		r.off = r.end
+// skipLines mirrors skip_lines (and skip_line_step): it returns the bytes
+// of buf consumed.
+func (c *modelConn) skipLines(buf []byte, k int, req bool) int {
+	m, sc := c.msgOf(req), c.scanOf(req)
+	n := len(buf)
+	for range skipLinesPerStep {
+		lf := findLF(buf, k)
+		if lf < 0 {
+			return n
+		}
+		p := lf + 1
+		if p >= n {
+			m.state = msLineStart
+			return n
+		}
+		if !modelFastPaths {
+			// Byte by byte: the next line is parsed from its start.
+			m.state = msLineStart
+			return p
+		}
+		if !lineMatters(buf, p, m, req) {
+			k = p
+			continue
+		}
+		m.state = msLineStart
+		switch {
+		case buf[p] == '\n':
+			c.headersDone(m, sc, req)
+			return p + 1
+		case buf[p] == '\r' && p+1 < n && buf[p+1] == '\n':
+			c.headersDone(m, sc, req)
+			return p + 2
+		}
+		return p
+	}
+	return k
+}
+
+// window mirrors load_window: the payload bytes [off, min(end, off+scanWindow))
+// of a packet whose payload starts at ipTCPHeaderLen.
+func window(payload []byte, off, end int) []byte {
+	n := min(end-off, scanWindow)
+	buf := make([]byte, n)
+	for i := range buf {
+		if off+i >= ipTCPHeaderLen { // header bytes are never parsed: off starts past them
+			buf[i] = payload[off+i-ipTCPHeaderLen]
+		}
+	}
+	return buf
+}
+
+// atLineStart mirrors at_line_start.
+func atLineStart(m *modelMsg, req bool) bool {
+	return m.state == msLineStart || (m.state == msStart && (req || m.pos == 0))
+}
+
+// msgStep mirrors msg_step; it returns true where that returns 1.
+func (c *modelConn) msgStep(req bool) bool {
+	m, sc := c.msgOf(req), c.scanOf(req)
+	if sc.off >= sc.end || sc.err != 0 || m.state == msUntilClose || m.state == msLost {
 		return true
 	}
-	r.off += int(c.remaining)
-	c.remaining = 0
-	if c.state == rsBody {
-		c.responseDone(r)
+	if m.state == msBody || m.state == msChunkData {
+		return c.skipBody(m, sc, req)
+	}
+	buf := window(c.payload, sc.off, sc.end)
+	n, k := len(buf), 0
+	next := false
+	if atLineStart(m, req) {
+		if modelFastPaths {
+			k = c.lineFast(buf, req)
+		}
+		if sc.err != 0 {
+			return true
+		}
+		switch {
+		case k > 0 && m.state == msLineStart && k < n && !lineMatters(buf, k, m, req):
+			m.state = msSkipLine
+		case k > 0 && m.state != msSkipLine && m.state != msCLValue && m.state != msTEValue && m.state != msUASpace:
+			next = true
+		}
+	}
+	if !next {
+		if m.state != msSkipLine && m.state != msTrailerSkip && k < n {
+			sc.used = n
+			for i := k; i < n; i++ {
+				if c.msgByte(i, buf[i], req) {
+					break
+				}
+			}
+			k = sc.used
+			if sc.err != 0 {
+				return true
+			}
+		}
+		if m.state == msSkipLine && k < n {
+			k = c.skipLines(buf, k, req)
+		} else if m.state == msTrailerSkip && k < n {
+			if lf := findLF(buf, k); lf >= 0 {
+				m.state = msTrailerStart
+				k = lf + 1
+			} else {
+				k = n
+			}
+		}
+	}
+	sc.off += k
+	return sc.off >= sc.end
+}
+
+// parseMsg mirrors parse_msg over the packet offsets [off, end) of payload.
+func (c *modelConn) parseMsg(payload []byte, off, end int, req bool) int {
+	sc, m := c.scanOf(req), c.msgOf(req)
+	c.payload = payload
+	sc.off, sc.end, sc.err, sc.done = off, end, 0, 0
+	for range maxWindows {
+		if c.msgStep(req) {
+			break
+		}
+	}
+	if sc.err != 0 {
+		return sc.err
+	}
+	if sc.off < sc.end && m.state != msUntilClose {
+		return parseLimit
+	}
+	return 0
+}
+
+// The request side (lib/request.h).
+
+// requestLineProof mirrors request_line_proof for the packet offsets
+// [off, end) of payload.
+func requestLineProof(payload []byte, off, end int) bool {
+	b := payload[off-ipTCPHeaderLen : end-ipTCPHeaderLen]
+	if min(len(b), scanWindow) < 16 {
+		return false
+	}
+	n := min(len(b), scanWindow)
+	method := 0
+	for method <= maxMethod && method < n && b[method] >= 'A' && b[method] <= 'Z' {
+		method++
+	}
+	if method < 3 || method >= n || b[method] != ' ' || (method == 3 && strings.HasPrefix(string(b), "PRI ")) {
+		return false
+	}
+	lf := findLF(b[:min(len(b), proofWindows*scanWindow)], 0)
+	if lf < method+11 {
+		return false
+	}
+	tail := string(b[lf-10 : lf+1])
+	return tail == " HTTP/1.1\r\n" || tail == " HTTP/1.0\r\n"
+}
+
+func (c *modelConn) onRequestBytes(p *modelPod, payload []byte, off, end int) {
+	m, sc := &c.rx, &c.rxs
+	if c.opaque || c.tunnel {
+		return
+	}
+	if m.state == msLost {
+		if (c.pending() > 0 && c.tx.state != msLost) || !requestLineProof(payload, off, end) {
+			return
+		}
+		m.state, m.hflags = msStart, 0
+		m.tokenReset()
+		p.events[evResync]++
+	}
+	err := c.parseMsg(payload, off, end, true)
+	c.seen = true
+	if err != 0 {
+		if !c.answered && int(c.pushed)+sc.done <= 1 {
+			c.goOpaque(p)
+			return
+		}
+		p.events[map[int]int{parseError: evParseError, parseLimit: evParseLimit}[err]]++
+		m.state = msLost
+	}
+	if m.hflags&hfClassify != 0 {
+		c.requestLoad(m)
+	}
+	if sc.done > 0 {
+		c.pushRequests(p, uint32(sc.done))
+	}
+}
+
+func (c *modelConn) noteGap(seq, end uint32) {
+	if !c.rxGap {
+		c.gapSeq, c.gapEnd, c.rxGap = seq, end, true
+		return
+	}
+	if int32(seq-c.gapSeq) < 0 {
+		c.gapSeq = seq
+	}
+	if int32(end-c.gapEnd) > 0 {
+		c.gapEnd = end
+	}
+}
+
+func (c *modelConn) closeGap(p *modelPod) {
+	m := &c.rx
+	if int32(c.rxNext-c.gapSeq) < 0 {
+		return
+	}
+	c.rxGap = false
+	if int32(c.gapEnd-c.rxNext) <= 0 {
+		return
+	}
+	missed := uint64(c.gapEnd - c.rxNext)
+	c.rxNext = c.gapEnd
+	if c.opaque || m.state == msLost || c.tunnel {
+		return
+	}
+	if (m.state == msBody || m.state == msChunkData) && m.remaining >= missed {
+		m.remaining -= missed
+		if m.remaining != 0 {
+			return
+		}
+		if m.state == msChunkData {
+			m.state = msChunkEnd
+			return
+		}
+		c.messageDone(m, &c.rxs, true)
+		return
+	}
+	m.state = msLost
+	p.events[evStreamGap]++
+}
+
+// The response side (lib/response.h).
+
+func (c *modelConn) resyncResponse(p *modelPod, payload []byte, off, end int) bool {
+	m := &c.tx
+	b := payload[off-ipTCPHeaderLen : end-ipTCPHeaderLen]
+	if len(b) < 13 || (!strings.HasPrefix(string(b), "HTTP/1.1 ") && !strings.HasPrefix(string(b), "HTTP/1.0 ")) {
+		return false
+	}
+	for _, d := range b[9:12] {
+		if d < '0' || d > '9' {
+			return false
+		}
+	}
+	if n := c.pending(); n > 0 {
+		if c.startNs[(c.pushed-1)%maxPipeline] <= c.txLast {
+			return false
+		}
+		if n > 1 {
+			c.popRequests(p, n-1)
+		}
+	}
+	m.state, m.hflags, m.status = msStart, 0, 0
+	m.tokenReset()
+	p.events[evResync]++
+	return true
+}
+
+func (c *modelConn) onResponseBytes(p *modelPod, payload []byte, off, end int) {
+	m := &c.tx
+	if c.opaque {
+		return
+	}
+	if !c.seen {
+		c.goOpaque(p)
+		return
+	}
+	if m.state == msLost && !c.resyncResponse(p, payload, off, end) {
+		c.txLast = p.now
+		return
+	}
+	if err := c.parseMsg(payload, off, end, false); err != 0 {
+		p.events[map[int]int{parseError: evParseError, parseLimit: evParseLimit}[err]]++
+		if !c.answered {
+			c.goOpaque(p)
+			return
+		}
+		m.state = msLost
+		c.txLast = p.now
+	}
+	if m.state == msUntilClose {
+		c.tunnel = true
+	}
+	if c.txs.done > 0 {
+		c.popRequests(p, uint32(c.txs.done))
+	}
+}
+
+// Segments (lib/segment.h).
+
+// ingress mirrors cgroup_skb/ingress for a segment of the connection whose
+// payload starts at seq.
+func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
+	p.tick()
+	if c.closed || len(payload) == 0 {
+		return
+	}
+	end := seq + uint32(len(payload))
+	next := c.rxNext
+	if int32(end-next) <= 0 {
+		return
+	}
+	if int32(seq-next) > 0 {
+		c.noteGap(seq, end)
+		return
+	}
+	skip := 0
+	if d := int32(next - seq); d > 0 {
+		skip = int(d)
+	}
+	c.rxNext = end
+	c.onRequestBytes(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
+	if c.rxGap {
+		c.closeGap(p)
+	}
+}
+
+// egress mirrors cgroup_skb/egress.
+func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
+	p.tick()
+	if c.closed || len(payload) == 0 {
+		return
+	}
+	end := seq + uint32(len(payload))
+	if int32(end-c.txNext) <= 0 {
+		return
+	}
+	skip := 0
+	if d := int32(c.txNext - seq); d > 0 {
+		skip = int(d)
+	}
+	c.txNext = end
+	c.onResponseBytes(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
+}
+
+// Before the accept (lib/conn.h, lib/accept.h).
+
+// listen mirrors ingress for a segment that reaches the listening socket
+// (syn: a SYN, whose data follows its own sequence number): it parses into
+// a new stash entry, counting nothing.
+func listen(p *modelPod, seq uint32, syn bool, payload []byte) *modelConn {
+	if syn {
+		seq++
+	}
+	s := &modelConn{rxNext: seq, rxFirst: seq}
+	s.rx.hash, s.tx.hash = fnvOffset, fnvOffset
+	s.ingress(p, seq, payload)
+	return s
+}
+
+// accept mirrors first_state and count_accepted: the connection's state
+// when it is established with the client and server at rcvNxt and sndNxt,
+// from the stash s (nil: none), and payload bytes on the segment that
+// established it.
+func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxied bool) *modelConn {
+	p.tick()
+	c := &modelConn{}
+	if s != nil && s.rxFirst == rcvNxt {
+		c = s
 	} else {
-		c.state = rsChunkEnd
+		c.rxNext = rcvNxt
+		c.rx.hash, c.tx.hash = fnvOffset, fnvOffset
+		if s != nil && int32(s.rxFirst-rcvNxt) > 0 {
+			c.rxGap, c.gapSeq, c.gapEnd = true, s.rxFirst, s.rxNext
+		} else if payload > 0 {
+			c.rxNext = rcvNxt + uint32(payload)
+			c.seen = true
+			c.rx.state = msLost
+			p.events[evStreamGap]++
+		}
 	}
-	return false
-}
-
-func (c *modelConn) responseDone(r *respCtx) {
-	r.done++
-	c.state = rsStatus
-	c.hflags = 0
-	c.status = 0
-	c.head = false
-	c.pos, c.hash = 0, fnvOffset
-}
-
-func (c *modelConn) headersDone(r *respCtx) bool {
-	c.pos, c.hash = 0, fnvOffset
-	switch {
-	case c.status >= 100 && c.status < 200 && c.status != 101:
-		c.state = rsStatus
-		c.hflags = 0
-		c.status = 0
-		return false
-	case c.status == 101:
-		c.state = rsUntilClose
-		return true
-	case c.head || c.status == 204 || c.status == 304:
-		c.responseDone(r)
-		return false
-	case c.hflags&hfChunked != 0:
-		c.state = rsChunkSize
-		c.length = 0
-		return false
-	case c.hflags&hfLength != 0:
-		if c.length == 0 {
-			c.responseDone(r)
-			return false
-		}
-		c.remaining = c.length
-		c.state = rsBody
-		return true
+	c.counted, c.proxied, c.txNext = true, proxied, sndNxt
+	p.conns++
+	if c.opaque {
+		p.opaqueInFlight++
+		p.opaqueTotal++
 	}
-	c.state = rsUntilClose
-	return true
-}
-
-func (c *modelConn) chunkSizeDone(r *respCtx) bool {
-	if c.pos == 0 {
-		r.err = parseError
-		return true
+	counted := 0
+	for i := range c.pending() {
+		if c.probeBits&ringBit(c.popped+i) == 0 {
+			counted++
+		}
 	}
-	c.pos, c.hash = 0, fnvOffset
-	if c.length == 0 {
-		c.state = rsTrailerStart
-		return false
+	p.inFlight += int64(counted)
+	p.started += uint64(counted)
+	if c.proxied {
+		p.proxiedInFlight += int64(counted)
+		p.proxiedStarted += uint64(counted)
 	}
-	c.remaining = c.length
-	c.state = rsChunkData
-	return true
-}
-
-func (c *modelConn) teTokenEnd() {
-	if c.pos == 7 && c.hash == hashChunked {
-		c.hflags |= hfChunked
-	}
-	c.pos, c.hash = 0, fnvOffset
-}
-
-func hexValue(ch byte) int {
-	switch {
-	case ch >= '0' && ch <= '9':
-		return int(ch - '0')
-	case lower(ch) >= 'a' && lower(ch) <= 'f':
-		return int(lower(ch)-'a') + 10
-	}
-	return -1
-}
-
-// responseByte mirrors response_byte; it returns true where that returns 1.
-func (c *modelConn) responseByte(r *respCtx, i int, ch byte) bool {
-	bad := func() bool { r.err = parseError; return true }
-	r.used = i + 1
-	switch c.state {
-	case rsStatus:
-		if ch != ' ' {
-			if c.pos >= 8 {
-				return bad()
-			}
-			fnvAdd(&c.pos, &c.hash, ch)
-			if c.pos == 5 && c.hash != hashHTTPVersion {
-				return bad()
-			}
-			return false
-		}
-		if c.pos < 6 {
-			return bad()
-		}
-		c.state = rsCode
-		c.status = 0
-		c.pos, c.hash = 0, fnvOffset
-		return false
-	case rsCode:
-		if ch >= '0' && ch <= '9' && c.pos < 3 {
-			c.status = c.status*10 + uint16(ch-'0')
-			c.pos++
-			return false
-		}
-		if c.pos != 3 {
-			return bad()
-		}
-		if ch == '\n' {
-			c.state = rsLineStart
-			return true
-		}
-		c.state = rsSkipLine
-		return true
-	case rsSkipLine:
-		if ch == '\n' {
-			c.state = rsLineStart
-			return true
-		}
-		return false
-	case rsLineStart, rsName:
-		if c.state == rsLineStart {
-			if ch == '\r' {
-				c.state = rsHeadersLF
-				return false
-			}
-			if ch == '\n' {
-				return c.headersDone(r)
-			}
-			c.state = rsName
-			c.pos, c.hash = 0, fnvOffset
-		}
-		if ch == ':' {
-			c.state = rsSkipLine
-			if c.pos == 14 && c.hash == hashContentLength {
-				c.state = rsCLValue
-				c.hflags |= hfLength
-				c.length = 0
-			} else if c.pos == 17 && c.hash == hashTransferEncoding {
-				c.state = rsTEValue
-			}
-			c.pos, c.hash = 0, fnvOffset
-			return c.state == rsSkipLine
-		}
-		if ch == '\n' {
-			return bad()
-		}
-		fnvAdd(&c.pos, &c.hash, lower(ch))
-		return false
-	case rsCLValue:
-		if ch >= '0' && ch <= '9' {
-			if c.pos >= 18 {
-				return bad()
-			}
-			c.length = c.length*10 + uint64(ch-'0')
-			c.pos++
-			return false
-		}
-		if ch == ' ' || ch == '\t' || ch == '\r' {
-			return false
-		}
-		if ch == '\n' && c.pos > 0 {
-			c.state = rsLineStart
-			return true
-		}
-		return bad()
-	case rsTEValue:
-		if ch == '\n' {
-			c.teTokenEnd()
-			c.state = rsLineStart
-			return true
-		}
-		if ch == ',' || ch == ' ' || ch == '\t' || ch == '\r' {
-			c.teTokenEnd()
-			return false
-		}
-		fnvAdd(&c.pos, &c.hash, lower(ch))
-		return false
-	case rsHeadersLF:
-		if ch != '\n' {
-			return bad()
-		}
-		return c.headersDone(r)
-	case rsChunkSize:
-		if v := hexValue(ch); v >= 0 {
-			if c.pos >= 15 {
-				return bad()
-			}
-			c.length = c.length*16 + uint64(v)
-			c.pos++
-			return false
-		}
-		switch ch {
-		case ';', ' ', '\t':
-			c.state = rsChunkExt
-			return false
-		case '\r':
-			return false
-		case '\n':
-			return c.chunkSizeDone(r)
-		}
-		return bad()
-	case rsChunkExt:
-		if ch == '\n' {
-			return c.chunkSizeDone(r)
-		}
-		return false
-	case rsChunkEnd:
-		if ch == '\r' {
-			return false
-		}
-		if ch != '\n' {
-			return bad()
-		}
-		c.state = rsChunkSize
-		c.length = 0
-		c.pos, c.hash = 0, fnvOffset
-		return false
-	case rsTrailerStart:
-		switch ch {
-		case '\r':
-			c.state = rsTrailerLF
-		case '\n':
-			c.responseDone(r)
-		default:
-			c.state = rsTrailerSkip
-			return true
-		}
-		return false
-	case rsTrailerSkip:
-		if ch == '\n' {
-			c.state = rsTrailerStart
-		}
-		return false
-	case rsTrailerLF:
-		if ch != '\n' {
-			return bad()
-		}
-		c.responseDone(r)
-		return false
-	}
-	r.used = i
-	return true
+	p.probes += uint64(int(c.pending()) - counted)
+	return c
 }

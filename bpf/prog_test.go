@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -66,13 +67,23 @@ func (h *progHarness) reset() {
 		t.Fatalf("add pod slot: %v", err)
 	}
 	h.key = accountingtestConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
+	if err := h.objs.Stash.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("clear stash: %v", err)
+	}
+	zero := make([]uint64, ebpf.MustPossibleCPU())
+	for ev := range uint32(evMax) {
+		if err := h.objs.Events.Update(ev, zero, ebpf.UpdateAny); err != nil {
+			t.Fatalf("clear events: %v", err)
+		}
+	}
 	h.connect(1000, 5000, false)
 }
 
 // connect replaces the connection entry, as an accept would.
 func (h *progHarness) connect(rxNext, txNext uint32, proxied bool) {
 	h.t.Helper()
-	c := accountingConn{PodId: testPodID, Slot: testSlot, RxNext: rxNext, TxNext: txNext, Hash: fnvOffset}
+	c := accountingConn{PodId: testPodID, Slot: testSlot, RxNext: rxNext, TxNext: txNext}
+	c.Rx.Hash, c.Tx.Hash = fnvOffset, fnvOffset
 	if proxied {
 		c.Proxied = 1
 	}
@@ -90,6 +101,18 @@ func htons(v uint16) uint16 {
 // packet builds an Ethernet frame with an IPv4 and a TCP header (no
 // options, so the payload starts at ipTCPHeaderLen of the IP packet).
 func packet(src, dst netip.Addr, sport, dport uint16, seq uint32, payload []byte) []byte {
+	return packetFlags(src, dst, sport, dport, seq, tcpPSH|tcpACK, payload)
+}
+
+// TCP flags of crafted packets.
+const (
+	tcpSYN = 0x02
+	tcpPSH = 0x08
+	tcpACK = 0x10
+)
+
+// packetFlags is packet with the given TCP flags.
+func packetFlags(src, dst netip.Addr, sport, dport uint16, seq uint32, flags byte, payload []byte) []byte {
 	b := make([]byte, 14+ipTCPHeaderLen+len(payload))
 	binary.BigEndian.PutUint16(b[12:], 0x0800)
 	ip := b[14:]
@@ -105,7 +128,7 @@ func packet(src, dst netip.Addr, sport, dport uint16, seq uint32, payload []byte
 	binary.BigEndian.PutUint16(tcp[2:], dport)
 	binary.BigEndian.PutUint32(tcp[4:], seq)
 	tcp[12] = 5 << 4
-	tcp[13] = 0x18 // PSH, ACK
+	tcp[13] = flags
 	copy(tcp[20:], payload)
 	return b
 }
@@ -125,6 +148,53 @@ func (h *progHarness) run(prog *ebpf.Program, pkt []byte) {
 func (h *progHarness) ingress(seq uint32, payload string) {
 	h.t.Helper()
 	h.run(h.objs.SockscaleIngress, packet(h.peer, h.pod, testPeerPort, testPodPort, seq, []byte(payload)))
+}
+
+// listen sends client bytes at sequence number seq before the connection
+// is accepted: they reach the listening socket, as the segment that
+// completes the handshake does (TCP_DEFER_ACCEPT, a lost ACK) or a SYN that
+// carries data (TCP Fast Open, syn).
+func (h *progHarness) listen(seq uint32, payload string, syn bool) {
+	h.t.Helper()
+	flags := byte(tcpPSH | tcpACK)
+	if syn {
+		flags = tcpSYN
+	}
+	h.run(h.objs.SockscaleIngress, packetFlags(h.peer, h.pod, testPeerPort, testPodPort, seq, flags, []byte(payload)))
+}
+
+// disconnect removes the connection entry: the connection is not accepted yet.
+func (h *progHarness) disconnect() {
+	h.t.Helper()
+	if err := h.objs.Conns.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		h.t.Fatalf("remove conn: %v", err)
+	}
+}
+
+// accept does what sock_ops does when the connection is established, with
+// the client's and the server's next sequence numbers, through the test
+// object's sockscale_test_accept (sock_ops cannot be test-run).
+func (h *progHarness) accept(rxNext, txNext uint32) {
+	h.t.Helper()
+	pkt := packetFlags(h.peer, h.pod, testPeerPort, testPodPort, rxNext, tcpACK, nil)
+	binary.BigEndian.PutUint32(pkt[14+20+8:], txNext) // the ACK number
+	h.run(h.objs.SockscaleTestAccept, pkt)
+}
+
+// events returns the event counters, summed over CPUs.
+func (h *progHarness) events() [evMax]uint64 {
+	h.t.Helper()
+	var evs [evMax]uint64
+	for ev := range evs {
+		var perCPU []uint64
+		if err := h.objs.Events.Lookup(uint32(ev), &perCPU); err != nil {
+			h.t.Fatalf("read event %d: %v", ev, err)
+		}
+		for _, n := range perCPU {
+			evs[ev] += n
+		}
+	}
+	return evs
 }
 
 // egress sends server bytes at sequence number seq.
@@ -247,7 +317,7 @@ func TestProgRequestRules(t *testing.T) {
 			[]seg{in(0, "GET /healthz HTTP/1.1\r\nuser-AGENT:kube-probe/1.36\r\n\r\n")},
 			counts{Probes: 1}},
 		{"sockscale probe is not load", false,
-			[]seg{in(0, "GET / HTTP/1.1\r\nUser-Agent: sockscale-probe/0.1\r\n\r\n"), out(0, ok5), in(54, get), out(uint32(len(ok5)), ok5)},
+			[]seg{in(0, "GET / HTTP/1.1\r\nUser-Agent: sockscale-probe/0.1\r\n\r\n"), out(0, ok5), in(51, get), out(uint32(len(ok5)), ok5)},
 			counts{Probes: 1, Started: 1, Completed: 1}},
 		{"after a load request, the connection stays load: a probe on it counts", false,
 			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), "GET /healthz HTTP/1.1\r\nUser-Agent: kube-probe/1.36\r\n\r\n"), out(uint32(len(ok5)), ok5)},
@@ -256,9 +326,9 @@ func TestProgRequestRules(t *testing.T) {
 			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), "HEAD /x HTTP/1.1\r\nHost: hello\r\nUser-Agent: hey/1.0\r\n\r\n"),
 				out(uint32(len(ok5)), "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")},
 			counts{Started: 2, Completed: 2}},
-		{"after a load request, bytes that are no method still fall back", false,
+		{"after a load request, bytes that are no request lose the stream, not the connection", false,
 			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")},
-			counts{InFlight: 1, Started: 2, Completed: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
+			counts{Started: 1, Completed: 1}},
 		{"a connection that began with a probe is classified request by request", false,
 			[]seg{in(0, "GET /healthz HTTP/1.1\r\nUser-Agent: kube-probe/1.36\r\n\r\n"), out(0, ok5),
 				in(54, "GET /healthz HTTP/1.1\r\nUser-Agent: kube-probe/1.36\r\n\r\n"), out(uint32(len(ok5)), ok5)},
@@ -281,9 +351,9 @@ func TestProgRequestRules(t *testing.T) {
 		{"a malformed response falls back to connection level", false,
 			[]seg{in(0, get), out(0, "HTTX/1.1 200 OK\r\n\r\n")},
 			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
-		{"pipelined requests are one request in flight", false,
+		{"pipelined requests count one by one", false,
 			[]seg{in(0, get+get), out(0, ok5+ok5)},
-			counts{Started: 1, Completed: 1}},
+			counts{Started: 2, Completed: 2}},
 		{"five-digit Content-Length is read in words", false,
 			[]seg{in(0, get), out(0, "HTTP/1.1 200 OK\r\nContent-Length: 10000\r\nX-Pad: 0123456789\r\n\r\n"), out(61, strings.Repeat("b", 2500)), out(2561, strings.Repeat("b", 2500)), out(5061, strings.Repeat("b", 2500)), out(7561, strings.Repeat("b", 2499))},
 			counts{InFlight: 1, Started: 1}},

@@ -9,15 +9,19 @@
 // conns_in_flight); when a connection ends, the request it had in flight is
 // completed and an opaque connection stops counting (opaque_in_flight). On
 // accept it gives the connection its state in the socket's storage, which
-// the packet programs find and count with.
+// the packet programs find and count with, and takes over what ingress
+// parsed of the connection's first bytes if they came before it (counting
+// the requests they began, at the time they came).
 // Minimum kernel: 5.17, that of the object it is loaded in (the packet
-// programs use bpf_loop); its cmpxchg needs BPF v3 atomics (5.12).
+// programs use bpf_loop); the segment's header in the callback needs 5.10.
 
 #include <linux/bpf.h>
+#include <linux/tcp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "accounting.h"
+#include "lib/accept.h"
 #include "lib/conn.h"
 #include "lib/counters.h"
 #include "lib/maps.h"
@@ -57,13 +61,33 @@ static __always_inline int conn_key_of(struct bpf_sock_ops *skops, struct conn_k
 	return 0;
 }
 
+// handshake_payload returns how many bytes the segment that established
+// the connection carried: a request on the ACK that completes the
+// handshake, or on a SYN (TCP Fast Open), which ingress saw at the
+// listening socket. The callback has the segment's TCP header, not its
+// payload.
+static __always_inline __u32 handshake_payload(struct bpf_sock_ops *skops)
+{
+	void *data = (void *)(long)skops->skb_data;
+	void *data_end = (void *)(long)skops->skb_data_end;
+	struct tcphdr *th = data;
+	__u32 len = skops->skb_len;
+
+	if (data + sizeof(*th) > data_end)
+		return 0; // no segment, or the verifier's rule
+	if (len <= th->doff * 4)
+		return 0;
+	return len - th->doff * 4;
+}
+
 static __always_inline void on_established(struct bpf_sock_ops *skops)
 {
+	struct conn c = {}, *s = NULL, *init, *stored;
 	struct conn_key key;
 	struct pod_stats *p;
 	struct bpf_sock *sk;
-	struct conn c = {};
-	__u32 *slot;
+	__u32 *slot, payload;
+	__u8 proxied;
 
 	if (conn_key_of(skops, &key))
 		return;
@@ -78,20 +102,22 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	sk = skops->sk;
 	if (!sk)
 		return; // the verifier's rule; an established callback has a socket
-	c.pod_id = p->id;
-	c.slot = *slot;
-	c.rx_next = skops->rcv_nxt;
-	c.tx_next = skops->snd_nxt;
-	c.hash = FNV_OFFSET; // the response parser starts on an empty token
-	c.proxied = bpf_map_lookup_elem(&activators, &key.peer_ip) ? 1 : 0;
-	// Creating with c as the initial value fills the storage in one step,
-	// before any of the connection's segments can reach the packet programs.
-	if (!bpf_sk_storage_get(&conn_store, sk, &c, BPF_SK_STORAGE_GET_F_CREATE)) {
+	payload = handshake_payload(skops);
+	if (payload)
+		s = bpf_map_lookup_elem(&stash, &key);
+	proxied = bpf_map_lookup_elem(&activators, &key.peer_ip) ? 1 : 0;
+	init = first_state(&c, s, p, *slot, proxied, skops->rcv_nxt, skops->snd_nxt, payload);
+	// Creating with init as the initial value fills the storage in one
+	// step, before any of the connection's segments can reach the packet
+	// programs.
+	stored = bpf_sk_storage_get(&conn_store, sk, init, BPF_SK_STORAGE_GET_F_CREATE);
+	if (s)
+		bpf_map_delete_elem(&stash, &key);
+	if (!stored) {
 		count_event(EV_CONN_UNTRACKED);
 		return;
 	}
-	__sync_fetch_and_add(&p->conns_in_flight, 1);
-	__sync_fetch_and_add(&p->conns_total, 1);
+	count_accepted(p, stored);
 	// Ask for state changes so we see the connection end.
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 }
@@ -101,10 +127,8 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 // a server that closed sends nothing more, so any response is complete.
 static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 state)
 {
-	struct pod_stats *p;
 	struct bpf_sock *sk;
 	struct conn *c;
-	__u64 now;
 
 	if (state != BPF_TCP_FIN_WAIT1 && state != BPF_TCP_LAST_ACK && state != BPF_TCP_CLOSE)
 		return;
@@ -114,16 +138,8 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 st
 	c = bpf_sk_storage_get(&conn_store, sk, 0, 0);
 	if (!c)
 		return;
-	if (__sync_val_compare_and_swap(&c->closed, 0, 1) == 0) {
-		now = bpf_ktime_get_ns();
-		p = owner(counters_of(c), c);
-		end_request(p, c, now);
-		if (p) {
-			__sync_fetch_and_add(&p->conns_in_flight, -1);
-			if (c->opaque)
-				__sync_fetch_and_add(&p->opaque_in_flight, -1);
-		}
-	}
+	if (!c->closed)
+		close_conn(counters_of(c), c, bpf_ktime_get_ns());
 	if (state == BPF_TCP_CLOSE)
 		bpf_sk_storage_delete(&conn_store, sk); // frees it now, not with the socket
 }

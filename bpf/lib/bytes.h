@@ -2,7 +2,8 @@
 // What both parsers (request.h, response.h) read packet bytes with: the
 // window of bytes copied from the packet (parse_ctx, load_window), tokens
 // matched by length and FNV-1a hash (accounting.h has the hashes), and
-// helpers over eight bytes at a time (word, TOKEN8, lower8, find_either).
+// helpers over eight bytes at a time (word, TOKEN8, lower8, eq_mask,
+// find_either).
 
 #ifndef SOCKSCALE_LIB_BYTES_H
 #define SOCKSCALE_LIB_BYTES_H
@@ -87,6 +88,63 @@ static __always_inline __u64 lower8(__u64 x)
 	return x | (upper >> 2);
 }
 
+// eq_mask returns the top bit of every byte of x that is ch, and no other
+// bits: exact, unlike the borrow trick of find_either, so that every match
+// can be taken in turn (0x7f + 0x7f carries into no other byte).
+static __always_inline __u64 eq_mask(__u64 x, __u8 ch)
+{
+	__u64 v = x ^ (ch * ONES);
+
+	return ~(((v & ~HIGHS) + ~HIGHS) | v) & HIGHS;
+}
+
+// high_byte returns k for the word bit 8k+7, the one bit set in low.
+static __always_inline __u32 high_byte(__u64 low)
+{
+	__u32 k = 0;
+
+	if (low >> 32) {
+		k = 4;
+		low >>= 32;
+	}
+	if (low >> 16) {
+		k += 2;
+		low >>= 16;
+	}
+	if (low >> 8)
+		k += 1;
+	return k;
+}
+
+// lf_bitmap returns bit i set for each byte buf[i] of buf[0, n) that is
+// LF: every line end of the window in one word, without a branch. Each
+// word's LFs (eq_mask: bits 8k+7) are gathered into a byte by a multiply
+// whose partial products fall on distinct bits, the top byte's in order.
+static __always_inline __u64 lf_bitmap(const __u8 *buf, __u32 n)
+{
+	__u64 bm = 0;
+	int w;
+
+	_Static_assert(SCAN_WINDOW == 64, "a bit of one word per byte of the window");
+#pragma clang loop unroll(full)
+	for (w = 0; w < SCAN_WINDOW / 8; w++)
+		bm |= ((eq_mask(word(buf, w), '\n') >> 7) * 0x0102040810204080ULL) >> 56 << (8 * w);
+	if (n < SCAN_WINDOW)
+		bm &= (1ULL << n) - 1; // the rest of buf is stale
+	return bm;
+}
+
+// bit_index returns i for the one bit set in low, 1 << i, without a branch.
+static __always_inline __u32 bit_index(__u64 low)
+{
+	__u64 x = low - 1; // the i bits below it
+
+	x = x - ((x >> 1) & 0x5555555555555555ULL);
+	x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	return (x * ONES) >> 56;
+}
+
 // find_either returns the index of the first byte of buf[start, n) that is
 // a or b, or -1; eight bytes at a time, so a header line we do not care about
 // costs a few instructions per word instead of a parse step per byte. A
@@ -124,17 +182,7 @@ static __always_inline int find_either(const __u8 *buf, __u32 start, __u32 n, __
 		if (!t)
 			continue;
 		low = t & -t; // bit 8k+7 for the first match at byte k
-		k = 0;
-		if (low >> 32) {
-			k = 4;
-			low >>= 32;
-		}
-		if (low >> 16) {
-			k += 2;
-			low >>= 16;
-		}
-		if (low >> 8)
-			k += 1;
+		k = high_byte(low);
 		if (w * 8 + k >= n)
 			return -1; // a stale byte
 		return w * 8 + k;

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // Where a connection's state (struct conn, accounting.h) lives and how a
 // segment finds it: in the server socket's storage, which sock_ops fills on
-// accept. The test object keeps it by four-tuple instead (SOCKSCALE_TEST_TUPLE).
+// accept (accept.h). The test object keeps it by four-tuple instead
+// (SOCKSCALE_TEST_TUPLE). Client bytes that reach a pod's listening socket,
+// before the accept, are parsed into a stash keyed by four-tuple.
 
 #ifndef SOCKSCALE_LIB_CONN_H
 #define SOCKSCALE_LIB_CONN_H
@@ -12,6 +14,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "../accounting.h"
+#include "maps.h"
 
 // Per-connection state lives in the server socket itself: the kernel hands
 // the programs the socket, so finding a connection's state costs a pointer
@@ -23,6 +26,29 @@ struct {
 	__type(key, int);                     // a socket (the map's key is its fd from user space)
 	__type(value, struct conn);           // parser and request state
 } conn_store SEC(".maps");
+
+// A connection's first client bytes can reach its server's listening socket
+// before the connection is established: on the segment that completes the
+// handshake (TCP_DEFER_ACCEPT, as nginx's "deferred" sets; or the client's
+// ACK was lost) or on a SYN (TCP Fast Open). Ingress parses them into a
+// stash entry, counting nothing, and sock_ops adopts it when the
+// connection is accepted a moment later (accept.h). LRU: an entry whose
+// connection never comes is evicted.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_STASHED);
+	__type(key, struct conn_key); // server side of the connection
+	__type(value, struct conn);   // what ingress parsed before the accept
+} stash SEC(".maps");
+
+// One zeroed struct conn: what a stash entry starts from. A packet
+// program's stack has no room for one beside the parser's window.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);         // 0
+	__type(value, struct conn); // never written
+} conn_zero SEC(".maps");
 
 #ifdef SOCKSCALE_TEST_TUPLE
 // The test object only (accountingtest, built with -DSOCKSCALE_TEST_TUPLE,
@@ -74,5 +100,47 @@ static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct 
 	return bpf_sk_storage_get(&conn_store, sk, 0, 0);
 }
 #endif
+
+// stash_conn returns the stash entry for client bytes from seq on that
+// reached a pod's listening socket, created afresh (a segment sent again
+// before the accept is parsed again), or NULL for other segments.
+static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const struct iphdr *ip,
+					       const struct tcphdr *tcp, __u32 seq)
+{
+	struct conn_key key;
+	struct conn *zero, *c;
+	__u32 *slot, k = 0;
+
+#ifdef SOCKSCALE_TEST_TUPLE
+	// The test object: a segment of no connection in conns stands for one
+	// that reached the listening socket (a test run's socket is a dummy).
+#else
+	struct bpf_sock *sk = skb->sk;
+
+	if (!sk || sk->state != BPF_TCP_LISTEN)
+		return NULL; // not a listener: another socket's traffic
+#endif
+	slot = bpf_map_lookup_elem(&pod_slots, &ip->daddr);
+	if (!slot)
+		return NULL; // not a pod's
+	key.pod_ip = ip->daddr;
+	key.peer_ip = ip->saddr;
+	key.pod_port = tcp->dest;
+	key.peer_port = tcp->source;
+	zero = bpf_map_lookup_elem(&conn_zero, &k);
+	if (!zero || bpf_map_update_elem(&stash, &key, zero, BPF_ANY))
+		return NULL; // NULL only in theory: an array of one
+	c = bpf_map_lookup_elem(&stash, &key);
+	if (!c)
+		return NULL; // evicted at once by other CPUs' entries
+	// pod_id stays 0, which no pod has (owner() counts nothing) until
+	// the accept sets it.
+	c->slot = *slot;
+	c->rx_next = seq;
+	c->rx_first = seq;
+	c->rx.hash = FNV_OFFSET; // the parsers start on an empty token
+	c->tx.hash = FNV_OFFSET;
+	return c;
+}
 
 #endif

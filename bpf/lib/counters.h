@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // Per-pod counters: finding a connection's pod in pod_counters (maps.h), and
-// the request transitions of a connection (idle, busy, probe, opaque) that
-// change them. N, S and C (see accounting.c) change together under the
-// pod's spin lock; the other counters are atomic adds.
+// the transitions of a connection's requests (counted, completed, the
+// connection opaque or closed) that change them. N, S and C (see
+// accounting.c) change together under the pod's spin lock, and so do the
+// connection's request ring and its closed and opaque flags: ingress and
+// egress of one connection run on different CPUs, and ingress runs before
+// TCP locks the socket. The other counters are atomic adds.
 
 #ifndef SOCKSCALE_LIB_COUNTERS_H
 #define SOCKSCALE_LIB_COUNTERS_H
@@ -13,119 +16,203 @@
 #include "../accounting.h"
 #include "maps.h"
 
+#define RING_MASK (MAX_PIPELINE - 1)
+_Static_assert((MAX_PIPELINE & RING_MASK) == 0 && MAX_PIPELINE <= 16, "the ring's flags are bits of a __u16");
+
 // owner returns p, the counters in the connection's slot, if they are still
 // those of the pod that accepted the connection; else NULL (the pod is gone,
-// and its slot may hold another pod's counters).
+// and its slot may hold another pod's counters, or the connection is not
+// accepted yet).
 static __always_inline struct pod_stats *owner(struct pod_stats *p, const struct conn *c)
 {
 	if (!p || p->id != c->pod_id)
-		return NULL;
+		p = NULL;
+	// Else clang tests the ids again where the caller tests p, and the
+	// verifier cannot tell that the second test agrees with the first.
+	barrier_var(p);
 	return p;
 }
 
 // counters_of returns the counters in the connection's slot (see owner).
+// Their lock guards the connection's ring even when the pod is gone.
 static __always_inline struct pod_stats *counters_of(struct conn *c)
 {
 	return bpf_map_lookup_elem(&pod_counters, &c->slot);
 }
 
-// request_started counts a request that started at now, under the pod's
-// lock: N and started up by one, now added to S; the proxied counters too
-// when the client is an activator.
-static __always_inline void request_started(struct pod_stats *p, int proxied, __u64 now)
+// pending returns the requests in flight on the connection.
+static __always_inline __u32 pending(const struct conn *c)
 {
-	bpf_spin_lock(&p->lock);
-	p->all.in_flight++;
-	p->all.started++;
-	p->all.start_sum_ns += now;
-	if (proxied) {
-		p->proxied.in_flight++;
-		p->proxied.started++;
-		p->proxied.start_sum_ns += now;
-	}
-	bpf_spin_unlock(&p->lock);
+	return c->pushed - c->popped;
 }
 
-// request_completed counts the end of a request that started at start,
-// under the pod's lock: N down by one, start taken off S, its duration added
-// to C; the proxied counters too when the client is an activator.
-static __always_inline void request_completed(struct pod_stats *p, int proxied, __u64 start, __u64 now)
+// push_locked counts n requests that started at now, the next n of the
+// ring: N and started up by those that are not probes, now added to S for
+// each; the proxied counters too when the client is an activator. p is
+// the owner (NULL: record them, count nothing). Called under the lock.
+static __always_inline void push_locked(struct pod_stats *p, struct conn *c, __u32 n, __u64 now)
 {
-	__u64 took = now > start ? now - start : 0;
+	__u32 i, slot, counted = 0;
 
-	bpf_spin_lock(&p->lock);
-	p->all.in_flight--;
-	p->all.completed++;
-	p->all.start_sum_ns -= start;
+	// Without a branch on the flags: the verifier checks every iteration
+	// of a loop under a lock (no bpf_loop there), and branches would
+	// multiply its paths.
+#pragma clang loop unroll(disable)
+	for (i = 0; i < MAX_PIPELINE; i++) {
+		if (i >= n)
+			break;
+		slot = (c->pushed + i) & RING_MASK;
+		c->start_ns[slot] = now;
+		counted += 1 - ((c->probe_bits >> slot) & 1);
+	}
+	// The oldest request's start time is also in the first cache line,
+	// which egress reads anyway: for requests one at a time, the ring's
+	// lines stay with ingress.
+	if (n && !pending(c))
+		c->oldest_ns = now;
+	c->pushed += n;
+	if (!p)
+		return;
+	if (n > counted)
+		__sync_fetch_and_add(&p->probes_total, n - counted);
+	p->all.in_flight += counted;
+	p->all.started += counted;
+	p->all.start_sum_ns += counted * now;
+	if (c->proxied) {
+		p->proxied.in_flight += counted;
+		p->proxied.started += counted;
+		p->proxied.start_sum_ns += counted * now;
+	}
+}
+
+// pop_locked completes the n oldest requests in flight at now: N down and
+// completed up by those that are not probes, their start times taken off
+// S and their durations added to C; the proxied counters too. p is the
+// owner (NULL: count nothing). Called under the lock.
+static __always_inline void pop_locked(struct pod_stats *p, struct conn *c, __u32 n, __u64 now)
+{
+	__u64 starts = 0, took = 0, start, keep;
+	__u32 i, slot, counted = 0;
+	__s64 d;
+
+	// Without branches on the flags and times (see push_locked): keep is
+	// all ones for a request that is load, 0 for a probe.
+#pragma clang loop unroll(disable)
+	for (i = 0; i < MAX_PIPELINE; i++) {
+		if (i >= n)
+			break;
+		slot = (c->popped + i) & RING_MASK;
+		keep = ((c->probe_bits >> slot) & 1) - 1;
+		start = c->oldest_ns; // the first one's (see push_locked)
+		if (i)
+			start = c->start_ns[slot];
+		d = now - start;
+		counted += keep & 1;
+		starts += start & keep;
+		took += d & ~(d >> 63) & keep; // a start after now (clocks of two CPUs) took 0
+	}
+	c->popped += n;
+	if (pending(c))
+		c->oldest_ns = c->start_ns[c->popped & RING_MASK];
+	if (!p || !counted)
+		return;
+	p->all.in_flight -= counted;
+	p->all.completed += counted;
+	p->all.start_sum_ns -= starts;
 	p->all.done_sum_ns += took;
-	if (proxied) {
-		p->proxied.in_flight--;
-		p->proxied.completed++;
-		p->proxied.start_sum_ns -= start;
+	if (c->proxied) {
+		p->proxied.in_flight -= counted;
+		p->proxied.completed += counted;
+		p->proxied.start_sum_ns -= starts;
 		p->proxied.done_sum_ns += took;
 	}
-	bpf_spin_unlock(&p->lock);
 }
 
-// start_request moves the connection from idle to busy (or to probe, which
-// is not load) and counts it. Returns 1 if this call started it.
-static __always_inline int start_request(struct pod_stats *pod, struct conn *c, __u32 kind, __u64 now)
+// push_requests counts the n requests the request parser began in a
+// segment that arrived at now, unless the connection ended meanwhile.
+static __always_inline void push_requests(struct pod_stats *pod, struct conn *c, __u32 n, __u64 now)
 {
-	struct pod_stats *p;
+	struct pod_stats *p = owner(pod, c);
 
-	// cmpxchg: two CPUs may run ingress for one socket at once (the hook runs
-	// before TCP takes the socket lock); only one of them starts the request.
-	if (__sync_val_compare_and_swap(&c->req, REQ_IDLE, kind) != REQ_IDLE)
-		return 0;
-	// Safe to write after the switch: no response can be parsed before this
-	// program returns and lets the request bytes reach the socket.
-	c->req_start_ns = now;
-	p = owner(pod, c);
-	if (!p)
-		return 1;
-	if (kind == REQ_PROBE) {
-		__sync_fetch_and_add(&p->probes_total, 1);
-		return 1;
-	}
-	request_started(p, c->proxied, now);
-	return 1;
+	if (!pod)
+		return; // a slot beyond the array: the agent never writes one
+	bpf_spin_lock(&pod->lock);
+	if (!c->closed)
+		push_locked(p, c, n, now);
+	bpf_spin_unlock(&pod->lock);
 }
 
-// end_request moves a busy or probing connection back to idle and counts a
-// completed request. Returns 1 if a counted request ended.
-static __always_inline int end_request(struct pod_stats *pod, struct conn *c, __u64 now)
+// pop_requests completes up to n of the oldest requests in flight at now:
+// those whose responses the response parser found complete.
+static __always_inline void pop_requests(struct pod_stats *pod, struct conn *c, __u32 n, __u64 now)
 {
-	struct pod_stats *p;
+	struct pod_stats *p = owner(pod, c);
 
-	// The plain read spares a locked instruction on the common path.
-	if (c->req == REQ_PROBE && __sync_val_compare_and_swap(&c->req, REQ_PROBE, REQ_IDLE) == REQ_PROBE)
-		return 0;
-	if (__sync_val_compare_and_swap(&c->req, REQ_BUSY, REQ_IDLE) != REQ_BUSY)
-		return 0;
-	p = owner(pod, c);
-	if (p)
-		request_completed(p, c->proxied, c->req_start_ns, now);
-	return 1;
+	if (!pod)
+		return;
+	bpf_spin_lock(&pod->lock);
+	if (n > pending(c))
+		n = pending(c); // responses to requests that were not counted (a lost stream)
+	if (!c->closed)
+		pop_locked(p, c, n, now);
+	bpf_spin_unlock(&pod->lock);
 }
 
-// go_opaque switches a connection to connection-level accounting: from now
-// until it closes it is one request in flight, whatever its bytes are.
+// go_opaque switches a connection to connection-level accounting, which is
+// decided at its start: from now until it closes it is one request in
+// flight, whatever its bytes are. A probe in flight is not load either way;
+// a connection without a request in flight gets one.
 static __always_inline void go_opaque(struct pod_stats *pod, struct conn *c, __u64 now)
 {
-	struct pod_stats *p;
+	struct pod_stats *p = owner(pod, c);
+	__u32 i, slot, load = 0;
 
-	if (__sync_val_compare_and_swap(&c->opaque, 0, 1) != 0)
+	if (!pod)
 		return;
-	p = owner(pod, c);
+	bpf_spin_lock(&pod->lock);
+	if (c->opaque || c->closed)
+		goto out;
+	c->opaque = 1;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < MAX_PIPELINE; i++) {
+		if (i >= pending(c))
+			break;
+		slot = (c->popped + i) & RING_MASK;
+		load |= 1 - ((c->probe_bits >> slot) & 1);
+	}
+	if (!load && pending(c) < MAX_PIPELINE) {
+		c->probe_bits &= ~(1 << (c->pushed & RING_MASK));
+		push_locked(p, c, 1, now);
+	}
 	if (p) {
 		__sync_fetch_and_add(&p->opaque_in_flight, 1);
 		__sync_fetch_and_add(&p->opaque_total, 1);
 	}
-	// A probe in progress is not load either way; an idle connection becomes
-	// a request; a busy one already is.
-	if (c->req == REQ_PROBE)
-		__sync_val_compare_and_swap(&c->req, REQ_PROBE, REQ_IDLE);
-	start_request(pod, c, REQ_BUSY, now);
+out:
+	bpf_spin_unlock(&pod->lock);
+}
+
+// close_conn counts the end of a connection at now: the requests still in
+// flight complete (a server that closed sends nothing more), and it stops
+// counting as a connection.
+static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, __u64 now)
+{
+	struct pod_stats *p = owner(pod, c);
+
+	if (!pod)
+		return;
+	bpf_spin_lock(&pod->lock);
+	if (c->closed)
+		goto out;
+	c->closed = 1;
+	pop_locked(p, c, pending(c), now);
+	if (p) {
+		__sync_fetch_and_add(&p->conns_in_flight, -1);
+		if (c->opaque)
+			__sync_fetch_and_add(&p->opaque_in_flight, -1);
+	}
+out:
+	bpf_spin_unlock(&pod->lock);
 }
 
 #endif

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
-// The request side: a request starts with the first bytes a client sends on
-// an idle connection, and the classifier here decides what it is: HTTP/1.x
-// or not (opaque, counted at connection level), a health probe (not load)
-// or load, HEAD or not (the response parser needs to know).
+// The request side: what ingress does with client bytes it has not seen
+// before. The message parser (message.h) follows the requests and begins
+// one per request line; they are counted when the segment is parsed, so a
+// request starts with its first bytes. The first bytes of a connection
+// decide whether it is HTTP/1.x at all (else it is opaque, counted at
+// connection level); later the parser can lose the stream (bytes it never
+// saw, a malformed request, one of its limits), and then it waits for a
+// request line it can prove (resync_request) instead.
 
 #ifndef SOCKSCALE_LIB_REQUEST_H
 #define SOCKSCALE_LIB_REQUEST_H
@@ -13,288 +17,169 @@
 #include "../accounting.h"
 #include "bytes.h"
 #include "counters.h"
+#include "maps.h"
+#include "message.h"
 
-// method_word returns the length of the common method and its space that
-// start the word w (4 for "GET " and "PUT ", 5 for "POST " and "HEAD "), or
-// 0; *head says whether it is HEAD.
-static __always_inline __u32 method_word(__u64 w, __u8 *head)
-{
-	*head = (w & PREFIX_MASK(5)) == TOKEN8("HEAD \0\0");
-	if ((w & PREFIX_MASK(4)) == TOKEN8("GET \0\0\0") || (w & PREFIX_MASK(4)) == TOKEN8("PUT \0\0\0"))
-		return 4;
-	if (*head || (w & PREFIX_MASK(5)) == TOKEN8("POST \0\0"))
-		return 5;
-	return 0;
-}
-
-// scan_byte advances the request classifier by one byte. Returns 1 to stop
-// bpf_loop once the verdict is known, or where the caller can go faster
-// (the rest of a line to skip, the start of a line).
-static long scan_byte(__u64 i, void *data)
+// proof_step searches one window for the LF that ends a request line.
+// Runs under bpf_loop; scan.used is the LF's packet offset once found.
+static long proof_step(__u64 i, void *data)
 {
 	struct parse_ctx *s = data;
-	struct conn *c = s->c;
-	__u8 ch;
-
-	// Byte i of the loop is byte skip+i of buf: the caller already
-	// classified the first skip bytes (see scan_window).
-	i += c->rx_skip;
-	// The verifier needs i bounded to index buf; bpf_loop never passes more.
-	if (i >= SCAN_WINDOW)
-		return 1;
-	ch = s->buf[i];
-	c->rx_used = i + 1;
-
-	switch (c->rx_state) {
-	case RQ_METHOD:
-		if (ch >= 'A' && ch <= 'Z') {
-			if (c->rx_pos >= MAX_METHOD) {
-				c->rx_verdict = VERDICT_OPAQUE;
-				return 1;
-			}
-			token_add(&c->rx_pos, &c->rx_hash, ch);
-			return 0;
-		}
-		// A method is at least three letters and a space. "PRI" starts the
-		// HTTP/2 connection preface and is not an HTTP/1 method.
-		if (ch != ' ' || c->rx_pos < 3 || (c->rx_pos == 3 && c->rx_hash == HASH_PRI)) {
-			c->rx_verdict = VERDICT_OPAQUE;
-			return 1;
-		}
-		c->head = c->rx_pos == 4 && c->rx_hash == HASH_HEAD;
-		c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
-		return 1;
-	case RQ_SKIP_LINE:
-		if (ch == '\n') {
-			c->rx_state = RQ_LINE_START;
-			return 1;
-		}
-		return 0;
-	case RQ_LINE_START:
-		if (ch == '\r' || ch == '\n') {
-			c->rx_state = RQ_DONE; // the headers ended: not a probe
-			return 1;
-		}
-		c->rx_state = RQ_NAME;
-		token_reset(&c->rx_pos, &c->rx_hash);
-		// fall through: this byte is the name's first
-	case RQ_NAME:
-		if (ch == ':') {
-			if (c->rx_pos == 10 && c->rx_hash == HASH_USER_AGENT) {
-				c->rx_state = RQ_UA_SPACE;
-				return 0;
-			}
-			c->rx_state = RQ_SKIP_LINE;
-			return 1;
-		}
-		if (ch == '\n') {
-			c->rx_state = RQ_LINE_START;
-			return 1;
-		}
-		token_add(&c->rx_pos, &c->rx_hash, lower(ch));
-		return 0;
-	case RQ_UA_SPACE:
-		if (ch == ' ' || ch == '\t')
-			return 0;
-		c->rx_state = RQ_UA_VALUE;
-		token_reset(&c->rx_pos, &c->rx_hash);
-		// fall through: this byte is the value's first
-	case RQ_UA_VALUE:
-		if (ch == '\r' || ch == '\n') {
-			c->rx_state = RQ_DONE; // a short agent that is not a probe
-			return 1;
-		}
-		token_add(&c->rx_pos, &c->rx_hash, ch);
-		if ((c->rx_pos == 11 && c->rx_hash == HASH_KUBE_PROBE) || (c->rx_pos == 16 && c->rx_hash == HASH_SOCKSCALE_PROBE)) {
-			c->rx_verdict = VERDICT_PROBE;
-			return 1;
-		}
-		if (c->rx_pos >= 16) {
-			c->rx_state = RQ_DONE; // another agent: load, and nothing else to learn
-			return 1;
-		}
-		return 0;
-	}
-	return 1;
-}
-
-// scan_line_fast classifies the start of the line at buf[0] the way
-// scan_byte would, without a parse step per byte: common methods and the
-// User-Agent header and value are compared eight bytes at a time, and any
-// other header name is skipped up to its colon. n bytes of buf are fresh.
-// Returns the bytes consumed, or 0 to leave the line to scan_byte.
-static __always_inline __u32 scan_line_fast(struct parse_ctx *s, __u32 n)
-{
-	struct conn *c = s->c;
-	__u64 w0, w1, w2, w3, value0, value1;
-	__u32 k;
-	__u8 head;
-	int q;
-
-	if (n < 32)
-		return 0; // fewer bytes than the words compared: scan_byte parses them
-	w0 = word(s->buf, 0);
-	if (c->rx_state == RQ_METHOD) {
-		// Unlike scan_byte this does not hash the method: nothing reads
-		// its token once the method is known.
-		k = method_word(w0, &head);
-		if (!k)
-			return 0;
-		c->head = head;
-		c->rx_state = c->load ? RQ_DONE : RQ_SKIP_LINE;
-		return k;
-	}
-	// RQ_LINE_START
-	if ((__u8)w0 == '\r' || (__u8)w0 == '\n')
-		return 0;
-	w1 = word(s->buf, 1);
-	if (lower8(w0) == TOKEN8("user-age") && (lower8(w1) & PREFIX_MASK(3)) == TOKEN8("nt:\0\0\0\0")) {
-		c->rx_state = RQ_UA_SPACE;
-		// "User-Agent: v..." with one space: the value's first 16 bytes,
-		// buf[12, 28), decide it (scan_byte's RQ_UA_VALUE rules).
-		if ((__u8)(w1 >> 24) != ' ')
-			return 11;
-		w2 = word(s->buf, 2);
-		w3 = word(s->buf, 3);
-		value0 = w1 >> 32 | w2 << 32;
-		value1 = w2 >> 32 | w3 << 32;
-		if ((__u8)value0 == ' ' || (__u8)value0 == '\t')
-			return 11; // more spaces: scan_byte skips them
-		if ((value0 == TOKEN8("kube-pro") && (value1 & PREFIX_MASK(3)) == TOKEN8("be/\0\0\0\0")) ||
-		    (value0 == TOKEN8("sockscal") && value1 == TOKEN8("e-probe/")))
-			c->rx_verdict = VERDICT_PROBE;
-		else
-			c->rx_state = RQ_DONE; // short or long, another agent is load
-		return 28;
-	}
-	q = find_either(s->buf, 0, n, ':', '\n');
-	if (q < 0)
-		return 0; // a name longer than the window
-	// A name that is not User-Agent: skip its line; or a line without a
-	// colon, which scan_byte ends at its '\n' too. q < SCAN_WINDOW; the
-	// mask says so to the verifier.
-	c->rx_state = s->buf[q & (SCAN_WINDOW - 1)] == ':' ? RQ_SKIP_LINE : RQ_LINE_START;
-	token_reset(&c->rx_pos, &c->rx_hash);
-	return q + 1;
-}
-
-// scan_window loads the next window of request bytes and classifies them.
-// It runs under bpf_loop, so the verifier checks it once rather than once
-// per window; returns 1 when the scan is over.
-static long scan_window(__u64 i, void *data)
-{
-	struct parse_ctx *s = data;
-	struct conn *c = s->c;
-	__u32 off = c->rx_off, n, k = 0;
+	struct scan *sc = &s->c->rxs;
+	__u32 n;
 	int lf;
 
-	if (off >= c->rx_end || c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
-		return 1;
-	n = load_window(s, off, c->rx_end);
+	n = load_window(s, sc->off, sc->end);
 	if (!n)
 		return 1;
-	// A window starts at the parse position, so a line that starts it can
-	// be classified in words; such a line ends the window when it is done.
-	if ((c->rx_state == RQ_METHOD && c->rx_pos == 0) || c->rx_state == RQ_LINE_START) {
-		k = scan_line_fast(s, n);
-		if (c->rx_state == RQ_DONE || c->rx_verdict != VERDICT_REQUEST)
-			return 1;
-		if (k && c->rx_state == RQ_LINE_START)
-			goto next;
-	}
-	if (c->rx_state != RQ_SKIP_LINE && k < n) {
-		c->rx_skip = k;
-		c->rx_used = n;
-		bpf_loop(n - k, scan_byte, s, 0);
-		k = c->rx_used;
-	}
-	if (c->rx_state == RQ_SKIP_LINE && k < n) {
-		lf = find_lf(s->buf, k, n);
-		if (lf >= 0) {
-			c->rx_state = RQ_LINE_START;
-			k = lf + 1;
-		} else {
-			k = n;
-		}
-	}
-next:
-	off += k;
-	if (off > MAX_SEGMENT)
+	lf = find_lf(s->buf, 0, n);
+	if (lf >= 0) {
+		sc->used = sc->off + lf;
 		return 1;
-	c->rx_off = off;
+	}
+	sc->off += n;
 	return 0;
 }
 
-// classify_request takes up to SCAN_STEPS windows over the bytes [off, end)
-// that start a request: HTTP/1.x or not, a probe or load, HEAD or not; on a
-// connection that already carried load, the method alone. Bytes beyond
-// this segment are not looked at; an undecided scan is load.
-static __always_inline __u8 classify_request(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
+// request_line_proof returns 1 if the bytes [off, end) start with a whole
+// request line: a method of capitals and a space, then a line that ends
+// with " HTTP/1.1" or " HTTP/1.0" and CRLF within PROOF_WINDOWS windows.
+// Where a parser lost the stream, only such a line at the start of a
+// segment lets it begin again.
+static __always_inline int request_line_proof(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
 {
+	struct scan *sc = &c->rxs;
 	struct parse_ctx s;
+	__u32 n, i, method = 0;
+	__u64 tail[2] = {};
+	__u8 ch;
 
 	s.skb = skb;
 	s.c = c;
-	c->rx_off = off;
-	c->rx_end = end;
-	c->rx_state = RQ_METHOD;
-	c->rx_verdict = VERDICT_REQUEST;
-	c->head = 0;
-	token_reset(&c->rx_pos, &c->rx_hash);
-	bpf_loop(SCAN_STEPS, scan_window, &s, 0);
-	return c->rx_verdict;
+	n = load_window(&s, off, end);
+	if (n < 16)
+		return 0; // "GET / HTTP/1.1\r\n" is 16 bytes
+#pragma clang loop unroll(full)
+	for (i = 0; i <= MAX_METHOD; i++) {
+		ch = s.buf[i];
+		if (i >= n || ch < 'A' || ch > 'Z')
+			break;
+		method++;
+	}
+	if (method < 3 || method >= n || s.buf[method & (SCAN_WINDOW - 1)] != ' ' ||
+	    (method == 3 && (word(s.buf, 0) & PREFIX_MASK(4)) == TOKEN8("PRI \0\0\0\0")))
+		return 0;
+	sc->off = off;
+	sc->end = end;
+	sc->used = 0;
+	bpf_loop(PROOF_WINDOWS, proof_step, &s, 0);
+	// The LF, the version before it and at least one byte of target.
+	if (!sc->used || sc->used < off + method + 11)
+		return 0;
+	if (bpf_skb_load_bytes(skb, sc->used - 10, tail, 11))
+		return 0;
+	return tail[0] == TOKEN8(" HTTP/1.") && ((tail[1] & 0xffffff) == ('1' | '\r' << 8 | '\n' << 16) ||
+						 (tail[1] & 0xffffff) == ('0' | '\r' << 8 | '\n' << 16));
 }
 
-// common_method reads the first eight bytes of a request and returns 1 if
-// they start with a common method (GET, PUT, POST, HEAD), setting c->head
-// as classify_request would; 0 leaves the request to classify_request. On
-// a connection that carried load the method is all there is to learn, and
-// this spares the scan's set-up and its 64-byte window.
-static __always_inline int common_method(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
+// on_request_bytes parses the client bytes [off, end), the new ones of a
+// segment in sequence order, and counts the requests begun in them. The
+// pod's counters are looked up (an array index) only where they count, so
+// that the verifier checks the parse once, not once per state of the
+// pointer.
+static __always_inline void on_request_bytes(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
 {
-	__u64 w;
-	__u8 head;
+	struct scan *sc = &c->rxs;
+	struct msg *m = &c->rx;
+	int err;
 
-	if (end - off < 8 || bpf_skb_load_bytes(skb, off, &w, 8))
-		return 0;
-	if (!method_word(w, &head))
-		return 0;
-	if (c->head != head)
-		c->head = head; // written on change only: egress reads its line
-	return 1;
-}
-
-static __always_inline void on_request_bytes(struct __sk_buff *skb, struct pod_stats *pod, struct conn *c,
-					     __u32 off, __u32 end)
-{
-	__u8 verdict;
-	__u64 now;
-
-	if (c->opaque)
+	// After an upgrade (101) the client's bytes are not HTTP/1.x any more.
+	if (c->opaque || c->tunnel)
 		return;
-	// Bytes while a request is in flight are its body (or a pipelined
-	// request, which the request in flight covers).
-	if (c->req != REQ_IDLE)
-		return;
-	if (!c->load || !common_method(skb, c, off, end))
-		verdict = classify_request(skb, c, off, end);
-	else
-		verdict = VERDICT_REQUEST;
+	if (m->state == MS_LOST) {
+		// A request line proves where a request starts once no request is
+		// in flight (a client that does not pipeline sends the next one
+		// after the response), or where the response parser is lost too
+		// and waits for this one.
+		if ((pending(c) && c->tx.state != MS_LOST) || !request_line_proof(skb, c, off, end))
+			return;
+		m->state = MS_START;
+		m->hflags = 0;
+		token_reset(&m->pos, &m->hash);
+		count_event(EV_RESYNC);
+	}
+	err = parse_msg(skb, c, off, end, 1);
 	if (!c->seen)
 		c->seen = 1; // written once: ingress and egress share its line
-	// Health probers do not keep connections alive (kubelet's disables
-	// keep-alive, ours keeps a connection of its own), so once a request on
-	// a connection was load, later requests on it are load too and only
-	// their method is read. A connection that began with a probe is still
-	// classified request by request.
-	if (verdict == VERDICT_REQUEST && !c->load)
-		c->load = 1;
-	now = bpf_ktime_get_ns();
-	if (verdict == VERDICT_OPAQUE) {
-		go_opaque(pod, c, now);
+	if (err) {
+		// Whether a connection is HTTP/1.x is decided by its first request:
+		// bytes that are no request there (TLS, h2) make it opaque, which
+		// is no parse error.
+		if (!c->answered && c->pushed + sc->done <= 1) {
+			go_opaque(counters_of(c), c, bpf_ktime_get_ns());
+			return;
+		}
+		count_event(err == PARSE_ERROR ? EV_PARSE_ERROR : EV_PARSE_LIMIT);
+		m->state = MS_LOST;
+	}
+	// A request still classified when its segment ends is load (bytes
+	// beyond the segment are not waited for).
+	if (m->hflags & HF_CLASSIFY)
+		request_load(c, m);
+	if (sc->done)
+		push_requests(counters_of(c), c, sc->done, bpf_ktime_get_ns());
+}
+
+// note_gap remembers client bytes [seq, end) that arrived ahead of a hole:
+// ingress runs before TCP puts segments in order, and TCP holds these until
+// the hole is filled, when ingress does not see them again.
+static __always_inline void note_gap(struct conn *c, __u32 seq, __u32 end)
+{
+	if (!c->rx_gap) {
+		c->gap_seq = seq;
+		c->gap_end = end;
+		c->rx_gap = 1;
 		return;
 	}
-	start_request(pod, c, verdict == VERDICT_PROBE ? REQ_PROBE : REQ_BUSY, now);
+	if ((__s32)(seq - c->gap_seq) < 0)
+		c->gap_seq = seq;
+	if ((__s32)(end - c->gap_end) > 0)
+		c->gap_end = end;
+}
+
+// close_gap runs after the client bytes up to c->rx_next were parsed. Once
+// they reach the bytes seen ahead of the hole, those will not be seen again
+// (TCP delivers them from its queue): the parser skips them by count where
+// they are body or chunk bytes, and else has lost the stream. Bytes beyond
+// a second hole are counted as missed too (only the outermost range is
+// kept), which can only lose the stream, never misplace it.
+static __always_inline void close_gap(struct conn *c)
+{
+	struct msg *m = &c->rx;
+	__u32 missed;
+
+	if ((__s32)(c->rx_next - c->gap_seq) < 0)
+		return; // the hole is still open
+	c->rx_gap = 0;
+	if ((__s32)(c->gap_end - c->rx_next) <= 0)
+		return; // this segment brought them again
+	missed = c->gap_end - c->rx_next;
+	c->rx_next = c->gap_end;
+	if (c->opaque || m->state == MS_LOST || c->tunnel)
+		return;
+	if ((m->state == MS_BODY || m->state == MS_CHUNK_DATA) && m->remaining >= missed) {
+		m->remaining -= missed;
+		if (m->remaining)
+			return;
+		if (m->state == MS_CHUNK_DATA) {
+			m->state = MS_CHUNK_END;
+			return;
+		}
+		message_done(c, m, &c->rxs, 1); // the request ended with them
+		return;
+	}
+	m->state = MS_LOST;
+	count_event(EV_STREAM_GAP);
 }
 
 #endif

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // What both cgroup_skb programs do with a TCP segment: find the tracked
 // connection it belongs to and hand the bytes it carries that were not seen
-// before to the request side (ingress) or the response side (egress).
+// before, in sequence order, to the request side (ingress) or the response
+// side (egress). Ingress runs before TCP orders segments: bytes that come
+// ahead of a hole are noted, and skipped once the hole fills (request.h).
 
 #ifndef SOCKSCALE_LIB_SEGMENT_H
 #define SOCKSCALE_LIB_SEGMENT_H
@@ -51,6 +53,22 @@ static __always_inline int load_header(struct __sk_buff *skb, __u32 off, void *d
 	return bpf_skb_load_bytes(skb, off, dst, HEADER_LEN);
 }
 
+// request_bytes hands the client bytes [off, end), the new ones of a
+// segment, to the request side, and then skips what was seen ahead of a
+// hole it filled. A global function, which the verifier checks once by its
+// arguments' types: ingress calls it with state in socket storage or in
+// the stash, and inlined, the parse was checked once for each (twice the
+// work). Returns 0.
+__attribute__((noinline)) int request_bytes(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end)
+{
+	if (!c)
+		return 0; // the verifier's rule for a global function's pointers
+	on_request_bytes(skb, c, off, end);
+	if (c->rx_gap)
+		close_gap(c);
+	return 0;
+}
+
 // on_segment finds the pod connection a segment belongs to and hands the
 // bytes it has not seen before to the request or the response side.
 static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
@@ -58,7 +76,6 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	struct tcphdr tcp;
 	struct iphdr ip;
 	__u32 off, len, seq, end, next;
-	struct pod_stats *pod;
 	struct conn *c;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
@@ -73,27 +90,42 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	off += tcp.doff * 4;
 	if (skb->len <= off)
 		return 1; // no payload: a pure ACK, SYN or FIN (half the packets)
-	c = conn_of(skb, &ip, &tcp, ingress);
-	if (!c || c->closed)
-		return 1;
 	len = skb->len - off;
-	seq = bpf_ntohl(tcp.seq);
+	seq = bpf_ntohl(tcp.seq) + tcp.syn; // a SYN's data (TCP Fast Open) follows its own number
 	end = seq + len;
-	next = ingress ? c->rx_next : c->tx_next;
-	if ((__s32)(end - next) <= 0)
-		return 1; // every byte was seen before: a retransmission
-	if ((__s32)(next - seq) > 0)
-		off += next - seq; // a retransmission with new bytes at its end
+	c = conn_of(skb, &ip, &tcp, ingress);
+	if (!c) {
+		if (!ingress)
+			return 1;
+		c = stash_conn(skb, &ip, &tcp, seq); // bytes before the accept, or another socket's
+		if (!c)
+			return 1;
+	}
+	if (c->closed)
+		return 1;
 	// Once the agent removed the pod, the parse goes on so the connection's
 	// state stays right, and owner() skips the counting.
-	pod = counters_of(c);
-	if (ingress) {
-		c->rx_next = end;
-		on_request_bytes(skb, pod, c, off, skb->len);
-	} else {
+	if (!ingress) {
+		next = c->tx_next;
+		if ((__s32)(end - next) <= 0)
+			return 1; // every byte was seen before: a retransmission
+		if ((__s32)(next - seq) > 0)
+			off += next - seq; // a retransmission with new bytes at its end
 		c->tx_next = end;
-		on_response_bytes(skb, pod, c, off, skb->len);
+		on_response_bytes(skb, c, off, skb->len);
+		return 1;
 	}
+	next = c->rx_next;
+	if ((__s32)(end - next) <= 0)
+		return 1;
+	if ((__s32)(seq - next) > 0) {
+		note_gap(c, seq, end); // ahead of a hole: TCP keeps it until the hole fills
+		return 1;
+	}
+	if ((__s32)(next - seq) > 0)
+		off += next - seq;
+	c->rx_next = end;
+	request_bytes(skb, c, off, skb->len);
 	return 1;
 }
 

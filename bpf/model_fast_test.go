@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -189,4 +191,31 @@ func FuzzModelFastPaths(f *testing.F) {
 	f.Add([]byte("\x01\x00\x2cGET / HTTP/1.1\r\nUser-Agent: kube-probe/1.3\r\n\r\n"))
 	f.Add([]byte("\x01\x00\x05GET /\x00\x00\x2cHTTP/1.1 200 OK\r\nContent-Length: 0\r\nX: y\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkFastPaths(t, fuzzSegments(data)) })
+}
+
+// TestModelFollowsSegmentsOver64KiB: with IPv4 BIG TCP a GSO segment (and
+// a GRO one on receipt) carries up to 512 KiB, and the parser skips body
+// bytes by count across it (BPF_PROG_TEST_RUN builds no packet over a
+// page; TestKernelBigTCP sends them through a real link).
+func TestModelFollowsSegmentsOver64KiB(t *testing.T) {
+	var p modelPod
+	c := newModelConn(rx0, tx0, false)
+	rx, tx := uint32(rx0), uint32(tx0)
+	body := strings.Repeat("b", 300<<10)
+	for range 3 {
+		post := "POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		get := "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+		resp := "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		// A request and its body in one segment, the next request after.
+		c.ingress(&p, rx, []byte(post+get))
+		rx += uint32(len(post + get))
+		// A response over two segments of 160 and 140 KiB.
+		c.egress(&p, tx, []byte(resp[:160<<10]))
+		c.egress(&p, tx+160<<10, []byte(resp[160<<10:]+resp))
+		tx += uint32(2 * len(resp))
+	}
+	want := modelPod{started: 6, completed: 6, now: p.now}
+	if diff := cmp.Diff(want, p, cmp.AllowUnexported(modelPod{})); diff != "" {
+		t.Errorf("pod (-want +got):\n%s", diff)
+	}
 }

@@ -37,7 +37,7 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 			c->gap_end = s->rx_next;
 		} else if (payload) {
 			// Bytes no program saw (their stash entry was evicted): the
-			// client spoke, and the parser starts lost (resync_request).
+			// client spoke, and the parser starts lost (request_line_proof).
 			c->rx_next = rcv_nxt + payload;
 			c->seen = 1;
 			c->rx.state = MS_LOST;

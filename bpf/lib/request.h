@@ -6,7 +6,7 @@
 // decide whether it is HTTP/1.x at all (else it is opaque, counted at
 // connection level); later the parser can lose the stream (bytes it never
 // saw, a malformed request, one of its limits), and then it waits for a
-// request line it can prove (resync_request) instead.
+// request line it can prove (request_line_proof) instead.
 
 #ifndef SOCKSCALE_LIB_REQUEST_H
 #define SOCKSCALE_LIB_REQUEST_H

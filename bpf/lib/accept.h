@@ -75,7 +75,7 @@ static __always_inline void count_accepted(struct pod_stats *p, struct conn *c)
 		slot = (c->popped + i) & RING_MASK;
 		keep = ((c->probe_bits >> slot) & 1) - 1; // without branches (see push_locked)
 		counted += keep & 1;
-		starts += c->start_ns[slot] & keep;
+		starts += (i ? c->start_ns[slot] : c->oldest_ns) & keep; // the oldest's is not in the ring
 	}
 	p->all.in_flight += counted;
 	p->all.started += counted;

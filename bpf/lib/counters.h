@@ -52,8 +52,15 @@ static __always_inline __u32 pending(const struct conn *c)
 // the owner (NULL: record them, count nothing). Called under the lock.
 static __always_inline void push_locked(struct pod_stats *p, struct conn *c, __u32 n, __u64 now)
 {
-	__u32 i, slot, counted = 0;
+	__u32 i, slot, counted = 0, first = 0;
 
+	// The oldest request's start time is in the first cache line, which
+	// both sides touch anyway: requests one at a time never touch the
+	// ring's lines.
+	if (n && !pending(c)) {
+		c->oldest_ns = now;
+		first = 1;
+	}
 	// Without a branch on the flags: the verifier checks every iteration
 	// of a loop under a lock (no bpf_loop there), and branches would
 	// multiply its paths.
@@ -62,14 +69,10 @@ static __always_inline void push_locked(struct pod_stats *p, struct conn *c, __u
 		if (i >= n)
 			break;
 		slot = (c->pushed + i) & RING_MASK;
-		c->start_ns[slot] = now;
+		if (i >= first)
+			c->start_ns[slot] = now;
 		counted += 1 - ((c->probe_bits >> slot) & 1);
 	}
-	// The oldest request's start time is also in the first cache line,
-	// which egress reads anyway: for requests one at a time, the ring's
-	// lines stay with ingress.
-	if (n && !pending(c))
-		c->oldest_ns = now;
 	c->pushed += n;
 	if (!p)
 		return;
@@ -103,7 +106,7 @@ static __always_inline void pop_locked(struct pod_stats *p, struct conn *c, __u3
 			break;
 		slot = (c->popped + i) & RING_MASK;
 		keep = ((c->probe_bits >> slot) & 1) - 1;
-		start = c->oldest_ns; // the first one's (see push_locked)
+		start = c->oldest_ns; // the oldest's is not in the ring (see push_locked)
 		if (i)
 			start = c->start_ns[slot];
 		d = now - start;

@@ -45,7 +45,7 @@ static __always_inline int resync_response(struct __sk_buff *skb, struct conn *c
 			return 0;
 	}
 	if (n) {
-		if (c->start_ns[(c->pushed - 1) & RING_MASK] <= c->tx_last_ns)
+		if ((n == 1 ? c->oldest_ns : c->start_ns[(c->pushed - 1) & RING_MASK]) <= c->tx_last_ns)
 			return 0; // the server may still be answering an older request
 		if (n > 1)
 			pop_requests(counters_of(c), c, n - 1, c->tx_last_ns);

@@ -1,0 +1,443 @@
+package redirect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+)
+
+// Map is the kernel's redirect map, as bpf/redirect's Redirect has it.
+type Map interface {
+	Set(svc netip.AddrPort, backends []bpfredirect.Backend) error
+	Delete(svc netip.AddrPort) error
+	Forget(svc netip.AddrPort) error
+	Entries() (map[netip.AddrPort][]bpfredirect.Backend, error)
+	Redirected() (map[netip.AddrPort]uint64, error)
+	Events() (bpfredirect.Events, error)
+}
+
+// DefaultResyncPeriod is how often the whole kernel map is read back and
+// compared with the desired state: something else may have written it, and
+// failed writes are retried (also a second after they fail).
+const DefaultResyncPeriod = 10 * time.Second
+
+// retryAfter is how soon a sync whose writes failed is tried again.
+const retryAfter = time.Second
+
+// Options configure a Reconciler.
+type Options struct {
+	Map Map
+	// ActivatorNamespace ("" for all) and ActivatorSelector find the
+	// activator pods whose names status.activators lists.
+	ActivatorNamespace string
+	ActivatorSelector  labels.Selector
+	// ActivatorPort is where activators take proxied requests.
+	ActivatorPort uint16
+	// ResyncPeriod: 0 means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	// Clock drives resyncs and latencies; nil means the real clock.
+	Clock      clock.WithTicker
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Reconciler keeps the node's redirect map equal to Compute of the
+// ServerlessServices, public Services and activator pods it watches.
+//
+// It is level triggered: every event (and a periodic resync) recomputes the
+// whole desired state from the caches and writes only the difference, so
+// the order of events does not matter and nothing is lost between them.
+// An event's sync compares with what this Reconciler last wrote; a resync
+// (at start, every ResyncPeriod, and after a failed write) compares with
+// the map read back from the kernel, and removes every entry that is not
+// desired: the map is pinned, so it holds what an earlier agent wrote.
+//
+// Only connects are redirected: the kernel rewrites a socket's destination
+// when it connects, so a connection made in Proxy mode stays with its
+// activator after the switch to Serve, and one made in Serve mode stays
+// with its pod after the switch to Proxy. Neither is dropped: activators
+// keep serving the keep-alive connections they have (forwarding to the
+// pods), and pods keep theirs until the client or the pod closes them
+// (a pod scaled away drains its connections as for any Service).
+type Reconciler struct {
+	opts    Options
+	cache   cache.Cache
+	metrics *metrics
+	// kick asks the loop for a sync; one pending kick is enough.
+	kick   chan struct{}
+	synced atomic.Bool
+
+	mu sync.Mutex
+	// applied is what the kernel map holds as far as this Reconciler
+	// knows; nil after a failed write or before the first resync: the
+	// next sync reads the map back.
+	applied map[netip.AddrPort][]bpfredirect.Backend
+	// observed are ServerlessServices whose status change was seen and
+	// not yet written, with when it was first seen.
+	observed map[types.NamespacedName]time.Time
+	// targets names the ServerlessService of each public Service address
+	// (Desired.Targets), for the per-target counters.
+	targets map[netip.AddrPort]types.NamespacedName
+}
+
+// New makes a Reconciler watching the API server at cfg. The watches start
+// with Run.
+func New(cfg *rest.Config, opts Options) (*Reconciler, error) {
+	scheme := kruntime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	sel := opts.ActivatorSelector
+	if sel == nil || sel.Empty() {
+		// Every pod of the cluster would be an activator candidate.
+		return nil, errors.New("redirect: the activator selector is empty; the activator pods cannot be found")
+	}
+	pods := cache.ByObject{Label: sel}
+	if opts.ActivatorNamespace != "" {
+		pods.Namespaces = map[string]cache.Config{opts.ActivatorNamespace: {}}
+	}
+	c, err := cache.New(cfg, cache.Options{
+		Scheme:           scheme,
+		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: pods},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redirect: make the cache: %w", err)
+	}
+	return newReconciler(c, opts), nil
+}
+
+func newReconciler(c cache.Cache, opts Options) *Reconciler {
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = DefaultResyncPeriod
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry() // nobody scrapes it
+	}
+	r := &Reconciler{
+		opts:     opts,
+		cache:    c,
+		kick:     make(chan struct{}, 1),
+		observed: make(map[types.NamespacedName]time.Time),
+		targets:  make(map[netip.AddrPort]types.NamespacedName),
+	}
+	r.metrics = newMetrics(opts.Registerer, r)
+	return r
+}
+
+// Synced says whether the map has been made equal to the cluster once.
+func (r *Reconciler) Synced() bool { return r.synced.Load() }
+
+// Run watches until ctx ends. Once the caches are filled it resyncs the
+// kernel map (retrying every second until that succeeds), then follows
+// events and resyncs every ResyncPeriod. Stopping leaves the map as it is:
+// its entries keep redirecting, and the next agent resyncs them.
+func (r *Reconciler) Run(ctx context.Context) error {
+	for _, obj := range []client.Object{&v1alpha1.ServerlessService{}, &corev1.Service{}, &corev1.Pod{}} {
+		inf, err := r.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("redirect: watch %T: %w", obj, err)
+		}
+		h := toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { r.event(nil, o) },
+			UpdateFunc: func(old, o any) { r.event(old, o) },
+			DeleteFunc: func(o any) { r.event(nil, o) },
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("redirect: watch %T: %w", obj, err)
+		}
+	}
+	cacheErr := make(chan error, 1)
+	go func() { cacheErr <- r.cache.Start(ctx) }()
+	if !r.cache.WaitForCacheSync(ctx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("redirect: the caches never synced: %w", <-cacheErr)
+	}
+	clk := r.opts.Clock
+	// Until the first resync has read the pinned map back, entries an
+	// earlier agent left may be stale: keep trying.
+	for r.sync(ctx, true) != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-clk.After(retryAfter):
+		}
+	}
+	r.synced.Store(true)
+	r.opts.Log.Info("redirect map in sync", "entries", r.entryCount())
+	tick := clk.NewTicker(r.opts.ResyncPeriod)
+	defer tick.Stop()
+	var retry <-chan time.Time
+	for {
+		full := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-cacheErr:
+			return fmt.Errorf("redirect: watch: %w", err)
+		case <-r.kick:
+		case <-tick.C():
+			full = true
+		case <-retry:
+			full = true
+		}
+		retry = nil
+		if err := r.sync(ctx, full); err != nil {
+			r.opts.Log.Warn("sync the redirect map; retrying", "err", err)
+			retry = clk.After(retryAfter)
+		}
+	}
+}
+
+// event notes a ServerlessService's status change (for the latency metric)
+// and asks for a sync.
+func (r *Reconciler) event(old, obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if sks, ok := obj.(*v1alpha1.ServerlessService); ok && r.synced.Load() {
+		prev, _ := old.(*v1alpha1.ServerlessService)
+		if prev == nil || statusChanged(prev, sks) {
+			key := types.NamespacedName{Namespace: sks.Namespace, Name: sks.Name}
+			r.mu.Lock()
+			if _, ok := r.observed[key]; !ok {
+				r.observed[key] = r.opts.Clock.Now()
+			}
+			r.mu.Unlock()
+		}
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default: // a sync is pending already; it will see this change
+	}
+}
+
+// statusChanged says whether the parts of the status that Compute reads
+// changed.
+func statusChanged(a, b *v1alpha1.ServerlessService) bool {
+	return a.Status.Mode != b.Status.Mode || !slices.Equal(a.Status.Activators, b.Status.Activators) ||
+		!equality.Semantic.DeepEqual(a.Status.Conditions, b.Status.Conditions)
+}
+
+// inputs reads Compute's inputs from the caches.
+func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
+	in := Inputs{
+		Services:      make(map[types.NamespacedName]*corev1.Service),
+		Activators:    make(map[string]netip.Addr),
+		ActivatorPort: r.opts.ActivatorPort,
+	}
+	var skses v1alpha1.ServerlessServiceList
+	if err := r.cache.List(ctx, &skses); err != nil {
+		return in, fmt.Errorf("list ServerlessServices: %w", err)
+	}
+	in.ServerlessServices = skses.Items
+	for i := range skses.Items {
+		s := &skses.Items[i]
+		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.PublicService}
+		var svc corev1.Service
+		if err := r.cache.Get(ctx, key, &svc); err == nil {
+			in.Services[key] = &svc
+		}
+	}
+	var pods corev1.PodList
+	if err := r.cache.List(ctx, &pods); err != nil {
+		return in, fmt.Errorf("list activator pods: %w", err)
+	}
+	dup := make(map[string]bool)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ip, ok := isReadyActivator(p)
+		if !ok {
+			continue
+		}
+		// status.activators names pods without their namespace: with
+		// activators in several namespaces, a name two of them share
+		// cannot be told apart, and neither is used.
+		if _, seen := in.Activators[p.Name]; seen || dup[p.Name] {
+			dup[p.Name] = true
+			delete(in.Activators, p.Name)
+			continue
+		}
+		in.Activators[p.Name] = ip
+	}
+	return in, nil
+}
+
+// sync makes the kernel map equal to the desired state: against the map
+// read back from the kernel when full (or when what it holds is unknown),
+// else against what was last written.
+func (r *Reconciler) sync(ctx context.Context, full bool) error {
+	in, err := r.inputs(ctx)
+	if err != nil {
+		return err
+	}
+	return r.syncTo(Compute(in), full)
+}
+
+// syncTo is sync with the desired state computed.
+func (r *Reconciler) syncTo(d Desired, full bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.targets = d.Targets
+	r.metrics.setSkipped(d.Skipped)
+	if full || r.applied == nil {
+		got, err := r.opts.Map.Entries()
+		if err != nil {
+			r.metrics.errors.WithLabelValues(stageEntries).Inc()
+			return fmt.Errorf("read the redirect map: %w", err)
+		}
+		r.applied = got
+	}
+	written, errs := r.apply(d)
+	if full {
+		errs = append(errs, r.forgetCounters(d))
+	}
+	r.metrics.entries.Set(float64(len(r.applied)))
+	r.observeLatencies(written)
+	return errors.Join(errs...)
+}
+
+// apply writes the difference between r.applied and d.Entries, and returns
+// the ServerlessServices whose entries it changed (all writes succeeded)
+// or failed to change.
+func (r *Reconciler) apply(d Desired) (map[types.NamespacedName]bool, []error) {
+	written := make(map[types.NamespacedName]bool)
+	var errs []error
+	note := func(key types.NamespacedName, op string, err error) {
+		if err != nil {
+			r.metrics.updates.WithLabelValues(op, resultError).Inc()
+			errs = append(errs, err)
+			written[key] = false
+			return
+		}
+		r.metrics.updates.WithLabelValues(op, resultOK).Inc()
+		if _, noted := written[key]; !noted {
+			written[key] = true // a failure noted before stays false
+		}
+	}
+	applied := r.applied
+	// Sorted, so a log of the writes reads the same every time.
+	for _, a := range slices.SortedFunc(maps.Keys(applied), netip.AddrPort.Compare) {
+		if _, ok := d.Entries[a]; ok {
+			continue
+		}
+		var err error
+		if _, known := d.Targets[a]; known {
+			err = r.opts.Map.Delete(a) // the Service stays: keep its counter
+		} else {
+			err = r.opts.Map.Forget(a) // nobody's Service: drop the counter too
+		}
+		if err == nil {
+			delete(applied, a)
+			r.opts.Log.Debug("redirect removed", "service", a, "target", d.Targets[a])
+		}
+		note(d.Targets[a], opDelete, err)
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(d.Entries), netip.AddrPort.Compare) {
+		e := d.Entries[a]
+		if slices.Equal(applied[a], e.Backends) {
+			continue
+		}
+		err := r.opts.Map.Set(a, e.Backends)
+		if err == nil {
+			applied[a] = e.Backends
+			r.opts.Log.Debug("redirect set", "service", a, "target", e.Target, "backends", len(e.Backends))
+		}
+		note(e.Target, opSet, err)
+	}
+	if len(errs) > 0 {
+		// A failed write leaves its entry unknown: read the map back
+		// next time.
+		r.applied = nil
+	}
+	return written, errs
+}
+
+// forgetCounters drops the redirected counters of addresses that are no
+// ServerlessService's any more (their entries are gone already), so the
+// counter map does not fill with deleted Services.
+func (r *Reconciler) forgetCounters(d Desired) error {
+	counts, err := r.opts.Map.Redirected()
+	if err != nil {
+		r.metrics.errors.WithLabelValues(stageCounters).Inc()
+		return fmt.Errorf("read the redirected counters: %w", err)
+	}
+	var errs []error
+	for a := range counts {
+		_, known := d.Targets[a]
+		_, entry := d.Entries[a]
+		if known || entry {
+			continue
+		}
+		if err := r.opts.Map.Forget(a); err != nil {
+			r.metrics.errors.WithLabelValues(stageForget).Inc()
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// observeLatencies records, for each ServerlessService whose status change
+// was seen, how long until its entries were written; a change that needed
+// no write is dropped, one whose write failed waits for the retry.
+func (r *Reconciler) observeLatencies(written map[types.NamespacedName]bool) {
+	now := r.opts.Clock.Now()
+	for key, seen := range r.observed {
+		ok, wrote := written[key]
+		switch {
+		case !wrote:
+			delete(r.observed, key)
+		case ok:
+			r.metrics.latency.Observe(now.Sub(seen).Seconds())
+			delete(r.observed, key)
+		}
+	}
+}
+
+func (r *Reconciler) entryCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.applied)
+}
+
+// counters returns the redirected connects per address and the target of
+// each, for the metrics.
+func (r *Reconciler) counters() (map[netip.AddrPort]uint64, map[netip.AddrPort]types.NamespacedName, error) {
+	counts, err := r.opts.Map.Redirected()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return counts, r.targets, err
+}

@@ -27,11 +27,12 @@ struct req_stats {
 	__u64 done_sum_ns;  // C: sum of the durations of completed requests
 };
 
-// Per pod. The spin lock covers all and proxied, so user space reading with
-// BPF_F_LOCK gets N, S and C of one instant; the rest are atomic adds.
+// Per pod. The spin lock covers every field: the programs change them under
+// it, and the agent writes and reads the whole value with BPF_F_LOCK, so it
+// gets N, S and C of one instant (see lib/counters.h).
 struct pod_stats {
 	struct bpf_spin_lock lock;
-	__u32 _pad;
+	__u32 ip;                 // the pod's IPv4 address, network order, set by the agent with id
 	__u64 id;                 // the pod's identity (hash of its UID), set by the agent
 	struct req_stats all;     // every request, proxied ones included
 	struct req_stats proxied; // requests whose client is an activator

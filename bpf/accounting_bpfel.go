@@ -86,7 +86,7 @@ type accountingPodStats struct {
 		_   structs.HostLayout
 		Val uint32
 	}
-	Pad uint32
+	Ip  uint32
 	Id  uint64
 	All struct {
 		_          structs.HostLayout

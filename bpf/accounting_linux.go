@@ -282,8 +282,8 @@ func (a *Accounting) AddPod(ip netip.Addr, id uint64) error {
 			return nil
 		}
 		// Connections of the address's previous pod keep its id, so from
-		// now on they count nowhere.
-		if err := a.objs.PodCounters.Update(slot, &accountingPodStats{Id: id}, ebpf.UpdateAny); err != nil {
+		// now on they count nowhere. Under the slot's lock (see resetSlot).
+		if err := a.resetSlot(slot, key, id); err != nil {
 			return fmt.Errorf("add pod %s: reset slot %d: %w", ip, slot, err)
 		}
 		return nil
@@ -297,7 +297,7 @@ func (a *Accounting) AddPod(ip netip.Addr, id uint64) error {
 	}
 	// Counters first, then the address: a connection accepted in between
 	// finds a slot that is ready.
-	if err := a.objs.PodCounters.Update(slot, &accountingPodStats{Id: id}, ebpf.UpdateAny); err != nil {
+	if err := a.resetSlot(slot, key, id); err != nil {
 		return fmt.Errorf("add pod %s: write slot %d: %w", ip, slot, err)
 	}
 	if err := a.objs.PodSlots.Update(key, slot, ebpf.UpdateAny); err != nil {
@@ -328,12 +328,23 @@ func (a *Accounting) RemovePod(ip netip.Addr) error {
 	if err := a.objs.PodSlots.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove pod %s: %w", ip, err)
 	}
-	if err := a.objs.PodCounters.Update(slot, &accountingPodStats{}, ebpf.UpdateAny); err != nil {
+	if err := a.resetSlot(slot, 0, 0); err != nil {
 		return fmt.Errorf("remove pod %s: clear slot %d: %w", ip, slot, err)
 	}
 	delete(a.slots, ip)
 	a.slotUsed[slot] = false
 	return nil
+}
+
+// resetSlot gives a slot zeroed counters of the pod with address key and
+// id (0 and 0: a free slot). The whole value is written under the slot's
+// lock (BPF_F_LOCK), under which the programs check the slot's owner and
+// count: a connection of the slot's previous pod either counted before
+// (and this wipes it) or sees the new id and counts nothing. A plain
+// update copies the value without the lock, and a count in between landed
+// in the next pod's counters (TestKernelSlotReuseRace).
+func (a *Accounting) resetSlot(slot, key uint32, id uint64) error {
+	return a.objs.PodCounters.Update(slot, &accountingPodStats{Ip: key, Id: id}, ebpf.UpdateLock)
 }
 
 // Pods returns the pods the kernel accounts for, with their ids.

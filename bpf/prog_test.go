@@ -60,7 +60,7 @@ func (h *progHarness) reset() {
 	h.pod, h.peer = netip.MustParseAddr("10.213.0.2"), netip.MustParseAddr("10.213.0.1")
 	podKey, _ := ipKey(h.pod)
 	peerKey, _ := ipKey(h.peer)
-	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Id: testPodID}, ebpf.UpdateAny); err != nil {
+	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Ip: podKey, Id: testPodID}, ebpf.UpdateAny); err != nil {
 		t.Fatalf("add pod: %v", err)
 	}
 	if err := h.objs.PodSlots.Update(podKey, uint32(testSlot), ebpf.UpdateAny); err != nil {

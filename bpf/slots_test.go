@@ -3,13 +3,17 @@
 package bpf
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 )
 
 // TestKernelPodSlotReuse follows a pod's counter slot through the agent's
@@ -112,4 +116,60 @@ func TestKernelPodSlotLimits(t *testing.T) {
 	if len(snap.Pods) != MaxPods {
 		t.Errorf("snapshot of a full map has %d pods, want %d", len(snap.Pods), MaxPods)
 	}
+}
+
+// TestKernelSlotReuseRace churns a loaded pod's slot: the pod is removed,
+// a pod with no traffic at all takes the slot, then goes, and the first pod
+// is added back (a new id, so its open connections stop counting), again
+// and again while clients keep requests and connections coming. The pod
+// without traffic must read zero every time: its slot must never get a
+// count of a connection that checked the slot's owner before the agent
+// reset it (the owner check and the counting are one step under the slot's
+// lock, and the agent resets the slot under the same lock).
+func TestKernelSlotReuseRace(t *testing.T) {
+	e := newKernelEnv(t, "")
+	idle := netip.MustParseAddr("10.213.251.3") // a pod with no traffic
+	// Keep-alive clients count requests on every segment; new connections
+	// are counted by sock_ops on accept.
+	keep := loadgen.Start(context.Background(), loadgen.Options{URLs: []string{e.url("size=1")}, Concurrency: 6, KeepAlive: true})
+	dial := loadgen.Start(context.Background(), loadgen.Options{URLs: []string{e.url("size=1")}, Concurrency: 4, KeepAlive: false})
+	defer dial.Stop()
+	defer keep.Stop()
+	time.Sleep(200 * time.Millisecond)
+
+	torn, rounds := 0, 0
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); rounds++ {
+		if err := e.acct.RemovePod(e.pod.IP); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.acct.AddPod(idle, 2); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := e.acct.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := snap.Pods[idle]; got != (PodCounters{}) {
+			if torn == 0 {
+				t.Errorf("round %d: the pod without traffic has counters %+v, want none", rounds, got)
+			}
+			torn++
+		}
+		if err := e.acct.RemovePod(idle); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.acct.AddPod(e.pod.IP, uint64(10+rounds)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if torn > 0 {
+		t.Errorf("%d of %d rounds gave the idle pod counts", torn, rounds)
+	}
+	if res := keep.Stop(); res.Completed == 0 {
+		t.Error("no keep-alive request completed")
+	}
+	if res := dial.Stop(); res.Completed == 0 {
+		t.Error("no request on a new connection completed")
+	}
+	t.Logf("%d rounds", rounds)
 }

@@ -117,7 +117,9 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 		count_event(EV_CONN_UNTRACKED);
 		return;
 	}
-	count_accepted(p, stored);
+	// Not counted if the slot changed hands since the lookup; the state
+	// stays (its id counts nowhere) and is freed when the socket closes.
+	count_accepted(p, stored, key.pod_ip);
 	// Ask for state changes so we see the connection end.
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 }

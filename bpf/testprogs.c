@@ -62,7 +62,7 @@ int sockscale_test_accept(struct __sk_buff *skb)
 		bpf_map_delete_elem(&stash, &key);
 	stored = bpf_map_lookup_elem(&conns, &key);
 	if (stored)
-		count_accepted(p, stored);
+		count_accepted(p, stored, key.pod_ip);
 	return 1;
 }
 

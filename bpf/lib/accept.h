@@ -53,21 +53,27 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 
 // count_accepted counts what a connection's first state holds, now that its
 // pod is known: a connection, and the requests the stash parsed (with
-// their start times) or its being opaque.
-static __always_inline void count_accepted(struct pod_stats *p, struct conn *c)
+// their start times) or its being opaque. p is the slot sock_ops found
+// for the address pod_ip; under its lock the slot must still be that
+// pod's, with the id the state took (first_state read it without the
+// lock): else the pod went, or another took the slot, since the lookup,
+// and the connection counts nowhere. Returns 1 if it counted.
+static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, __u32 pod_ip)
 {
 	__u64 starts = 0, keep;
 	__u32 i, slot, counted = 0, n = pending(c);
+	int ok = 0;
 
-	__sync_fetch_and_add(&p->conns_in_flight, 1);
-	__sync_fetch_and_add(&p->conns_total, 1);
-	if (c->opaque) {
-		__sync_fetch_and_add(&p->opaque_in_flight, 1);
-		__sync_fetch_and_add(&p->opaque_total, 1);
-	}
-	if (!n)
-		return;
 	bpf_spin_lock(&p->lock);
+	if (!p->id || p->id != c->pod_id || p->ip != pod_ip)
+		goto out;
+	ok = 1;
+	p->conns_in_flight++;
+	p->conns_total++;
+	if (c->opaque) {
+		p->opaque_in_flight++;
+		p->opaque_total++;
+	}
 #pragma clang loop unroll(disable)
 	for (i = 0; i < MAX_PIPELINE; i++) {
 		if (i >= n)
@@ -77,6 +83,7 @@ static __always_inline void count_accepted(struct pod_stats *p, struct conn *c)
 		counted += keep & 1;
 		starts += (i ? c->start_ns[slot] : c->oldest_ns) & keep; // the oldest's is not in the ring
 	}
+	p->probes_total += n - counted;
 	p->all.in_flight += counted;
 	p->all.started += counted;
 	p->all.start_sum_ns += starts;
@@ -85,9 +92,9 @@ static __always_inline void count_accepted(struct pod_stats *p, struct conn *c)
 		p->proxied.started += counted;
 		p->proxied.start_sum_ns += starts;
 	}
+out:
 	bpf_spin_unlock(&p->lock);
-	if (n > counted)
-		__sync_fetch_and_add(&p->probes_total, n - counted);
+	return ok;
 }
 
 #endif

@@ -5,7 +5,19 @@
 // accounting.c) change together under the pod's spin lock, and so do the
 // connection's request ring and its closed and opaque flags: ingress and
 // egress of one connection run on different CPUs, and ingress runs before
-// TCP locks the socket. The other counters are atomic adds.
+// TCP locks the socket.
+//
+// Every change a connection makes to its slot happens under the slot's
+// lock, after checking there that the slot is still its pod's (owner()).
+// The agent resets a slot when a pod goes or another takes it, with a
+// BPF_F_LOCK update, which writes the whole value under the same lock. So a
+// connection either counts before the reset (and the reset wipes it) or
+// sees the new id and counts nothing: a checked owner cannot go stale
+// before the count, and a new pod never starts with another pod's N, S, C or
+// connections. (Checked outside the lock, a connection that passed the
+// check just before the reset counted into the next pod:
+// TestKernelSlotReuseRace.) The counters outside N, S and C are plain adds
+// for the same reason: all of them change under the lock.
 
 #ifndef SOCKSCALE_LIB_COUNTERS_H
 #define SOCKSCALE_LIB_COUNTERS_H
@@ -19,18 +31,15 @@
 #define RING_MASK (MAX_PIPELINE - 1)
 _Static_assert((MAX_PIPELINE & RING_MASK) == 0 && MAX_PIPELINE <= 16, "the ring's flags are bits of a __u16");
 
-// owner returns p, the counters in the connection's slot, if they are still
-// those of the pod that accepted the connection; else NULL (the pod is gone,
+// owner returns 1 if p, the counters in the connection's slot, are still
+// those of the pod that accepted the connection; else 0 (the pod is gone,
 // and its slot may hold another pod's counters, or the connection is not
-// accepted yet).
-static __always_inline struct pod_stats *owner(struct pod_stats *p, const struct conn *c)
+// accepted yet). Called under p's lock, which the agent's resets take too.
+// A number, not p or NULL: a pointer that may be NULL doubled the states
+// the verifier walked through egress's counting under the lock.
+static __always_inline int owner(const struct pod_stats *p, const struct conn *c)
 {
-	if (!p || p->id != c->pod_id)
-		p = NULL;
-	// Else clang tests the ids again where the caller tests p, and the
-	// verifier cannot tell that the second test agrees with the first.
-	barrier_var(p);
-	return p;
+	return p->id == c->pod_id;
 }
 
 // counters_of returns the counters in the connection's slot (see owner).
@@ -49,8 +58,9 @@ static __always_inline __u32 pending(const struct conn *c)
 // push_locked counts n requests that started at now, the next n of the
 // ring: N and started up by those that are not probes, now added to S for
 // each; the proxied counters too when the client is an activator. p is
-// the owner (NULL: record them, count nothing). Called under the lock.
-static __always_inline void push_locked(struct pod_stats *p, struct conn *c, __u32 n, __u64 now)
+// the connection's slot, own whether it is still its pod's (else: record
+// them, count nothing). Called under p's lock.
+static __always_inline void push_locked(struct pod_stats *p, int own, struct conn *c, __u32 n, __u64 now)
 {
 	__u32 i, slot, counted = 0, first = 0;
 
@@ -74,10 +84,9 @@ static __always_inline void push_locked(struct pod_stats *p, struct conn *c, __u
 		counted += 1 - ((c->probe_bits >> slot) & 1);
 	}
 	c->pushed += n;
-	if (!p)
+	if (!own)
 		return;
-	if (n > counted)
-		__sync_fetch_and_add(&p->probes_total, n - counted);
+	p->probes_total += n - counted;
 	p->all.in_flight += counted;
 	p->all.started += counted;
 	p->all.start_sum_ns += counted * now;
@@ -90,9 +99,9 @@ static __always_inline void push_locked(struct pod_stats *p, struct conn *c, __u
 
 // pop_locked completes the n oldest requests in flight at now: N down and
 // completed up by those that are not probes, their start times taken off
-// S and their durations added to C; the proxied counters too. p is the
-// owner (NULL: count nothing). Called under the lock.
-static __always_inline void pop_locked(struct pod_stats *p, struct conn *c, __u32 n, __u64 now)
+// S and their durations added to C; the proxied counters too. p and own
+// as for push_locked. Called under p's lock.
+static __always_inline void pop_locked(struct pod_stats *p, int own, struct conn *c, __u32 n, __u64 now)
 {
 	__u64 starts = 0, took = 0, start, keep;
 	__u32 i, slot, counted = 0;
@@ -117,7 +126,7 @@ static __always_inline void pop_locked(struct pod_stats *p, struct conn *c, __u3
 	c->popped += n;
 	if (pending(c))
 		c->oldest_ns = c->start_ns[c->popped & RING_MASK];
-	if (!p || !counted)
+	if (!own || !counted)
 		return;
 	p->all.in_flight -= counted;
 	p->all.completed += counted;
@@ -135,13 +144,11 @@ static __always_inline void pop_locked(struct pod_stats *p, struct conn *c, __u3
 // segment that arrived at now, unless the connection ended meanwhile.
 static __always_inline void push_requests(struct pod_stats *pod, struct conn *c, __u32 n, __u64 now)
 {
-	struct pod_stats *p = owner(pod, c);
-
 	if (!pod)
 		return; // a slot beyond the array: the agent never writes one
 	bpf_spin_lock(&pod->lock);
 	if (!c->closed)
-		push_locked(p, c, n, now);
+		push_locked(pod, owner(pod, c), c, n, now);
 	bpf_spin_unlock(&pod->lock);
 }
 
@@ -149,15 +156,13 @@ static __always_inline void push_requests(struct pod_stats *pod, struct conn *c,
 // those whose responses the response parser found complete.
 static __always_inline void pop_requests(struct pod_stats *pod, struct conn *c, __u32 n, __u64 now)
 {
-	struct pod_stats *p = owner(pod, c);
-
 	if (!pod)
 		return;
 	bpf_spin_lock(&pod->lock);
 	if (n > pending(c))
 		n = pending(c); // responses to requests that were not counted (a lost stream)
 	if (!c->closed)
-		pop_locked(p, c, n, now);
+		pop_locked(pod, owner(pod, c), c, n, now);
 	bpf_spin_unlock(&pod->lock);
 }
 
@@ -167,12 +172,13 @@ static __always_inline void pop_requests(struct pod_stats *pod, struct conn *c, 
 // a connection without a request in flight gets one.
 static __always_inline void go_opaque(struct pod_stats *pod, struct conn *c, __u64 now)
 {
-	struct pod_stats *p = owner(pod, c);
 	__u32 i, slot, load = 0;
+	int own;
 
 	if (!pod)
 		return;
 	bpf_spin_lock(&pod->lock);
+	own = owner(pod, c);
 	if (c->opaque || c->closed)
 		goto out;
 	c->opaque = 1;
@@ -185,11 +191,11 @@ static __always_inline void go_opaque(struct pod_stats *pod, struct conn *c, __u
 	}
 	if (!load && pending(c) < MAX_PIPELINE) {
 		c->probe_bits &= ~(1 << (c->pushed & RING_MASK));
-		push_locked(p, c, 1, now);
+		push_locked(pod, own, c, 1, now);
 	}
-	if (p) {
-		__sync_fetch_and_add(&p->opaque_in_flight, 1);
-		__sync_fetch_and_add(&p->opaque_total, 1);
+	if (own) {
+		pod->opaque_in_flight++;
+		pod->opaque_total++;
 	}
 out:
 	bpf_spin_unlock(&pod->lock);
@@ -200,19 +206,20 @@ out:
 // counting as a connection.
 static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, __u64 now)
 {
-	struct pod_stats *p = owner(pod, c);
+	int own;
 
 	if (!pod)
 		return;
 	bpf_spin_lock(&pod->lock);
+	own = owner(pod, c);
 	if (c->closed)
 		goto out;
 	c->closed = 1;
-	pop_locked(p, c, pending(c), now);
-	if (p) {
-		__sync_fetch_and_add(&p->conns_in_flight, -1);
+	pop_locked(pod, own, c, pending(c), now);
+	if (own) {
+		pod->conns_in_flight--;
 		if (c->opaque)
-			__sync_fetch_and_add(&p->opaque_in_flight, -1);
+			pod->opaque_in_flight--;
 	}
 out:
 	bpf_spin_unlock(&pod->lock);

@@ -149,6 +149,8 @@ func TestAgentDaemonSet(t *testing.T) {
 		"--report-period=1s",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
 		"--activator-selector=app.kubernetes.io/component=activator",
+		"--activator-port=8012",
+		"--socket-redirect=auto",
 		"--log-level=info",
 	} {
 		if !slices.Contains(c.Args, want) {
@@ -192,12 +194,24 @@ func TestAgentDaemonSet(t *testing.T) {
 	}
 }
 
-func TestAgentClusterRoleReadsOnlyPods(t *testing.T) {
+// The agent reads pods, and for the socket-layer redirect (on unless
+// agent.socketRedirect=off) Services and ServerlessServices; it writes
+// nothing.
+func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", agentName)
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}
+	read := []string{"get", "list", "watch"}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"serverlessservices"}, Verbs: read},
+	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
+	}
+	off := get[rbacv1.ClusterRole](t, render(t, "--set", "agent.socketRedirect=off"), "ClusterRole", agentName)
+	if diff := cmp.Diff(want[:1], off.Rules); diff != "" {
+		t.Errorf("agent ClusterRole rules with agent.socketRedirect=off (-want +got):\n%s", diff)
 	}
 	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", agentName)
 	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: agentName, Namespace: namespace}}

@@ -137,6 +137,7 @@ func TestBadValues(t *testing.T) {
 		{"agent.reportPeriod=-1s", []string{"/agent/reportPeriod", "'-1s' does not match pattern"}},
 		{"agent.reportPeriod=1", []string{"/agent/reportPeriod"}},
 		{"agent.logLevel=verbose", []string{"/agent/logLevel", "'debug', 'info', 'warn', 'error'"}},
+		{"agent.socketRedirect=maybe", []string{"/agent/socketRedirect", "'auto', 'on', 'off'"}},
 		{"agent.bpffs.mountPropagation=Shared", []string{"/agent/bpffs/mountPropagation", "'None', 'HostToContainer', 'Bidirectional'"}},
 		{"agent.image.pullPolicy=Sometimes", []string{"/agent/image/pullPolicy", "'Always', 'IfNotPresent', 'Never'"}},
 		{"agent.capabilities={bpf}", []string{"/agent/capabilities/0"}},

@@ -1,6 +1,8 @@
 // Command sockscale-agent is the per-node agent: it loads the request
 // accounting programs, keeps their pod map equal to the node's pods, serves
-// the node's /metrics and reports per-pod stats to the controller.
+// the node's /metrics and reports per-pod stats to the controller; it also
+// keeps the kernel's connect-time redirect map equal to the
+// ServerlessServices in Proxy mode.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,8 +30,10 @@ import (
 	"github.com/sockscale/sockscale/agent/internal/metrics"
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/agent/internal/preflight"
+	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
 	"github.com/sockscale/sockscale/agent/internal/sampler"
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/bpf/redirect"
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats/report"
 )
@@ -44,6 +49,8 @@ type config struct {
 	controllerStats    string
 	activatorSelector  string
 	activatorNamespace string
+	activatorPort      int
+	socketRedirect     string
 	logLevel           string
 	uninstall          bool
 }
@@ -61,6 +68,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.controllerStats, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report")
 	fs.StringVar(&c.activatorSelector, "activator-selector", "app.kubernetes.io/component=activator", "label selector of activator pods: their requests count as proxied; empty: none")
 	fs.StringVar(&c.activatorNamespace, "activator-namespace", "", "namespace of the activator pods (default: all namespaces)")
+	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
+	fs.StringVar(&c.socketRedirect, "socket-redirect", redirectAuto, "send new connects to a public Service in Proxy mode straight to its activators, in the kernel: auto (where the kernel can), on (fail if it cannot), off (kube-proxy's path only)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -93,11 +102,32 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("--controller-stats-address=%q: want host:port", c.controllerStats))
 		}
 	}
+	switch c.socketRedirect {
+	case redirectAuto, redirectOn, redirectOff:
+	default:
+		errs = append(errs, fmt.Errorf("--socket-redirect=%q: want auto, on or off", c.socketRedirect))
+	}
+	if c.activatorPort < 1 || c.activatorPort > 65535 {
+		errs = append(errs, fmt.Errorf("--activator-port=%d: want 1..65535", c.activatorPort))
+	}
+	if c.socketRedirect == redirectOn && c.activatorSelector == "" {
+		errs = append(errs, errors.New("--socket-redirect=on needs --activator-selector: the activator pods are the redirect's destinations"))
+	}
+	if _, err := labels.Parse(c.activatorSelector); err != nil {
+		errs = append(errs, fmt.Errorf("--activator-selector=%q: %w", c.activatorSelector, err))
+	}
 	if _, err := parseLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
+
+// Values of --socket-redirect.
+const (
+	redirectAuto = "auto"
+	redirectOn   = "on"
+	redirectOff  = "off"
+)
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
@@ -137,9 +167,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err := preflightChecks(cfg); err != nil {
 		return err
 	}
-	client, err := kubeClient(cfg.kubeconfig)
+	restCfg, err := restConfig(cfg.kubeconfig)
 	if err != nil {
 		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	acct, err := bpf.New(bpf.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir})
 	if err != nil {
@@ -177,14 +211,40 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Recorder: agentMetrics, OnSample: onSample,
 	})
 
+	redir, err := loadRedirect(cfg, log)
+	if err != nil {
+		return err
+	}
+	// Closing keeps the pinned entries redirecting: a restarted agent
+	// resyncs them.
+	defer func() {
+		if err := redir.Close(); err != nil {
+			log.Error("release redirect", "err", err)
+		}
+	}()
+	var redirects *agentredirect.Reconciler
+	if redir != nil {
+		sel, _ := labels.Parse(cfg.activatorSelector) // validated with the flags
+		redirects, err = agentredirect.New(restCfg, agentredirect.Options{
+			Map: redir, ActivatorNamespace: cfg.activatorNamespace, ActivatorSelector: sel,
+			ActivatorPort: uint16(cfg.activatorPort), Log: log.With("component", "redirect"), Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
 		go func() {
 			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, log)
 		}()
+	}
+	if redirects != nil {
+		go func() { errc <- redirects.Run(ctx) }()
 	}
 	go smp.Run(ctx)
 	if reporter != nil {
@@ -192,7 +252,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	go func() { errc <- serve.Serve(ctx, cfg.metricsAddr, metricsMux(reg)) }()
 	go func() { errc <- serve.Serve(ctx, cfg.healthAddr, healthMux(pods, smp)) }()
-	log.Info("agent started", "cgroupRoot", cfg.cgroupRoot, "bpffsDir", cfg.bpffsDir, "reportPeriod", cfg.reportPeriod)
+	log.Info("agent started", "cgroupRoot", cfg.cgroupRoot, "bpffsDir", cfg.bpffsDir, "reportPeriod", cfg.reportPeriod, "socketRedirect", redir != nil)
 
 	select {
 	case <-ctx.Done():
@@ -215,7 +275,33 @@ func preflightChecks(cfg *config) error {
 	return preflight.CheckKernel()
 }
 
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// loadRedirect loads the connect-time redirect at the accounting's cgroup
+// root, pinned beside it, as --socket-redirect says; nil when it is off.
+// Off (or unavailable with auto) removes a redirect an earlier agent
+// pinned: nobody would keep its entries up to date.
+func loadRedirect(cfg *config, log *slog.Logger) (*redirect.Redirect, error) {
+	mode := cfg.socketRedirect
+	if mode == redirectAuto && cfg.activatorSelector == "" {
+		log.Warn("socket-layer redirect off: --activator-selector is empty, so the activators cannot be found")
+		mode = redirectOff
+	}
+	if mode != redirectOff {
+		r, err := redirect.New(redirect.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir})
+		if err == nil {
+			return r, nil
+		}
+		if mode == redirectOn {
+			return nil, fmt.Errorf("--socket-redirect=on: %w", err)
+		}
+		log.Warn("socket-layer redirect off: this kernel cannot load it; Proxy mode goes through the public EndpointSlices (kube-proxy) only. --socket-redirect=on makes this fatal", "err", err)
+	}
+	if err := redirect.Uninstall(cfg.bpffsDir); err != nil {
+		return nil, fmt.Errorf("remove the pinned socket-layer redirect (--socket-redirect=%s): %w", cfg.socketRedirect, err)
+	}
+	return nil, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -227,7 +313,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	rc.UserAgent = "sockscale-agent"
-	return kubernetes.NewForConfig(rc)
+	return rc, nil
 }
 
 func metricsMux(reg *prometheus.Registry) *http.ServeMux {

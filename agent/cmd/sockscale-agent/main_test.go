@@ -17,6 +17,10 @@ func TestFlagErrorsNameValueAndAllowed(t *testing.T) {
 		{[]string{"--node-name=n", "--controller-stats-address=controller"}, `--controller-stats-address="controller": want host:port`},
 		{[]string{"--node-name=n", "--log-level=loud"}, `--log-level="loud": want debug, info, warn or error`},
 		{[]string{"--node-name=n", "extra"}, "takes flags only"},
+		{[]string{"--node-name=n", "--socket-redirect=yes"}, `--socket-redirect="yes": want auto, on or off`},
+		{[]string{"--node-name=n", "--activator-port=0"}, "--activator-port=0: want 1..65535"},
+		{[]string{"--node-name=n", "--socket-redirect=on", "--activator-selector="}, "--socket-redirect=on needs --activator-selector"},
+		{[]string{"--node-name=n", "--activator-selector=app in ("}, `--activator-selector="app in ("`},
 	}
 	for _, tt := range tests {
 		t.Setenv("NODE_NAME", "")
@@ -35,6 +39,9 @@ func TestFlagDefaults(t *testing.T) {
 	}
 	if c.nodeName != "node-a" || c.cgroupRoot != "/sys/fs/cgroup" || c.bpffsDir != "/sys/fs/bpf/sockscale" || c.reportPeriod.String() != "1s" {
 		t.Errorf("defaults = %+v", c)
+	}
+	if c.socketRedirect != "auto" || c.activatorPort != 8012 {
+		t.Errorf("--socket-redirect=%q --activator-port=%d, want auto and 8012 (the activator's proxy port)", c.socketRedirect, c.activatorPort)
 	}
 	if _, err := parseFlags([]string{"--uninstall"}); err != nil {
 		t.Errorf("--uninstall needs no node name: %v", err)

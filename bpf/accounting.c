@@ -13,7 +13,10 @@
 // Pods are identified by the server socket's local IPv4 address through the
 // pod_slots map, which the agent fills; sock_ops gives each accepted
 // connection of a pod its state in the socket's storage, including the slot
-// of the pod's counters. Any other traffic costs one socket-storage miss.
+// of the pod's counters. Connections open before the programs were loaded
+// (an agent upgrade brings new maps) are adopted by ingress at their next
+// client bytes (lib/adopt.h). Any other traffic costs one socket-storage
+// miss, and its client bytes on established sockets one pod_slots miss.
 //
 // Per pod we keep requests in flight (N), the sum of the start times of the
 // requests in flight (S) and the sum of the durations of completed requests
@@ -56,6 +59,7 @@
 //   lib/response.h   server bytes: requests completed, resynchronising
 //   lib/segment.h    a TCP segment's new bytes in order, to the request or response side
 //   lib/accept.h     a new connection's state, from the bytes it sent before the accept
+//   lib/adopt.h      state for connections open before the programs were loaded (an upgrade)
 //   sockops.c        program sockscale_sockops (sock_ops)
 //   ingress.c        program sockscale_ingress (cgroup_skb ingress)
 //   egress.c         program sockscale_egress (cgroup_skb egress)
@@ -72,8 +76,9 @@
 #include "lib/message.h"
 #include "lib/request.h"
 #include "lib/response.h"
-#include "lib/segment.h"
 #include "lib/accept.h"
+#include "lib/adopt.h"
+#include "lib/segment.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 

@@ -158,6 +158,7 @@ struct conn {
 	__u8 tunnel;       // upgraded (101) or a response until the end: no more requests
 	__u8 rx_gap;       // client bytes beyond a hole were seen: [gap_seq, gap_end)
 	__u32 rx_first;    // a stash entry's (lib/conn.h): the sequence number of its first byte
+	__u8 adopted;      // open before the programs were loaded: ends at a FIN or RST too (lib/adopt.h)
 
 	struct msg rx;     // the request parser
 	struct scan rxs;
@@ -183,6 +184,7 @@ enum event {
 	EV_STREAM_GAP,        // client bytes the parser never saw (reordered away, or sent before
 	                      // the accept and not kept) were not body bytes it could skip: it lost the stream
 	EV_RESYNC,            // a parser that had lost the stream found it again
+	EV_ADOPTED,           // a connection open before the programs were loaded was adopted (lib/adopt.h)
 	EV_MAX,
 };
 

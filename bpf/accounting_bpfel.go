@@ -33,7 +33,8 @@ type accountingConn struct {
 	Tunnel    uint8
 	RxGap     uint8
 	RxFirst   uint32
-	_         [4]byte
+	Adopted   uint8
+	_         [3]byte
 	Rx        accountingMsg
 	Rxs       struct {
 		_    structs.HostLayout
@@ -116,6 +117,7 @@ type accountingPodStats struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	accountingMapActivators        = "activators"
+	accountingMapConnScratch       = "conn_scratch"
 	accountingMapConnStore         = "conn_store"
 	accountingMapConnZero          = "conn_zero"
 	accountingMapEvents            = "events"
@@ -179,6 +181,7 @@ type accountingProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
+	ConnScratch *ebpf.MapSpec `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
 	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
@@ -214,6 +217,7 @@ func (o *accountingObjects) Close() error {
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
+	ConnScratch *ebpf.Map `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
 	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Events      *ebpf.Map `ebpf:"events"`
@@ -225,6 +229,7 @@ type accountingMaps struct {
 func (m *accountingMaps) Close() error {
 	return _AccountingClose(
 		m.Activators,
+		m.ConnScratch,
 		m.ConnStore,
 		m.ConnZero,
 		m.Events,

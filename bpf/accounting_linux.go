@@ -451,7 +451,7 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 // found it again, summed over CPUs.
 func (a *Accounting) Events() (Events, error) {
 	var ev Events
-	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync} {
+	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync, &ev.Adopted} {
 		var perCPU []uint64
 		if err := a.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
 			return Events{}, fmt.Errorf("read event %d: %w", i, err)

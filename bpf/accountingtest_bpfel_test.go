@@ -33,6 +33,7 @@ type accountingtestDropRule struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	accountingtestMapActivators           = "activators"
+	accountingtestMapConnScratch          = "conn_scratch"
 	accountingtestMapConnStore            = "conn_store"
 	accountingtestMapConnZero             = "conn_zero"
 	accountingtestMapConns                = "conns"
@@ -41,6 +42,7 @@ const (
 	accountingtestMapPodCounters          = "pod_counters"
 	accountingtestMapPodSlots             = "pod_slots"
 	accountingtestMapStash                = "stash"
+	accountingtestMapTestSockets          = "test_sockets"
 	accountingtestProgSockscaleEgress     = "sockscale_egress"
 	accountingtestProgSockscaleIngress    = "sockscale_ingress"
 	accountingtestProgSockscaleSockops    = "sockscale_sockops"
@@ -102,6 +104,7 @@ type accountingtestProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingtestMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
+	ConnScratch *ebpf.MapSpec `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
 	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Conns       *ebpf.MapSpec `ebpf:"conns"`
@@ -110,6 +113,7 @@ type accountingtestMapSpecs struct {
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
 	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
 	Stash       *ebpf.MapSpec `ebpf:"stash"`
+	TestSockets *ebpf.MapSpec `ebpf:"test_sockets"`
 }
 
 // accountingtestVariableSpecs contains global variables before they are loaded into the kernel.
@@ -139,6 +143,7 @@ func (o *accountingtestObjects) Close() error {
 // It can be passed to loadAccountingtestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingtestMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
+	ConnScratch *ebpf.Map `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
 	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Conns       *ebpf.Map `ebpf:"conns"`
@@ -147,11 +152,13 @@ type accountingtestMaps struct {
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
 	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
 	Stash       *ebpf.Map `ebpf:"stash"`
+	TestSockets *ebpf.Map `ebpf:"test_sockets"`
 }
 
 func (m *accountingtestMaps) Close() error {
 	return _AccountingtestClose(
 		m.Activators,
+		m.ConnScratch,
 		m.ConnStore,
 		m.ConnZero,
 		m.Conns,
@@ -160,6 +167,7 @@ func (m *accountingtestMaps) Close() error {
 		m.PodCounters,
 		m.PodSlots,
 		m.Stash,
+		m.TestSockets,
 	)
 }
 

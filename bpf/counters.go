@@ -73,6 +73,11 @@ type Events struct {
 	// again: a request line at the start of a segment once no request was
 	// in flight, or a status line once the client spoke after the server.
 	Resync uint64
+	// Adopted counts connections that were open before the programs were
+	// loaded (an agent upgrade, or accepted before their pod was added),
+	// taken up at their next client bytes: counted as connections from
+	// then on, their requests from the next whole request line.
+	Adopted uint64
 }
 
 // Limits of the kernel maps and parsers (accounting.h).

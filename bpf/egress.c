@@ -9,7 +9,8 @@
 // finds the end of its response: requests completed and their durations;
 // a server that speaks first, or a first response that is not HTTP/1.x,
 // turns the connection opaque; later failures lose the stream until the
-// parser can resynchronise.
+// parser can resynchronise. An adopted connection (lib/adopt.h) ends at
+// the server's FIN or RST.
 // Minimum kernel: 5.17 (bpf_loop).
 
 #include <linux/bpf.h>

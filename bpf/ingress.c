@@ -10,7 +10,9 @@
 // Counts: a request starts with its first bytes (lib/request.h), one for
 // each request line the HTTP/1.x parser follows (pipelined ones too):
 // requests started and in flight, probes, and connections whose first
-// bytes are not HTTP/1.x (opaque); lost streams and resynchronisations.
+// bytes are not HTTP/1.x (opaque); lost streams and resynchronisations;
+// connections open before it was loaded, adopted at their next bytes
+// (lib/adopt.h), and their end at a client's RST.
 // Minimum kernel: 5.17 (bpf_loop).
 
 #include <linux/bpf.h>

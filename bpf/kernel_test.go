@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 	testpod.Main()        // returns unless this process is a test pod's server
 	capabilityProbeMain() // returns unless this process is a capability probe
 	followServerMain()    // returns unless this process is the follow server
+	podClientMain()       // returns unless this process is a pod's client
 	os.Exit(m.Run())
 }
 

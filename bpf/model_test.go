@@ -77,6 +77,7 @@ const (
 	evParseError
 	evStreamGap
 	evResync
+	evAdopted // the programs only (adopt.h), never the model
 	evMax
 )
 

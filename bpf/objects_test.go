@@ -25,8 +25,8 @@ func TestObjectsTestTupleOnlyInTestObject(t *testing.T) {
 		load     func() (*ebpf.CollectionSpec, error)
 		wantMaps []string
 	}{
-		{"accounting", loadAccounting, []string{"activators", "conn_store", "conn_zero", "events", "pod_counters", "pod_slots", "stash"}},
-		{"accountingtest", loadAccountingtest, []string{"activators", "conn_store", "conn_zero", "conns", "drop_rules", "events", "pod_counters", "pod_slots", "stash"}},
+		{"accounting", loadAccounting, []string{"activators", "conn_scratch", "conn_store", "conn_zero", "events", "pod_counters", "pod_slots", "stash"}},
+		{"accountingtest", loadAccountingtest, []string{"activators", "conn_scratch", "conn_store", "conn_zero", "conns", "drop_rules", "events", "pod_counters", "pod_slots", "stash", "test_sockets"}},
 	} {
 		spec, err := tc.load()
 		if err != nil {

@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "../accounting.h"
+#include "adopt.h"
 #include "conn.h"
 #include "counters.h"
 #include "request.h"
@@ -69,6 +70,28 @@ __attribute__((noinline)) int request_bytes(struct __sk_buff *skb, struct conn *
 	return 0;
 }
 
+// untracked_conn returns the state for a client segment of a connection
+// that has none: adopted if it is an established pod server connection
+// (adopt.h), a stash entry if the segment reached a pod's listening socket
+// (conn.h); else NULL.
+static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const struct iphdr *ip,
+						   const struct tcphdr *tcp, __u32 seq)
+{
+	struct conn_key key;
+	int adopted;
+
+	key.pod_ip = ip->daddr;
+	key.peer_ip = ip->saddr;
+	key.pod_port = tcp->dest;
+	key.peer_port = tcp->source;
+	adopted = adopt(skb, &key, seq, bpf_ntohl(tcp->ack_seq));
+	if (adopted > 0)
+		return conn_of(skb, ip, tcp, 1);
+	if (adopted < 0)
+		return NULL;
+	return stash_conn(skb, ip, tcp, seq);
+}
+
 // on_segment finds the pod connection a segment belongs to and hands the
 // bytes it has not seen before to the request or the response side.
 static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
@@ -88,8 +111,13 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	if (load_header(skb, off, &tcp))
 		return 1;
 	off += tcp.doff * 4;
-	if (skb->len <= off)
-		return 1; // no payload: a pure ACK, SYN or FIN (half the packets)
+	if (skb->len <= off) {
+		// No payload: a pure ACK, SYN or FIN (half the packets). Only an
+		// adopted connection's end matters here (adopt.h).
+		if (tcp.rst || (tcp.fin && !ingress))
+			end_adopted(conn_of(skb, &ip, &tcp, ingress));
+		return 1;
+	}
 	len = skb->len - off;
 	seq = bpf_ntohl(tcp.seq) + tcp.syn; // a SYN's data (TCP Fast Open) follows its own number
 	end = seq + len;
@@ -97,7 +125,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	if (!c) {
 		if (!ingress)
 			return 1;
-		c = stash_conn(skb, &ip, &tcp, seq); // bytes before the accept, or another socket's
+		c = untracked_conn(skb, &ip, &tcp, seq); // open before we were loaded, not yet accepted, or another's
 		if (!c)
 			return 1;
 	}
@@ -113,6 +141,8 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 			off += next - seq; // a retransmission with new bytes at its end
 		c->tx_next = end;
 		on_response_bytes(skb, c, off, skb->len);
+		if (c->adopted && (tcp.fin || tcp.rst))
+			end_adopted(c); // the last bytes of a server that closes
 		return 1;
 	}
 	next = c->rx_next;

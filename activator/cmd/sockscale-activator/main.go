@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -210,8 +211,12 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		reporter = &stats.Wire{Self: cfg.podName, Workload: watcher.Workload, Sender: sender, Context: aux, Log: log}
 	}
 	counter := stats.New(stats.Options{Reporter: reporter, Period: cfg.reportPeriod, Log: log})
-	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: counter.Poke, Registerer: reg, Log: log})
-	prober := readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
+	// The throttle takes the ready pods from the prober, and tells it of a
+	// pod it could not reach, which the prober then probes until it answers.
+	var prober *readiness.Prober
+	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: counter.Poke,
+		OnUnreachable: func(k target.Key, pod netip.AddrPort) { prober.Unreachable(k, pod) }, Registerer: reg, Log: log})
+	prober = readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
 	defer prober.Close()
 	watcher.Throttle, watcher.Pods = th, prober
 	h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table, Throttler: th, Stats: counter, Registerer: reg, Log: log})

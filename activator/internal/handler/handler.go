@@ -171,12 +171,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	timeout := t.RequestTimeout()
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
+	// A pod that cannot be reached gets nothing, so the request can go to
+	// another: the transport must not close the body it did not send, and
+	// a body it began to send means the request is no longer whole.
+	out := r.WithContext(ctx)
+	var body *unsentBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &unsentBody{ReadCloser: r.Body}
+		out.Body = body
+	}
 	err = h.throttler.Try(ctx, t.Key, func(dest netip.AddrPort) error {
 		proxy := h.http1
 		if t.H2C {
 			proxy = h.h2c
 		}
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, forwardKey{}, forward{dest: dest, target: t})))
+		f := &forward{dest: dest, target: t, body: body}
+		proxy.ServeHTTP(w, out.WithContext(context.WithValue(ctx, forwardKey{}, f)))
+		if f.unreachable != nil {
+			return fmt.Errorf("%w: %w", throttle.ErrPodUnreachable, f.unreachable)
+		}
 		return nil
 	})
 	if err != nil {
@@ -201,6 +214,8 @@ func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.T
 	case errors.Is(err, throttle.ErrTargetRemoved), errors.Is(err, throttle.ErrUnknownTarget):
 		w.Header().Set("Retry-After", "1")
 		h.fail(w, http.StatusServiceUnavailable, reasonTargetRemoved, "%v; retry later", err)
+	case errors.Is(err, throttle.ErrPodUnreachable) && r.Context().Err() == nil:
+		h.fail(w, http.StatusBadGateway, reasonPodUnreachable, "%s: %v", t.Key, err)
 	case errors.Is(err, ErrShuttingDown):
 		shuttingDown(w)
 		h.fail(w, http.StatusServiceUnavailable, reasonShuttingDown, "%s: the request was held and not forwarded; retry", ErrShuttingDown)

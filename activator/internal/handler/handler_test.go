@@ -542,28 +542,68 @@ func TestHoldFailures(t *testing.T) {
 			t.Errorf("got %d %q, want 504 %q", resp.StatusCode, body, want)
 		}
 	})
-	t.Run("pod refuses: 502 naming it", func(t *testing.T) {
+	t.Run("pod refuses: the request, body included, goes to another pod", func(t *testing.T) {
 		e := newEnv(t, 0)
-		p := newPod(t, hi)
+		var got atomic.Value
+		live := newPod(t, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got.Store(string(b))
+			hi(w, r)
+		})
+		// Both pods of a CC 1 target: the throttle's first pick is either.
+		gone := newPod(t, hi)
+		e.serve(t, target.Target{Key: hello, ContainerConcurrency: 1}, gone.Server, live.Server)
+		gone.Close()
+		for i := range 4 {
+			req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader(fmt.Sprintf("body %d", i)))
+			req.Host = "hello.default"
+			resp, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "hi from the pod\n" || got.Load() != fmt.Sprintf("body %d", i) {
+				t.Errorf("request %d: got %d %q, the pod read %q", i, resp.StatusCode, body, got.Load())
+			}
+		}
+	})
+	t.Run("pod fails after the request was sent: 502 naming it, not retried", func(t *testing.T) {
+		e := newEnv(t, 0)
+		var calls atomic.Int32
+		p := newPod(t, func(w http.ResponseWriter, _ *http.Request) {
+			calls.Add(1)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close() // the request arrived; no answer
+			}
+		})
 		e.serve(t, target.Target{Key: hello}, p.Server)
-		p.Close()
-		resp, body, err := e.get(t, context.Background(), "hello.default")
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader("once"))
+		req.Host = "hello.default"
+		resp, err := e.srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
 		want := fmt.Sprintf("sockscale-activator: forward to pod %s of default/hello: ", p.Listener.Addr())
-		if resp.StatusCode != 502 || !strings.HasPrefix(body, want) {
+		if resp.StatusCode != 502 || !strings.HasPrefix(string(body), want) {
 			t.Errorf("got %d %q, want 502 %q...", resp.StatusCode, body, want)
 		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("the pod got the request %d times, want once", n)
+		}
 	})
-	t.Run("pod unreachable (dial timeout): 502 naming the error, not the request timeout", func(t *testing.T) {
+	t.Run("every pod unreachable (dial timeout): 502 after three, not the request timeout", func(t *testing.T) {
 		// A dial timeout matches context.DeadlineExceeded too; it must not
 		// read as the target's request timeout (5 minutes that did not pass).
 		tr := NewTransport()
 		tr.DialContext = (&net.Dialer{Timeout: time.Nanosecond}).DialContext
 		table := resolve.NewTable("")
+		reg := prometheus.NewRegistry()
 		th := throttle.New(throttle.Options{Self: "activator-0"})
-		srv := httptest.NewServer(New(Options{PodName: "activator-0", Resolver: table, Throttler: th, Stats: &countingStats{}, Transport: tr}))
+		srv := httptest.NewServer(New(Options{PodName: "activator-0", Resolver: table, Throttler: th, Stats: &countingStats{}, Transport: tr, Registerer: reg}))
 		defer srv.Close()
 		if err := table.Upsert(target.Target{Key: hello}); err != nil {
 			t.Fatal(err)
@@ -571,8 +611,12 @@ func TestHoldFailures(t *testing.T) {
 		if err := th.Update(hello, throttle.Settings{}); err != nil {
 			t.Fatal(err)
 		}
-		pod := netip.MustParseAddrPort("192.0.2.1:8080") // TEST-NET-1: never dialled, the dial times out at once
-		th.SetPods(hello, []netip.AddrPort{pod})
+		// TEST-NET-1: never dialled, the dial times out at once.
+		var pods []netip.AddrPort
+		for i := 1; i <= 4; i++ {
+			pods = append(pods, netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 8080))
+		}
+		th.SetPods(hello, pods)
 		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 		req.Host = "hello.default"
 		resp, err := srv.Client().Do(req)
@@ -581,9 +625,13 @@ func TestHoldFailures(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		want := fmt.Sprintf("sockscale-activator: forward to pod %s of default/hello: dial tcp %s: i/o timeout\n", pod, pod)
-		if resp.StatusCode != 502 || string(body) != want {
-			t.Errorf("got %d %q, want 502 %q", resp.StatusCode, body, want)
+		for _, want := range []string{"sockscale-activator: default/hello: 3 pods in a row could not be reached, the last 192.0.2.", ": pod unreachable: dial tcp 192.0.2.", ": i/o timeout\n"} {
+			if resp.StatusCode != 502 || !strings.Contains(string(body), want) {
+				t.Errorf("got %d %q, want 502 saying %q", resp.StatusCode, body, want)
+			}
+		}
+		if got := (&env{reg: reg}).errorResponses(t, 502, reasonPodUnreachable); got != 1 {
+			t.Errorf("502 pod_unreachable responses = %v, want 1", got)
 		}
 	})
 	t.Run("shutdown: held requests get 503 and Connection: close", func(t *testing.T) {

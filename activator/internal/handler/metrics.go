@@ -15,6 +15,7 @@ const (
 	reasonTargetRemoved   = "target_removed"
 	reasonShuttingDown    = "shutting_down"
 	reasonPodError        = "pod_error"
+	reasonPodUnreachable  = "pod_unreachable"
 	reasonPodTimeout      = "pod_timeout"
 	reasonInternal        = "internal"
 )
@@ -32,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sockscale_activator_error_responses_total",
 			Help: "Errors the activator answered itself, by code and reason: 405 connect; 400 absolute_uri, bad_target_header; " +
 				"404 unknown_target, ambiguous_target; 503 queue_full, target_removed, shutting_down; 504 deadline, pod_timeout; " +
-				"502 pod_error; 500 internal.",
+				"502 pod_error, pod_unreachable (several pods in a row could not be reached); 500 internal.",
 		}, []string{"code", "reason"}),
 	}
 	if reg != nil {

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,10 +18,39 @@ import (
 )
 
 // forward is where the throttle sent a request, carried in its context
-// to the ReverseProxy's Rewrite and ErrorHandler.
+// to the ReverseProxy's Rewrite and ErrorHandler, and what became of it.
 type forward struct {
 	dest   netip.AddrPort
 	target *target.Target
+	body   *unsentBody // nil: the request has no body
+	// unreachable is set by the ErrorHandler, instead of answering, when
+	// the pod could not be reached and nothing was sent: the request can
+	// go to another pod.
+	unreachable error
+}
+
+// unsentBody is a request body that the transport may not close (it does
+// on a failed dial, and the request could not go to another pod then) and
+// that remembers whether any of it was read.
+type unsentBody struct {
+	io.ReadCloser
+	read bool
+}
+
+func (b *unsentBody) Read(p []byte) (int, error) {
+	b.read = true
+	return b.ReadCloser.Read(p)
+}
+
+// Close leaves the body to the server, which closes it after the handler.
+func (b *unsentBody) Close() error { return nil }
+
+// unsent says whether err means the transport reached no pod and sent
+// nothing: the dial failed (refused, no route, timed out) before a byte of
+// the request was written.
+func (f *forward) unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && (f.body == nil || !f.body.read)
 }
 
 type forwardKey struct{}
@@ -92,7 +122,7 @@ func (b *bufferPool) Get() []byte {
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func (h *handler) rewrite(pr *httputil.ProxyRequest) {
-	f := pr.In.Context().Value(forwardKey{}).(forward)
+	f := pr.In.Context().Value(forwardKey{}).(*forward)
 	pr.SetURL(&url.URL{Scheme: "http", Host: f.dest.String()})
 	// The pod sees the host the client asked for, not its own address:
 	// applications that route or build links by Host keep working.
@@ -121,8 +151,11 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 // matches context.DeadlineExceeded, and is the pod's failure (502), not
 // the target's request timeout running out (504).
 func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	f := r.Context().Value(forwardKey{}).(forward)
+	f := r.Context().Value(forwardKey{}).(*forward)
 	switch {
+	case r.Context().Err() == nil && f.unsent(err):
+		// Not answered here: Try hands the request to another pod.
+		f.unreachable = err
 	case errors.Is(context.Cause(r.Context()), ErrShuttingDown):
 		shuttingDown(w)
 		h.fail(w, http.StatusServiceUnavailable, reasonShuttingDown, "%s before pod %s of %s answered; retry", ErrShuttingDown, f.dest, f.target.Key)

@@ -71,9 +71,11 @@ type Options struct {
 // EndpointSlice says so, or, if the EndpointSlice has never called it
 // ready, once it answers a probe. A pod the EndpointSlice called ready and
 // then not ready is not ready: the kubelet saw it fail (or it is going
-// away) and a probe of / would not know better. Probes run only for pods
-// waiting for their first readiness, one goroutine each, stopped when the
-// pod is ready or leaves.
+// away) and a probe of / would not know better. A pod the activator could
+// not reach (Unreachable) is not ready until it answers a probe again.
+// Probes run only for pods waiting for their first readiness or to be
+// reachable again, one goroutine each, stopped when the pod is ready or
+// leaves.
 type Prober struct {
 	sink    Sink
 	period  time.Duration
@@ -104,12 +106,19 @@ type podState struct {
 	sliceReady     bool // the EndpointSlice says ready now
 	everSliceReady bool // ... or said it once
 	probedReady    bool // answered a probe
+	unreachable    bool // a forward could not connect; cleared by a probe's answer
 	since          time.Time
 	stop           context.CancelFunc // non-nil while probing
 }
 
 func (s *podState) ready() bool {
-	return s.sliceReady || (s.probedReady && !s.everSliceReady)
+	return !s.unreachable && (s.sliceReady || (s.probedReady && !s.everSliceReady))
+}
+
+// probing says whether the pod needs probes: it waits for its first
+// readiness, or to be reachable again.
+func (s *podState) probing() bool {
+	return s.unreachable || (!s.everSliceReady && !s.probedReady)
 }
 
 // New returns a Prober; Close stops its probes.
@@ -165,15 +174,7 @@ func (p *Prober) SetPods(key target.Key, pods []Pod) {
 		}
 		st.sliceReady = pod.Ready
 		st.everSliceReady = st.everSliceReady || pod.Ready
-		switch waiting := !st.everSliceReady && !st.probedReady; {
-		case waiting && st.stop == nil:
-			ctx, cancel := context.WithCancel(p.ctx)
-			st.stop = cancel
-			p.wg.Go(func() { p.probeLoop(ctx, key, pod.Addr) })
-		case !waiting && st.stop != nil:
-			st.stop()
-			st.stop = nil
-		}
+		p.startOrStop(key, pod.Addr, st)
 	}
 	for addr, st := range tp.pods {
 		if !seen[addr] {
@@ -183,6 +184,42 @@ func (p *Prober) SetPods(key target.Key, pods []Pod) {
 			delete(tp.pods, addr)
 		}
 	}
+	p.push(key, tp)
+}
+
+// startOrStop runs a probe loop for the pod while it needs one. p.mu must
+// be held.
+func (p *Prober) startOrStop(key target.Key, addr netip.AddrPort, st *podState) {
+	switch probing := st.probing(); {
+	case probing && st.stop == nil:
+		ctx, cancel := context.WithCancel(p.ctx)
+		st.stop = cancel
+		p.wg.Go(func() { p.probeLoop(ctx, key, addr) })
+	case !probing && st.stop != nil:
+		st.stop()
+		st.stop = nil
+	}
+}
+
+// Unreachable takes a pod the activator could not connect to out of the
+// ready set until it answers a probe: its EndpointSlice may call it ready
+// for seconds after it died (the kubelet probes every 10 s by default), and
+// every request sent there meanwhile would fail. A pod the prober does not
+// know is ignored.
+func (p *Prober) Unreachable(key target.Key, addr netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tp := p.targets[key]
+	if p.closed || tp == nil || tp.pods[addr] == nil {
+		return
+	}
+	st := tp.pods[addr]
+	if st.unreachable {
+		return
+	}
+	st.unreachable = true
+	p.log.Info("pod unreachable, probing it until it answers", "target", key, "pod", addr)
+	p.startOrStop(key, addr, st)
 	p.push(key, tp)
 }
 
@@ -279,7 +316,7 @@ func (p *Prober) probe(loop context.Context, url string) bool {
 	return true
 }
 
-// probed marks a pod ready after it answered, unless its probe was stopped
+// probed marks a pod ready (or reachable again) after it answered, unless its probe was stopped
 // meanwhile (the pod left, or the EndpointSlice spoke first).
 func (p *Prober) probed(ctx context.Context, key target.Key, addr netip.AddrPort) {
 	p.mu.Lock()
@@ -289,10 +326,15 @@ func (p *Prober) probed(ctx context.Context, key target.Key, addr netip.AddrPort
 	}
 	tp := p.targets[key]
 	st := tp.pods[addr]
-	st.probedReady = true
 	st.stop() // releases the context
 	st.stop = nil
-	p.m.probedReady.WithLabelValues(key.Namespace, key.Name).Inc()
-	p.log.Info("pod answered its probe before its EndpointSlice called it ready", "target", key, "pod", addr, "after", p.clock.Since(st.since))
+	if st.unreachable {
+		st.unreachable = false
+		p.log.Info("unreachable pod answers again", "target", key, "pod", addr)
+	} else {
+		st.probedReady = true
+		p.m.probedReady.WithLabelValues(key.Namespace, key.Name).Inc()
+		p.log.Info("pod answered its probe before its EndpointSlice called it ready", "target", key, "pod", addr, "after", p.clock.Since(st.since))
+	}
 	p.push(key, tp)
 }

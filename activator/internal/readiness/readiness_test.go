@@ -254,3 +254,35 @@ func TestRemovedPodsStopBeingProbed(t *testing.T) {
 		t.Errorf("SetPods after Close started probes")
 	}
 }
+
+// TestUnreachableUntilItAnswers: a pod its EndpointSlice calls ready but
+// that refused a forward leaves the ready set at once and comes back when
+// it answers a probe; the slice staying ready does not bring it back.
+func TestUnreachableUntilItAnswers(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	b := newBackend(t, http.StatusServiceUnavailable)
+	s := newSink()
+	p := New(Options{Sink: s, Clock: clk})
+	defer p.Close()
+
+	p.SetPods(hello, []Pod{{Addr: b.addr(), Ready: true}})
+	s.next(t) // ready by its slice, not probed
+	p.Unreachable(hello, b.addr())
+	if got := s.next(t); len(got) != 0 {
+		t.Fatalf("after Unreachable: %v, want empty", got)
+	}
+	b.probed(t) // 503: still out
+	p.SetPods(hello, []Pod{{Addr: b.addr(), Ready: true}})
+	s.none(t)
+	p.Unreachable(hello, b.addr()) // told again while probing: nothing new
+	s.none(t)
+	b.code.Store(http.StatusOK)
+	clk.Step(DefaultPeriod)
+	b.probed(t)
+	if diff := cmp.Diff([]netip.AddrPort{b.addr()}, s.next(t), addrs); diff != "" {
+		t.Errorf("ready set after it answered (-want +got):\n%s", diff)
+	}
+	p.Unreachable(hello, netip.MustParseAddrPort("10.9.9.9:80")) // unknown pod: ignored
+	p.Unreachable(target.Key{Namespace: "x", Name: "y"}, b.addr())
+	s.none(t)
+}

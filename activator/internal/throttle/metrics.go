@@ -22,6 +22,7 @@ const (
 	resultDeadline      = "deadline"
 	resultCanceled      = "canceled"
 	resultTargetRemoved = "target_removed"
+	resultUnreachable   = "pod_unreachable"
 )
 
 // waitBuckets span a warm request (no wait) to the longest timeout (600 s).
@@ -36,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, append(labels, "state")),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_hold_results_total",
-			Help: "Requests that asked for a pod slot, by result: forwarded, queue_full (503), deadline (504), canceled (client gone or shutdown), target_removed.",
+			Help: "Requests that asked for a pod slot, by result: forwarded (each time one is handed to a pod), pod_unreachable (the pod could not be reached and nothing was sent: the request goes to another pod), queue_full (503), deadline (504), canceled (client gone or shutdown), target_removed.",
 		}, append(labels, "result")),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sockscale_activator_wait_duration_seconds",
@@ -64,6 +65,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type targetMetrics struct {
 	held, forwarding                                  prometheus.Gauge
 	forwarded, queueFull, deadline, canceled, removed prometheus.Counter
+	unreachable                                       prometheus.Counter
 	wait, coldStart                                   prometheus.Observer
 	readyPods, assignedPods                           prometheus.Gauge
 }
@@ -78,6 +80,7 @@ func (m *metrics) forTarget(k target.Key) targetMetrics {
 		deadline:     m.results.WithLabelValues(ns, n, resultDeadline),
 		canceled:     m.results.WithLabelValues(ns, n, resultCanceled),
 		removed:      m.results.WithLabelValues(ns, n, resultTargetRemoved),
+		unreachable:  m.results.WithLabelValues(ns, n, resultUnreachable),
 		wait:         m.wait.WithLabelValues(ns, n),
 		coldStart:    m.coldStart.WithLabelValues(ns, n),
 		readyPods:    m.pods.WithLabelValues(ns, n, "ready"),

@@ -33,7 +33,17 @@ var (
 	ErrUnknownTarget = errors.New("unknown target")
 	// ErrTargetRemoved: the target was deleted while the request was held.
 	ErrTargetRemoved = errors.New("target removed")
+	// ErrPodUnreachable is for fn to wrap when it could not reach the pod
+	// and sent it nothing (the connection was refused or timed out): Try
+	// takes the pod out of the ready set and hands the request to another
+	// pod, or holds it again until one is ready.
+	ErrPodUnreachable = errors.New("pod unreachable")
 )
+
+// maxUnreachable is how many pods in a row may fail to connect before Try
+// gives up with fn's error: a request is not held to its deadline when
+// every pod is unreachable (a network fault, not a cold start).
+const maxUnreachable = 3
 
 // DefaultQueueDepth is how many requests a target may have held at once.
 const DefaultQueueDepth = 10000
@@ -53,6 +63,10 @@ type Options struct {
 	// scale from zero. It runs on the request's goroutine and must not
 	// block (the wiring pokes the controller from it).
 	OnCold func(target.Key)
+	// OnUnreachable, if set, is told of a pod that fn could not reach
+	// (ErrPodUnreachable). The throttle stops using the pod at once; the
+	// wiring has the readiness prober probe it until it answers again.
+	OnUnreachable func(target.Key, netip.AddrPort)
 	// Clock times waits and cold starts (default: the real clock).
 	Clock clock.PassiveClock
 	// Registerer gets the throttle's metrics (nil: not registered).
@@ -75,12 +89,13 @@ type Settings struct {
 // Throttler holds requests per target. Its methods are safe for
 // concurrent use.
 type Throttler struct {
-	self   string
-	depth  int
-	onCold func(target.Key)
-	clock  clock.PassiveClock
-	m      *metrics
-	log    *slog.Logger
+	self          string
+	depth         int
+	onCold        func(target.Key)
+	onUnreachable func(target.Key, netip.AddrPort)
+	clock         clock.PassiveClock
+	m             *metrics
+	log           *slog.Logger
 
 	mu     sync.RWMutex
 	queues map[target.Key]*queue
@@ -88,7 +103,7 @@ type Throttler struct {
 
 // New returns a Throttler with no targets.
 func New(o Options) *Throttler {
-	t := &Throttler{self: o.Self, depth: o.QueueDepth, onCold: o.OnCold, clock: o.Clock, m: newMetrics(o.Registerer), log: o.Log, queues: make(map[target.Key]*queue)}
+	t := &Throttler{self: o.Self, depth: o.QueueDepth, onCold: o.OnCold, onUnreachable: o.OnUnreachable, clock: o.Clock, m: newMetrics(o.Registerer), log: o.Log, queues: make(map[target.Key]*queue)}
 	if t.depth <= 0 {
 		t.depth = DefaultQueueDepth
 	}
@@ -237,29 +252,55 @@ func (t *Throttler) queue(key target.Key) *queue {
 // Try runs fn with the address of a pod of the target that has a free
 // slot, waiting in the target's queue (oldest first) until one is free or
 // ctx ends. The slot is taken until fn returns. Waiting costs no goroutine
-// beyond the caller's. Errors: ErrQueueFull, ErrDeadline, ErrUnknownTarget,
-// ErrTargetRemoved, the cause of ctx's cancellation, or fn's error.
+// beyond the caller's. If fn's error wraps ErrPodUnreachable, the pod is
+// taken out and fn runs again with another (up to maxUnreachable pods).
+// Errors: ErrQueueFull, ErrDeadline, ErrUnknownTarget, ErrTargetRemoved,
+// the cause of ctx's cancellation, or fn's error.
 func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.AddrPort) error) error {
 	q := t.queue(key)
 	if q == nil {
 		return fmt.Errorf("%w %s", ErrUnknownTarget, key)
 	}
 	start := t.clock.Now()
+	for attempt := 1; ; attempt++ {
+		p, err := q.acquire(ctx, start)
+		if err != nil {
+			return err
+		}
+		err = q.run(p, fn)
+		if !errors.Is(err, ErrPodUnreachable) {
+			return err
+		}
+		q.m.unreachable.Inc()
+		t.log.Warn("pod unreachable, the request goes to another", "target", key, "pod", p.addr, "attempt", attempt, "err", err)
+		if t.onUnreachable != nil {
+			t.onUnreachable(key, p.addr)
+		}
+		if attempt == maxUnreachable || ctx.Err() != nil {
+			return fmt.Errorf("%d pods in a row could not be reached, the last %v: %w", attempt, p.addr, err)
+		}
+	}
+}
+
+// acquire takes a free slot for a request that arrived at start: at once,
+// or after waiting in the queue.
+func (q *queue) acquire(ctx context.Context, start time.Time) (*pod, error) {
+	t, key := q.t, q.key
 	q.mu.Lock()
 	if q.removed {
 		q.mu.Unlock()
-		return fmt.Errorf("%w %s", ErrUnknownTarget, key)
+		return nil, fmt.Errorf("%w %s", ErrUnknownTarget, key)
 	}
 	if p := q.pick(); p != nil {
 		p.inFlight++
 		q.mu.Unlock()
-		q.m.wait.Observe(0)
-		return q.run(p, fn)
+		q.m.wait.Observe(t.clock.Since(start).Seconds())
+		return p, nil
 	}
 	if q.waiters.Len() >= t.depth {
 		q.mu.Unlock()
 		q.m.queueFull.Inc()
-		return fmt.Errorf("%w: %s already holds %d requests, the queue depth", ErrQueueFull, key, t.depth)
+		return nil, fmt.Errorf("%w: %s already holds %d requests, the queue depth", ErrQueueFull, key, t.depth)
 	}
 	w := &waiter{grant: make(chan grant, 1)}
 	w.elem = q.waiters.PushBack(w)
@@ -278,10 +319,10 @@ func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.
 		q.m.held.Dec()
 		if g.err != nil {
 			q.m.removed.Inc()
-			return g.err
+			return nil, g.err
 		}
 		q.m.wait.Observe(t.clock.Since(start).Seconds())
-		return q.run(g.pod, fn)
+		return g.pod, nil
 	case <-ctx.Done():
 	}
 
@@ -300,33 +341,40 @@ func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.
 	q.mu.Unlock()
 	if granted {
 		if g := <-w.grant; g.pod != nil {
-			q.release(g.pod)
+			q.release(g.pod, false)
 		}
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		q.m.deadline.Inc()
-		return fmt.Errorf("%w: %s: held %v and %s", ErrDeadline, key, t.clock.Since(start).Round(time.Millisecond), why)
+		return nil, fmt.Errorf("%w: %s: held %v and %s", ErrDeadline, key, t.clock.Since(start).Round(time.Millisecond), why)
 	}
 	q.m.canceled.Inc()
-	return context.Cause(ctx)
+	return nil, context.Cause(ctx)
 }
 
 // run calls fn with the pod's address and gives the slot back after, even
 // if fn panics (httputil.ReverseProxy aborts a broken response by panic).
-func (q *queue) run(p *pod, fn func(netip.AddrPort) error) error {
+func (q *queue) run(p *pod, fn func(netip.AddrPort) error) (err error) {
 	q.m.forwarded.Inc()
 	q.m.forwarding.Inc()
 	defer func() {
 		q.m.forwarding.Dec()
-		q.release(p)
+		q.release(p, errors.Is(err, ErrPodUnreachable))
 	}()
 	return fn(p.addr)
 }
 
-func (q *queue) release(p *pod) {
+// release gives back p's slot. An unreachable pod leaves the ready set
+// first, so that the slot is not handed to the next waiter: the readiness
+// prober brings it back once it answers a probe (OnUnreachable).
+func (q *queue) release(p *pod, unreachable bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	p.inFlight--
+	if unreachable && p.ready && q.pods[p.addr] == p {
+		p.ready = false
+		q.assign()
+	}
 	if !p.ready && p.inFlight == 0 && q.pods[p.addr] == p {
 		delete(q.pods, p.addr)
 	}
@@ -413,32 +461,28 @@ func (q *queue) whyNoSlot() string {
 // assign recomputes which ready pods this activator uses and how many
 // slots each. q.mu must be held.
 func (q *queue) assign() {
-	ready := make([]*pod, 0, len(q.pods))
-	for _, p := range q.pods {
-		p.slots = 0
-		if p.ready {
-			ready = append(ready, p)
-		}
-	}
-	slices.SortFunc(ready, func(a, b *pod) int { return a.addr.Compare(b.addr) })
-	n, i := len(q.activators), -1
-	if k, found := slices.BinarySearch(q.activators, q.t.self); found {
-		i = k
-	}
-	if i < 0 {
+	self := q.t.self
+	activators := q.activators
+	if _, found := slices.BinarySearch(activators, self); !found {
 		// Not in the target's path (yet, or any more): traffic reaches us
 		// only through endpoints not updated yet. Use every pod: holding
 		// requests for lack of a share would fail them, and the overlap is
 		// brief.
-		n, i = 1, 0
+		activators = []string{self}
 	}
 	q.assigned = q.assigned[:0]
-	for j, p := range ready {
-		if p.slots = share(q.cc, len(ready), n, i, j); p.slots > 0 {
+	q.readyPods = 0
+	for _, p := range q.pods {
+		p.slots = 0
+		if !p.ready {
+			continue
+		}
+		q.readyPods++
+		if p.slots = share(q.cc, p.addr, activators, self); p.slots > 0 {
 			q.assigned = append(q.assigned, p)
 		}
 	}
-	q.readyPods = len(ready)
+	slices.SortFunc(q.assigned, func(a, b *pod) int { return a.addr.Compare(b.addr) })
 	if q.next >= len(q.assigned) {
 		q.next = 0
 	}
@@ -446,46 +490,86 @@ func (q *queue) assign() {
 	q.m.assignedPods.Set(float64(len(q.assigned)))
 }
 
-// share is how many requests activator i (of n, by sorted name) may have
-// in flight at once to pod j (of p ready pods, sorted by address), for a
-// containerConcurrency of cc (0: unlimited). Summed over the activators it
-// is exactly cc for every pod, so activators that do not talk to each other
-// never oversubscribe a pod:
+// share is how many requests activator self (one of activators, which
+// holds no duplicates) may have in flight at once to the pod at addr, for
+// a containerConcurrency of cc (0: unlimited). Summed over the activators
+// it is exactly cc for every pod, so activators that do not talk to each
+// other never oversubscribe a pod.
 //
-//   - p >= n: whole pods. Pod j belongs to activator j mod n, with all cc
-//     slots. 5 pods, 2 activators: activator 0 takes pods 0, 2, 4 and
-//     activator 1 pods 1, 3.
-//   - p < n: every activator would starve without a whole pod, so pods'
-//     slots are dealt instead. Slot s of pod j is unit u = s*p + j, and
-//     unit u goes to activator u mod n. cc = 10, 2 pods, 3 activators:
-//     pod 0's slots go 4/3/3 and pod 1's 3/4/3 to activators 0/1/2, so the
-//     activators have 7, 7 and 6 slots: 20 in all.
+// Each pod ranks the activators by a hash of (pod, activator) (rendezvous
+// hashing) and deals its cc slots round the ranking: every activator gets
+// cc/n, and the first cc mod n of the pod's ranking one more. cc = 10, 3
+// activators: 4/3/3, the 4 going to the pod's first; cc = 1, 2 activators:
+// the whole pod to its first.
 //
-// When p*cc < n some activators get no slot: cc = 1 with one pod and two
-// activators gives activator 1 nothing. Its requests wait, and what it
-// reports as held makes the decider add pods (one held plus one at the pod
-// is concurrency 2, so ceil(2/0.7) = 3 pods at the default utilization),
-// after which it has its own pod. Only if max-scale * cc < n would it wait
-// for good; the controller must not put more activators in the path than
-// that.
-func share(cc, p, n, i, j int) int {
-	if p >= n {
-		if j%n != i {
-			return 0
-		}
-		if cc == 0 {
-			return unlimited
-		}
-		return cc
-	}
+// What an activator gets at a pod depends only on that pod and the
+// activator set, never on the other pods. Activators see pods become ready
+// at different moments (each probes them itself): a split by the pods'
+// sorted order (KPA.md's reading) moved shares between pods whenever one
+// activator saw a pod the other did not yet, and a CC = 1 pod got two
+// requests at once (1-7 per 100 cold-start requests in the e2e test with
+// 2 activators).
+//
+// The price is balance: with fewer slots than activators at each pod (cc
+// < n) whole slots go by hash, so an activator may have none while pods
+// are few (cc = 1, 2 pods, 2 activators: one chance in two). Its requests
+// wait, and what it reports as held makes the decider add pods (one held
+// plus one at the pod is concurrency 2, so ceil(2/0.7) = 3 pods at the
+// default utilization); each new pod is its own with probability 1/n.
+// Only if max-scale * cc < n can it wait for good: the controller puts no
+// more activators in the path than that.
+//
+// cc = 0 has no limit to share: every activator balances over every pod.
+func share(cc int, addr netip.AddrPort, activators []string, self string) int {
+	n := len(activators)
 	if cc == 0 {
 		return unlimited
 	}
-	slots := 0
-	for s := range cc {
-		if (s*p+j)%n == i {
-			slots++
+	if n <= 1 {
+		return cc
+	}
+	pod := podHash(addr)
+	mine := rendezvous(pod, self)
+	rank := 0
+	for _, a := range activators {
+		if h := rendezvous(pod, a); h > mine || (h == mine && a < self) {
+			rank++
 		}
+	}
+	slots := cc / n
+	if rank < cc%n {
+		slots++
 	}
 	return slots
 }
+
+// podHash and rendezvous make the (pod, activator) weights of share:
+// FNV-1a over the pod's address and port, then the activator's name, with
+// a final mix (splitmix64's) so that names differing in their last byte
+// still rank independently.
+func podHash(addr netip.AddrPort) uint64 {
+	h := uint64(fnvOffset)
+	b := addr.Addr().As16()
+	for _, c := range b {
+		h = (h ^ uint64(c)) * fnvPrime
+	}
+	h = (h ^ uint64(addr.Port()>>8)) * fnvPrime
+	return (h ^ uint64(addr.Port()&0xff)) * fnvPrime
+}
+
+func rendezvous(pod uint64, activator string) uint64 {
+	h := pod
+	for i := range len(activator) {
+		h = (h ^ uint64(activator[i])) * fnvPrime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -146,70 +147,149 @@ func (c *deadlineCtx) Err() error {
 	}
 }
 
+// activatorNames returns n activator pod names act-0, act-1, ...
+func activatorNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("sockscale-activator-7d9f8-%d", i)
+	}
+	return names
+}
+
 func TestShare(t *testing.T) {
-	// slots[i][j]: activator i's slots at pod j.
-	table := func(cc, p, n int) [][]int {
-		s := make([][]int, n)
-		for i := range s {
-			s[i] = make([]int, p)
-			for j := range p {
-				s[i][j] = share(cc, p, n, i, j)
-			}
-		}
-		return s
-	}
 	const u = unlimited
-	tests := []struct {
-		name     string
-		cc, p, n int
-		want     [][]int
+	acts := activatorNames(3)
+	pod := pods(1)[0]
+	for _, tt := range []struct {
+		name       string
+		cc         int
+		activators []string
+		want       int
 	}{
-		{"one activator takes everything", 3, 2, 1, [][]int{{3, 3}}},
-		{"5 pods, 2 activators: whole pods, j mod n", 2, 5, 2, [][]int{{2, 0, 2, 0, 2}, {0, 2, 0, 2, 0}}},
-		{"2 pods, 3 activators, cc 10: slots dealt 4/3/3 and 3/4/3", 10, 2, 3, [][]int{{4, 3}, {3, 4}, {3, 3}}},
-		{"1 pod, 2 activators, cc 1: activator 1 waits for a second pod", 1, 1, 2, [][]int{{1}, {0}}},
-		{"1 pod, 3 activators, cc 2", 2, 1, 3, [][]int{{1}, {1}, {0}}},
-		{"unlimited, fewer pods than activators: all pods for all", 0, 1, 2, [][]int{{u}, {u}}},
-		{"unlimited, whole pods", 0, 3, 2, [][]int{{u, 0, u}, {0, u, 0}}},
-	}
-	for _, tt := range tests {
-		if diff := cmp.Diff(tt.want, table(tt.cc, tt.p, tt.n)); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
+		{"one activator takes every slot", 3, acts[:1], 3},
+		{"no activator list: every slot", 3, nil, 3},
+		{"unlimited with several activators: every activator uses the pod", 0, acts, u},
+	} {
+		if got := share(tt.cc, pod, tt.activators, acts[0]); got != tt.want {
+			t.Errorf("%s: share = %d, want %d", tt.name, got, tt.want)
 		}
+	}
+
+	// cc 10 over 3 activators: 4/3/3, the 4 to the pod's first by hash.
+	var got []int
+	for _, a := range acts {
+		got = append(got, share(10, pod, acts, a))
+	}
+	slices.Sort(got)
+	if diff := cmp.Diff([]int{3, 3, 4}, got); diff != "" {
+		t.Errorf("cc 10, 3 activators: slots (-want +got):\n%s", diff)
 	}
 
 	// The rule's promise, for every small case: the activators' slots at a
 	// pod add up to exactly cc (never oversubscribed, nothing wasted), and
-	// when there are at least as many slots as activators, each has one.
+	// every activator gets cc/n of every pod.
 	for cc := 1; cc <= 12; cc++ {
-		for p := 1; p <= 7; p++ {
-			for n := 1; n <= 6; n++ {
-				s := table(cc, p, n)
-				for j := range p {
-					sum := 0
-					for i := range n {
-						sum += s[i][j]
+		for n := 1; n <= 6; n++ {
+			for _, pod := range pods(7) {
+				sum := 0
+				for _, a := range activatorNames(n) {
+					s := share(cc, pod, activatorNames(n), a)
+					if s < cc/n || s > cc/n+1 {
+						t.Errorf("cc %d, %d activators, pod %v: activator %s has %d slots, want %d or %d", cc, n, pod, a, s, cc/n, cc/n+1)
 					}
-					if sum != cc {
-						t.Errorf("cc %d, %d pods, %d activators: pod %d has %d slots in all, want %d", cc, p, n, j, sum, cc)
-					}
+					sum += s
 				}
-				for i := range n {
-					total := 0
-					for j := range p {
-						total += s[i][j]
-					}
-					if p*cc >= n && total == 0 {
-						t.Errorf("cc %d, %d pods, %d activators: activator %d has no slot", cc, p, n, i)
-					}
+				if sum != cc {
+					t.Errorf("cc %d, %d activators: pod %v has %d slots in all, want %d", cc, n, pod, sum, cc)
 				}
 			}
 		}
 	}
 }
 
+// TestShareSpreads checks that the hash spreads whole pods evenly: with cc
+// 1 each pod goes to one activator, and over many pods each activator gets
+// about its part.
+func TestShareSpreads(t *testing.T) {
+	const podCount = 3000
+	all := make([]netip.AddrPort, podCount)
+	for i := range all {
+		all[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 8080)
+	}
+	for _, n := range []int{2, 3, 5} {
+		acts := activatorNames(n)
+		for _, a := range acts {
+			owned := 0
+			for _, p := range all {
+				owned += share(1, p, acts, a)
+			}
+			// Binomial(3000, 1/n): 5 standard deviations either side.
+			mean := float64(podCount) / float64(n)
+			sd := math.Sqrt(mean * (1 - 1/float64(n)))
+			if math.Abs(float64(owned)-mean) > 5*sd {
+				t.Errorf("%d activators: %s owns %d of %d pods, want %.0f +- %.0f", n, a, owned, podCount, mean, 5*sd)
+			}
+		}
+	}
+}
+
+// TestActivatorsWithDifferentViewsNeverOversubscribe is the case that
+// broke the earlier split by the pods' sorted order: two activators see a
+// different set of ready pods (each probes them itself, and one saw a new
+// pod answer first). For every pod both use, their slots must still add up
+// to at most cc. With the sorted-order split, a pod at index 0 for one
+// activator and index 1 for the other went to both.
+func TestActivatorsWithDifferentViewsNeverOversubscribe(t *testing.T) {
+	acts := activatorNames(2)
+	all := pods(12)
+	r := rand.New(rand.NewPCG(3, 4))
+	for cc := 1; cc <= 4; cc++ {
+		for range 200 {
+			viewA := slices.DeleteFunc(slices.Clone(all), func(netip.AddrPort) bool { return r.IntN(3) == 0 })
+			viewB := slices.DeleteFunc(slices.Clone(all), func(netip.AddrPort) bool { return r.IntN(3) == 0 })
+			a := newThrottlerAs(t, acts[0], acts, cc, viewA)
+			b := newThrottlerAs(t, acts[1], acts, cc, viewB)
+			slotsA, slotsB := assignedSlots(a), assignedSlots(b)
+			for addr, sa := range slotsA {
+				if sb := slotsB[addr]; sa+sb > cc {
+					t.Fatalf("cc %d: pod %v gets %d slots from %s (view %v) and %d from %s (view %v)", cc, addr, sa, acts[0], viewA, sb, acts[1], viewB)
+				}
+			}
+		}
+	}
+}
+
+func newThrottlerAs(t *testing.T, self string, activators []string, cc int, ready []netip.AddrPort) *Throttler {
+	t.Helper()
+	return newThrottler(t, Options{Self: self}, Settings{ContainerConcurrency: cc, Activators: activators}, ready...)
+}
+
+// assignedSlots is the slots of each pod the throttler uses.
+func assignedSlots(th *Throttler) map[netip.AddrPort]int {
+	q := th.queue(hello)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	got := map[netip.AddrPort]int{}
+	for _, p := range q.assigned {
+		got[p.addr] = p.slots
+	}
+	return got
+}
+
 func TestAssignment(t *testing.T) {
 	all := pods(4)
+	acts := activatorNames(3)
+	// byShare is what share says for each pod, the expectation where the
+	// hash decides.
+	byShare := func(cc int, self string, activators []string, ready []netip.AddrPort) map[netip.AddrPort]int {
+		m := map[netip.AddrPort]int{}
+		for _, p := range ready {
+			if s := share(cc, p, activators, self); s > 0 {
+				m[p] = s
+			}
+		}
+		return m
+	}
 	tests := []struct {
 		name       string
 		self       string
@@ -218,25 +298,26 @@ func TestAssignment(t *testing.T) {
 		ready      []netip.AddrPort
 		want       map[netip.AddrPort]int // slots of the pods this activator uses
 	}{
-		{"second of two activators takes pods 1 and 3 in sorted order", "act-b", []string{"act-b", "act-a"}, 5,
-			[]netip.AddrPort{all[3], all[0], all[2], all[1]}, map[netip.AddrPort]int{all[1]: 5, all[3]: 5}},
-		{"not in the path: every pod, full cc", "act-z", []string{"act-a", "act-b"}, 5, all[:2], map[netip.AddrPort]int{all[0]: 5, all[1]: 5}},
-		{"no activator list: every pod", "act-a", nil, 1, all[:1], map[netip.AddrPort]int{all[0]: 1}},
-		{"duplicate names count once", "act-b", []string{"act-a", "act-b", "act-b"}, 3, all[:2], map[netip.AddrPort]int{all[1]: 3}},
-		{"1 pod, 3 activators, cc 10: a third of the slots", "act-c", []string{"act-a", "act-b", "act-c"}, 10, all[:1], map[netip.AddrPort]int{all[0]: 3}},
+		{"second of two activators: the pods whose first it is", acts[1], []string{acts[1], acts[0]}, 1, all,
+			byShare(1, acts[1], acts[:2], all)},
+		{"not in the path: every pod, full cc", "act-z", acts[:2], 5, all[:2], map[netip.AddrPort]int{all[0]: 5, all[1]: 5}},
+		{"no activator list: every pod", acts[0], nil, 1, all[:1], map[netip.AddrPort]int{all[0]: 1}},
+		{"duplicate names count once", acts[1], []string{acts[0], acts[1], acts[1]}, 3, all[:2], byShare(3, acts[1], acts[:2], all[:2])},
+		{"1 pod, 3 activators, cc 10: a third of the slots, or one more", acts[2], acts, 10, all[:1], byShare(10, acts[2], acts, all[:1])},
+		{"unlimited: every pod", acts[0], acts, 0, all, map[netip.AddrPort]int{all[0]: unlimited, all[1]: unlimited, all[2]: unlimited, all[3]: unlimited}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			th := newThrottler(t, Options{Self: tt.self}, Settings{ContainerConcurrency: tt.cc, Activators: tt.activators}, tt.ready...)
-			q := th.queue(hello)
-			got := map[netip.AddrPort]int{}
-			for _, p := range q.assigned {
-				got[p.addr] = p.slots
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, assignedSlots(th)); diff != "" {
 				t.Errorf("assigned slots (-want +got):\n%s", diff)
 			}
 		})
+	}
+	// The case above with cc 1 and 4 pods between 2 activators must give
+	// each some, or the test says nothing about the split.
+	if n := len(byShare(1, acts[1], acts[:2], all)); n == 0 || n == len(all) {
+		t.Errorf("activator %s owns %d of 4 pods: pick pod addresses the hash splits", acts[1], n)
 	}
 }
 
@@ -633,4 +714,90 @@ func TestNeverMoreThanCC(t *testing.T) {
 	q.mu.Unlock()
 	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 	t.Logf("served %d, gave up %d", served.Load(), gaveUp.Load())
+}
+
+// TestUnreachablePodGoesToAnother: a pod that cannot be reached (nothing
+// was sent) is taken out at once, the request goes to another pod, and the
+// wiring is told so that the pod is probed until it answers again.
+func TestUnreachablePodGoesToAnother(t *testing.T) {
+	all := pods(2)
+	var told []netip.AddrPort
+	th := newThrottler(t, Options{OnUnreachable: func(k target.Key, a netip.AddrPort) { told = append(told, a) }},
+		Settings{ContainerConcurrency: 1}, all...)
+	var tried []netip.AddrPort
+	err := th.Try(context.Background(), hello, func(d netip.AddrPort) error {
+		tried = append(tried, d)
+		if len(tried) == 1 {
+			return fmt.Errorf("dial %v: %w", d, ErrPodUnreachable)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Try = %v, want served by the second pod", err)
+	}
+	if len(tried) != 2 || tried[0] == tried[1] {
+		t.Fatalf("pods tried %v, want two different ones", tried)
+	}
+	if !slices.Equal([]netip.AddrPort{tried[0]}, told) {
+		t.Errorf("OnUnreachable told %v, want [%v]", told, tried[0])
+	}
+	if got := assignedSlots(th); got[tried[0]] != 0 || got[tried[1]] != 1 {
+		t.Errorf("assigned %v: want the unreachable pod %v out", got, tried[0])
+	}
+	th.SetPods(hello, all) // the prober saw it answer again
+	if got := assignedSlots(th); len(got) != 2 {
+		t.Errorf("assigned %v after the pod came back, want both", got)
+	}
+	if got := testutil.ToFloat64(th.m.results.WithLabelValues(hello.Namespace, hello.Name, resultUnreachable)); got != 1 {
+		t.Errorf("pod_unreachable results = %v, want 1", got)
+	}
+}
+
+// TestUnreachableLastPodHoldsAgain: with its only pod unreachable the
+// request is held again (not failed) until a pod is ready.
+func TestUnreachableLastPodHoldsAgain(t *testing.T) {
+	p := pods(2)
+	th := newThrottler(t, Options{}, Settings{ContainerConcurrency: 1}, p[0])
+	done := make(chan error, 1)
+	var tried []netip.AddrPort
+	go func() {
+		done <- th.Try(context.Background(), hello, func(d netip.AddrPort) error {
+			tried = append(tried, d)
+			if d == p[0] {
+				return ErrPodUnreachable
+			}
+			return nil
+		})
+	}()
+	waitFor(t, "the request held again", func() bool { return th.Held(hello) == 1 })
+	th.SetPods(hello, p[1:])
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Try = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held request was not handed to the new pod")
+	}
+	if !slices.Equal(p, tried) {
+		t.Errorf("pods tried %v, want %v", tried, p)
+	}
+}
+
+// TestUnreachableGivesUpAfterThreePods: every pod unreachable is a network
+// fault; the request fails with fn's error instead of waiting out its
+// deadline.
+func TestUnreachableGivesUpAfterThreePods(t *testing.T) {
+	th := newThrottler(t, Options{}, Settings{ContainerConcurrency: 1}, pods(5)...)
+	attempts := 0
+	err := th.Try(context.Background(), hello, func(d netip.AddrPort) error {
+		attempts++
+		return fmt.Errorf("dial %v: connection refused: %w", d, ErrPodUnreachable)
+	})
+	if !errors.Is(err, ErrPodUnreachable) || !strings.Contains(err.Error(), "3 pods in a row") {
+		t.Errorf("Try = %v, want ErrPodUnreachable after 3 pods", err)
+	}
+	if attempts != maxUnreachable {
+		t.Errorf("%d attempts, want %d", attempts, maxUnreachable)
+	}
 }

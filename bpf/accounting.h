@@ -17,6 +17,7 @@
 #define MAX_PIPELINE 16       // requests in flight on one connection followed one by one (a power of two)
 #define PROOF_WINDOWS 4       // windows searched for the end of a request line that resynchronises
 #define MAX_STASHED 4096      // connections whose first bytes reached the listening socket, until accepted
+#define TENURE_NONE (~0ULL)   // a connection's tenure until count_accepted confirms its pod: no slot's
 
 // One kind of request (all, or proxied only) of one pod.
 struct req_stats {
@@ -34,6 +35,7 @@ struct pod_stats {
 	struct bpf_spin_lock lock;
 	__u32 ip;                 // the pod's IPv4 address, network order, set by the agent with id
 	__u64 id;                 // the pod's identity (hash of its UID), set by the agent
+	__u64 tenure;             // new at each reset by the agent: which connections count here (see owner())
 	struct req_stats all;     // every request, proxied ones included
 	struct req_stats proxied; // requests whose client is an activator
 	__s64 conns_in_flight;    // open server connections
@@ -140,7 +142,7 @@ struct scan {
 // the request parser has the second, the response parser the third, each
 // written by one side only; the ring's other slots the rest.
 struct conn {
-	__u64 pod_id;      // the id in the pod's counters when accepted (see owner())
+	__u64 tenure;      // the tenure of the pod's slot when accepted (see owner()); TENURE_NONE before
 	__u64 oldest_ns;   // start time of the oldest request in flight
 	__u32 slot;        // the pod's slot in pod_counters
 	__u32 rx_next;     // next client sequence number not yet seen in order

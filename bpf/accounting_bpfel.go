@@ -15,7 +15,7 @@ import (
 
 type accountingConn struct {
 	_         structs.HostLayout
-	PodId     uint64
+	Tenure    uint64
 	OldestNs  uint64
 	Slot      uint32
 	RxNext    uint32
@@ -87,9 +87,10 @@ type accountingPodStats struct {
 		_   structs.HostLayout
 		Val uint32
 	}
-	Ip  uint32
-	Id  uint64
-	All struct {
+	Ip     uint32
+	Id     uint64
+	Tenure uint64
+	All    struct {
 		_          structs.HostLayout
 		InFlight   int64
 		Started    uint64

@@ -58,6 +58,8 @@ type Accounting struct {
 	slots map[netip.Addr]uint32
 	// slotUsed marks the slots in use.
 	slotUsed [MaxPods]bool
+	// tenure is the last tenure given to a slot (resetSlot).
+	tenure uint64
 	// Snapshot's buffers, kept between calls: a node reads every second.
 	snapKeys []uint32
 	snapVals []accountingPodStats
@@ -343,8 +345,24 @@ func (a *Accounting) RemovePod(ip netip.Addr) error {
 // (and this wipes it) or sees the new id and counts nothing. A plain
 // update copies the value without the lock, and a count in between landed
 // in the next pod's counters (TestKernelSlotReuseRace).
+//
+// Each reset of a pod gives the slot a new tenure, which connections
+// accepted from then on keep: a pod removed and added again with the same
+// id, into the same slot, must not have its fresh counters completed by
+// requests counted before (TestKernelPodAddedAgainInItsSlot: N read -1).
+// Tenures are CLOCK_MONOTONIC nanoseconds, made strictly increasing: a
+// restarted agent's are later than any its predecessor wrote.
 func (a *Accounting) resetSlot(slot, key uint32, id uint64) error {
-	return a.objs.PodCounters.Update(slot, &accountingPodStats{Ip: key, Id: id}, ebpf.UpdateLock)
+	tenure := uint64(0) // a free slot's
+	if id != 0 {
+		now, err := monotonicNow()
+		if err != nil {
+			return err
+		}
+		a.tenure = max(a.tenure+1, uint64(now))
+		tenure = a.tenure
+	}
+	return a.objs.PodCounters.Update(slot, &accountingPodStats{Ip: key, Id: id, Tenure: tenure}, ebpf.UpdateLock)
 }
 
 // Pods returns the pods the kernel accounts for, with their ids.

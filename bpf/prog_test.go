@@ -32,6 +32,7 @@ const (
 	testPodPort  = 8080
 	testPeerPort = 40000
 	testPodID    = 0xfeedface
+	testTenure   = 0x7e4e
 	testSlot     = 3 // not 0, so a slot the programs ignore would show
 )
 
@@ -60,7 +61,7 @@ func (h *progHarness) reset() {
 	h.pod, h.peer = netip.MustParseAddr("10.213.0.2"), netip.MustParseAddr("10.213.0.1")
 	podKey, _ := ipKey(h.pod)
 	peerKey, _ := ipKey(h.peer)
-	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Ip: podKey, Id: testPodID}, ebpf.UpdateAny); err != nil {
+	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Ip: podKey, Id: testPodID, Tenure: testTenure}, ebpf.UpdateAny); err != nil {
 		t.Fatalf("add pod: %v", err)
 	}
 	if err := h.objs.PodSlots.Update(podKey, uint32(testSlot), ebpf.UpdateAny); err != nil {
@@ -82,7 +83,7 @@ func (h *progHarness) reset() {
 // connect replaces the connection entry, as an accept would.
 func (h *progHarness) connect(rxNext, txNext uint32, proxied bool) {
 	h.t.Helper()
-	c := accountingConn{PodId: testPodID, Slot: testSlot, RxNext: rxNext, TxNext: txNext}
+	c := accountingConn{Tenure: testTenure, Slot: testSlot, RxNext: rxNext, TxNext: txNext}
 	c.Rx.Hash, c.Tx.Hash = fnvOffset, fnvOffset
 	if proxied {
 		c.Proxied = 1
@@ -429,7 +430,7 @@ func TestProgIPReuseIgnoresOldConnections(t *testing.T) {
 	h.ingress(1000, get)
 	// The pod goes and another pod gets its slot (new id) before the old
 	// connection's response: the new pod's counters stay untouched.
-	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Id: testPodID + 1}, ebpf.UpdateAny); err != nil {
+	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Id: testPodID + 1, Tenure: testTenure + 1}, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 	h.egress(5000, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")

@@ -173,3 +173,39 @@ func TestKernelSlotReuseRace(t *testing.T) {
 	}
 	t.Logf("%d rounds", rounds)
 }
+
+// TestKernelPodAddedAgainInItsSlot removes a pod while a request is in
+// flight and adds the same pod (same address and id) again, which takes
+// the same slot: its counters start from zero, and the request counted
+// before must not complete into them (N would read -1).
+func TestKernelPodAddedAgainInItsSlot(t *testing.T) {
+	e := newKernelEnv(t, "")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(e.url("sleep=400ms"))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	e.waitCounters(t, "request in flight", func(c PodCounters) bool { return c.Requests.InFlight == 1 })
+	slot := e.acct.slots[e.pod.IP]
+	if err := e.acct.RemovePod(e.pod.IP); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.acct.AddPod(e.pod.IP, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.acct.slots[e.pod.IP]; got != slot {
+		t.Fatalf("the pod added again got slot %d, want %d (its own, the lowest free)", got, slot)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the response's segments reach egress
+	got, _ := e.counters(t)
+	if got != (PodCounters{}) {
+		t.Errorf("after the request of the pod's previous term completed: %+v, want zero counters", got)
+	}
+}

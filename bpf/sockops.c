@@ -106,7 +106,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	if (payload)
 		s = bpf_map_lookup_elem(&stash, &key);
 	proxied = bpf_map_lookup_elem(&activators, &key.peer_ip) ? 1 : 0;
-	init = first_state(&c, s, p, *slot, proxied, skops->rcv_nxt, skops->snd_nxt, payload);
+	init = first_state(&c, s, *slot, proxied, skops->rcv_nxt, skops->snd_nxt, payload);
 	// Creating with init as the initial value fills the storage in one
 	// step, before any of the connection's segments can reach the packet
 	// programs.
@@ -118,7 +118,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 		return;
 	}
 	// Not counted if the slot changed hands since the lookup; the state
-	// stays (its id counts nowhere) and is freed when the socket closes.
+	// stays (TENURE_NONE counts nowhere) and is freed when the socket closes.
 	count_accepted(p, stored, key.pod_ip);
 	// Ask for state changes so we see the connection end.
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);

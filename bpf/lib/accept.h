@@ -13,12 +13,12 @@
 #include "counters.h"
 #include "maps.h"
 
-// first_state returns the initial state of a connection of pod p (in
-// slot) whose client and server send next rcv_nxt and snd_nxt: c, zeroed
+// first_state returns the initial state of a connection of the pod in
+// slot whose client and server send next rcv_nxt and snd_nxt: c, zeroed
 // by the caller and filled here; or s, the stash entry of its first bytes,
 // when they start at rcv_nxt. payload is how many bytes the segment that
 // established it carried (sock_ops sees that, not the bytes).
-static __always_inline struct conn *first_state(struct conn *c, struct conn *s, struct pod_stats *p, __u32 slot,
+static __always_inline struct conn *first_state(struct conn *c, struct conn *s, __u32 slot,
 						__u8 proxied, __u32 rcv_nxt, __u32 snd_nxt, __u32 payload)
 {
 	struct conn *init = c;
@@ -44,7 +44,7 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 			count_event(EV_STREAM_GAP);
 		}
 	}
-	init->pod_id = p->id;
+	init->tenure = TENURE_NONE; // count_accepted sets it, under the lock
 	init->slot = slot;
 	init->proxied = proxied;
 	init->tx_next = snd_nxt;
@@ -54,10 +54,15 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 // count_accepted counts what a connection's first state holds, now that its
 // pod is known: a connection, and the requests the stash parsed (with
 // their start times) or its being opaque. p is the slot sock_ops found
-// for the address pod_ip; under its lock the slot must still be that
-// pod's, with the id the state took (first_state read it without the
-// lock): else the pod went, or another took the slot, since the lookup,
-// and the connection counts nowhere. Returns 1 if it counted.
+// for the address pod_ip. Under its lock, if the slot is still the pod's
+// at that address, the connection takes the slot's tenure (owner()) and
+// counts: read outside the lock, the tenure could be that of another pod
+// that took the slot since the lookup, whose counters the connection's
+// requests then went to (TestKernelSlotReuseRace). Else it keeps
+// TENURE_NONE and counts nowhere. Until then its segments may already
+// have been parsed (its state is visible as soon as it is stored): they
+// went into the ring under the same lock, counted by nobody, and are
+// counted here. Returns 1 if it counted.
 static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, __u32 pod_ip)
 {
 	__u64 starts = 0, keep;
@@ -65,8 +70,9 @@ static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, _
 	int ok = 0;
 
 	bpf_spin_lock(&p->lock);
-	if (!p->id || p->id != c->pod_id || p->ip != pod_ip)
+	if (!p->id || p->ip != pod_ip || c->closed)
 		goto out;
+	c->tenure = p->tenure;
 	ok = 1;
 	p->conns_in_flight++;
 	p->conns_total++;

@@ -151,7 +151,7 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 		store_state(skb, key, init);
 		return -1;
 	}
-	init->pod_id = p->id; // checked under the lock by count_accepted
+	init->tenure = TENURE_NONE; // count_accepted sets it, under the lock
 	init->slot = *slot;
 	init->proxied = bpf_map_lookup_elem(&activators, &key->peer_ip) ? 1 : 0;
 	init->rx_next = seq;

@@ -133,8 +133,8 @@ static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const stru
 	c = bpf_map_lookup_elem(&stash, &key);
 	if (!c)
 		return NULL; // evicted at once by other CPUs' entries
-	// pod_id stays 0, which no pod has (owner() counts nothing) until
-	// the accept sets it.
+	// tenure stays 0, which no pod's slot has (owner() counts nothing)
+	// until the accept sets it.
 	c->slot = *slot;
 	c->rx_next = seq;
 	c->rx_first = seq;

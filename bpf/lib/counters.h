@@ -33,13 +33,15 @@ _Static_assert((MAX_PIPELINE & RING_MASK) == 0 && MAX_PIPELINE <= 16, "the ring'
 
 // owner returns 1 if p, the counters in the connection's slot, are still
 // those of the pod that accepted the connection; else 0 (the pod is gone,
-// and its slot may hold another pod's counters, or the connection is not
-// accepted yet). Called under p's lock, which the agent's resets take too.
+// and its slot may hold another pod's counters, or the same pod's added
+// again from zero, or the connection is not accepted yet). The agent gives
+// a slot a new tenure at each reset, where the pod's id may stay the same.
+// Called under p's lock, which the agent's resets take too.
 // A number, not p or NULL: a pointer that may be NULL doubled the states
 // the verifier walked through egress's counting under the lock.
 static __always_inline int owner(const struct pod_stats *p, const struct conn *c)
 {
-	return p->id == c->pod_id;
+	return p->tenure == c->tenure;
 }
 
 // counters_of returns the counters in the connection's slot (see owner).

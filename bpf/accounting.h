@@ -161,6 +161,7 @@ struct conn {
 	__u8 rx_gap;       // client bytes beyond a hole were seen: [gap_seq, gap_end)
 	__u32 rx_first;    // a stash entry's (lib/conn.h): the sequence number of its first byte
 	__u8 adopted;      // open before the programs were loaded: ends at a FIN or RST too (lib/adopt.h)
+	__u8 counted;      // count_accepted counted it (once, though adopt and sock_ops may both try)
 
 	struct msg rx;     // the request parser
 	struct scan rxs;

@@ -34,7 +34,8 @@ type accountingConn struct {
 	RxGap     uint8
 	RxFirst   uint32
 	Adopted   uint8
-	_         [3]byte
+	Counted   uint8
+	_         [2]byte
 	Rx        accountingMsg
 	Rxs       struct {
 		_    structs.HostLayout

@@ -32,6 +32,9 @@ func TestProgAdoption(t *testing.T) {
 		off   uint32 // relative to 1000 (client) or 5000 (server)
 		flags byte   // 0: PSH|ACK
 		data  string
+		// accept: sock_ops sees the connection established now (client
+		// and server at off, 0), after ingress adopted it
+		accept bool
 	}
 	in := func(off uint32, data string) segment { return segment{in: true, off: off, data: data} }
 	out := func(off uint32, data string) segment { return segment{off: off, data: data} }
@@ -78,6 +81,10 @@ func TestProgAdoption(t *testing.T) {
 		segs: []segment{in(0, get), {in: true, off: uint32(len(get)), flags: tcpRST}},
 		want: want{Counts: counts{Started: 1, Completed: 1}, ConnsTotal: 1, Adopted: 1},
 	}, {
+		name: "adopted in the instant before sock_ops' callback: counted once",
+		segs: []segment{in(0, get), {accept: true, off: uint32(len(get))}, out(0, ok)},
+		want: want{Counts: counts{Started: 1, Completed: 1}, Conns: 1, ConnsTotal: 1, Adopted: 1},
+	}, {
 		name:   "the pod's own client connection is not adopted",
 		client: true,
 		segs:   []segment{in(0, ok), in(uint32(len(ok)), get), out(0, get)},
@@ -99,11 +106,14 @@ func TestProgAdoption(t *testing.T) {
 				if flags == 0 {
 					flags = tcpPSH | tcpACK
 				}
-				if s.in {
+				switch {
+				case s.accept:
+					h.accept(1000+s.off, 5000)
+				case s.in:
 					pkt := packetFlags(h.peer, h.pod, testPeerPort, testPodPort, 1000+s.off, flags, []byte(s.data))
 					binary.BigEndian.PutUint32(pkt[14+20+8:], 5000) // the client has every server byte
 					h.run(h.objs.SockscaleIngress, pkt)
-				} else {
+				default:
 					h.run(h.objs.SockscaleEgress, packetFlags(h.pod, h.peer, testPodPort, testPeerPort, 5000+s.off, flags, []byte(s.data)))
 				}
 			}

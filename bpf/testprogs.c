@@ -56,8 +56,9 @@ int sockscale_test_accept(struct __sk_buff *skb)
 		return 1;
 	s = bpf_map_lookup_elem(&stash, &key);
 	init = first_state(&c, s, *slot, 0, bpf_ntohl(tcp.seq), bpf_ntohl(tcp.ack_seq), s ? 1 : 0);
-	if (bpf_map_update_elem(&conns, &key, init, BPF_ANY))
-		return 1;
+	// As socket storage does: a state that is there already (adopted by
+	// ingress, adopt.h) stays.
+	bpf_map_update_elem(&conns, &key, init, BPF_NOEXIST);
 	if (s)
 		bpf_map_delete_elem(&stash, &key);
 	stored = bpf_map_lookup_elem(&conns, &key);

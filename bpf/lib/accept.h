@@ -62,7 +62,10 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 // TENURE_NONE and counts nowhere. Until then its segments may already
 // have been parsed (its state is visible as soon as it is stored): they
 // went into the ring under the same lock, counted by nobody, and are
-// counted here. Returns 1 if it counted.
+// counted here. Ingress may adopt a connection (adopt.h) in the instant
+// between TCP making it established and sock_ops' callback, which then
+// finds the adopted state (creating socket storage returns what is there):
+// the connection is counted once. Returns 1 if it counted.
 static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, __u32 pod_ip)
 {
 	__u64 starts = 0, keep;
@@ -70,8 +73,9 @@ static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, _
 	int ok = 0;
 
 	bpf_spin_lock(&p->lock);
-	if (!p->id || p->ip != pod_ip || c->closed)
+	if (!p->id || p->ip != pod_ip || c->closed || c->counted)
 		goto out;
+	c->counted = 1;
 	c->tenure = p->tenure;
 	ok = 1;
 	p->conns_in_flight++;

@@ -30,7 +30,7 @@ var (
 	opaqueTotal         = desc("opaque_connections_total", "Connections that fell back to per-connection accounting.")
 	probesTotal         = desc("probes_total", "Health-probe requests (kubelet, sockscale) not counted as load.")
 	accountingMode      = desc("accounting_mode", "1 for the pod's accounting mode in the last period: mode=\"http\" (per request) or \"connection\" (some connections were not HTTP/1.x).", "mode")
-	kernelEventsTotal   = prometheus.NewDesc("sockscale_agent_kernel_events_total", "Kernel-side accounting limits hit, by event: conn_untracked, parse_limit, parse_error.", []string{"event"}, nil)
+	kernelEventsTotal   = prometheus.NewDesc("sockscale_agent_kernel_events_total", "What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request).", []string{"event"}, nil)
 	trackedPods         = prometheus.NewDesc("sockscale_agent_tracked_pods", "Pods whose requests this agent accounts.", nil, nil)
 	podMapCapacity      = prometheus.NewDesc("sockscale_agent_pod_map_capacity", "Pods the kernel map can hold.", nil, nil)
 	skippedPods         = prometheus.NewDesc("sockscale_agent_skipped_pods", "Pods on this node not accounted, by reason: host_network, no_ipv4.", []string{"reason"}, nil)
@@ -115,6 +115,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.ConnUntracked), "conn_untracked")
 	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.ParseLimit), "parse_limit")
 	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.ParseError), "parse_error")
+	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.StreamGap), "stream_gap")
+	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.Resync), "resync")
+	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.Adopted), "adopted")
 	for _, p := range s.Pods {
 		if p.Pod.Name == "" {
 			continue // not (yet) known to the watcher: no labels to give it

@@ -227,7 +227,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		sel, _ := labels.Parse(cfg.activatorSelector) // validated with the flags
 		redirects, err = agentredirect.New(restCfg, agentredirect.Options{
 			Map: redir, ActivatorNamespace: cfg.activatorNamespace, ActivatorSelector: sel,
-			ActivatorPort: uint16(cfg.activatorPort), Log: log.With("component", "redirect"), Registerer: reg,
+			ActivatorPort: uint16(cfg.activatorPort), Log: log, Registerer: reg,
 		})
 		if err != nil {
 			return err

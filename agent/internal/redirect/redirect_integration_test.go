@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +50,7 @@ type itEnv struct {
 	pinDir string
 }
 
-func newITEnv(t *testing.T) *itEnv {
+func newITEnv(t testing.TB) *itEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
 	cl := testenv.ControlPlane(t)
@@ -83,12 +84,12 @@ func newITEnv(t *testing.T) *itEnv {
 }
 
 // run starts a Reconciler on the kernel map until t ends.
-func (e *itEnv) run(t *testing.T, reg prometheus.Registerer, resync time.Duration) *Reconciler {
+func (e *itEnv) run(t testing.TB, reg prometheus.Registerer, resync time.Duration) *Reconciler {
 	t.Helper()
 	r, err := New(e.cl.Config, Options{
 		Map: e.kernel, ActivatorNamespace: activatorNS, ActivatorSelector: labels.SelectorFromSet(activatorLabels),
 		ActivatorPort: 8012, ResyncPeriod: resync, Registerer: reg,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func (e *itEnv) run(t *testing.T, reg prometheus.Registerer, resync time.Duratio
 }
 
 // activatorPod makes a running activator pod at ip, ready or not.
-func (e *itEnv) activatorPod(t *testing.T, name, ip string, ready bool) {
+func (e *itEnv) activatorPod(t testing.TB, name, ip string, ready bool) {
 	t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{
@@ -119,7 +120,7 @@ func (e *itEnv) activatorPod(t *testing.T, name, ip string, ready bool) {
 	e.setPodReady(t, name, ip, ready)
 }
 
-func (e *itEnv) setPodReady(t *testing.T, name, ip string, ready bool) {
+func (e *itEnv) setPodReady(t testing.TB, name, ip string, ready bool) {
 	t.Helper()
 	ctx := context.Background()
 	var p corev1.Pod
@@ -140,7 +141,7 @@ func (e *itEnv) setPodReady(t *testing.T, name, ip string, ready bool) {
 
 // publicService makes a Service without selector with these ports and
 // returns its cluster IP, as the API server allocated it.
-func (e *itEnv) publicService(t *testing.T, name string, ports ...corev1.ServicePort) netip.Addr {
+func (e *itEnv) publicService(t testing.TB, name string, ports ...corev1.ServicePort) netip.Addr {
 	t.Helper()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
@@ -154,7 +155,7 @@ func (e *itEnv) publicService(t *testing.T, name string, ports ...corev1.Service
 
 // serverlessService makes one with spec.port and puts status in place:
 // mode and activators, with Ready True.
-func (e *itEnv) serverlessService(t *testing.T, name string, port int32) {
+func (e *itEnv) serverlessService(t testing.TB, name string, port int32) {
 	t.Helper()
 	s := &v1alpha1.ServerlessService{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
@@ -166,7 +167,7 @@ func (e *itEnv) serverlessService(t *testing.T, name string, port int32) {
 }
 
 // setStatus writes the ServerlessService's status as the controller would.
-func (e *itEnv) setStatus(t *testing.T, name string, mode v1alpha1.Mode, activators ...string) {
+func (e *itEnv) setStatus(t testing.TB, name string, mode v1alpha1.Mode, activators ...string) {
 	t.Helper()
 	ctx := context.Background()
 	var s v1alpha1.ServerlessService
@@ -185,7 +186,7 @@ func (e *itEnv) setStatus(t *testing.T, name string, mode v1alpha1.Mode, activat
 }
 
 // waitEntries waits until the kernel map holds want.
-func (e *itEnv) waitEntries(t *testing.T, what string, want map[netip.AddrPort][]bpfredirect.Backend) {
+func (e *itEnv) waitEntries(t testing.TB, what string, want map[netip.AddrPort][]bpfredirect.Backend) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -492,4 +493,64 @@ sockscale_agent_redirect_connects_total{namespace="default",port="%d",serverless
 	if line, err := bufio.NewReader(kept).ReadString('\n'); err != nil || line != "still there\n" {
 		t.Errorf("echo on the connection made in Proxy mode: %q, %v", line, err)
 	}
+}
+
+// BenchmarkSwitchLatency measures, against a real kube-apiserver and the
+// real kernel map, how long after the controller would start writing a
+// ServerlessService's status the kernel has the new entry (Serve -> Proxy)
+// or has lost it (Proxy -> Serve): the API server's write and watch, the
+// agent's sync and the map write. Each iteration is one switch; it reports
+// the median and the worst (p99 with 100 switches) in ms, and the agent's
+// own part (status seen -> map written, from its latency histogram).
+func BenchmarkSwitchLatency(b *testing.B) {
+	e := newITEnv(b)
+	e.activatorPod(b, "act-a", "10.244.0.5", true)
+	hello := netip.AddrPortFrom(e.publicService(b, "hello", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}), 80)
+	e.serverlessService(b, "hello", 80)
+	e.setStatus(b, "hello", v1alpha1.ModeServe)
+	r := e.run(b, prometheus.NewRegistry(), DefaultResyncPeriod)
+	for deadline := time.Now().Add(10 * time.Second); !r.Synced(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("not Synced after 10 s")
+		}
+	}
+	var lat []time.Duration
+	proxy := false
+	for b.Loop() {
+		proxy = !proxy
+		start := time.Now()
+		if proxy {
+			e.setStatus(b, "hello", v1alpha1.ModeProxy, "act-a")
+		} else {
+			e.setStatus(b, "hello", v1alpha1.ModeServe)
+		}
+		for {
+			got, err := e.kernel.Entries()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, ok := got[hello]; ok == proxy {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				b.Fatalf("switch %d (to Proxy: %v) not in the map after 10 s", len(lat)+1, proxy)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[(len(lat)*99)/100]), "p99-ms")
+	b.ReportMetric(float64(len(lat)), "switches")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(r.metrics.latency)
+	if mfs, err := reg.Gather(); err == nil && len(mfs) == 1 {
+		h := mfs[0].Metric[0].Histogram
+		if h.GetSampleCount() > 0 {
+			b.ReportMetric(1000*h.GetSampleSum()/float64(h.GetSampleCount()), "agent-mean-ms")
+		}
+	}
+	b.ReportMetric(0, "ns/op") // the per-switch time is p50-ms; ns/op includes the status write
 }

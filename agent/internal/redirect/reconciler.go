@@ -184,7 +184,12 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("redirect: the caches never synced: %w", <-cacheErr)
+		select {
+		case err := <-cacheErr:
+			return fmt.Errorf("redirect: the caches never synced: %w", err)
+		default:
+			return errors.New("redirect: the caches never synced")
+		}
 	}
 	clk := r.opts.Clock
 	// Until the first resync has read the pinned map back, entries an
@@ -207,7 +212,15 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-cacheErr:
-			return fmt.Errorf("redirect: watch: %w", err)
+			// The cache also returns when ctx ends, maybe before this
+			// select sees ctx.Done: that is a stop, not a failure.
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				return errors.New("redirect: the watches stopped")
+			}
+			return fmt.Errorf("redirect: the watches stopped: %w", err)
 		case <-r.kick:
 		case <-tick.C():
 			full = true

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -553,4 +556,115 @@ func BenchmarkSwitchLatency(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op") // the per-switch time is p50-ms; ns/op includes the status write
+}
+
+// TestIntegrationSwitchingUnderLoadLosesNothing: 16 clients send HTTP
+// requests to the public Service's cluster IP without pause while its
+// status flips between Serve and Proxy 100 times; no request fails. In the
+// test's network namespace the cluster IP is on lo with a "pod" listening
+// on it (what kube-proxy would reach in Serve mode) and the activator has
+// an address of its own, so every request is answered by one of the two:
+// by the activator only if the kernel redirected its connect. Without
+// keep-alive both must answer (each request connects anew); with it a
+// connection keeps its backend across switches, and only the connections
+// the client's pool opens later follow the mode (here they did: the log
+// shows both), so only the pod is required.
+func TestIntegrationSwitchingUnderLoadLosesNothing(t *testing.T) {
+	for _, keepAlive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keepAlive=%v", keepAlive), func(t *testing.T) {
+			e := newITEnv(t)
+			const activatorIP = "10.244.0.7"
+			clusterIP := e.publicService(t, "hello", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+			hello := netip.AddrPortFrom(clusterIP, 80)
+			ns := newNetns(t, activatorIP, clusterIP.String())
+			for addr, name := range map[string]string{hello.String(): "pod", activatorIP + ":8012": "activator"} {
+				var ln net.Listener
+				var err error
+				ns.run(func() { ln, err = net.Listen("tcp4", addr) })
+				if err != nil {
+					t.Fatalf("listen on %s in the netns: %v", addr, err)
+				}
+				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(name)) }), ReadHeaderTimeout: 5 * time.Second}
+				go func() { _ = srv.Serve(ln) }()
+				t.Cleanup(func() { _ = srv.Close() })
+			}
+			e.activatorPod(t, "act-a", activatorIP, true)
+			e.serverlessService(t, "hello", 80)
+			e.setStatus(t, "hello", v1alpha1.ModeServe)
+			r := e.run(t, prometheus.NewRegistry(), DefaultResyncPeriod)
+			for deadline := time.Now().Add(10 * time.Second); !r.Synced(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("not Synced after 10 s")
+				}
+			}
+			enterCgroup(t, filepath.Join(e.root, "client"))
+
+			// Sockets are made on the namespace's thread; the requests run
+			// anywhere.
+			var dialer net.Dialer
+			transport := &http.Transport{
+				DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+					ns.run(func() { c, err = dialer.DialContext(ctx, network, addr) })
+					return c, err
+				},
+				DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: 16,
+			}
+			defer transport.CloseIdleConnections()
+			client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
+			var mu sync.Mutex
+			answered := map[string]int{}
+			var failed []string
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						resp, err := client.Get("http://" + hello.String() + "/")
+						var body []byte
+						if err == nil {
+							body, err = io.ReadAll(resp.Body)
+							resp.Body.Close()
+						}
+						mu.Lock()
+						if err != nil {
+							failed = append(failed, err.Error())
+						} else {
+							answered[string(body)]++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			want := map[bool]map[netip.AddrPort][]bpfredirect.Backend{
+				true:  {hello: backends(activatorIP + ":8012")},
+				false: {},
+			}
+			for i := range 100 {
+				proxy := i%2 == 0
+				if proxy {
+					e.setStatus(t, "hello", v1alpha1.ModeProxy, "act-a")
+				} else {
+					e.setStatus(t, "hello", v1alpha1.ModeServe)
+				}
+				e.waitEntries(t, fmt.Sprintf("switch %d", i+1), want[proxy])
+				time.Sleep(10 * time.Millisecond) // some requests in each mode
+			}
+			close(stop)
+			wg.Wait()
+			if len(failed) > 0 {
+				t.Errorf("%d requests failed across 100 switches, first: %s", len(failed), failed[0])
+			}
+			t.Logf("answered: %v", answered)
+			if answered["pod"] == 0 || (!keepAlive && answered["activator"] == 0) {
+				t.Errorf("answered by %v: want both the pod and the activator", answered)
+			}
+		})
+	}
 }

@@ -267,8 +267,10 @@ func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.
 		if err != nil {
 			return err
 		}
+		waited := t.clock.Since(start)
 		err = q.run(p, fn)
 		if !errors.Is(err, ErrPodUnreachable) {
+			q.m.wait.Observe(waited.Seconds()) // once a request, for the slot it was served on
 			return err
 		}
 		q.m.unreachable.Inc()
@@ -294,7 +296,6 @@ func (q *queue) acquire(ctx context.Context, start time.Time) (*pod, error) {
 	if p := q.pick(); p != nil {
 		p.inFlight++
 		q.mu.Unlock()
-		q.m.wait.Observe(t.clock.Since(start).Seconds())
 		return p, nil
 	}
 	if q.waiters.Len() >= t.depth {
@@ -321,7 +322,6 @@ func (q *queue) acquire(ctx context.Context, start time.Time) (*pod, error) {
 			q.m.removed.Inc()
 			return nil, g.err
 		}
-		q.m.wait.Observe(t.clock.Since(start).Seconds())
 		return g.pod, nil
 	case <-ctx.Done():
 	}

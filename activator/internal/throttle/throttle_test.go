@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -750,6 +751,13 @@ func TestUnreachablePodGoesToAnother(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(th.m.results.WithLabelValues(hello.Namespace, hello.Name, resultUnreachable)); got != 1 {
 		t.Errorf("pod_unreachable results = %v, want 1", got)
+	}
+	var wait dto.Metric
+	if err := th.m.wait.WithLabelValues(hello.Namespace, hello.Name).(prometheus.Histogram).Write(&wait); err != nil {
+		t.Fatal(err)
+	}
+	if n := wait.GetHistogram().GetSampleCount(); n != 1 {
+		t.Errorf("%d wait samples for one request tried at two pods, want 1", n)
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 )
 
 // podWorker runs one pod: its sandbox (netns, veth, IP, cgroup), volumes,
@@ -53,7 +55,7 @@ func newPodWorker(s *sim, n *simNode, p *corev1.Pod) *podWorker {
 	w := &podWorker{s: s, node: n, pod: p.DeepCopy(), changed: make(chan struct{}, 1),
 		deleting: make(chan struct{}), vanished: make(chan struct{}), started: time.Now(),
 		dir:    filepath.Join(s.opts.StateDir, "pods", string(p.UID)),
-		cgroup: filepath.Join(nodeCgroup(s.cgroupRoot, n.name), "pods", string(p.UID))}
+		cgroup: podCgroup(s.cgroupRoot, n.name, p)}
 	if p.DeletionTimestamp != nil {
 		w.delOnce.Do(func() { close(w.deleting) })
 	}
@@ -175,7 +177,7 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil {
 			return err
 		}
-		ns := fmt.Sprintf("%s-%s-%s", Prefix, w.node.name, shortUID(pod))
+		ns := podNetNS(w.node.name, pod)
 		w.mu.Lock()
 		w.ip, w.netns = ip, ns
 		w.mu.Unlock()
@@ -200,6 +202,33 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("volumes: %w", err)
 	}
 	return nil
+}
+
+// PodSandbox names what a container runtime's exec enters for a pod the
+// node simulator runs on its node: the pod's network namespace (a name for
+// `ip netns exec`; "" for hostNetwork) and its cgroup, below the node's
+// subtree, so a process started in it is one of the node's for the node's
+// agent (its programs are attached at the node's cgroup root).
+func PodSandbox(pod *corev1.Pod) (netns, cgroup string, err error) {
+	if NodeIndex(pod.Spec.NodeName) < 0 {
+		return "", "", fmt.Errorf("pod %s/%s is on no simulated node (nodeName %q)", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	root, err := cgroup2.Root()
+	if err != nil {
+		return "", "", err
+	}
+	if !pod.Spec.HostNetwork {
+		netns = podNetNS(pod.Spec.NodeName, pod)
+	}
+	return netns, podCgroup(root, pod.Spec.NodeName, pod), nil
+}
+
+func podNetNS(node string, p *corev1.Pod) string {
+	return fmt.Sprintf("%s-%s-%s", Prefix, node, shortUID(p))
+}
+
+func podCgroup(root, node string, p *corev1.Pod) string {
+	return filepath.Join(nodeCgroup(root, node), "pods", string(p.UID))
 }
 
 func shortUID(p *corev1.Pod) string {

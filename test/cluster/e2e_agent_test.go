@@ -57,7 +57,10 @@ func TestE2EAgent(t *testing.T) {
 					ServiceAccountName: "agent",
 					Containers: []corev1.Container{{
 						Name: "agent", Image: "ghcr.io/sockscale/sockscale-agent:dev",
-						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms"},
+						// The accounting alone: this cluster has neither the
+						// ServerlessService CRD nor RBAC on Services, which the
+						// socket-layer redirect watches (the chart installs both).
+						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms", "--socket-redirect=off"},
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{

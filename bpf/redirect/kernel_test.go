@@ -88,22 +88,9 @@ func (e *kernelEnv) attach(t testing.TB, pinDir string) *Redirect {
 // of t.
 func (e *kernelEnv) enter(t testing.TB) {
 	t.Helper()
-	cg2, err := cgroup2.Root()
+	orig, err := cgroup2.Own()
 	if err != nil {
 		t.Fatal(err)
-	}
-	own, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var orig string
-	for _, line := range strings.Split(string(own), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			orig = filepath.Join(cg2, rest)
-		}
-	}
-	if orig == "" {
-		t.Fatalf("no cgroup v2 line in /proc/self/cgroup:\n%s", own)
 	}
 	if orig == e.client {
 		return

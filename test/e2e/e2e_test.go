@@ -132,6 +132,13 @@ func deploy(t *testing.T, s *stack.Stack, name string, spec func(*v1alpha1.PodAu
 
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
+	poll(t, timeout, 500*time.Millisecond, what, f)
+}
+
+// poll calls f every step until it returns nil, and fails t with f's last
+// error once timeout has passed.
+func poll(t *testing.T, timeout, step time.Duration, what string, f func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
@@ -141,7 +148,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s: %v", what, timeout, err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(step)
 	}
 }
 

@@ -811,17 +811,7 @@ func (w *modeWatch) wait(t *testing.T, mode v1alpha1.Mode, from time.Time, timeo
 // milliseconds.
 func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll(t, timeout, 20*time.Millisecond, what, f)
 }
 
 // agentAddr is the address of node's ready agent pod.

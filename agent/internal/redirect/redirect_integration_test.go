@@ -365,22 +365,9 @@ func (n *netns) run(f func()) {
 // the connects of processes below the cgroup they are attached at.
 func enterCgroup(t *testing.T, dir string) {
 	t.Helper()
-	cg2, err := cgroup2.Root()
+	orig, err := cgroup2.Own()
 	if err != nil {
 		t.Fatal(err)
-	}
-	own, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var orig string
-	for _, line := range strings.Split(string(own), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			orig = filepath.Join(cg2, rest)
-		}
-	}
-	if orig == "" {
-		t.Fatalf("no cgroup v2 line in /proc/self/cgroup:\n%s", own)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

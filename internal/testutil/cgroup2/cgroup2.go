@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -30,4 +31,23 @@ func Root() (string, error) {
 		return "", fmt.Errorf("read mounts: %w", err)
 	}
 	return "", errors.New("no cgroup2 file system is mounted")
+}
+
+// Own returns the directory of the cgroup v2 this process is in, under
+// Root: where a test that moves itself elsewhere goes back to.
+func Own() (string, error) {
+	root, err := Root()
+	if err != nil {
+		return "", err
+	}
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("read own cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(own), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(root, rest), nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup v2 line in /proc/self/cgroup:\n%s", own)
 }

@@ -126,23 +126,36 @@ func processCPUTime(pid int) time.Duration {
 // round; a failed request is an error. A mode with a process in procs (a
 // proxy) also gets that process's own CPU time.
 func interleave(modes []string, loads map[string]loadgen.Options, procs map[string]int, slice time.Duration, rounds int, rng *rand.Rand) (map[string][]result, error) {
+	return takeTurns(modes, rounds, rng, func(m string) (result, error) {
+		closedLoop(loads[m], slice/10)
+		pid, timed := procs[m]
+		var p0 time.Duration
+		if timed {
+			p0 = processCPUTime(pid)
+		}
+		r := closedLoop(loads[m], slice)
+		if timed {
+			r.proc = processCPUTime(pid) - p0
+		}
+		if r.Failed > 0 {
+			return r, fmt.Errorf("%s c=%d: %d requests failed", m, loads[m].Concurrency, r.Failed)
+		}
+		return r, nil
+	})
+}
+
+// takeTurns runs rounds of the modes, run(m) once for each mode per round
+// in a new random order every round, and returns each mode's results by
+// round; it stops at run's first error.
+func takeTurns(modes []string, rounds int, rng *rand.Rand, run func(m string) (result, error)) (map[string][]result, error) {
 	rs := map[string][]result{}
 	for range rounds {
 		order := slices.Clone(modes)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, m := range order {
-			closedLoop(loads[m], slice/10)
-			pid, timed := procs[m]
-			var p0 time.Duration
-			if timed {
-				p0 = processCPUTime(pid)
-			}
-			r := closedLoop(loads[m], slice)
-			if timed {
-				r.proc = processCPUTime(pid) - p0
-			}
-			if r.Failed > 0 {
-				return nil, fmt.Errorf("%s c=%d: %d requests failed", m, loads[m].Concurrency, r.Failed)
+			r, err := run(m)
+			if err != nil {
+				return nil, err
 			}
 			rs[m] = append(rs[m], r)
 		}
@@ -152,7 +165,7 @@ func interleave(modes []string, loads map[string]loadgen.Options, procs map[stri
 
 // versusBase are the comparisons of a mode with a table's baseline mode
 // (off, direct) that the tables report, each taken within a round; index
-// them with logRatio, extraCPU, extraSwitches and logCPURatio.
+// them with logRatio, extraCPU, extraSwitches, logCPURatio and extraProc.
 var versusBase = [...]func(r, base result) float64{
 	logRatio:      func(r, base result) float64 { return math.Log(r.RPS() / base.RPS()) }, // its mean is the log of the geometric mean
 	extraCPU:      func(r, base result) float64 { return float64(r.cpuPerRequest() - base.cpuPerRequest()) },
@@ -160,6 +173,7 @@ var versusBase = [...]func(r, base result) float64{
 	logCPURatio: func(r, base result) float64 {
 		return math.Log(r.cpuPerRequest().Seconds() / base.cpuPerRequest().Seconds())
 	},
+	extraProc: func(r, base result) float64 { return float64(r.procPerRequest() - base.procPerRequest()) },
 }
 
 const (
@@ -167,6 +181,7 @@ const (
 	extraCPU
 	extraSwitches
 	logCPURatio
+	extraProc // the process of result.proc, where a table has one
 )
 
 // comparison holds one value of each comparison in versusBase.

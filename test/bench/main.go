@@ -1,14 +1,16 @@
-// Command bench measures sockscale's data path and accounting on this
-// machine and prints comparable tables: every ratio is measured side by
-// side in one run, modes taking turns in short slices, because shared
-// machines are noisy.
+// Command bench measures sockscale's data path, accounting and connect-time
+// redirect on this machine and prints comparable tables: every ratio is
+// measured side by side in one run, modes taking turns in short slices,
+// because shared machines are noisy.
 //
 //	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
 //	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
-//	    [-only datapath,accuracy,footprint,activator,coldstart,hold]
+//	    [-connect-rounds 40] [-connect-block 5]
+//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
-// the fake pods it creates in network namespaces on this machine.
+// the fake pods it creates in network namespaces on this machine, and to a
+// loopback address the connect part's redirect rewrites to a pod.
 package main
 
 import (
@@ -46,6 +48,8 @@ func main() {
 	coldStarts := flag.Int("cold-starts", 30, "cold starts per probe period")
 	coldPeriods := flag.String("cold-probe-periods", "25ms,15ms", "comma-separated activator --probe-period values, one cold-start row each (25ms is its default)")
 	held := flag.Int("held", 10000, "requests held for one target by the hold part")
+	connectRounds := flag.Int("connect-rounds", 40, "rounds per concurrency and load of the connect part (rounded down to whole blocks)")
+	connectBlock := flag.Int("connect-block", 5, "rounds per block of the connect part (one estimate per block)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
@@ -83,6 +87,8 @@ func main() {
 			err = b.coldStart(*coldStarts, periods)
 		case "hold":
 			err = b.hold(*held)
+		case "connect":
+			err = b.connectCost(*slice, *connectRounds, *connectBlock, cs)
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}
@@ -98,7 +104,7 @@ func main() {
 }
 
 // parts of the bench, in the order they run by default.
-var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold"}
+var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect"}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {

@@ -35,21 +35,48 @@ import (
 	"github.com/sockscale/sockscale/test/stack"
 )
 
-// TestE2ESocketRedirectSwitching: a target is switched between Serve and
-// Proxy (its PodAutoscaler's target-burst-capacity between 0 and -1) under
-// steady load from a client inside a pod on node-a (in the pod's netns and
-// cgroup, as `kubectl exec` would put it, so node-a's connect4 program
-// sees its connects) and probed from the test process, which is on no
-// node (kube-proxy's path only). Every request of both succeeds, keep-alive
-// or not; in Proxy mode every new connect of the in-node client goes to an
-// activator by the kernel's redirect (its socket's real destination is an
-// activator while getpeername shows the Service), counted by the node's
-// agent; and each switch logs how long after the ServerlessService's status
-// changed each client's first new connect went the new way.
+// TestE2ESocketRedirectSwitching: a target (min = max = 1 pod) is switched
+// 100 times between Serve and Proxy, 50 each way (its PodAutoscaler's
+// target-burst-capacity between 0 and -1), under steady load, and every
+// node's redirect is timed beside kube-proxy's path in the same run.
+//
+// Every node of the cluster runs an in-node client in a pod of its own
+// (the pod's netns and cgroup, as `kubectl exec` would put it, so that
+// node's connect4 program, kept by that node's agent, sees its connects):
+// a new-connection probe started every 5 ms and its share of the load. The
+// test process, on no node, probes the same way: kube-proxy's path only.
+//
+// The load is c = 16 with keep-alive and c = 16 without, both at once and
+// for the whole run, each split evenly over the nodes: one run of 100
+// switches with both kinds of connection crossing every switch, rather
+// than a run per kind, which would double the time for a lighter load.
+// 32 requests of 20 ms in flight keep the 2-core box (and the whole
+// cluster on it) CPU-bound: requests slow down but none should fail, as
+// neither the pod (a Go server) nor the activators (no
+// containerConcurrency: nothing queued, no 503 while the pod is ready)
+// has a limit to overflow, and the clients wait 10 s. The load's latency
+// is logged to show that headroom, and each failure its time from the
+// nearest switch, so a failure here is the switch's, not the box's.
+//
+// Asserted: every request and probe succeeds, keep-alive or not; per
+// node, once an in-node new connect went the new way, every one made
+// after it until the next switch does: in Proxy, to an activator by the
+// kernel's redirect (its socket's real destination is an activator while
+// getpeername shows the Service), in Serve to the pod, not redirected; and
+// each node's agent counted at least its node's redirected probes. Logged:
+// per node, p50/p99 over the 50 switches each way of the time from the
+// ServerlessService's status change to the first new connect redirected
+// (to Proxy) and the first not redirected (to Serve), and the same for
+// kube-proxy's path.
 func TestE2ESocketRedirectSwitching(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
-	const name, switches = "flip", 50
+	const (
+		name       = "flip"
+		switches   = 100 // 50 to Proxy, 50 to Serve
+		conc       = 16  // each load: keep-alive, new-connection
+		probeEvery = 5 * time.Millisecond
+	)
 	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
 		p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(int32(1)), ptr(int32(1)), ptr(0.0)
 	})
@@ -62,29 +89,50 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 	sks := watchMode(t, s, name)
 	sks.wait(t, v1alpha1.ModeServe, time.Time{}, 30*time.Second)
 
-	node := cluster.NodeName(0)
-	agent := agentAddr(t, s, node)
+	var nodeList corev1.NodeList
+	if err := s.Client.List(ctx, &nodeList); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodeList.Items) < 2 {
+		t.Fatalf("%d nodes, want at least 2 to measure redirects per node", len(nodeList.Items))
+	}
 	redirected := map[string]string{"namespace": appNS, "serverlessservice": name}
-	before := scrapeSum(t, agent, "sockscale_agent_redirect_connects_total", redirected)
-
-	const probeEvery = 5 * time.Millisecond
-	in := startInNodeClient(t, s, node, innodeConfig{Addr: svc, KeepAlive: 4, NewConn: 4, Recycle: 20, Query: "?sleep=20", ProbeEvery: probeEvery})
+	var nodes []*nodeClient
+	for i, n := range nodeList.Items {
+		nc := &nodeClient{name: n.Name, agent: agentAddr(t, s, n.Name)}
+		nc.before = scrapeSum(t, nc.agent, "sockscale_agent_redirect_connects_total", redirected)
+		nc.setsBefore, nc.deletesBefore = mapWrites(t, nc.agent)
+		nc.in = startInNodeClient(t, s, n.Name, innodeConfig{
+			Addr: svc, KeepAlive: share(conc, i, len(nodeList.Items)), NewConn: share(conc, i, len(nodeList.Items)),
+			Recycle: 20, Query: "?sleep=20", ProbeEvery: probeEvery,
+		})
+		nodes = append(nodes, nc)
+	}
 	out := startOutsideProbes(svc, probeEvery)
 	defer out.stop()
-	waitFor(t, 30*time.Second, "both clients' probes answered by the pod", func() error {
-		for _, c := range []struct {
-			who    string
-			probes []probeResult
-		}{{"in-node", in.probes.since(time.Time{})}, {"outside", out.since(time.Time{})}} {
-			if len(c.probes) < 5 || c.probes[len(c.probes)-1].Landed != landedPod {
-				return fmt.Errorf("%s: %d probes, the last %+v", c.who, len(c.probes), last(c.probes))
+	// Who probes: each node's in-node client (kernel: its redirect is
+	// what is measured), then the outside one.
+	type prober struct {
+		who    string
+		kernel bool
+		p      *probes
+	}
+	var probers []prober
+	for _, n := range nodes {
+		probers = append(probers, prober{n.name, true, &n.in.probes})
+	}
+	probers = append(probers, prober{"outside", false, &out.probes})
+	waitFor(t, 30*time.Second, "every client's probes answered by the pod", func() error {
+		for _, c := range probers {
+			if ps := c.p.since(time.Time{}); len(ps) < 5 || ps[len(ps)-1].Landed != landedPod {
+				return fmt.Errorf("%s: %d probes, the last %+v", c.who, len(ps), last(ps))
 			}
 		}
 		return nil
 	})
 
 	start := time.Now()
-	var sw []switchAt
+	var sw switchLog
 	for i := range switches {
 		to, tbc := v1alpha1.ModeProxy, -1.0
 		if i%2 == 1 {
@@ -102,14 +150,11 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 		}
 		seen := sks.wait(t, to, patched, 30*time.Second)
 		sw = append(sw, switchAt{to: to, patched: patched, seen: seen})
-		// Both clients' new connects go the new way before the next switch.
-		waitFor(t, 30*time.Second, fmt.Sprintf("switch %d to %s: both clients follow", i+1, to), func() error {
-			for _, c := range []struct {
-				who    string
-				probes []probeResult
-			}{{"in-node", in.probes.since(patched)}, {"outside", out.since(patched)}} {
-				if firstNew(c.probes, to, c.who == "in-node") == nil {
-					return fmt.Errorf("%s: no new connect the new way in %d probes since the patch (the last %+v)", c.who, len(c.probes), last(c.probes))
+		// Every client's new connects go the new way before the next switch.
+		waitFor(t, 30*time.Second, fmt.Sprintf("switch %d to %s: every client follows", i+1, to), func() error {
+			for _, c := range probers {
+				if ps := c.p.since(patched); firstNew(ps, to, c.kernel) == nil {
+					return fmt.Errorf("%s: no new connect the new way in %d probes since the patch (the last %+v)", c.who, len(ps), last(ps))
 				}
 			}
 			return nil
@@ -117,65 +162,103 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // load in the settled mode
 	}
 	took := time.Since(start)
-	loads := in.stop(t)
-	out.stop()
-	after := scrapeSum(t, agent, "sockscale_agent_redirect_connects_total", redirected)
-
-	inProbes, outProbes := in.probes.since(time.Time{}), out.since(time.Time{})
-	var kernelConnects int
-	for _, p := range inProbes {
-		if p.Kernel {
-			kernelConnects++
-		}
+	for _, n := range nodes {
+		n.loads = n.in.stop(t)
+		n.after = scrapeSum(t, n.agent, "sockscale_agent_redirect_connects_total", redirected)
+		n.setsAfter, n.deletesAfter = mapWrites(t, n.agent)
+		n.probes = n.in.probes.since(time.Time{})
 	}
-	var kernelToProxy, outToProxy, kernelToServe, inToServe, outToServe []time.Duration
+	out.stop()
+	outProbes := out.since(time.Time{})
+
+	// Per switch, per node: the settled checks and the times from the
+	// status change.
+	var outToProxy, outToServe []time.Duration
 	for i, w := range sw {
 		end := time.Now()
 		if i+1 < len(sw) {
 			end = sw[i+1].patched
 		}
-		inW, outW := window(inProbes, w.patched, end), window(outProbes, w.patched, end)
-		checkSettled(t, i+1, w.to, svc, inW)
-		inFirst, outFirst := firstNew(inW, w.to, true), firstNew(outW, w.to, false)
-		if inFirst == nil || outFirst == nil {
-			t.Errorf("switch %d to %s: the in-node client's first new connect the new way %v, the outside client's %v", i+1, w.to, inFirst, outFirst)
+		line := fmt.Sprintf("switch %3d to %s: status seen %s after the patch; from the status,", i+1, w.to, w.seen.Sub(w.patched).Round(time.Millisecond))
+		if ch := sks.between(w.patched, end); len(ch) != 1 {
+			line = fmt.Sprintf("switch %3d to %s: the status changed %d times before the next patch: %s;", i+1, w.to, len(ch), ch)
+		}
+		for _, n := range nodes {
+			inW := window(n.probes, w.patched, end)
+			checkSettled(t, n.name, i+1, w.to, svc, inW, end)
+			first := firstNew(inW, w.to, true)
+			if first == nil {
+				t.Errorf("switch %d to %s: %s's in-node client made no new connect the new way", i+1, w.to, n.name)
+				continue
+			}
+			if w.to == v1alpha1.ModeProxy {
+				n.toProxy = append(n.toProxy, first.At.Sub(w.seen))
+				line += fmt.Sprintf(" %s redirected %s;", n.name, switched(inW, w.to, true, w.seen))
+				continue
+			}
+			gone := firstUnredirected(inW).At.Sub(w.seen)
+			n.redirectGone, n.toPod = append(n.redirectGone, gone), append(n.toPod, first.At.Sub(w.seen))
+			line += fmt.Sprintf(" %s redirect gone %+.1f ms, to the pod %s;", n.name, ms(gone), switched(inW, w.to, true, w.seen))
+		}
+		outW := window(outProbes, w.patched, end)
+		first := firstNew(outW, w.to, false)
+		if first == nil {
+			t.Errorf("switch %d to %s: the outside client made no new connect the new way", i+1, w.to)
 			continue
 		}
-		inLat, outLat := inFirst.At.Sub(w.seen), outFirst.At.Sub(w.seen)
 		if w.to == v1alpha1.ModeProxy {
-			kernelToProxy, outToProxy = append(kernelToProxy, inLat), append(outToProxy, outLat)
-			t.Logf("switch %2d to Proxy: status seen %s after the patch; first new connect to an activator (the last one before it in brackets): in-node by the kernel %s, outside by kube-proxy %s after the status",
-				i+1, w.seen.Sub(w.patched).Round(time.Millisecond), switched(inW, w.to, true, w.seen), switched(outW, w.to, false, w.seen))
-			continue
+			outToProxy = append(outToProxy, first.At.Sub(w.seen))
+		} else {
+			outToServe = append(outToServe, first.At.Sub(w.seen))
 		}
-		unredirected := firstUnredirected(inW)
-		kernelToServe = append(kernelToServe, unredirected.At.Sub(w.seen))
-		inToServe, outToServe = append(inToServe, inLat), append(outToServe, outLat)
-		t.Logf("switch %2d to Serve: status seen %s after the patch; in-node: kernel redirect gone %+.1f ms, first new connect to the pod %s; outside (kube-proxy): to the pod %s after the status",
-			i+1, w.seen.Sub(w.patched).Round(time.Millisecond), ms(unredirected.At.Sub(w.seen)), switched(inW, w.to, true, w.seen), switched(outW, w.to, false, w.seen))
+		t.Logf("%s outside (kube-proxy) to the %s %s", line, map[v1alpha1.Mode]string{v1alpha1.ModeProxy: "activators", v1alpha1.ModeServe: "pod"}[w.to], switched(outW, w.to, false, w.seen))
 	}
-	t.Logf("%d switches in %s; a new connect probed every %s by the in-node client, every %s outside (at most one each %s); times are from the ServerlessService's status change as this test's watch saw it, negative when a client switched first",
-		switches, took.Round(100*time.Millisecond), meanGap(inProbes).Round(100*time.Microsecond), meanGap(outProbes).Round(100*time.Microsecond), probeEvery)
-	t.Logf("to Proxy, first new connect to an activator: in-node via the kernel p50 %+.1f ms p99 %+.1f ms; outside via kube-proxy p50 %+.1f ms p99 %+.1f ms (n=%d each, p99 is the max below 100)",
-		ms(pct(kernelToProxy, 0.5)), ms(pct(kernelToProxy, 0.99)), ms(pct(outToProxy, 0.5)), ms(pct(outToProxy, 0.99)), len(kernelToProxy))
-	t.Logf("to Serve: in-node kernel redirect gone p50 %+.1f ms p99 %+.1f ms; first new connect to the pod (kube-proxy, both clients): in-node p50 %+.1f ms p99 %+.1f ms, outside p50 %+.1f ms p99 %+.1f ms (n=%d)",
-		ms(pct(kernelToServe, 0.5)), ms(pct(kernelToServe, 0.99)), ms(pct(inToServe, 0.5)), ms(pct(inToServe, 0.99)), ms(pct(outToServe, 0.5)), ms(pct(outToServe, 0.99)), len(inToServe))
+	t.Logf("%d switches in %s; each client started a new-connection probe at most every %s (up to %d at once); times are from the ServerlessService's status change as this test's watch saw it to the probe's connect() (negative when a client switched first), the last probe the old way in brackets; p99 of 50 is the max",
+		switches, took.Round(100*time.Millisecond), probeEvery, probesInFlight)
+	for _, n := range nodes {
+		t.Logf("%s, its agent's redirect (in-node probe every %s on average, %s at most): to Proxy, first new connect redirected to an activator p50 %+.1f ms p99 %+.1f ms (n=%d); to Serve, redirect gone p50 %+.1f ms p99 %+.1f ms, first new connect to the pod (kube-proxy) p50 %+.1f ms p99 %+.1f ms (n=%d)",
+			n.name, meanGap(n.probes).Round(100*time.Microsecond), maxGap(n.probes).Round(100*time.Microsecond), ms(pct(n.toProxy, 0.5)), ms(pct(n.toProxy, 0.99)), len(n.toProxy),
+			ms(pct(n.redirectGone, 0.5)), ms(pct(n.redirectGone, 0.99)), ms(pct(n.toPod, 0.5)), ms(pct(n.toPod, 0.99)), len(n.toPod))
+	}
+	t.Logf("kube-proxy's path, EndpointSlice -> iptables (outside probe every %s on average, %s at most): to Proxy, first new connect to an activator p50 %+.1f ms p99 %+.1f ms (n=%d); to Serve, first new connect to the pod p50 %+.1f ms p99 %+.1f ms (n=%d)",
+		meanGap(outProbes).Round(100*time.Microsecond), maxGap(outProbes).Round(100*time.Microsecond), ms(pct(outToProxy, 0.5)), ms(pct(outToProxy, 0.99)), len(outToProxy), ms(pct(outToServe, 0.5)), ms(pct(outToServe, 0.99)), len(outToServe))
 
-	// Nothing failed, on either path.
-	for _, l := range loads {
-		t.Logf("in-node %s load: %d requests on %d connections, %d failed", l.Kind, l.Completed, l.Conns, l.Failed)
-		if l.Failed > 0 || l.Completed == 0 {
-			t.Errorf("in-node %s load: %d of %d requests failed, e.g. %q", l.Kind, l.Failed, l.Completed+l.Failed, l.Failures)
+	// Nothing failed: the loads, per kind over every node, and the probes.
+	for k, kind := range []string{"keep-alive", "new-connection"} {
+		var sum loadResult
+		var per []string
+		for _, n := range nodes {
+			if k >= len(n.loads) {
+				continue // stop reported it
+			}
+			l := n.loads[k]
+			sum.Completed, sum.Failed, sum.Conns = sum.Completed+l.Completed, sum.Failed+l.Failed, sum.Conns+l.Conns
+			per = append(per, fmt.Sprintf("%s c=%d %d requests on %d connections, %d failed, latency p50 %s p99 %s max %s",
+				n.name, l.Clients, l.Completed, l.Conns, l.Failed, l.P50.Round(100*time.Microsecond), l.P99.Round(100*time.Microsecond), l.Max.Round(time.Millisecond)))
+			for _, f := range l.Failures {
+				t.Errorf("%s %s load: a request failed %s: %s", n.name, kind, sw.when(f.At), f.Err)
+			}
+		}
+		t.Logf("%s load, c = %d: %d requests on %d connections, %d failed (%s)", kind, conc, sum.Completed, sum.Conns, sum.Failed, strings.Join(per, "; "))
+		if sum.Failed > 0 || sum.Completed == 0 {
+			t.Errorf("%s load: %d of %d requests failed", kind, sum.Failed, sum.Completed+sum.Failed)
 		}
 	}
-	for _, c := range []struct {
+	probeSets := []struct {
 		who    string
 		probes []probeResult
-	}{{"in-node", inProbes}, {"outside", outProbes}} {
+	}{{"outside", outProbes}}
+	for _, n := range nodes {
+		probeSets = append(probeSets, struct {
+			who    string
+			probes []probeResult
+		}{n.name + " in-node", n.probes})
+	}
+	for _, c := range probeSets {
 		var failed []string
 		for _, p := range c.probes {
 			if p.Err != "" {
-				failed = append(failed, p.At.Format("15:04:05.000")+" "+p.Err)
+				failed = append(failed, sw.when(p.At)+": "+p.Err)
 			}
 		}
 		t.Logf("%s probes: %d new connections, %d failed", c.who, len(c.probes), len(failed))
@@ -183,11 +266,42 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 			t.Errorf("%s probes: %d of %d failed, e.g. %q", c.who, len(failed), len(c.probes), failed[:min(5, len(failed))])
 		}
 	}
-	// The kernel path was exercised, and the node's agent counted it.
-	t.Logf("%d of the in-node client's probes were redirected by the kernel; node %s's agent counted %v redirected connects for %s/%s", kernelConnects, node, after-before, appNS, name)
-	if kernelConnects == 0 || after-before < float64(kernelConnects) {
-		t.Errorf("sockscale_agent_redirect_connects_total on %s grew by %v, want at least the %d probes the kernel redirected", node, after-before, kernelConnects)
+	// Each node's kernel path was exercised, and that node's agent counted it.
+	for _, n := range nodes {
+		var kernel int
+		for _, p := range n.probes {
+			if p.Kernel {
+				kernel++
+			}
+		}
+		t.Logf("%s: %d of its in-node client's probes were redirected by the kernel; its agent counted %v redirected connects for %s/%s and wrote its map %v times (set) and %v (delete)", n.name, kernel, n.after-n.before, appNS, name, n.setsAfter-n.setsBefore, n.deletesAfter-n.deletesBefore)
+		if kernel == 0 || n.after-n.before < float64(kernel) {
+			t.Errorf("sockscale_agent_redirect_connects_total on %s grew by %v, want at least the %d probes the kernel redirected there", n.name, n.after-n.before, kernel)
+		}
 	}
+}
+
+// nodeClient is a node's in-node client and what it measured.
+type nodeClient struct {
+	name          string
+	agent         netip.Addr
+	in            *inNodeClient
+	before, after float64 // its agent's redirected connects
+	// Its agent's writes to the kernel map, every target's.
+	setsBefore, setsAfter, deletesBefore, deletesAfter float64
+	probes                                             []probeResult
+	loads                                              []loadResult
+	// From the status change: to Proxy, the first new connect redirected;
+	// to Serve, the first not redirected, and the first to the pod.
+	toProxy, redirectGone, toPod []time.Duration
+}
+
+// share is client i's part of n clients' total.
+func share(total, i, n int) int {
+	if i < total%n {
+		return total/n + 1
+	}
+	return total / n
 }
 
 // switchAt is one switch: the patch of the PodAutoscaler and when this
@@ -195,6 +309,22 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 type switchAt struct {
 	to            v1alpha1.Mode
 	patched, seen time.Time
+}
+
+// switchLog is the run's switches in order.
+type switchLog []switchAt
+
+// when places at in the run: from the status change of the last switch
+// patched before it, e.g. "at switch 17 (to Proxy) +12.3 ms".
+func (l switchLog) when(at time.Time) string {
+	i := slices.IndexFunc(l, func(w switchAt) bool { return w.patched.After(at) }) - 1
+	if i == -2 {
+		i = len(l) - 1
+	}
+	if i < 0 {
+		return "before the first switch, at " + at.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("at switch %d (to %s) %+.1f ms", i+1, l[i].to, ms(at.Sub(l[i].seen)))
 }
 
 // Where a probe landed: the activator answers a probe itself
@@ -207,8 +337,11 @@ const (
 // probeResult is one probe: a new connection to the Service and a
 // request only an activator answers in kind.
 type probeResult struct {
-	At     time.Time // connect() called
-	Landed string    `json:",omitempty"` // landedActivator or landedPod; "" if it failed
+	At time.Time // connect() about to be called
+	// Connected: the connection is up. The kernel chose its destination
+	// (connect4 ran) between At and Connected.
+	Connected time.Time `json:",omitzero"`
+	Landed    string    `json:",omitempty"` // landedActivator or landedPod; "" if it failed
 	// Kernel (in-node only): the socket's real destination (Dest, from
 	// /proc/self/net/tcp, read when an activator answered) is not the
 	// address dialled: connect4 rewrote it.
@@ -263,27 +396,38 @@ func firstUnredirected(probes []probeResult) probeResult {
 	return probeResult{}
 }
 
-// checkSettled: once the in-node client's new connects went the new way,
-// all of them do until the next switch: in Proxy each is redirected to an
-// activator by the kernel, in Serve none is and each reaches the pod; and
-// getpeername always shows the Service's address.
-func checkSettled(t *testing.T, n int, to v1alpha1.Mode, svc netip.AddrPort, probes []probeResult) {
+// checkSettled: once a connect of node's in-node client went the new way,
+// every connect made after it returned and before the next switch's patch
+// (next) does: in Proxy each is redirected to an activator by the kernel, in
+// Serve none is and each reaches the pod; and getpeername always shows the
+// Service's address. The kernel decides somewhere between a probe's At and
+// its Connected, which on a loaded machine can be hundreds of ms apart: a
+// probe that overlaps the first one or the next patch may rightly have
+// gone either way.
+func checkSettled(t *testing.T, node string, n int, to v1alpha1.Mode, svc netip.AddrPort, probes []probeResult, next time.Time) {
 	t.Helper()
-	settled := false
+	var settled time.Time
+	var first probeResult
+	if i := firstNewIndex(probes, to, true); i >= 0 {
+		first = probes[i]
+		settled = first.Connected
+	}
 	bad := 0
 	for _, p := range probes {
 		if p.Err != "" {
 			continue // counted with the failures
 		}
 		if p.Peer != svc {
-			t.Errorf("switch %d: getpeername said %s for a connect to %s (redirected to %s: %v)", n, p.Peer, svc, p.Dest, p.Kernel)
+			t.Errorf("switch %d, %s: getpeername said %s for a connect to %s (redirected to %s: %v)", n, node, p.Peer, svc, p.Dest, p.Kernel)
 		}
 		if p.Kernel && p.Dest.Port() != stack.ActivatorProxyPort {
-			t.Errorf("switch %d: a connect redirected to %s, not to an activator's port %d", n, p.Dest, stack.ActivatorProxyPort)
+			t.Errorf("switch %d, %s: a connect redirected to %s, not to an activator's port %d", n, node, p.Dest, stack.ActivatorProxyPort)
 		}
-		if settled = settled || wentTo(p, to, true); settled && !wentTo(p, to, true) {
+		if !settled.IsZero() && p.At.After(settled) && p.Connected.Before(next) && !wentTo(p, to, true) {
 			if bad++; bad <= 3 {
-				t.Errorf("switch %d to %s: after the in-node client's connects went the new way, one at %s went to %s (%s, redirected %v)", n, to, p.At.Format("15:04:05.000"), p.Landed, p.Dest, p.Kernel)
+				t.Errorf("switch %d to %s, %s: after the in-node client's connects went the new way (the first connected %s, to %s), one made %s after it, from %s to %s, went to %s (%s, redirected %v)",
+					n, to, node, first.Connected.Format("15:04:05.000"), first.Dest, p.At.Sub(settled).Round(100*time.Microsecond),
+					p.At.Format("15:04:05.000"), p.Connected.Format("15:04:05.000"), p.Landed, p.Dest, p.Kernel)
 			}
 		}
 	}
@@ -307,20 +451,30 @@ func last(probes []probeResult) *probeResult {
 }
 
 // probe opens a new connection to svc and sends an activator probe on it.
-// inNode also reads the socket's real destination.
+// inNode also reads the socket's real destination. It waits as long as the
+// load's requests (loadTimeout): on a CPU-bound machine a lost SYN's
+// retransmits (after 1 s, 3 s) are slowness, not a failed switch.
 func probe(svc netip.AddrPort, inNode bool) probeResult {
 	r := probeResult{At: time.Now()}
-	conn, err := net.DialTimeout("tcp4", svc.String(), 3*time.Second)
+	// At is taken again just before connect(): on a loaded machine the
+	// goroutine may wait long enough between here and there to connect
+	// after the next switch.
+	d := net.Dialer{Timeout: loadTimeout, Control: func(string, string, syscall.RawConn) error {
+		r.At = time.Now()
+		return nil
+	}}
+	conn, err := d.Dial("tcp4", svc.String())
 	if err != nil {
 		r.Err = err.Error()
 		return r
 	}
+	r.Connected = time.Now()
 	defer conn.Close()
 	if inNode {
 		peer := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 		r.Peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
 	}
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = conn.SetDeadline(r.At.Add(loadTimeout))
 	req := "GET / HTTP/1.1\r\nHost: " + svc.String() + "\r\n" + activatorprobe.Header + ": " + activatorprobe.Value +
 		"\r\nUser-Agent: " + activatorprobe.UserAgent + "\r\nConnection: close\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
@@ -410,9 +564,12 @@ type probes struct {
 	list []probeResult
 }
 
+// add inserts r in the order of the probes' starts: probes run
+// concurrently (probeLoop) and may end out of order.
 func (p *probes) add(r probeResult) {
 	p.mu.Lock()
-	p.list = append(p.list, r)
+	i, _ := slices.BinarySearchFunc(p.list, r.At, func(r probeResult, t time.Time) int { return r.At.Compare(t) })
+	p.list = slices.Insert(p.list, i, r)
 	p.mu.Unlock()
 }
 
@@ -437,7 +594,7 @@ func startOutsideProbes(svc netip.AddrPort, every time.Duration) *outsideProbes 
 	o := &outsideProbes{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
-		paced(ctx, every, func() { o.add(probe(svc, false)) })
+		probeLoop(ctx, every, func() { o.add(probe(svc, false)) })
 	}()
 	return o
 }
@@ -446,6 +603,29 @@ func (o *outsideProbes) stop() {
 	o.cancel()
 	<-o.done
 }
+
+// probeLoop starts probe every period, each in a goroutine of its own (at
+// most probesInFlight at once), until ctx ends, and waits for those
+// started. A probe takes a few ms, more on a loaded machine: run one after
+// another they would be that far apart and say only that coarsely when a
+// switch took effect.
+func probeLoop(ctx context.Context, every time.Duration, probe func()) {
+	sem := make(chan struct{}, probesInFlight)
+	var wg sync.WaitGroup
+	paced(ctx, every, func() {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			probe()
+		})
+	})
+	wg.Wait()
+}
+
+const probesInFlight = 16
+
+// loadTimeout bounds each request of the loads and each probe.
+const loadTimeout = 10 * time.Second
 
 // paced calls f every period (at once if it took longer) until ctx ends.
 func paced(ctx context.Context, every time.Duration, f func()) {
@@ -470,7 +650,7 @@ const (
 	innodeProbe     = "innode-probe "
 	innodeLoad      = "innode-load "
 	innodeRunning   = "innode-running"
-	innodeClientPod = "flip-client"
+	innodeClientPod = "flip-client" // and the node's name
 )
 
 type innodeConfig struct {
@@ -487,8 +667,16 @@ type innodeConfig struct {
 // loadResult is one of the in-node client's loads.
 type loadResult struct {
 	Kind                     string
+	Clients                  int
 	Completed, Failed, Conns int64
-	Failures                 []string // the first few
+	// P50, P99 and Max are the requests' latencies, failed ones included.
+	P50, P99, Max time.Duration
+	Failures      []loadFailure // the first few of each client
+}
+
+type loadFailure struct {
+	At  time.Time
+	Err string
 }
 
 // TestHelperInNodeClient is not a test: it is the in-node client's process
@@ -515,7 +703,8 @@ func TestHelperInNodeClient(t *testing.T) {
 		fmt.Printf("%s%s\n", prefix, b)
 	}
 	url := "http://" + cfg.Addr.String() + "/" + cfg.Query
-	loads := []*loadResult{{Kind: "keep-alive"}, {Kind: "new-connection"}}
+	loads := []*loadResult{{Kind: "keep-alive", Clients: cfg.KeepAlive}, {Kind: "new-connection", Clients: cfg.NewConn}}
+	latencies := make([][]time.Duration, len(loads))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for kind, n := range []int{cfg.KeepAlive, cfg.NewConn} {
@@ -524,7 +713,7 @@ func TestHelperInNodeClient(t *testing.T) {
 			wg.Go(func() {
 				tr := &http.Transport{DisableKeepAlives: kind == 1, MaxIdleConnsPerHost: 1, Proxy: nil}
 				defer tr.CloseIdleConnections()
-				c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+				c := &http.Client{Transport: tr, Timeout: loadTimeout}
 				var conns atomic.Int64
 				trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 					if !i.Reused {
@@ -532,16 +721,18 @@ func TestHelperInNodeClient(t *testing.T) {
 					}
 				}}
 				var mine loadResult
+				var took []time.Duration
 				// Requests are not cancelled at the end: one in flight
 				// finishes and counts.
 				for i := 1; ctx.Err() == nil; i++ {
 					req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
 					at := time.Now()
 					err := getOK(c, req)
+					took = append(took, time.Since(at))
 					if err != nil {
 						mine.Failed++
 						if len(mine.Failures) < 3 {
-							mine.Failures = append(mine.Failures, at.Format("15:04:05.000")+" "+err.Error())
+							mine.Failures = append(mine.Failures, loadFailure{At: at, Err: err.Error()})
 						}
 					} else {
 						mine.Completed++
@@ -555,14 +746,16 @@ func TestHelperInNodeClient(t *testing.T) {
 				res.Failed += mine.Failed
 				res.Conns += conns.Load()
 				res.Failures = append(res.Failures, mine.Failures...)
+				latencies[kind] = append(latencies[kind], took...)
 				mu.Unlock()
 			})
 		}
 	}
-	wg.Go(func() { paced(ctx, cfg.ProbeEvery, func() { emit(innodeProbe, probe(cfg.Addr, true)) }) })
+	wg.Go(func() { probeLoop(ctx, cfg.ProbeEvery, func() { emit(innodeProbe, probe(cfg.Addr, true)) }) })
 	fmt.Println(innodeRunning)
 	wg.Wait()
-	for _, l := range loads {
+	for kind, l := range loads {
+		l.P50, l.P99, l.Max = pct(latencies[kind], 0.5), pct(latencies[kind], 0.99), slices.Max(append(latencies[kind], 0))
 		emit(innodeLoad, l)
 	}
 }
@@ -602,7 +795,7 @@ func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConf
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: innodeClientPod, Labels: map[string]string{"app": innodeClientPod}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: innodeClientPod + "-" + node, Labels: map[string]string{"app": innodeClientPod}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr(int64(1)),
@@ -785,6 +978,27 @@ func watchMode(t *testing.T, s *stack.Stack, name string) *modeWatch {
 	return w
 }
 
+// between returns the changes seen in [from, to).
+func (w *modeWatch) between(from, to time.Time) []modeSeen {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []modeSeen
+	for _, s := range w.seen {
+		if !s.at.Before(from) && s.at.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (s modeSeen) String() string {
+	mode := string(s.mode)
+	if mode == "" {
+		mode = "not ready"
+	}
+	return s.at.Format("15:04:05.000") + " " + mode
+}
+
 // wait returns when the status changed to mode at or after from.
 func (w *modeWatch) wait(t *testing.T, mode v1alpha1.Mode, from time.Time, timeout time.Duration) time.Time {
 	t.Helper()
@@ -850,6 +1064,17 @@ func scrapeSum(t *testing.T, ip netip.Addr, metric string, match map[string]stri
 	return stack.Sum(m, metric, match)
 }
 
+// mapWrites are the kernel map writes (set, delete) of the agent at ip.
+func mapWrites(t *testing.T, ip netip.Addr) (sets, deletes float64) {
+	t.Helper()
+	m, err := stack.Scrape(context.Background(), ip, 9090)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stack.Sum(m, "sockscale_agent_redirect_updates_total", map[string]string{"op": "set"}),
+		stack.Sum(m, "sockscale_agent_redirect_updates_total", map[string]string{"op": "delete"})
+}
+
 func pct(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -865,6 +1090,15 @@ func meanGap(p []probeResult) time.Duration {
 		return 0
 	}
 	return p[len(p)-1].At.Sub(p[0].At) / time.Duration(len(p)-1)
+}
+
+// maxGap is the longest time between the starts of consecutive probes.
+func maxGap(p []probeResult) time.Duration {
+	var gap time.Duration
+	for i := 1; i < len(p); i++ {
+		gap = max(gap, p[i].At.Sub(p[i-1].At))
+	}
+	return gap
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

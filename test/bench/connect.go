@@ -413,7 +413,7 @@ func connectOnce(dialer *net.Dialer, addr netip.AddrPort, request bool, buf []by
 		_ = tc.SetLinger(0)
 		return tc.Close()
 	}
-	defer tc.Close()
+	defer func() { _ = tc.Close() }()
 	_ = tc.SetDeadline(time.Now().Add(2 * time.Second))
 	if _, err := io.WriteString(tc, connectRequest); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,7 @@ type Prober struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	loops  atomic.Int64 // probe loops running; tests read it
 
 	// mu also orders calls to the sink, so it sees sets in the order they
 	// were computed.
@@ -194,7 +196,11 @@ func (p *Prober) startOrStop(key target.Key, addr netip.AddrPort, st *podState) 
 	case probing && st.stop == nil:
 		ctx, cancel := context.WithCancel(p.ctx)
 		st.stop = cancel
-		p.wg.Go(func() { p.probeLoop(ctx, key, addr) })
+		p.loops.Add(1)
+		p.wg.Go(func() {
+			defer p.loops.Add(-1)
+			p.probeLoop(ctx, key, addr)
+		})
 	case !probing && st.stop != nil:
 		st.stop()
 		st.stop = nil

@@ -11,6 +11,7 @@ import (
 
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/internal/svcaddr"
 )
 
 // conditionReady is the ServerlessService's Ready condition (the
@@ -28,20 +29,14 @@ const (
 	// SkipNoActivator: none of status.activators is a ready activator pod
 	// with an IPv4 address that this agent knows.
 	SkipNoActivator = "no_ready_activator"
-	// SkipNoService: the public Service does not exist (yet).
-	SkipNoService = "service_not_found"
-	// SkipHeadless: the public Service has clusterIP None: clients
-	// connect to the endpoints' addresses, there is no address to match.
-	SkipHeadless = "headless"
-	// SkipNoClusterIP: the public Service has no cluster IP
-	// (ExternalName).
-	SkipNoClusterIP = "no_cluster_ip"
-	// SkipNoIPv4: the public Service has only IPv6 cluster IPs; the
-	// kernel map takes IPv4 addresses only.
-	SkipNoIPv4 = "no_ipv4_cluster_ip"
-	// SkipNoTCPPort: the ports that would go to the activators are all
-	// UDP or SCTP; only TCP connects are redirected.
-	SkipNoTCPPort = "no_tcp_port"
+	// SkipNoService, SkipHeadless, SkipNoClusterIP, SkipNoIPv4 and
+	// SkipNoTCPPort: the public Service has no address the kernel can
+	// match (svcaddr says why).
+	SkipNoService   = svcaddr.NoService
+	SkipHeadless    = svcaddr.Headless
+	SkipNoClusterIP = svcaddr.NoClusterIP
+	SkipNoIPv4      = svcaddr.NoIPv4
+	SkipNoTCPPort   = svcaddr.NoTCPPort
 	// SkipDuplicate: another ServerlessService (first by namespace/name)
 	// already names the same Service address.
 	SkipDuplicate = "duplicate_address"
@@ -121,7 +116,7 @@ func Compute(in Inputs) Desired {
 		key := types.NamespacedName{Namespace: sks.Namespace, Name: sks.Name}
 		proxy := sks.Status.Mode == v1alpha1.ModeProxy
 		svc := in.Services[types.NamespacedName{Namespace: sks.Namespace, Name: sks.Spec.PublicService}]
-		addrs, reason := serviceAddrs(svc, sks.Spec.Port)
+		addrs, reason := svcaddr.Redirected(svc, sks.Spec.Port)
 		for _, a := range addrs {
 			if _, taken := d.Targets[a]; !taken {
 				d.Targets[a] = key
@@ -152,62 +147,6 @@ func Compute(in Inputs) Desired {
 		}
 	}
 	return d
-}
-
-// serviceAddrs returns the addresses of svc whose connects go to the
-// activators in Proxy mode, or why there is none.
-func serviceAddrs(svc *corev1.Service, port int32) ([]netip.AddrPort, string) {
-	if svc == nil {
-		return nil, SkipNoService
-	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP} // clusterIPs is filled by the API server; tolerate objects without it
-	}
-	var v4 []netip.Addr
-	for _, s := range ips {
-		if s == corev1.ClusterIPNone {
-			return nil, SkipHeadless
-		}
-		// A dual-stack Service's IPv6 address is left alone: the map
-		// takes IPv4 only, and an IPv6 client keeps kube-proxy's path.
-		if ip, err := netip.ParseAddr(s); err == nil && ip.Unmap().Is4() {
-			v4 = append(v4, ip.Unmap())
-		}
-	}
-	if len(ips) == 0 {
-		return nil, SkipNoClusterIP
-	}
-	if len(v4) == 0 {
-		return nil, SkipNoIPv4
-	}
-	var out []netip.AddrPort
-	for _, p := range proxiedPorts(svc.Spec.Ports, port) {
-		if p.Protocol != corev1.ProtocolTCP && p.Protocol != "" {
-			continue // the programs see TCP connects only
-		}
-		for _, ip := range v4 {
-			out = append(out, netip.AddrPortFrom(ip, uint16(p.Port)))
-		}
-	}
-	if len(out) == 0 {
-		return nil, SkipNoTCPPort
-	}
-	return out, ""
-}
-
-// proxiedPorts are the Service's ports that the controller sends to the
-// activators in Proxy mode: the one numbered port when the Service has it,
-// else all of them (the controller's servedPort), so both layers agree.
-func proxiedPorts(ports []corev1.ServicePort, port int32) []corev1.ServicePort {
-	if port != 0 {
-		for _, p := range ports {
-			if p.Port == port {
-				return []corev1.ServicePort{p}
-			}
-		}
-	}
-	return ports
 }
 
 // activatorBackends are the named activators that are ready, at port,

@@ -17,6 +17,11 @@
 // controller's (controller/internal/statsserver); this package holds only
 // what both sides must agree on.
 //
+// An agent also sends its node's state in the HeaderNodeState header of
+// each POST (see NodeState): whether the connect-time redirect is in effect
+// there. The controller turns the states into the SocketLayer condition of
+// every ServerlessService. Activators send no such header.
+//
 // # Encoding
 //
 // A batch is little-endian binary, version 1 or 2 ("uvarint" and "varint"

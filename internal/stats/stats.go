@@ -76,6 +76,10 @@ type Batch struct {
 	Period  time.Duration
 	Pods    []PodStat
 	Targets []TargetStat
+	// NodeState is an agent's node state; nil from activators and from
+	// agents that predate it. It travels in HeaderNodeState, not in the
+	// encoding: Append and Decode leave it alone.
+	NodeState *NodeState
 }
 
 // ErrMalformed is wrapped by every decoding error.

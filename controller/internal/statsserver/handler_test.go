@@ -73,3 +73,45 @@ func TestHandler(t *testing.T) {
 		t.Errorf("GET: %d, want 405", resp.StatusCode)
 	}
 }
+
+func TestHandlerNodeState(t *testing.T) {
+	var got []*stats.Batch
+	srv := httptest.NewServer(Handler(func(b *stats.Batch) error {
+		got = append(got, b)
+		return nil
+	}))
+	defer srv.Close()
+	data, _ := stats.Append(nil, batchOf(2))
+	post := func(header string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+stats.Path, bytes.NewReader(data))
+		req.Header.Set("Content-Type", stats.ContentType)
+		if header != "" {
+			req.Header.Set(stats.HeaderNodeState, header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("node state %q: %s, want the batch accepted", header, resp.Status)
+		}
+	}
+	post(stats.NodeState{SocketRedirect: stats.RedirectOff, Reason: "--socket-redirect=off"}.Encode())
+	post("")
+	post("socket-redirect=sideways")
+	if len(got) != 3 {
+		t.Fatalf("accepted %d batches, want 3", len(got))
+	}
+	if ns := got[0].NodeState; ns == nil || ns.SocketRedirect != stats.RedirectOff || ns.Reason != "--socket-redirect=off" {
+		t.Errorf("readable state arrived as %+v", ns)
+	}
+	if got[1].NodeState != nil {
+		t.Errorf("no header arrived as %+v, want nil (an older agent, or an activator)", got[1].NodeState)
+	}
+	// An unreadable state keeps the batch's counts and says why.
+	if ns := got[2].NodeState; ns == nil || ns.SocketRedirect != NodeStateUnreadable || !strings.Contains(ns.Reason, `"sideways"`) || len(got[2].Pods) != 2 {
+		t.Errorf("unreadable state arrived as %+v with %d pods, want %q naming the value and 2 pods", ns, len(got[2].Pods), NodeStateUnreadable)
+	}
+}

@@ -90,10 +90,14 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 		r.log.Warn("no controller to report to", "host", r.host, "err", err)
 		return
 	}
+	var nodeState string
+	if b.NodeState != nil {
+		nodeState = b.NodeState.Encode()
+	}
 	var wg sync.WaitGroup
 	for _, a := range addrs {
 		wg.Go(func() {
-			err := r.post(ctx, "http://"+net.JoinHostPort(a, r.port)+stats.Path, body)
+			err := r.post(ctx, "http://"+net.JoinHostPort(a, r.port)+stats.Path, body, nodeState)
 			r.rec.Report(err == nil)
 			if err != nil {
 				r.log.Warn("report stats", "controller", a, "err", err)
@@ -103,12 +107,15 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 	wg.Wait()
 }
 
-func (r *Reporter) post(ctx context.Context, url string, body []byte) error {
+func (r *Reporter) post(ctx context.Context, url string, body []byte, nodeState string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", stats.ContentType)
+	if nodeState != "" {
+		req.Header.Set(stats.HeaderNodeState, nodeState)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return err

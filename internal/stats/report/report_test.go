@@ -101,3 +101,22 @@ func TestOfferKeepsNewest(t *testing.T) {
 
 // replica stands in for a controller replica's stats handler.
 func replica(accept func(*stats.Batch)) http.Handler { return statssink.Handler(accept) }
+
+func TestSendCarriesNodeState(t *testing.T) {
+	got := make(chan *stats.Batch, 2)
+	srv := httptest.NewServer(replica(func(b *stats.Batch) { got <- b }))
+	defer srv.Close()
+	r, err := New(srv.Listener.Addr().String(), time.Second, &counts{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stats.NodeState{SocketRedirect: stats.RedirectSyncing, Reason: "watch Services: forbidden"}
+	r.Send(t.Context(), &stats.Batch{Node: "n", Start: time.Now(), Period: time.Second, NodeState: &want})
+	if b := <-got; b.NodeState == nil || *b.NodeState != want {
+		t.Errorf("node state arrived as %+v, want %+v", b.NodeState, want)
+	}
+	r.Send(t.Context(), &stats.Batch{Node: "activator-0", Start: time.Now(), Period: time.Second})
+	if b := <-got; b.NodeState != nil {
+		t.Errorf("a batch without node state arrived with %+v", b.NodeState)
+	}
+}

@@ -11,7 +11,10 @@ import (
 )
 
 // Handler decodes each POSTed batch as the controller does and hands it to
-// accept: 204 on success, 400 naming what is wrong otherwise.
+// accept: 204 on success, 400 naming what is wrong otherwise. A node state
+// header (stats.HeaderNodeState) is parsed into the batch's NodeState; one
+// that does not parse is a 400 here, so a test of its sender fails (the
+// controller accepts the counts and marks the node instead).
 func Handler(accept func(*stats.Batch)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, stats.MaxBatchBytes))
@@ -23,6 +26,14 @@ func Handler(accept func(*stats.Batch)) http.Handler {
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
+		}
+		if h := r.Header.Get(stats.HeaderNodeState); h != "" {
+			ns, err := stats.ParseNodeState(h)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			b.NodeState = &ns
 		}
 		accept(b)
 		w.WriteHeader(http.StatusNoContent)

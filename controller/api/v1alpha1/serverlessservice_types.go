@@ -47,6 +47,9 @@ type ServerlessServiceStatus struct {
 	ServiceName string `json:"serviceName,omitempty"`
 	// +optional
 	PrivateServiceName string `json:"privateServiceName,omitempty"`
+	// Conditions: Ready (the public endpoints are in place) and
+	// SocketLayer (whether the nodes' agents also switch the target in
+	// the kernel, at connect time; the message names nodes where not).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -66,6 +69,7 @@ type ServerlessServiceStatus struct {
 // +kubebuilder:printcolumn:name="Private",type=string,JSONPath=`.status.privateServiceName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="SocketLayer",type=string,JSONPath=`.status.conditions[?(@.type=="SocketLayer")].status`,description="True: every reporting node's agent switches the target's new connects in the kernel; False or Unknown: see the SocketLayer condition's message for the nodes where only the EndpointSlices (kube-proxy) switch it"
 type ServerlessService struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -35,6 +36,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
+	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
 	"github.com/sockscale/sockscale/internal/stats"
 )
@@ -160,10 +162,17 @@ func run(ctx context.Context, f *flags) error {
 		Metrics: kpa.NewMetrics(crmetrics.Registry),
 		Prober:  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:  mgr.GetEventRecorder("sockscale-controller")}
-	// Every replica takes stats, leader or not: a standby has warm windows.
-	// Load for a target at zero pokes its decider at once.
+	nodes := socketlayer.NewTracker(clock.RealClock{})
+	nodesChanged := make(chan event.GenericEvent, 1)
+	if err := mgr.Add(&socketlayer.Notifier{Tracker: nodes, C: nodesChanged, Object: &v1alpha1.ServerlessService{}}); err != nil {
+		return err
+	}
+	// Every replica takes stats, leader or not: a standby has warm windows
+	// (and knows the nodes' socket-layer states). Load for a target at
+	// zero pokes its decider at once.
 	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(func(b *stats.Batch) error {
 		pa.Poke(append(col.RecordPods(b), col.RecordTargets(b)...))
+		nodes.Record(b)
 		return nil
 	})}); err != nil {
 		return err
@@ -177,7 +186,8 @@ func run(ctx context.Context, f *flags) error {
 		return fmt.Errorf("set up the collector's PodAutoscaler watch: %w", err)
 	}
 	ss := &sks.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,
-		ActivatorSelector: f.activatorSelector, ActivatorPort: int32(f.activatorPort)}
+		ActivatorSelector: f.activatorSelector, ActivatorPort: int32(f.activatorPort),
+		SocketLayer: nodes, SocketLayerChanged: nodesChanged}
 	if err := ss.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ServerlessService controller: %w", err)
 	}

@@ -11,12 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 )
 
 // Labels and names of the objects the ServerlessService reconciler owns.
@@ -49,6 +52,11 @@ type ServerlessService struct {
 	ActivatorNamespace string
 	ActivatorSelector  labels.Selector
 	ActivatorPort      int32
+	// SocketLayer holds the agents' node states for the SocketLayer
+	// condition, and SocketLayerChanged says when they changed; nil
+	// leaves the condition out.
+	SocketLayer        *socketlayer.Tracker
+	SocketLayerChanged <-chan event.GenericEvent
 }
 
 var _ reconcile.Reconciler = (*ServerlessService)(nil)
@@ -69,22 +77,26 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	status.ObservedGeneration = sks.Generation
 	status.ServiceName = sks.Spec.PublicService
 	status.PrivateServiceName = names.PrivateServiceName(sks.Spec.PublicService)
+	// found stays nil until the public Service is read: the SocketLayer
+	// condition of a missing Service says so.
+	public, found := &corev1.Service{}, (*corev1.Service)(nil)
 	notReady := func(reason, msg string) (ctrl.Result, error) {
 		setSKSCondition(status, sks.Generation, metav1.ConditionFalse, reason, msg)
+		r.setSocketLayer(status, &sks, found)
 		return ctrl.Result{}, r.writeStatus(ctx, &sks, status)
 	}
 
-	var public corev1.Service
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sks.Namespace, Name: sks.Spec.PublicService}, &public); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sks.Namespace, Name: sks.Spec.PublicService}, public); err != nil {
 		if apierrors.IsNotFound(err) {
 			return notReady(ReasonPublicServiceNotFound, fmt.Sprintf("Service %q does not exist in namespace %q; create it without a selector (its endpoints are written by sockscale)", sks.Spec.PublicService, sks.Namespace))
 		}
 		return ctrl.Result{}, err
 	}
+	found = public
 	if len(public.Spec.Selector) > 0 {
 		return notReady(ReasonPublicServiceHasSelector, fmt.Sprintf("Service %q has a selector, so Kubernetes writes its endpoints; remove spec.selector (sockscale selects the pods through Service %q) to let sockscale switch it between pods and activators", public.Name, status.PrivateServiceName))
 	}
-	if msg, err := r.ensurePrivate(ctx, &sks, &public); err != nil || msg != "" {
+	if msg, err := r.ensurePrivate(ctx, &sks, public); err != nil || msg != "" {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -105,12 +117,12 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	want := podSlices
 	status.Activators = nil
 	if res.Mode == v1alpha1.ModeProxy {
-		want = r.proxySlices(&public, sks.Spec.Port, res.Endpoints, podSlices)
+		want = r.proxySlices(public, sks.Spec.Port, res.Endpoints, podSlices)
 		for _, e := range res.Endpoints {
 			status.Activators = append(status.Activators, e.Name)
 		}
 	}
-	if msg, err := r.writeSlices(ctx, &sks, &public, want); err != nil || msg != "" {
+	if msg, err := r.writeSlices(ctx, &sks, public, want); err != nil || msg != "" {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -121,13 +133,18 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return notReady(ReasonNoEndpoints, "the target has no ready pod and no activator is ready: requests to the public Service fail until one is")
 	}
 	setSKSCondition(status, sks.Generation, metav1.ConditionTrue, res.Reason, fmt.Sprintf("%s: %d public endpoints", res.Mode, len(res.Endpoints)))
+	r.setSocketLayer(status, &sks, public)
 	return ctrl.Result{}, r.writeStatus(ctx, &sks, status)
 }
 
 // SetupWithManager watches ServerlessServices, the Services they name and
 // those Services' EndpointSlices, and the activator pods.
 func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.SocketLayerChanged != nil {
+		b = b.WatchesRawSource(source.Channel(r.SocketLayerChanged, handler.EnqueueRequestsFromMapFunc(r.all)))
+	}
+	return b.
 		For(&v1alpha1.ServerlessService{}).
 		// What it owns is found by name: the private Service and the
 		// public Service's slices map back through naming.
@@ -172,6 +189,11 @@ func (r *ServerlessService) allForActivator(ctx context.Context, o client.Object
 	if (r.ActivatorNamespace != "" && o.GetNamespace() != r.ActivatorNamespace) || !r.ActivatorSelector.Matches(labels.Set(o.GetLabels())) {
 		return nil
 	}
+	return r.all(ctx, o)
+}
+
+// all enqueues every ServerlessService.
+func (r *ServerlessService) all(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list v1alpha1.ServerlessServiceList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil

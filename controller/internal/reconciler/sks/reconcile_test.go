@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,12 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+	"github.com/sockscale/sockscale/controller/internal/socketlayer"
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 // TestServerlessServiceRefusesForeignObjects: objects sockscale does not
@@ -76,6 +80,60 @@ func TestServerlessServiceRefusesForeignObjects(t *testing.T) {
 				} else if len(fresh.GetOwnerReferences()) > 0 {
 					t.Errorf("%s was taken over: %v", o.GetName(), fresh.GetOwnerReferences())
 				}
+			}
+		})
+	}
+}
+
+// TestServerlessServiceSocketLayer: the SocketLayer condition comes from
+// the agents' node states and the public Service's addresses, on every
+// path through Reconcile (here: not Ready, no endpoints), and is left out
+// without a tracker.
+func TestServerlessServiceSocketLayer(t *testing.T) {
+	public := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	headless := public.DeepCopy()
+	headless.Spec.ClusterIP, headless.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+	nodes := socketlayer.NewTracker(clock.RealClock{})
+	nodes.Record(&stats.Batch{Node: "node-a", Period: time.Second, NodeState: &stats.NodeState{SocketRedirect: stats.RedirectActive}})
+	tests := []struct {
+		name       string
+		svc        *corev1.Service
+		tracker    *socketlayer.Tracker
+		wantReason string // "" for no condition
+	}{
+		{"redirectable", public, nodes, socketlayer.ReasonInEffect},
+		{"headless", headless, nodes, socketlayer.ReasonNotRedirectable},
+		{"no public Service", nil, nodes, socketlayer.ReasonNotRedirectable},
+		{"no tracker", public, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = v1alpha1.AddToScheme(scheme)
+			objs := []client.Object{&v1alpha1.ServerlessService{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "sks-uid"},
+				Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "hello", Port: 80, Selector: map[string]string{"app": "hello"}},
+			}}
+			if tt.svc != nil {
+				objs = append(objs, tt.svc)
+			}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).Build()
+			r := &ServerlessService{Client: c, ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012, SocketLayer: tt.tracker}
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.ServerlessService
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "hello"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, socketlayer.ConditionType)
+			switch {
+			case tt.wantReason == "" && cond != nil:
+				t.Errorf("SocketLayer = %+v without a tracker, want none", cond)
+			case tt.wantReason != "" && (cond == nil || cond.Reason != tt.wantReason):
+				t.Errorf("SocketLayer = %+v, want reason %s", cond, tt.wantReason)
 			}
 		})
 	}

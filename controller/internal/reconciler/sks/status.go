@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 )
 
 // writeStatus writes status if it changed (a conflict is left to the next
@@ -31,3 +33,18 @@ func setSKSCondition(s *v1alpha1.ServerlessServiceStatus, gen int64, st metav1.C
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// setSocketLayer sets the SocketLayer condition from the agents' node
+// states (see package socketlayer); public is nil when the public Service
+// does not exist. Without a tracker, or one too fresh to know, the
+// condition is left as it is.
+func (r *ServerlessService) setSocketLayer(s *v1alpha1.ServerlessServiceStatus, sks *v1alpha1.ServerlessService, public *corev1.Service) {
+	if r.SocketLayer == nil {
+		return
+	}
+	st, reason, msg, ok := socketlayer.Condition(r.SocketLayer.Summary(), public, sks.Spec.Port)
+	if !ok {
+		return
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: socketlayer.ConditionType, Status: st, Reason: reason, Message: msg, ObservedGeneration: sks.Generation})
+}

@@ -88,6 +88,19 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 	}
 	sks := watchMode(t, s, name)
 	sks.wait(t, v1alpha1.ModeServe, time.Time{}, 30*time.Second)
+	// Both nodes' agents run the redirect, and the ServerlessService says so
+	// (kubectl get sks: SocketLayer True).
+	eventually(t, 30*time.Second, "the SocketLayer condition True InEffect", func() error {
+		var o v1alpha1.ServerlessService
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &o); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(o.Status.Conditions, "SocketLayer")
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "InEffect" {
+			return fmt.Errorf("SocketLayer is %+v", c)
+		}
+		return nil
+	})
 
 	var nodeList corev1.NodeList
 	if err := s.Client.List(ctx, &nodeList); err != nil {

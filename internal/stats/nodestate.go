@@ -22,16 +22,16 @@ const HeaderNodeState = "Sockscale-Node-State"
 type RedirectState string
 
 const (
-	// RedirectActive: the node's map follows the ServerlessServices, so
+	// RedirectActive means the node's map follows the ServerlessServices, so
 	// a switch to Proxy reaches new connects from the node in milliseconds.
 	RedirectActive RedirectState = "active"
-	// RedirectSyncing: the redirect is loaded but its map may lag (the
+	// RedirectSyncing means the redirect is loaded but its map may lag (the
 	// agent is starting, or its watch of the API server fails).
 	RedirectSyncing RedirectState = "syncing"
-	// RedirectOff: the agent runs with --socket-redirect=off (or without
+	// RedirectOff means the agent runs with --socket-redirect=off (or without
 	// an activator selector): only the EndpointSlices switch the node.
 	RedirectOff RedirectState = "off"
-	// RedirectUnavailable: --socket-redirect=auto could not run it (the
+	// RedirectUnavailable means --socket-redirect=auto could not run it (the
 	// kernel cannot load it, or the API objects it watches are missing or
 	// forbidden); only the EndpointSlices switch the node.
 	RedirectUnavailable RedirectState = "unavailable"

@@ -12,12 +12,12 @@ import (
 )
 
 const (
-	// SilentAfter: a node not heard from for this long is out of sync.
-	// Agents report every second by default; 10 misses is a dead agent,
-	// an unreachable node or a partition, not a late packet.
+	// SilentAfter is how long a node goes unheard before it counts as out
+	// of sync. Agents report every second by default; 10 misses is a dead
+	// agent, an unreachable node or a partition, not a late packet.
 	SilentAfter = 10 * time.Second
-	// ForgetAfter: a node silent this long is dropped (it left the
-	// cluster, or its agent was uninstalled from it).
+	// ForgetAfter is how long a silent node is kept before it is dropped
+	// (it left the cluster, or its agent was uninstalled from it).
 	ForgetAfter = 10 * time.Minute
 )
 

@@ -30,7 +30,7 @@ type Notifier struct {
 	Clock  clock.WithTicker
 }
 
-// NeedLeaderElection: every replica runs it; a standby's reconciler does
+// NeedLeaderElection is false: every replica runs it; a standby's reconciler does
 // not read C, and the sends do not block.
 func (n *Notifier) NeedLeaderElection() bool { return false }
 

@@ -36,25 +36,7 @@ func TestIntegrationControllerScalesFromAgentStats(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bin := filepath.Join(t.TempDir(), "sockscale-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller").CombinedOutput(); err != nil {
-		t.Fatalf("build controller: %v: %s", err, out)
-	}
-	statsAddr := freeAddr(t)
-	cmd := exec.Command(bin, "--stats-bind-address="+statsAddr, "--metrics-bind-address="+freeAddr(t), "--health-probe-bind-address="+freeAddr(t))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("controller log:\n%s", logs.String())
-		}
-	})
+	statsAddr := startController(t, cl)
 
 	// An agent's report: the Deployment's pod has 210 requests in flight,
 	// 3 pods' worth at the default target of 70.
@@ -79,4 +61,30 @@ func TestIntegrationControllerScalesFromAgentStats(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// startController builds and starts the controller binary against cl and
+// returns its stats address; its log is printed if the test fails.
+func startController(t *testing.T, cl *testenv.Cluster) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sockscale-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller").CombinedOutput(); err != nil {
+		t.Fatalf("build controller: %v: %s", err, out)
+	}
+	statsAddr := freeAddr(t)
+	cmd := exec.Command(bin, "--stats-bind-address="+statsAddr, "--metrics-bind-address="+freeAddr(t), "--health-probe-bind-address="+freeAddr(t))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("controller log:\n%s", logs.String())
+		}
+	})
+	return statsAddr
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 // Label values of the metrics.
@@ -30,6 +32,36 @@ var (
 		"Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted).",
 		[]string{"event"}, nil)
 )
+
+// RedirectStates are the values of the state label, in the order of
+// stats.RedirectState's documentation.
+var RedirectStates = []stats.RedirectState{stats.RedirectActive, stats.RedirectSyncing, stats.RedirectOff, stats.RedirectUnavailable}
+
+var stateDesc = prometheus.NewDesc("sockscale_agent_socket_redirect_state",
+	"How the socket-layer redirect stands on this node: 1 for the current state, 0 for the others, by state: active, syncing, off, unavailable. The agent sends the same state, with its reason, to the controller.",
+	[]string{"state"}, nil)
+
+// RegisterStateMetric registers the state gauge, read from state at
+// scrape time. It is the agent's, not the Reconciler's: the state is also
+// known when no Reconciler runs (off, or the kernel cannot load it).
+func RegisterStateMetric(reg prometheus.Registerer, state func() stats.NodeState) {
+	reg.MustRegister(stateCollector(state))
+}
+
+type stateCollector func() stats.NodeState
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stateDesc }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c().SocketRedirect
+	for _, s := range RedirectStates {
+		v := 0.0
+		if s == now {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, string(s))
+	}
+}
 
 type metrics struct {
 	entries prometheus.Gauge

@@ -57,11 +57,38 @@ type Options struct {
 	ActivatorPort uint16
 	// ResyncPeriod: 0 means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
-	// Clock drives resyncs and latencies; nil means the real clock.
+	// Required makes Run return an error when the watches cannot start or
+	// have not synced within SyncTimeout (the agent's
+	// --socket-redirect=on). Otherwise Run clears the map, State says
+	// unavailable, and it retries: the API objects may be installed or
+	// allowed later, and the agent's accounting must keep running.
+	Required bool
+	// SyncTimeout bounds the wait for the caches' first sync: a list that
+	// is forbidden makes the informers retry forever rather than fail.
+	// 0 means DefaultSyncTimeout.
+	SyncTimeout time.Duration
+	// RetryBackoff is the wait before the first retry of watches that
+	// could not start; it doubles up to MaxRetryBackoff. 0 means
+	// DefaultRetryBackoff.
+	RetryBackoff time.Duration
+	// Clock drives resyncs, latencies and retries; nil means the real clock.
 	Clock      clock.WithTicker
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
 }
+
+// Defaults of Options.
+const (
+	DefaultSyncTimeout  = 60 * time.Second
+	DefaultRetryBackoff = 5 * time.Second
+	// MaxRetryBackoff: a CRD installed or RBAC granted later is picked
+	// up within 5 minutes, at a cost of one failed list every 5 minutes.
+	MaxRetryBackoff = 5 * time.Minute
+)
+
+// cacheFactory makes the caches of one attempt to watch, with
+// onWatchError as their watch error handler.
+type cacheFactory func(onWatchError toolscache.WatchErrorHandlerWithContext) (cache.Cache, error)
 
 // Reconciler keeps the node's redirect map equal to Compute of the
 // ServerlessServices, public Services and activator pods it watches.
@@ -82,9 +109,12 @@ type Options struct {
 // pods), and pods keep theirs until the client or the pod closes them
 // (a pod scaled away drains its connections as for any Service).
 type Reconciler struct {
-	opts    Options
+	opts     Options
+	newCache cacheFactory
+	// cache is the current attempt's; only Run's goroutine uses it.
 	cache   cache.Cache
 	metrics *metrics
+	health  health
 	// kick asks the loop for a sync; one pending kick is enough.
 	kick   chan struct{}
 	synced atomic.Bool
@@ -121,20 +151,28 @@ func New(cfg *rest.Config, opts Options) (*Reconciler, error) {
 	if opts.ActivatorNamespace != "" {
 		pods.Namespaces = map[string]cache.Config{opts.ActivatorNamespace: {}}
 	}
-	c, err := cache.New(cfg, cache.Options{
-		Scheme:           scheme,
-		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: pods},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redirect: make the cache: %w", err)
+	// A cache per attempt: a new one also has a new REST mapper, which
+	// finds a CRD installed since the last attempt.
+	newCache := func(onWatchError toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) {
+		return cache.New(cfg, cache.Options{
+			Scheme:                   scheme,
+			ByObject:                 map[client.Object]cache.ByObject{&corev1.Pod{}: pods},
+			DefaultTransform:         cache.TransformStripManagedFields(),
+			DefaultWatchErrorHandler: onWatchError,
+		})
 	}
-	return newReconciler(c, opts), nil
+	return newReconciler(newCache, opts), nil
 }
 
-func newReconciler(c cache.Cache, opts Options) *Reconciler {
+func newReconciler(newCache cacheFactory, opts Options) *Reconciler {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = DefaultSyncTimeout
+	}
+	if opts.RetryBackoff <= 0 {
+		opts.RetryBackoff = DefaultRetryBackoff
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -147,7 +185,7 @@ func newReconciler(c cache.Cache, opts Options) *Reconciler {
 	}
 	r := &Reconciler{
 		opts:     opts,
-		cache:    c,
+		newCache: newCache,
 		kick:     make(chan struct{}, 1),
 		observed: make(map[types.NamespacedName]time.Time),
 		targets:  make(map[netip.AddrPort]types.NamespacedName),
@@ -163,11 +201,50 @@ func (r *Reconciler) Synced() bool { return r.synced.Load() }
 // kernel map (retrying every second until that succeeds), then follows
 // events and resyncs every ResyncPeriod. Stopping leaves the map as it is:
 // its entries keep redirecting, and the next agent resyncs them.
+//
+// When the watches cannot start (a missing CRD), stop, or have not synced
+// within SyncTimeout (a forbidden list), Run returns the error if
+// Options.Required; otherwise it clears the map, State says unavailable,
+// and it tries again after RetryBackoff, doubling up to MaxRetryBackoff.
 func (r *Reconciler) Run(ctx context.Context) error {
+	backoff := r.opts.RetryBackoff
+	for {
+		err := r.attempt(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if r.opts.Required {
+			return fmt.Errorf("redirect: %w", err)
+		}
+		if r.Synced() {
+			backoff = r.opts.RetryBackoff // it worked for a while: not the same failure
+		}
+		r.opts.Log.Warn("socket-layer redirect unavailable: its map is cleared and Proxy mode goes through the public EndpointSlices (kube-proxy) only; retrying. --socket-redirect=on makes this fatal",
+			"err", err, "retryIn", backoff)
+		r.giveUp(err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.opts.Clock.After(backoff):
+		}
+		backoff = min(2*backoff, MaxRetryBackoff)
+	}
+}
+
+// attempt runs one set of watches until ctx ends (nil) or they fail.
+func (r *Reconciler) attempt(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops this attempt's informers
+	r.synced.Store(false)
+	c, err := r.newCache(r.watchFailed)
+	if err != nil {
+		return fmt.Errorf("make the cache: %w", err)
+	}
+	r.cache = c
 	for _, obj := range []client.Object{&v1alpha1.ServerlessService{}, &corev1.Service{}, &corev1.Pod{}} {
-		inf, err := r.cache.GetInformer(ctx, obj)
+		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
-			return fmt.Errorf("redirect: watch %T: %w", obj, err)
+			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 		h := toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { r.event(nil, o) },
@@ -175,26 +252,25 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			DeleteFunc: func(o any) { r.event(nil, o) },
 		}
 		if _, err := inf.AddEventHandler(h); err != nil {
-			return fmt.Errorf("redirect: watch %T: %w", obj, err)
+			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
 	cacheErr := make(chan error, 1)
-	go func() { cacheErr <- r.cache.Start(ctx) }()
-	if !r.cache.WaitForCacheSync(ctx) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		select {
-		case err := <-cacheErr:
-			return fmt.Errorf("redirect: the caches never synced: %w", err)
-		default:
-			return errors.New("redirect: the caches never synced")
-		}
+	go func() { cacheErr <- c.Start(ctx) }()
+	if err := r.waitForCaches(ctx, cacheErr); err != nil || ctx.Err() != nil {
+		return err
 	}
+	r.noteCachesSynced()
 	clk := r.opts.Clock
 	// Until the first resync has read the pinned map back, entries an
 	// earlier agent left may be stale: keep trying.
-	for r.sync(ctx, true) != nil {
+	for {
+		err := r.sync(ctx, true)
+		r.noteSync(err)
+		if err == nil {
+			break
+		}
+		r.opts.Log.Warn("first sync of the redirect map; retrying", "err", err)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -212,15 +288,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-cacheErr:
-			// The cache also returns when ctx ends, maybe before this
-			// select sees ctx.Done: that is a stop, not a failure.
-			if ctx.Err() != nil {
-				return nil
-			}
-			if err == nil {
-				return errors.New("redirect: the watches stopped")
-			}
-			return fmt.Errorf("redirect: the watches stopped: %w", err)
+			return watchesStopped(ctx, err)
 		case <-r.kick:
 		case <-tick.C():
 			full = true
@@ -228,10 +296,58 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			full = true
 		}
 		retry = nil
-		if err := r.sync(ctx, full); err != nil {
+		err := r.sync(ctx, full)
+		r.noteSync(err)
+		if err != nil {
 			r.opts.Log.Warn("sync the redirect map; retrying", "err", err)
 			retry = clk.After(retryAfter)
 		}
+	}
+}
+
+// waitForCaches waits for the caches' first sync. Past SyncTimeout
+// without it, the map is cleared (or, if Required, that is an error) and
+// the wait goes on: the informers retry their lists on their own, so a
+// permission granted later is picked up without a new attempt.
+func (r *Reconciler) waitForCaches(ctx context.Context, cacheErr <-chan error) error {
+	synced := make(chan bool, 1)
+	go func() { synced <- r.cache.WaitForCacheSync(ctx) }()
+	timeout := r.opts.Clock.After(r.opts.SyncTimeout)
+	for {
+		select {
+		case ok := <-synced:
+			if ok || ctx.Err() != nil {
+				return nil
+			}
+			return errors.New("the caches never synced")
+		case err := <-cacheErr:
+			return watchesStopped(ctx, err)
+		case <-timeout:
+			timeout = nil
+			err := fmt.Errorf("the caches have not synced in %v", r.opts.SyncTimeout)
+			if werr := r.lastWatchError(); werr != nil {
+				err = fmt.Errorf("%w: %w", err, werr)
+			}
+			if r.opts.Required {
+				return err
+			}
+			r.opts.Log.Warn("socket-layer redirect unavailable: its map is cleared until the caches sync; Proxy mode goes through the public EndpointSlices (kube-proxy) only",
+				"err", err)
+			r.giveUp(err)
+		}
+	}
+}
+
+// watchesStopped is the error of a cache that returned: none if ctx ended
+// (the cache may return before the caller's select sees ctx.Done).
+func watchesStopped(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case err == nil:
+		return errors.New("the watches stopped")
+	default:
+		return fmt.Errorf("the watches stopped: %w", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 
 // fakeMap is the kernel map in memory, with a log of the writes.
 type fakeMap struct {
+	// mu: Run's tests write from its goroutine and read from the test's.
+	mu         sync.Mutex
 	entries    map[netip.AddrPort][]bpfredirect.Backend
 	redirected map[netip.AddrPort]uint64
 	writes     []string
@@ -31,6 +34,8 @@ func newFakeMap() *fakeMap {
 }
 
 func (m *fakeMap) Set(svc netip.AddrPort, b []bpfredirect.Backend) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.failSet != nil {
 		return m.failSet
 	}
@@ -40,12 +45,16 @@ func (m *fakeMap) Set(svc netip.AddrPort, b []bpfredirect.Backend) error {
 }
 
 func (m *fakeMap) Delete(svc netip.AddrPort) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.writes = append(m.writes, "delete "+svc.String())
 	delete(m.entries, svc)
 	return nil
 }
 
 func (m *fakeMap) Forget(svc netip.AddrPort) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.writes = append(m.writes, "forget "+svc.String())
 	delete(m.entries, svc)
 	delete(m.redirected, svc)
@@ -53,16 +62,22 @@ func (m *fakeMap) Forget(svc netip.AddrPort) error {
 }
 
 func (m *fakeMap) Entries() (map[netip.AddrPort][]bpfredirect.Backend, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.reads++
 	return maps.Clone(m.entries), nil
 }
 
 func (m *fakeMap) Redirected() (map[netip.AddrPort]uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return maps.Clone(m.redirected), nil
 }
 func (m *fakeMap) Events() (bpfredirect.Events, error) { return bpfredirect.Events{NoOrigin: 2}, nil }
 
 func (m *fakeMap) takeWrites() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	w := m.writes
 	m.writes = nil
 	return w

@@ -35,6 +35,7 @@ import (
 	"github.com/sockscale/sockscale/bpf"
 	"github.com/sockscale/sockscale/bpf/redirect"
 	"github.com/sockscale/sockscale/internal/serve"
+	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/stats/report"
 )
 
@@ -53,6 +54,10 @@ type config struct {
 	socketRedirect     string
 	logLevel           string
 	uninstall          bool
+	// redirectRetryBackoff and redirectSyncTimeout have no flags: tests
+	// shorten them (0 means the redirect package's defaults).
+	redirectRetryBackoff time.Duration
+	redirectSyncTimeout  time.Duration
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -193,25 +198,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	var smp *sampler.Sampler
 	agentMetrics := metrics.New(reg, func() *sampler.Sample { return smp.Latest() }, pods.Status)
 
-	var reporter *report.Reporter
-	var onSample func(*sampler.Sample)
-	if cfg.controllerStats != "" {
-		reporter, err = report.New(cfg.controllerStats, cfg.reportPeriod, agentMetrics, log)
-		if err != nil {
-			return err
-		}
-		onSample = func(s *sampler.Sample) {
-			if s.Batch != nil {
-				reporter.Offer(s.Batch)
-			}
-		}
-	}
-	smp = sampler.New(acct, pods, sampler.Options{
-		Node: cfg.nodeName, Period: cfg.reportPeriod, Clock: clock.RealClock{}, Log: log,
-		Recorder: agentMetrics, OnSample: onSample,
-	})
-
-	redir, err := loadRedirect(cfg, log)
+	redir, offState, err := loadRedirect(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -228,11 +215,40 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		redirects, err = agentredirect.New(restCfg, agentredirect.Options{
 			Map: redir, ActivatorNamespace: cfg.activatorNamespace, ActivatorSelector: sel,
 			ActivatorPort: uint16(cfg.activatorPort), Log: log, Registerer: reg,
+			Required:     cfg.socketRedirect == redirectOn,
+			RetryBackoff: cfg.redirectRetryBackoff, SyncTimeout: cfg.redirectSyncTimeout,
 		})
 		if err != nil {
 			return err
 		}
 	}
+	// nodeState is sent beside every batch, for the controller's
+	// SocketLayer condition on each ServerlessService.
+	nodeState := func() stats.NodeState { return offState }
+	if redirects != nil {
+		nodeState = redirects.State
+	}
+	agentredirect.RegisterStateMetric(reg, nodeState)
+
+	var reporter *report.Reporter
+	var onSample func(*sampler.Sample)
+	if cfg.controllerStats != "" {
+		reporter, err = report.New(cfg.controllerStats, cfg.reportPeriod, agentMetrics, log)
+		if err != nil {
+			return err
+		}
+		onSample = func(s *sampler.Sample) {
+			if s.Batch != nil {
+				ns := nodeState()
+				s.Batch.NodeState = &ns
+				reporter.Offer(s.Batch)
+			}
+		}
+	}
+	smp = sampler.New(acct, pods, sampler.Options{
+		Node: cfg.nodeName, Period: cfg.reportPeriod, Clock: clock.RealClock{}, Log: log,
+		Recorder: agentMetrics, OnSample: onSample,
+	})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -276,29 +292,33 @@ func preflightChecks(cfg *config) error {
 }
 
 // loadRedirect loads the connect-time redirect at the accounting's cgroup
-// root, pinned beside it, as --socket-redirect says; nil when it is off.
+// root, pinned beside it, as --socket-redirect says; nil when it is off,
+// with the node state that says why.
 // Off (or unavailable with auto) removes a redirect an earlier agent
 // pinned: nobody would keep its entries up to date.
-func loadRedirect(cfg *config, log *slog.Logger) (*redirect.Redirect, error) {
+func loadRedirect(cfg *config, log *slog.Logger) (*redirect.Redirect, stats.NodeState, error) {
 	mode := cfg.socketRedirect
+	off := stats.NodeState{SocketRedirect: stats.RedirectOff, Reason: "--socket-redirect=off"}
 	if mode == redirectAuto && cfg.activatorSelector == "" {
 		log.Warn("socket-layer redirect off: --activator-selector is empty, so the activators cannot be found")
 		mode = redirectOff
+		off.Reason = "--activator-selector is empty: the activators cannot be found"
 	}
 	if mode != redirectOff {
 		r, err := redirect.New(redirect.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir})
 		if err == nil {
-			return r, nil
+			return r, stats.NodeState{}, nil
 		}
 		if mode == redirectOn {
-			return nil, fmt.Errorf("--socket-redirect=on: %w", err)
+			return nil, stats.NodeState{}, fmt.Errorf("--socket-redirect=on: %w", err)
 		}
 		log.Warn("socket-layer redirect off: this kernel cannot load it; Proxy mode goes through the public EndpointSlices (kube-proxy) only. --socket-redirect=on makes this fatal", "err", err)
+		off = stats.NodeState{SocketRedirect: stats.RedirectUnavailable, Reason: err.Error()}
 	}
 	if err := redirect.Uninstall(cfg.bpffsDir); err != nil {
-		return nil, fmt.Errorf("remove the pinned socket-layer redirect (--socket-redirect=%s): %w", cfg.socketRedirect, err)
+		return nil, stats.NodeState{}, fmt.Errorf("remove the pinned socket-layer redirect (--socket-redirect=%s): %w", cfg.socketRedirect, err)
 	}
-	return nil, nil
+	return nil, off, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -6,14 +6,25 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/bpf/redirect"
+	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/statssink"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -74,5 +85,176 @@ func TestIntegrationSocketRedirectFlag(t *testing.T) {
 	}
 	if r, o := runFor("off"); r != 0 || o == 0 {
 		t.Errorf("after --socket-redirect=off: %d redirect pins, %d others; want none and the accounting's", r, o)
+	}
+}
+
+// TestIntegrationSocketRedirectAutoWithoutTheCRD runs the agent with
+// --socket-redirect=auto against an API server without the
+// ServerlessService CRD: it keeps running (the accounting is its main
+// job), says unavailable with a reason naming the missing kind beside its
+// batches, clears the stale entry an earlier agent left in the pinned map,
+// and turns active without a restart once the CRD is installed.
+func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
+	testenv.RequireRoot(t)
+	cl := testenv.ControlPlane(t)
+	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
+		t.Fatal(err)
+	}
+	cg2, err := cgroup2.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(cg2, fmt.Sprintf("sockscale-agent-nocrd-it-%d", os.Getpid()))
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(root) })
+	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-agent-nocrd-it-%d", os.Getpid())
+	t.Cleanup(func() { _ = bpf.Uninstall(pinDir) })
+
+	ctx := context.Background()
+	crd := deleteCRD(t, cl, "serverlessservices.sockscale.dev")
+
+	// An entry an earlier agent left: with nobody to keep it current it
+	// must go.
+	stale := netip.MustParseAddrPort("10.96.0.10:80")
+	pinned, err := redirect.New(redirect.Options{CgroupRoot: root, PinDir: pinDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pinned.Set(stale, []redirect.Backend{{Addr: netip.MustParseAddrPort("10.0.0.9:8012"), Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pinned.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var last *stats.NodeState
+	srv := httptest.NewServer(statssink.Handler(func(b *stats.Batch) {
+		mu.Lock()
+		defer mu.Unlock()
+		last = b.NodeState
+	}))
+	t.Cleanup(srv.Close)
+	lastState := func() *stats.NodeState {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+
+	cfg, err := parseFlags([]string{
+		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig,
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
+		"--controller-stats-address=" + srv.Listener.Addr().String(), "--report-period=100ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.redirectRetryBackoff = 200 * time.Millisecond // the default 5 s doubling would outlast the test
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+			<-done
+		}
+	})
+
+	waitFor(t, 20*time.Second, "a batch saying unavailable because ServerlessServices are missing", func() string {
+		s := lastState()
+		if s == nil {
+			return "no batch with a node state yet"
+		}
+		if s.SocketRedirect != stats.RedirectUnavailable || !strings.Contains(s.Reason, "ServerlessService") {
+			return fmt.Sprintf("last state %+v", *s)
+		}
+		return ""
+	})
+	t.Logf("state without the CRD: %+v", *lastState())
+	select {
+	case err := <-done:
+		stopped = true
+		t.Fatalf("the agent returned while the CRD is missing: %v", err)
+	default:
+	}
+	pinned, err = redirect.New(redirect.Options{CgroupRoot: root, PinDir: pinDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := pinned.Entries()
+	_ = pinned.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("pinned map holds %v; want it cleared (a stale entry redirects to activators that may be gone)", entries)
+	}
+
+	// The CRD installed later: a retry finds it, no restart needed.
+	crd.SetResourceVersion("")
+	crd.SetUID("")
+	unstructured.RemoveNestedField(crd.Object, "status")
+	if err := cl.Client.Create(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a batch saying active once the CRD is installed", func() string {
+		if s := lastState(); s == nil || s.SocketRedirect != stats.RedirectActive || s.Reason != "" {
+			return fmt.Sprintf("last state %+v", s)
+		}
+		return ""
+	})
+
+	stop()
+	stopped = true
+	if err := <-done; err != nil {
+		t.Errorf("run: %v, want nil once ctx ends", err)
+	}
+}
+
+// deleteCRD deletes the named CRD, waits until the API server no longer
+// has it, and returns it as it was.
+func deleteCRD(t *testing.T, cl *testenv.Cluster, name string) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	if err := cl.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Client.Delete(ctx, crd.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the CRD "+name+" gone", func() string {
+		got := crd.DeepCopy()
+		err := cl.Client.Get(ctx, client.ObjectKey{Name: name}, got)
+		switch {
+		case apierrors.IsNotFound(err):
+			return ""
+		case err != nil:
+			return err.Error()
+		default:
+			return "still there"
+		}
+	})
+	return crd
+}
+
+// waitFor polls check until it returns "" and fails t with its last
+// answer after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := check()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %v for %s: %s", timeout, what, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -16,13 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 )
 
 // Cluster is a real etcd and kube-apiserver with sockscale's CRDs.
 type Cluster struct {
 	Config *rest.Config
-	// Client knows the core and sockscale types.
+	// Client knows the core, sockscale.dev and serving.sockscale.dev types.
 	Client client.Client
 	// Kubeconfig is a file for binaries the test starts (cluster admin).
 	Kubeconfig string
@@ -57,6 +58,9 @@ func ControlPlane(t testing.TB) *Cluster {
 		t.Fatal(err)
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,10 +58,12 @@ func TestE2EAgent(t *testing.T) {
 					ServiceAccountName: "agent",
 					Containers: []corev1.Container{{
 						Name: "agent", Image: "ghcr.io/sockscale/sockscale-agent:dev",
-						// The accounting alone: this cluster has neither the
-						// ServerlessService CRD nor RBAC on Services, which the
-						// socket-layer redirect watches (the chart installs both).
-						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms", "--socket-redirect=off"},
+						// The default --socket-redirect=auto on a cluster with
+						// neither the ServerlessService CRD nor RBAC on Services,
+						// which the redirect watches (the chart installs both):
+						// the agent must count anyway, and say why it does not
+						// redirect.
+						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms"},
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
@@ -129,4 +132,29 @@ func TestE2EAgent(t *testing.T) {
 		}
 		return fmt.Errorf("no %s... 5 in /metrics", want)
 	})
+	// The redirect could not run here: it says so, and the agent never
+	// restarted over it.
+	for node, ip := range agents {
+		eventually(t, 30*time.Second, "the agent of "+node+" reports its redirect unavailable", func() error {
+			body, err := get("http://" + ip + ":9090/metrics")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(body, `sockscale_agent_socket_redirect_state{state="unavailable"} 1`) {
+				return errors.New(`no sockscale_agent_socket_redirect_state{state="unavailable"} 1 in /metrics`)
+			}
+			return nil
+		})
+	}
+	list, err := c.Client.CoreV1().Pods(e2eNS).List(ctx, metav1.ListOptions{LabelSelector: "app=sockscale-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount != 0 {
+				t.Errorf("agent %s on %s restarted %d times", p.Name, p.Spec.NodeName, cs.RestartCount)
+			}
+		}
+	}
 }

@@ -207,6 +207,7 @@ type RevisionStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ssrev,categories=sockscale
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name becomes a Kubernetes Service's name and a host name: a DNS-1035 label (lowercase letters, digits and '-', starting with a letter), at most 63 characters"
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.metadata.labels['serving\.sockscale\.dev/service']`
 // +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.containerConcurrency`,description="containerConcurrency: the hard limit per pod; 0 or empty: none"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

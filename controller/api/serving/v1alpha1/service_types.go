@@ -53,6 +53,7 @@ type ServiceStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ssvc,categories=sockscale
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name becomes a Kubernetes Service's name and a host name: a DNS-1035 label (lowercase letters, digits and '-', starting with a letter), at most 63 characters"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.template.metadata) || !has(self.spec.template.metadata.name) || self.spec.template.metadata.name.startsWith(self.metadata.name + '-')",fieldPath=".spec.template.metadata.name",message="the template's name must start with the Service's name and a dash, e.g. <service>-v2"
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="LatestCreated",type=string,JSONPath=`.status.latestCreatedRevisionName`

@@ -158,6 +158,19 @@ func TestIntegrationServingValidation(t *testing.T) {
 		})
 	}
 
+	t.Run("names that cannot be a Kubernetes Service's", func(t *testing.T) {
+		for _, name := range []string{"1hello", "hello.world", strings.Repeat("a", 64)} {
+			s := svc(func(*v1alpha1.ServiceSpec) {})
+			s.Name, s.GenerateName = name, ""
+			expect(t, c.Create(ctx, s), []string{"metadata.name", "a DNS-1035 label"})
+			r := &v1alpha1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+				Spec: v1alpha1.RouteSpec{Traffic: []v1alpha1.TrafficTarget{{ConfigurationName: "hello", Percent: ptr(int64(100))}}}}
+			expect(t, c.Create(ctx, r), []string{"metadata.name", "a DNS-1035 label"})
+			rev := &v1alpha1.Revision{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: s.Spec.Template.Spec}
+			expect(t, c.Create(ctx, rev), []string{"metadata.name", "a DNS-1035 label"})
+		}
+	})
+
 	t.Run("template name not prefixed by the Service's", func(t *testing.T) {
 		s := svc(func(*v1alpha1.ServiceSpec) {})
 		s.Name, s.GenerateName, s.Spec.Template.Metadata.Name = "greet", "", "hello-v2"
@@ -231,6 +244,23 @@ func TestIntegrationServingValidation(t *testing.T) {
 		want := map[string]string{"Name": "hello-00001", "Service": "hello", "Concurrency": "50", "Ready": "True", "Reason": "Ready", "Actual": "2", "Desired": "3"}
 		if diff := cmp.Diff(want, tableRow(t, cl.Config, "revisions", "hello-00001")); diff != "" {
 			t.Errorf("kubectl get ssrev row (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("Route columns", func(t *testing.T) {
+		var r v1alpha1.Route
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "hello-split"}, &r); err != nil {
+			t.Fatal(err)
+		}
+		r.Status.URL = "http://hello-split.default.svc.cluster.local"
+		r.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "RevisionMissing",
+			Message: "revision hello-00001 does not exist", LastTransitionTime: metav1.Now()}}
+		if err := c.Status().Update(ctx, &r); err != nil {
+			t.Fatalf("status update refused: %v", err)
+		}
+		want := map[string]string{"Name": "hello-split", "URL": "http://hello-split.default.svc.cluster.local", "Ready": "False", "Reason": "RevisionMissing"}
+		if diff := cmp.Diff(want, tableRow(t, cl.Config, "routes", "hello-split")); diff != "" {
+			t.Errorf("kubectl get ssrt row (-want +got):\n%s", diff)
 		}
 	})
 

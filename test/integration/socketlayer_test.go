@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
@@ -106,7 +103,7 @@ func TestIntegrationSocketLayerCondition(t *testing.T) {
 					ok = ok && strings.Contains(cond.Message, s)
 				}
 				if ok {
-					if col := sksColumn(t, cl.Config, "hello", "SocketLayer"); col != string(status) {
+					if col := cl.TableRow(t, v1alpha1.GroupVersion, "serverlessservices", "default", "hello")["SocketLayer"]; col != string(status) {
 						t.Errorf("kubectl get sks shows SocketLayer %q, want %q", col, status)
 					}
 					return
@@ -134,34 +131,4 @@ func TestIntegrationSocketLayerCondition(t *testing.T) {
 	// map may be stale.
 	setHeader("node-b", "")
 	expect(20*time.Second, metav1.ConditionUnknown, "NodesNotInSync", "1 node: node-b (silent: no report from its agent since ")
-}
-
-// sksColumn reads a column of a ServerlessService as `kubectl get sks`
-// prints it: the API server's Table rendering of the CRD's printer columns.
-func sksColumn(t *testing.T, cfg *rest.Config, name, column string) string {
-	t.Helper()
-	rc := rest.CopyConfig(cfg)
-	rc.APIPath = "/apis"
-	rc.GroupVersion = &v1alpha1.GroupVersion
-	rc.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	c, err := rest.RESTClientFor(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := c.Get().Namespace("default").Resource("serverlessservices").Name(name).
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("get the Table of ServerlessService %s: %v", name, err)
-	}
-	var table metav1.Table
-	if err := json.Unmarshal(body, &table); err != nil {
-		t.Fatalf("the Table of ServerlessService %s: %v: %.300s", name, err, body)
-	}
-	for i, col := range table.ColumnDefinitions {
-		if col.Name == column && len(table.Rows) == 1 && i < len(table.Rows[0].Cells) {
-			return fmt.Sprint(table.Rows[0].Cells[i])
-		}
-	}
-	t.Fatalf("ServerlessService %s's Table has no column %q: %+v", name, column, table.ColumnDefinitions)
-	return ""
 }

@@ -34,22 +34,7 @@ import (
 // redirect's pins (nobody would keep its entries current) and keeps the
 // accounting's.
 func TestIntegrationSocketRedirectFlag(t *testing.T) {
-	testenv.RequireRoot(t)
-	cl := testenv.ControlPlane(t)
-	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
-		t.Fatal(err)
-	}
-	cg2, err := cgroup2.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(cg2, fmt.Sprintf("sockscale-agent-flag-it-%d", os.Getpid()))
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(root) })
-	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-agent-flag-it-%d", os.Getpid())
-	t.Cleanup(func() { _ = bpf.Uninstall(pinDir) })
+	cl, root, pinDir := agentEnv(t, "flag")
 
 	runFor := func(mode string) (redirectPins, otherPins int) {
 		t.Helper()
@@ -95,22 +80,7 @@ func TestIntegrationSocketRedirectFlag(t *testing.T) {
 // batches, clears the stale entry an earlier agent left in the pinned map,
 // and turns active without a restart once the CRD is installed.
 func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
-	testenv.RequireRoot(t)
-	cl := testenv.ControlPlane(t)
-	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
-		t.Fatal(err)
-	}
-	cg2, err := cgroup2.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(cg2, fmt.Sprintf("sockscale-agent-nocrd-it-%d", os.Getpid()))
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(root) })
-	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-agent-nocrd-it-%d", os.Getpid())
-	t.Cleanup(func() { _ = bpf.Uninstall(pinDir) })
+	cl, root, pinDir := agentEnv(t, "nocrd")
 
 	ctx := context.Background()
 	crd := deleteCRD(t, cl, "serverlessservices.sockscale.dev")
@@ -257,4 +227,28 @@ func waitFor(t *testing.T, timeout time.Duration, what string, check func() stri
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// agentEnv is what an in-process agent needs: a real kube-apiserver, a
+// cgroup of its own to attach at and a bpffs directory to pin into (both
+// named after name and removed at the end).
+func agentEnv(t *testing.T, name string) (cl *testenv.Cluster, root, pinDir string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	cl = testenv.ControlPlane(t)
+	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
+		t.Fatal(err)
+	}
+	cg2, err := cgroup2.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root = filepath.Join(cg2, fmt.Sprintf("sockscale-agent-%s-it-%d", name, os.Getpid()))
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(root) })
+	pinDir = fmt.Sprintf("/sys/fs/bpf/sockscale-agent-%s-it-%d", name, os.Getpid())
+	t.Cleanup(func() { _ = bpf.Uninstall(pinDir) })
+	return cl, root, pinDir
 }

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,4 +113,38 @@ func (c *Cluster) Replicas(t testing.TB, namespace, name string) int32 {
 		t.Fatal(err)
 	}
 	return *d.Spec.Replicas
+}
+
+// TableRow is one object's row as `kubectl get` prints it: the API
+// server's Table rendering of the resource's printer columns, by column
+// name (Age left out, it changes).
+func (c *Cluster) TableRow(t testing.TB, gv schema.GroupVersion, resource, namespace, name string) map[string]string {
+	t.Helper()
+	rc := rest.CopyConfig(c.Config)
+	rc.APIPath = "/apis"
+	rc.GroupVersion = &gv
+	rc.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	rcl, err := rest.RESTClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := rcl.Get().Namespace(namespace).Resource(resource).Name(name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("get the Table of %s %s: %v", resource, name, err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(body, &table); err != nil {
+		t.Fatalf("the Table of %s %s: %v: %.300s", resource, name, err, body)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("the Table of %s %s has %d rows", resource, name, len(table.Rows))
+	}
+	row := map[string]string{}
+	for i, col := range table.ColumnDefinitions {
+		if col.Name != "Age" && i < len(table.Rows[0].Cells) {
+			row[col.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+		}
+	}
+	return row
 }

@@ -2,8 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -242,7 +238,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 			t.Fatalf("status update refused: %v", err)
 		}
 		want := map[string]string{"Name": "hello-00001", "Service": "hello", "Concurrency": "50", "Ready": "True", "Reason": "Ready", "Actual": "2", "Desired": "3"}
-		if diff := cmp.Diff(want, tableRow(t, cl.Config, "revisions", "hello-00001")); diff != "" {
+		if diff := cmp.Diff(want, cl.TableRow(t, v1alpha1.GroupVersion, "revisions", "default", "hello-00001")); diff != "" {
 			t.Errorf("kubectl get ssrev row (-want +got):\n%s", diff)
 		}
 	})
@@ -259,7 +255,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 			t.Fatalf("status update refused: %v", err)
 		}
 		want := map[string]string{"Name": "hello-split", "URL": "http://hello-split.default.svc.cluster.local", "Ready": "False", "Reason": "RevisionMissing"}
-		if diff := cmp.Diff(want, tableRow(t, cl.Config, "routes", "hello-split")); diff != "" {
+		if diff := cmp.Diff(want, cl.TableRow(t, v1alpha1.GroupVersion, "routes", "default", "hello-split")); diff != "" {
 			t.Errorf("kubectl get ssrt row (-want +got):\n%s", diff)
 		}
 	})
@@ -281,7 +277,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 		}
 		want := map[string]string{"Name": "hello", "URL": "http://hello.default.svc.cluster.local", "LatestCreated": "hello-world",
 			"LatestReady": "hello-00005", "Ready": "Unknown", "Reason": "RolloutInProgress"}
-		if diff := cmp.Diff(want, tableRow(t, cl.Config, "services", "hello")); diff != "" {
+		if diff := cmp.Diff(want, cl.TableRow(t, v1alpha1.GroupVersion, "services", "default", "hello")); diff != "" {
 			t.Errorf("kubectl get ssvc row (-want +got):\n%s", diff)
 		}
 	})
@@ -321,39 +317,6 @@ func decode(t *testing.T, name string, into any) {
 	if err := yaml.UnmarshalStrict(b, into); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-}
-
-// tableRow is one object's row as kubectl get prints it: the API server's
-// Table rendering of the CRD's printer columns, by column name.
-func tableRow(t *testing.T, cfg *rest.Config, resource, name string) map[string]string {
-	t.Helper()
-	rc := rest.CopyConfig(cfg)
-	rc.APIPath = "/apis"
-	rc.GroupVersion = &v1alpha1.GroupVersion
-	rc.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
-	c, err := rest.RESTClientFor(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := c.Get().Namespace("default").Resource(resource).Name(name).
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("get the Table of %s %s: %v", resource, name, err)
-	}
-	var table metav1.Table
-	if err := json.Unmarshal(body, &table); err != nil {
-		t.Fatalf("the Table of %s %s: %v: %.300s", resource, name, err, body)
-	}
-	if len(table.Rows) != 1 {
-		t.Fatalf("the Table of %s %s has %d rows", resource, name, len(table.Rows))
-	}
-	row := map[string]string{}
-	for i, col := range table.ColumnDefinitions {
-		if col.Name != "Age" && i < len(table.Rows[0].Cells) {
-			row[col.Name] = fmt.Sprint(table.Rows[0].Cells[i])
-		}
-	}
-	return row
 }
 
 func ptr[T any](v T) *T { return &v }

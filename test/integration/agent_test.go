@@ -167,22 +167,7 @@ func buildAgent(t *testing.T) string {
 func startAgent(t *testing.T, bin string, args []string, healthAddr string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "agent.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(logFile.Name())
-			t.Logf("agent log:\n%s", out)
-		}
-	})
+	startLogged(t, "agent", cmd)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + healthAddr + "/readyz")
@@ -193,8 +178,7 @@ func startAgent(t *testing.T, bin string, args []string, healthAddr string) *exe
 			}
 		}
 		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("agent never became ready; log:\n%s", out)
+			t.Fatal("agent never became ready in 20 s (its log follows)")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -303,4 +287,26 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// startLogged starts cmd, kills it when t ends, and then prints its output
+// (name's log) if t failed.
+func startLogged(t *testing.T, name string, cmd *exec.Cmd) {
+	t.Helper()
+	logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			out, _ := os.ReadFile(logFile.Name())
+			t.Logf("%s log:\n%s", name, out)
+		}
+	})
 }

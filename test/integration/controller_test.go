@@ -74,17 +74,6 @@ func startController(t *testing.T, cl *testenv.Cluster) string {
 	statsAddr := freeAddr(t)
 	cmd := exec.Command(bin, "--stats-bind-address="+statsAddr, "--metrics-bind-address="+freeAddr(t), "--health-probe-bind-address="+freeAddr(t))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("controller log:\n%s", logs.String())
-		}
-	})
+	startLogged(t, "controller", cmd)
 	return statsAddr
 }

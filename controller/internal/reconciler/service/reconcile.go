@@ -1,0 +1,200 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+)
+
+// Conditions of a Service besides names.ConditionReady.
+const (
+	ConditionConfigurationsReady = "ConfigurationsReady"
+	ConditionRoutesReady         = "RoutesReady"
+)
+
+// Reasons of a Service's conditions.
+const (
+	// ReasonRevisionNameTaken: template.metadata.name names a Revision
+	// with another spec, or one this Service does not control.
+	ReasonRevisionNameTaken = "RevisionNameTaken"
+	// ReasonRevisionInvalid: the API server refused the template's
+	// Revision.
+	ReasonRevisionInvalid = "RevisionInvalid"
+	// ReasonRevisionCreating: the latest Revision has not reported yet.
+	ReasonRevisionCreating = "RevisionCreating"
+	// ReasonRouteNotImplemented: no Route is made yet (RoutesReady stays
+	// Unknown).
+	ReasonRouteNotImplemented = "RouteNotImplemented"
+)
+
+// Reconciler reconciles Services: it makes the Revision of the current
+// template and resolves the traffic split into status. It never changes
+// an existing Revision.
+type Reconciler struct {
+	Client client.Client
+}
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/finalizers,verbs=update
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions,verbs=get;list;watch;create
+
+// Reconcile ensures one Service's latest Revision and writes its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var svc servingv1alpha1.Service
+	if err := r.Client.Get(ctx, req.NamespacedName, &svc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	status := svc.Status.DeepCopy()
+	status.ObservedGeneration = svc.Generation
+	var all servingv1alpha1.RevisionList
+	if err := r.Client.List(ctx, &all, client.InNamespace(svc.Namespace)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list Revisions: %w", err)
+	}
+	var owned []servingv1alpha1.Revision
+	for _, rev := range all.Items {
+		if metav1.IsControlledBy(&rev, &svc) {
+			owned = append(owned, rev)
+		}
+	}
+
+	latest, refusal, err := r.ensureRevision(ctx, &svc, all.Items, owned)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if latest == nil && refusal == nil {
+		// Created just now, or the name was taken between the list and
+		// the create: the next look finds it.
+		return ctrl.Result{RequeueAfter: time.Second}, r.writeStatus(ctx, &svc, status)
+	}
+	status.LatestReadyRevisionName = newestReady(owned)
+	if refusal != nil {
+		setCondition(status, svc.Generation, ConditionConfigurationsReady, metav1.ConditionFalse, refusal.reason, refusal.message)
+		setCondition(status, svc.Generation, names.ConditionReady, metav1.ConditionFalse, refusal.reason, refusal.message)
+	} else {
+		status.LatestCreatedRevisionName = latest.Name
+		st, reason, msg := latestReadiness(latest)
+		setCondition(status, svc.Generation, ConditionConfigurationsReady, st, reason, msg)
+		if st == metav1.ConditionTrue {
+			msg += "; its traffic split is not applied yet (see RoutesReady)"
+		}
+		setCondition(status, svc.Generation, names.ConditionReady, st, reason, msg)
+	}
+	traffic, ok := ResolveTraffic(svc.Spec.Traffic, status.LatestReadyRevisionName)
+	status.Traffic = traffic
+	routes := "no Route is made yet: each Revision is reached through its own public Service (<revision>.<namespace>); the Service's own address, the split and tags are not in place"
+	if !ok {
+		routes += "; the split cannot be resolved until a Revision is ready"
+	}
+	setCondition(status, svc.Generation, ConditionRoutesReady, metav1.ConditionUnknown, ReasonRouteNotImplemented, routes)
+	return ctrl.Result{}, r.writeStatus(ctx, &svc, status)
+}
+
+// refusal is why the template makes no Revision: it needs a person.
+type refusal struct{ reason, message string }
+
+// ensureRevision returns the Revision of svc's current template, creating
+// it when there is none (then it returns nil: the cache shows it soon). It
+// returns a refusal instead when the template names a Revision that is not
+// this template's.
+func (r *Reconciler) ensureRevision(ctx context.Context, svc *servingv1alpha1.Service, all, owned []servingv1alpha1.Revision) (*servingv1alpha1.Revision, *refusal, error) {
+	hash, err := TemplateHash(&svc.Spec.Template)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := svc.Spec.Template.Metadata.Name
+	if name != "" {
+		for i := range all {
+			rev := &all[i]
+			if rev.Name != name {
+				continue
+			}
+			if !metav1.IsControlledBy(rev, svc) {
+				return nil, &refusal{ReasonRevisionNameTaken, fmt.Sprintf("the template names Revision %q, which exists and does not belong to this Service: choose another spec.template.metadata.name", name)}, nil
+			}
+			if !equality.Semantic.DeepEqual(rev.Spec, svc.Spec.Template.Spec) {
+				return nil, &refusal{ReasonRevisionNameTaken, fmt.Sprintf("the template names Revision %q, which exists with a different spec (Revisions are immutable): give the changed template a new spec.template.metadata.name", name)}, nil
+			}
+			return rev, nil, nil
+		}
+	} else {
+		for i := range owned {
+			if owned[i].Annotations[TemplateHashAnnotation] == hash {
+				return &owned[i], nil, nil
+			}
+		}
+		existing := make([]string, 0, len(all))
+		for _, rev := range all {
+			existing = append(existing, rev.Name)
+		}
+		name = NextName(svc.Name, existing)
+	}
+	rev := MakeRevision(svc, name, hash)
+	if err := controllerutil.SetControllerReference(svc, rev, r.Client.Scheme()); err != nil {
+		return nil, nil, err
+	}
+	if err := r.Client.Create(ctx, rev); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, nil, nil
+		}
+		if apierrors.IsInvalid(err) {
+			return nil, &refusal{ReasonRevisionInvalid, fmt.Sprintf("the API server refused Revision %q: %v", name, err)}, nil
+		}
+		return nil, nil, fmt.Errorf("create Revision %s: %w", name, err)
+	}
+	log.FromContext(ctx).Info("created a Revision", "revision", name, "templateHash", hash)
+	return nil, nil, nil
+}
+
+// latestReadiness is ConfigurationsReady from the latest Revision's Ready.
+func latestReadiness(rev *servingv1alpha1.Revision) (metav1.ConditionStatus, string, string) {
+	c := meta.FindStatusCondition(rev.Status.Conditions, names.ConditionReady)
+	if c == nil {
+		return metav1.ConditionUnknown, ReasonRevisionCreating, fmt.Sprintf("Revision %q has not reported yet", rev.Name)
+	}
+	if c.Status == metav1.ConditionTrue {
+		return c.Status, c.Reason, fmt.Sprintf("Revision %q is ready", rev.Name)
+	}
+	return c.Status, c.Reason, fmt.Sprintf("Revision %q: %s", rev.Name, c.Message)
+}
+
+func setCondition(s *servingv1alpha1.ServiceStatus, gen int64, typ string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+// writeStatus writes status if it changed (a conflict is left to the next
+// reconcile).
+func (r *Reconciler) writeStatus(ctx context.Context, svc *servingv1alpha1.Service, status *servingv1alpha1.ServiceStatus) error {
+	if equality.Semantic.DeepEqual(&svc.Status, status) {
+		return nil
+	}
+	svc.Status = *status
+	if err := r.Client.Status().Update(ctx, svc); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("update status of Service %s: %w", svc.Name, err)
+	}
+	return nil
+}
+
+// SetupWithManager watches Services and the Revisions they own.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("serving-service").
+		For(&servingv1alpha1.Service{}).
+		Owns(&servingv1alpha1.Revision{}).
+		Complete(r)
+}

@@ -12,6 +12,12 @@ import (
 // DefaultNotifyPeriod is how often a Notifier looks at the summary.
 const DefaultNotifyPeriod = 2 * time.Second
 
+// DefaultMinNotifyInterval is the least time between two events. Each
+// event rewrites the condition of every ServerlessService, so a node
+// whose agent flaps must not turn into a stream of status writes: its
+// changes within the interval make one event at its end.
+const DefaultMinNotifyInterval = 10 * time.Second
+
 // Notifier is a manager Runnable that sends an event on C whenever the
 // Tracker's summary changes in a way the conditions show (see
 // Summary.key): the ServerlessService reconciler watches C and rewrites
@@ -25,9 +31,11 @@ type Notifier struct {
 	// Object is the event's object, for the receiving handler's map
 	// function (it enqueues every ServerlessService, whatever this is).
 	Object client.Object
-	// Period defaults to DefaultNotifyPeriod; Clock to the real clock.
-	Period time.Duration
-	Clock  clock.WithTicker
+	// Period defaults to DefaultNotifyPeriod, MinInterval to
+	// DefaultMinNotifyInterval, Clock to the real clock.
+	Period      time.Duration
+	MinInterval time.Duration
+	Clock       clock.WithTicker
 }
 
 // NeedLeaderElection is false: every replica runs it; a standby's reconciler does
@@ -36,9 +44,12 @@ func (n *Notifier) NeedLeaderElection() bool { return false }
 
 // Start looks every Period until ctx ends.
 func (n *Notifier) Start(ctx context.Context) error {
-	period, clk := n.Period, n.Clock
+	period, minInterval, clk := n.Period, n.MinInterval, n.Clock
 	if period <= 0 {
 		period = DefaultNotifyPeriod
+	}
+	if minInterval <= 0 {
+		minInterval = DefaultMinNotifyInterval
 	}
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -46,14 +57,17 @@ func (n *Notifier) Start(ctx context.Context) error {
 	tick := clk.NewTicker(period)
 	defer tick.Stop()
 	last := n.Tracker.Summary().key()
+	var sent time.Time // zero: the first change goes out at once
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C():
 		}
-		if k := n.Tracker.Summary().key(); k != last {
-			last = k
+		// A change seen too soon after the last event waits: last is
+		// not updated, so a later look still sees it.
+		if k := n.Tracker.Summary().key(); k != last && clk.Since(sent) >= minInterval {
+			last, sent = k, clk.Now()
 			select {
 			case n.C <- event.GenericEvent{Object: n.Object}:
 			default:

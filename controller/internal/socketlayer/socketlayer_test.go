@@ -129,7 +129,9 @@ func TestNotifierSendsOnChange(t *testing.T) {
 	c := make(chan event.GenericEvent, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
-	go func() { done <- (&Notifier{Tracker: tr, C: c, Clock: clk, Period: time.Second}).Start(ctx) }()
+	go func() {
+		done <- (&Notifier{Tracker: tr, C: c, Clock: clk, Period: time.Second, MinInterval: time.Second}).Start(ctx)
+	}()
 	tick := func() {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -184,5 +186,54 @@ func TestNotifierSendsOnChange(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Start: %v", err)
+	}
+}
+
+// TestNotifierHoldsChangesWithinMinInterval: a node that flaps makes one
+// event per MinInterval, not one per change.
+func TestNotifierHoldsChangesWithinMinInterval(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	tr := NewTracker(clk)
+	c := make(chan event.GenericEvent, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		_ = (&Notifier{Tracker: tr, C: c, Clock: clk, Period: time.Second, MinInterval: 5 * time.Second}).Start(ctx)
+	}()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	// step advances the clock one period at a time and says whether the
+	// notifier sent an event at the end of it; an expected event is
+	// waited for longer, as the notifier may look late under load.
+	step := func(d time.Duration, expected bool) bool {
+		for range int(d / time.Second) {
+			clk.Step(time.Second)
+			time.Sleep(20 * time.Millisecond)
+		}
+		wait := 50 * time.Millisecond
+		if expected {
+			wait = 5 * time.Second
+		}
+		select {
+		case <-c:
+			return true
+		case <-time.After(wait):
+			return false
+		}
+	}
+	tr.Record(batch("node-a", stats.RedirectActive, ""))
+	if !step(time.Second, true) {
+		t.Fatal("the first change was not sent at once")
+	}
+	states := []stats.RedirectState{stats.RedirectSyncing, stats.RedirectActive, stats.RedirectOff}
+	for _, st := range states { // three changes, a second apart
+		tr.Record(batch("node-a", st, "flap"))
+		if step(time.Second, false) {
+			t.Fatalf("a change to %s was sent within 5 s of the last event", st)
+		}
+	}
+	if !step(2*time.Second, true) {
+		t.Error("the held change was not sent once 5 s had passed")
 	}
 }

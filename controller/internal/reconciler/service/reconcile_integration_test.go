@@ -57,18 +57,18 @@ func startManager(t *testing.T, cl *testenv.Cluster) {
 	})
 }
 
-// eventually polls cond every 100 ms for up to 20 s.
+// eventually polls cond every 100 ms for up to 60 s (the API server is slow on a loaded machine).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		ok, state := cond()
 		if ok {
 			return
 		}
 		last = state
 	}
-	t.Fatalf("%s: not within 20 s; last: %s", what, last)
+	t.Fatalf("%s: not within 60 s; last: %s", what, last)
 }
 
 func key(name string) types.NamespacedName {

@@ -42,6 +42,9 @@ type Events struct {
 	// CounterLost: redirected connects not counted because the counter
 	// map is full.
 	CounterLost uint64
+	// LeaseExpired: connects to a Service with an entry left as they were
+	// because the agent's lease on the map had lapsed (Options.Lease).
+	LeaseExpired uint64
 }
 
 // ErrInvalid is wrapped by every error about a caller's bad input.

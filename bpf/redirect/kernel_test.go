@@ -1126,3 +1126,60 @@ func TestKernelSplitToProxiedRevision(t *testing.T) {
 		t.Errorf("an entry cycle: answered by %s, want direct (the route's address after %d hops)", got.backend, MaxHops)
 	}
 }
+
+// TestKernelLease: entries are followed only while the lease holds. A
+// lapsed lease sends connects where they were dialled (kube-proxy's path),
+// counts them as lease_expired, and a renewal brings the redirect back;
+// a New with a lease over pinned maps renews it before attaching.
+func TestKernelLease(t *testing.T) {
+	dir := pinDir(t)
+	e := newKernelEnv(t, dir)
+	s := newServices(t, 1)
+	if err := e.r.Set(s.svc, s.weighted(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, s.svc); got.backend != "backend-0" {
+		t.Fatalf("without a lease (Options.Lease 0): answered by %s, want backend-0", got.backend)
+	}
+	if err := e.r.Renew(50 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, s.svc); got.backend != "backend-0" {
+		t.Fatalf("within the lease: answered by %s, want backend-0", got.backend)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for range 3 {
+		if got := mustDial(t, s.svc); got.backend != "direct" || got.peer != s.svc {
+			t.Fatalf("after the lease lapsed: answered by %s, peer %s; want direct, %s", got.backend, got.peer, s.svc)
+		}
+	}
+	if ev, err := e.r.Events(); err != nil || ev != (Events{LeaseExpired: 3}) {
+		t.Errorf("Events() = %+v, %v; want 3 lease_expired", ev, err)
+	}
+	if err := e.r.Renew(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, s.svc); got.backend != "backend-0" {
+		t.Errorf("after a renewal: answered by %s, want backend-0", got.backend)
+	}
+	if err := e.r.Renew(0); err == nil {
+		t.Error("Renew(0) = nil, want an error naming the ttl")
+	}
+
+	// An agent that restarts after its lease lapsed: New renews before its
+	// programs run, so the pinned entries are followed at once.
+	if err := e.r.Renew(time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDial(t, s.svc); got.backend != "direct" {
+		t.Fatalf("lapsed again: answered by %s, want direct", got.backend)
+	}
+	r2, err := New(Options{CgroupRoot: e.root, PinDir: dir, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r2.Close() })
+	if got := mustDial(t, s.svc); got.backend != "backend-0" {
+		t.Errorf("after New with a lease over the pinned map: answered by %s, want backend-0", got.backend)
+	}
+}

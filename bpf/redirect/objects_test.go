@@ -19,7 +19,7 @@ func TestObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"events", "origins", "redirected", "services"}, slices.Sorted(maps.Keys(spec.Maps))); diff != "" {
+	if diff := cmp.Diff([]string{"events", "lease", "origins", "redirected", "services"}, slices.Sorted(maps.Keys(spec.Maps))); diff != "" {
 		t.Errorf("maps (-want +got):\n%s", diff)
 	}
 	if len(spec.Variables) != 0 {

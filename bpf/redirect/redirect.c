@@ -26,6 +26,18 @@
 //   origins     per socket: the address dialled and the backend chosen
 //   redirected  per Service, per CPU: connects redirected (the agent reads it)
 //   events      per CPU: how often an unusual path was taken (enum event)
+//   lease       until when the entries may be followed (the agent renews it)
+//
+// Why a lease. The maps and links are pinned, so the entries outlive the
+// agent that wrote them: across a restart that is what keeps Proxy mode in
+// the kernel, but an agent that stays down (crash loop, node drained of it,
+// the chart uninstalled) would leave entries nobody updates, still sending
+// connects to activators that may be gone. The agent renews the lease each
+// time it has made the map equal to the cluster (every resync, 10 s by
+// default) for a few periods ahead; once it lapses, entries are ignored and
+// connects take kube-proxy's path, which the public EndpointSlices keep
+// correct on their own. A connect to an address without an entry never
+// reads the lease.
 //
 // Why one update of an entry is atomic for the program. An entry is one
 // value: the backends, their count and their total weight together, and a
@@ -91,6 +103,7 @@ enum event {
 	EV_ENTRY_REFUSED, // an entry was unusable: recycled for another key, or no backend matched
 	EV_NO_ORIGIN,     // no socket storage for the origin: getpeername shows the backend
 	EV_COUNTER_LOST,  // redirected is full: this Service's connects are not counted
+	EV_LEASE_EXPIRED, // an entry was ignored: the agent's lease on the map has lapsed
 	EV_MAX,
 };
 
@@ -124,7 +137,26 @@ struct {
 	__type(value, __u64); // how often it happened on this CPU
 } events SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);   // 0
+	__type(value, __u64); // CLOCK_BOOTTIME ns until which entries are followed
+} lease SEC(".maps");
+
 char __license[] SEC("license") = "Dual MIT/GPL";
+
+// lease_holds reports whether the agent's lease on the entries is current.
+// Boot time, not monotonic: it keeps counting while the machine sleeps, so
+// a lease does not outlive its wall-clock length across a suspend.
+static __always_inline int lease_holds(void)
+{
+	__u32 zero = 0;
+	__u64 *until = bpf_map_lookup_elem(&lease, &zero);
+
+	// NULL cannot happen for index 0 of an array; the verifier needs the check.
+	return until && bpf_ktime_get_boot_ns() < *until;
+}
 
 // count_event adds one to ev's counter on this CPU.
 static __always_inline void count_event(__u32 ev)
@@ -223,6 +255,11 @@ static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_
 		// NULL: not a Service with an entry.
 		if (!e)
 			break;
+		// Only an address with an entry pays for the lease check.
+		if (i == 0 && !lease_holds()) {
+			count_event(EV_LEASE_EXPIRED);
+			break;
+		}
 		// bpf_get_prandom_u32 before pick: no helper calls under its lock.
 		if (!pick(e, &hop, bpf_get_prandom_u32(), to)) {
 			count_event(EV_ENTRY_REFUSED);

@@ -50,6 +50,7 @@ type redirectSvcKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	redirectMapEvents                 = "events"
+	redirectMapLease                  = "lease"
 	redirectMapOrigins                = "origins"
 	redirectMapRedirected             = "redirected"
 	redirectMapServices               = "services"
@@ -112,6 +113,7 @@ type redirectProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type redirectMapSpecs struct {
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Lease      *ebpf.MapSpec `ebpf:"lease"`
 	Origins    *ebpf.MapSpec `ebpf:"origins"`
 	Redirected *ebpf.MapSpec `ebpf:"redirected"`
 	Services   *ebpf.MapSpec `ebpf:"services"`
@@ -144,6 +146,7 @@ func (o *redirectObjects) Close() error {
 // It can be passed to loadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type redirectMaps struct {
 	Events     *ebpf.Map `ebpf:"events"`
+	Lease      *ebpf.Map `ebpf:"lease"`
 	Origins    *ebpf.Map `ebpf:"origins"`
 	Redirected *ebpf.Map `ebpf:"redirected"`
 	Services   *ebpf.Map `ebpf:"services"`
@@ -152,6 +155,7 @@ type redirectMaps struct {
 func (m *redirectMaps) Close() error {
 	return _RedirectClose(
 		m.Events,
+		m.Lease,
 		m.Origins,
 		m.Redirected,
 		m.Services,

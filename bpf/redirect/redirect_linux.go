@@ -8,16 +8,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Options say where the programs attach and where their state is pinned.
@@ -32,6 +35,13 @@ type Options struct {
 	// name the redirect pins starts with "redirect", and it removes no
 	// other.
 	PinDir string
+	// Lease is how long the entries are followed after New unless Renew
+	// extends it (see redirect.c: an agent that stays down must not leave
+	// entries steering connects). Zero means no lease: entries are followed
+	// until they are deleted (tools and tests that own the map for their
+	// whole run). An agent sets it, and renews it each time its map is in
+	// sync.
+	Lease time.Duration
 }
 
 // The programs and where they attach, in attach order: getpeername first,
@@ -121,6 +131,16 @@ func New(opts Options) (*Redirect, error) {
 				return nil, errors.Join(fmt.Errorf("copy entries of %s: %w", dir, err), r.Close())
 			}
 		}
+	}
+	// Before attaching: the new programs read the lease from their first
+	// connect, and a new lease map (a first install, a layout change)
+	// holds 0, which has lapsed.
+	lease := time.Duration(math.MaxInt64)
+	if opts.Lease > 0 {
+		lease = opts.Lease
+	}
+	if err := r.Renew(lease); err != nil {
+		return nil, errors.Join(err, r.Close())
 	}
 	for _, at := range attachments {
 		l, err := attach(opts.CgroupRoot, opts.PinDir, at.name, at.attach, at.prog(&r.objs.redirectPrograms))
@@ -471,6 +491,27 @@ func (r *Redirect) Set(svc netip.AddrPort, backends []Backend) error {
 	return nil
 }
 
+// Renew lets the programs follow the entries for ttl from now, replacing
+// the lease's end (so a shorter ttl also shortens it). A ttl past what the
+// clock can hold means for good.
+func (r *Redirect) Renew(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("renew the lease: ttl %v must be positive", ttl)
+	}
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &now); err != nil {
+		return fmt.Errorf("renew the lease: read the boot clock: %w", err)
+	}
+	until := uint64(math.MaxUint64)
+	if boot := uint64(now.Nano()); uint64(ttl) < math.MaxUint64-boot {
+		until = boot + uint64(ttl)
+	}
+	if err := r.objs.Lease.Update(uint32(0), until, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("renew the lease: %w", err)
+	}
+	return nil
+}
+
 // Delete makes connects to svc go to svc again. Its redirected counter is
 // kept, so a Service that comes back counts on (Forget drops it). Deleting
 // a Service without an entry is not an error.
@@ -559,7 +600,7 @@ func (r *Redirect) Redirected() (map[netip.AddrPort]uint64, error) {
 // CPUs.
 func (r *Redirect) Events() (Events, error) {
 	var ev Events
-	for i, dst := range []*uint64{&ev.EntryRefused, &ev.NoOrigin, &ev.CounterLost} {
+	for i, dst := range []*uint64{&ev.EntryRefused, &ev.NoOrigin, &ev.CounterLost, &ev.LeaseExpired} {
 		var perCPU []uint64
 		if err := r.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
 			return Events{}, fmt.Errorf("read event %d: %w", i, err)

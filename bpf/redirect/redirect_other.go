@@ -5,6 +5,7 @@ package redirect
 import (
 	"errors"
 	"net/netip"
+	"time"
 )
 
 // ErrUnsupported is returned on systems without Linux BPF.
@@ -14,6 +15,7 @@ var ErrUnsupported = errors.New("bpf redirect needs Linux")
 type Options struct {
 	CgroupRoot string
 	PinDir     string
+	Lease      time.Duration
 }
 
 // Redirect is unavailable off Linux; every method fails.
@@ -30,6 +32,9 @@ func (r *Redirect) Close() error { return nil }
 
 // Set fails off Linux.
 func (r *Redirect) Set(netip.AddrPort, []Backend) error { return ErrUnsupported }
+
+// Renew fails off Linux.
+func (r *Redirect) Renew(time.Duration) error { return ErrUnsupported }
 
 // Delete fails off Linux.
 func (r *Redirect) Delete(netip.AddrPort) error { return ErrUnsupported }

@@ -305,7 +305,7 @@ func loadRedirect(cfg *config, log *slog.Logger) (*redirect.Redirect, stats.Node
 		off.Reason = "--activator-selector is empty: the activators cannot be found"
 	}
 	if mode != redirectOff {
-		r, err := redirect.New(redirect.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir})
+		r, err := redirect.New(redirect.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir, Lease: agentredirect.LeaseTTL})
 		if err == nil {
 			return r, stats.NodeState{}, nil
 		}

@@ -22,6 +22,7 @@ const (
 	stageCounters = "read_counters"
 	stageEvents   = "read_events"
 	stageForget   = "forget"
+	stageLease    = "renew_lease"
 )
 
 var (
@@ -29,7 +30,7 @@ var (
 		"Connects on this node that the kernel sent to an activator instead of the public Service's address, by ServerlessService and port of the Service.",
 		[]string{"namespace", "serverlessservice", "port"}, nil)
 	kernelEventsDesc = prometheus.NewDesc("sockscale_agent_redirect_kernel_events_total",
-		"Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted).",
+		"Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted), lease_expired (an entry ignored: the agent's lease on the map had lapsed, the connect left alone).",
 		[]string{"event"}, nil)
 )
 
@@ -89,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, r *Reconciler) *metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_redirect_errors_total",
-			Help: "Errors of the redirect besides writes, by stage: read_entries, read_counters, read_events, forget.",
+			Help: "Errors of the redirect besides writes, by stage: read_entries, read_counters, read_events, forget, renew_lease.",
 		}, []string{"stage"}),
 		skipped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sockscale_agent_redirect_skipped_targets",
@@ -101,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, r *Reconciler) *metrics {
 			m.updates.WithLabelValues(op, res)
 		}
 	}
-	for _, s := range []string{stageEntries, stageCounters, stageEvents, stageForget} {
+	for _, s := range []string{stageEntries, stageCounters, stageEvents, stageForget, stageLease} {
 		m.errors.WithLabelValues(s)
 	}
 	m.setSkipped(nil)
@@ -160,4 +161,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(kernelEventsDesc, prometheus.CounterValue, float64(ev.EntryRefused), "entry_refused")
 	ch <- prometheus.MustNewConstMetric(kernelEventsDesc, prometheus.CounterValue, float64(ev.NoOrigin), "no_origin")
 	ch <- prometheus.MustNewConstMetric(kernelEventsDesc, prometheus.CounterValue, float64(ev.CounterLost), "counter_lost")
+	ch <- prometheus.MustNewConstMetric(kernelEventsDesc, prometheus.CounterValue, float64(ev.LeaseExpired), "lease_expired")
 }

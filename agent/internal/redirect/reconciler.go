@@ -36,12 +36,21 @@ type Map interface {
 	Entries() (map[netip.AddrPort][]bpfredirect.Backend, error)
 	Redirected() (map[netip.AddrPort]uint64, error)
 	Events() (bpfredirect.Events, error)
+	Renew(ttl time.Duration) error
 }
 
 // DefaultResyncPeriod is how often the whole kernel map is read back and
 // compared with the desired state: something else may have written it, and
 // failed writes are retried (also a second after they fail).
 const DefaultResyncPeriod = 10 * time.Second
+
+// LeaseTTL is how far ahead each full sync that left the map equal to the
+// cluster renews the kernel's lease on the entries (bpf/redirect,
+// Options.Lease): three resyncs. An agent that stops syncing (gone,
+// stuck, or failing to write) lets the lease lapse, and the programs then
+// ignore its entries, so connects take kube-proxy's path, which the
+// public EndpointSlices keep right on their own.
+const LeaseTTL = 3 * DefaultResyncPeriod
 
 // retryAfter is how soon a sync whose writes failed is tried again.
 const retryAfter = time.Second
@@ -451,6 +460,13 @@ func (r *Reconciler) syncTo(d Desired, full bool) error {
 		r.applied = got
 	}
 	written, errs := r.apply(d)
+	if full && len(errs) == 0 {
+		// The map equals the cluster as the caches see it.
+		if err := r.opts.Map.Renew(max(LeaseTTL, 3*r.opts.ResyncPeriod)); err != nil {
+			r.metrics.errors.WithLabelValues(stageLease).Inc()
+			errs = append(errs, fmt.Errorf("renew the redirect map's lease: %w", err))
+		}
+	}
 	if full {
 		errs = append(errs, r.forgetCounters(d))
 	}

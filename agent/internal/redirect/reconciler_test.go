@@ -27,6 +27,7 @@ type fakeMap struct {
 	writes     []string
 	failSet    error
 	reads      int
+	leases     []time.Duration // Renew's ttls, in order
 }
 
 func newFakeMap() *fakeMap {
@@ -74,6 +75,19 @@ func (m *fakeMap) Redirected() (map[netip.AddrPort]uint64, error) {
 	return maps.Clone(m.redirected), nil
 }
 func (m *fakeMap) Events() (bpfredirect.Events, error) { return bpfredirect.Events{NoOrigin: 2}, nil }
+
+func (m *fakeMap) Renew(ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leases = append(m.leases, ttl)
+	return nil
+}
+
+func (m *fakeMap) renewals() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases)
+}
 
 func (m *fakeMap) takeWrites() []string {
 	m.mu.Lock()
@@ -179,6 +193,38 @@ func TestAFailedWriteIsRetriedFromTheKernelsState(t *testing.T) {
 	}
 }
 
+// TestLeaseRenewedOnlyByAFullSyncThatWroteEverything: the kernel follows
+// the entries only while a full sync keeps finding the map equal to the
+// cluster (or making it so); event syncs and failed writes do not renew.
+func TestLeaseRenewedOnlyByAFullSyncThatWroteEverything(t *testing.T) {
+	m := newFakeMap()
+	r := newReconciler(nil, Options{Map: m})
+	proxy := desired(sks("hello").Proxy("act-a").Obj())
+	if err := r.syncTo(proxy, true); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]time.Duration{LeaseTTL}, m.leases); diff != "" {
+		t.Fatalf("leases after a full sync (-want +got):\n%s", diff)
+	}
+	if err := r.syncTo(desired(sks("hello").Serve().Obj()), false); err != nil {
+		t.Fatal(err)
+	}
+	m.failSet = errors.New("set 10.96.0.10:80: the map is full")
+	if err := r.syncTo(proxy, true); err == nil {
+		t.Fatal("a full sync whose write failed returned nil")
+	}
+	if n := m.renewals(); n != 1 {
+		t.Errorf("%d renewals, want 1: neither an event's sync nor a full sync with a failed write renews", n)
+	}
+	m.failSet = nil
+	if err := newReconciler(nil, Options{Map: m, ResyncPeriod: time.Minute}).syncTo(proxy, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.leases[len(m.leases)-1]; got != 3*time.Minute {
+		t.Errorf("lease with a 1m resync period = %v, want 3m (three periods)", got)
+	}
+}
+
 func TestUpdateLatencyIsFromTheStatusChangeSeen(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	m := newFakeMap()
@@ -233,10 +279,11 @@ sockscale_agent_redirect_connects_total{namespace="default",port="80",serverless
 # HELP sockscale_agent_redirect_entries Service addresses (cluster IP and port) the kernel redirects to activators on this node.
 # TYPE sockscale_agent_redirect_entries gauge
 sockscale_agent_redirect_entries 1
-# HELP sockscale_agent_redirect_kernel_events_total Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted).
+# HELP sockscale_agent_redirect_kernel_events_total Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted), lease_expired (an entry ignored: the agent's lease on the map had lapsed, the connect left alone).
 # TYPE sockscale_agent_redirect_kernel_events_total counter
 sockscale_agent_redirect_kernel_events_total{event="counter_lost"} 0
 sockscale_agent_redirect_kernel_events_total{event="entry_refused"} 0
+sockscale_agent_redirect_kernel_events_total{event="lease_expired"} 0
 sockscale_agent_redirect_kernel_events_total{event="no_origin"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sockscale_agent_redirect_connects_total",

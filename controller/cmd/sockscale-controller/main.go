@@ -29,12 +29,15 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/configwatch"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/revision"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
@@ -122,6 +125,9 @@ func run(ctx context.Context, f *flags) error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
@@ -190,6 +196,14 @@ func run(ctx context.Context, f *flags) error {
 		SocketLayer: nodes, SocketLayerChanged: nodesChanged}
 	if err := ss.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ServerlessService controller: %w", err)
+	}
+	// The serving API: a Service's template makes Revisions, and each
+	// Revision the Deployment, public Service and PodAutoscaler above.
+	if err := (&revision.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the Revision controller: %w", err)
+	}
+	if err := (&service.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the serving Service controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

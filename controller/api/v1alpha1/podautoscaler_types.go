@@ -53,9 +53,10 @@ type PodAutoscalerSpec struct {
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 	Service        ServiceRef     `json:"service"`
 
-	// Metric to scale on.
+	// Metric to scale on. Unset: the scale target's pod template
+	// annotation autoscaling.knative.dev/metric, else concurrency. Not
+	// defaulted by the API server, or it would hide the annotation.
 	// +kubebuilder:validation:Enum=concurrency;rps
-	// +kubebuilder:default=concurrency
 	// +optional
 	Metric string `json:"metric,omitempty"`
 	// Target per pod for the metric (before utilization): concurrent

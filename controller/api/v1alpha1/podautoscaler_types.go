@@ -29,7 +29,11 @@ type ScaleTargetRef struct {
 
 // ServiceRef names the Service clients call; it becomes the public service.
 type ServiceRef struct {
+	// Name of the public Service. At most 55 characters: the target's
+	// private Service is named after it with "-private" appended, and a
+	// Service name has at most 63.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=55
 	Name string `json:"name"`
 	// Port of the Service the target serves on; 0 or unset: every port.
 	// +kubebuilder:validation:Minimum=0

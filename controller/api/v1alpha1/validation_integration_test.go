@@ -43,6 +43,9 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		{"min-scale at activation-scale", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale, s.ActivationScale = ptr(int32(3)), ptr(int32(3)) }, ""},
 		{"min-scale above activation-scale", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale, s.ActivationScale = ptr(int32(4)), ptr(int32(3)) },
 			"minScale must not exceed activationScale"},
+		{"service name of 55 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 55) }, ""},
+		{"service name of 56 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 56) },
+			"spec.service.name: Too long: may not be more than 55"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

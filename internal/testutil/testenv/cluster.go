@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,8 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
@@ -147,4 +151,51 @@ func (c *Cluster) TableRow(t testing.TB, gv schema.GroupVersion, resource, names
 		}
 	}
 	return row
+}
+
+// StartManager runs a controller-runtime manager against c, with what each
+// setup adds (a reconciler's SetupWithManager), until t ends; the manager
+// serves no metrics or probes.
+func (c *Cluster) StartManager(t testing.TB, setup ...func(ctrl.Manager) error) {
+	t.Helper()
+	skip := true // several tests in one binary register controllers of the same name
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 c.Client.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             crconfig.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range setup {
+		if err := s(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+// Eventually polls cond every 100 ms until it holds, for up to timeout
+// (the API server is slow on a loaded machine), and fails t with what and
+// cond's last word on the state if it never does.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+	}
+	t.Fatalf("%s: not within %v; last: %s", what, timeout, last)
 }

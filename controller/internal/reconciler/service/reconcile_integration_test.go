@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
@@ -27,48 +25,22 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
-// startManager runs the Service and Revision reconcilers in a manager
-// against cl until the test ends.
+// startManager runs the Revision and Service reconcilers against cl until the test ends.
 func startManager(t *testing.T, cl *testenv.Cluster) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
-		Scheme:                 cl.Client.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             crconfig.Controller{SkipNameValidation: ptr(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (&revision.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	if err := (&service.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	cl.StartManager(t,
+		func(mgr ctrl.Manager) error {
+			return (&revision.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+		},
+		func(mgr ctrl.Manager) error {
+			return (&service.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+		})
 }
 
-// eventually polls cond every 100 ms for up to 60 s (the API server is slow on a loaded machine).
+// eventually waits up to 60 s for cond (testenv.Eventually).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-	}
-	t.Fatalf("%s: not within 60 s; last: %s", what, last)
+	testenv.Eventually(t, 60*time.Second, what, cond)
 }
 
 func key(name string) types.NamespacedName {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
@@ -57,30 +56,6 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 				t.Errorf("err = %v, want it to say %q", err, tt.want)
 			}
 		})
-	}
-}
-
-// TestIntegrationMetricIsNotDefaulted: a PodAutoscaler without a metric
-// keeps none, so its target's autoscaling.knative.dev/metric annotation
-// decides (a defaulted spec.metric would override it).
-func TestIntegrationMetricIsNotDefaulted(t *testing.T) {
-	c := testenv.ControlPlane(t).Client
-	p := &v1alpha1.PodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
-		Spec: v1alpha1.PodAutoscalerSpec{
-			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello"},
-			Service:        v1alpha1.ServiceRef{Name: "hello"},
-		},
-	}
-	if err := c.Create(t.Context(), p); err != nil {
-		t.Fatal(err)
-	}
-	var got v1alpha1.PodAutoscaler
-	if err := c.Get(t.Context(), client.ObjectKeyFromObject(p), &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Spec.Metric != "" {
-		t.Errorf("spec.metric = %q after create, want unset", got.Spec.Metric)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,14 +122,28 @@ func deploy(t *testing.T, s *stack.Stack, name string, spec func(*v1alpha1.PodAu
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, name+"'s public Service answers", func() error {
-		res := loadgen.Run(loadgen.Options{URLs: []string{url}, Concurrency: 1, KeepAlive: true}, 200*time.Millisecond)
-		if res.Completed == 0 || res.Failed > 0 {
-			return fmt.Errorf("%d answered, %d failed", res.Completed, res.Failed)
+	// Two minutes: on a loaded machine the first target after the chart
+	// waits for the activators and kube-proxy's first sync of its Service.
+	eventually(t, 2*time.Minute, name+"'s public Service answers", func() error {
+		if a := get(oneShotClient(5*time.Second), url); a.err != nil || a.code != http.StatusOK {
+			return fmt.Errorf("GET %s: %s; %s", url, a, publicPath(ctx, s, name))
 		}
 		return nil
 	})
 	return url
+}
+
+// publicPath says where the public Service leads, for a failure's message:
+// the ServerlessService's mode and Ready condition and the public
+// endpoints.
+func publicPath(ctx context.Context, s *stack.Stack, name string) string {
+	var sks v1alpha1.ServerlessService
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &sks); err != nil {
+		return "ServerlessService: " + err.Error()
+	}
+	ready := meta.FindStatusCondition(sks.Status.Conditions, "Ready")
+	addrs, ports, err := publicEndpoints(ctx, s, name)
+	return fmt.Sprintf("ServerlessService mode %q Ready %+v; public endpoints %v ports %v (%v)", sks.Status.Mode, ready, addrs, ports, err)
 }
 
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {

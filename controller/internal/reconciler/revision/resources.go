@@ -334,19 +334,11 @@ func isH2C(spec *servingv1alpha1.RevisionSpec) bool {
 // Deployment and switches the public Service's port 80. containerConcurrency
 // and timeoutSeconds go to its spec. The autoscaling.knative.dev/<key>
 // annotations reach it through the Deployment's pod template, where it
-// reads them (below its spec, above the cluster defaults), with one
-// exception: metric is copied into the spec too, because the API server
-// defaults an unset spec.metric to concurrency, and the spec wins over
-// the annotation.
+// reads them (below its spec, above the cluster defaults).
 func MakePodAutoscaler(rev *servingv1alpha1.Revision) *v1alpha1.PodAutoscaler {
-	metric := config.MetricConcurrency
-	if m := strings.TrimSpace(rev.Annotations[config.AnnotationPrefix+"metric"]); m == config.MetricRPS {
-		metric = m
-	}
 	spec := v1alpha1.PodAutoscalerSpec{
 		ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: DeploymentName(rev.Name)},
 		Service:        v1alpha1.ServiceRef{Name: PublicServiceName(rev.Name), Port: PublicPort},
-		Metric:         metric,
 	}
 	if cc := rev.Spec.ContainerConcurrency; cc != nil {
 		spec.ContainerConcurrency = int32(*cc)

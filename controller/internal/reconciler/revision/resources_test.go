@@ -150,7 +150,6 @@ func TestMakePodAutoscaler(t *testing.T) {
 	base := v1alpha1.PodAutoscalerSpec{
 		ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello-00001-deployment"},
 		Service:        v1alpha1.ServiceRef{Name: "hello-00001", Port: 80},
-		Metric:         "concurrency",
 	}
 	with := func(f func(*v1alpha1.PodAutoscalerSpec)) v1alpha1.PodAutoscalerSpec {
 		s := base
@@ -166,10 +165,10 @@ func TestMakePodAutoscaler(t *testing.T) {
 		{"containerConcurrency and timeoutSeconds", rev("hello-00001").Concurrency(10, 60).Obj(), with(func(s *v1alpha1.PodAutoscalerSpec) {
 			s.ContainerConcurrency, s.TimeoutSeconds = 10, ptr(int32(60))
 		})},
-		// The API server defaults spec.metric, which would shadow the
-		// annotation on the pod template: the spec carries it.
-		{"metric rps", rev("hello-00001").Annotation("autoscaling.knative.dev/metric", "rps").Obj(), with(func(s *v1alpha1.PodAutoscalerSpec) { s.Metric = "rps" })},
-		// Other keys stay annotations, read from the pod template.
+		// The autoscaling keys stay annotations, read from the pod
+		// template (config.ForPodAutoscaler): an unset spec.metric leaves
+		// the metric to them.
+		{"metric annotation", rev("hello-00001").Annotation("autoscaling.knative.dev/metric", "rps").Obj(), base},
 		{"target annotation", rev("hello-00001").Annotation("autoscaling.knative.dev/target", "7").Obj(), base},
 	}
 	for _, tt := range tests {

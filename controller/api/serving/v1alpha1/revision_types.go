@@ -21,7 +21,20 @@ const (
 	// RevisionLabelKey names the Revision a Deployment, PodAutoscaler or
 	// pod belongs to.
 	RevisionLabelKey = "serving.sockscale.dev/revision"
+	// RouteLabelKey names the Route a Kubernetes Service (its own address
+	// or a tag's) belongs to. Agents and activators find a Route's
+	// addresses by it.
+	RouteLabelKey = "serving.sockscale.dev/route"
+	// TagLabelKey is on a tag's Kubernetes Service, <tag>-<route>: the
+	// tag of the Route's status.traffic whose Revision it reaches. The
+	// Route's own address has no tag label.
+	TagLabelKey = "serving.sockscale.dev/tag"
 )
+
+// RolloutDurationAnnotation on a Service or Route overrides the
+// cluster's rollout-duration for it (Knative's key, so manifests keep
+// it): a Go duration or whole seconds, e.g. "60s" or "60".
+const RolloutDurationAnnotation = "serving.knative.dev/rollout-duration"
 
 // Container is the part of a Kubernetes container that a Revision may set:
 // Knative's allowed fields, with the same names and shapes. Name may be

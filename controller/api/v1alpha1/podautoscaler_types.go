@@ -132,7 +132,24 @@ type PodAutoscalerSpec struct {
 	// +kubebuilder:validation:Enum=linear;weighted-exponential
 	// +optional
 	MetricAggregationAlgorithm string `json:"metricAggregationAlgorithm,omitempty"`
+	// Reachability is Knative's: Unreachable says no Route sends the
+	// target traffic (an old Revision), so it scales down at once and
+	// min-scale, initial-scale and the pod retention period no longer
+	// hold pods for it. Unset or Reachable: reachable while its public
+	// Service exists. The serving API's Revisions set it.
+	// +kubebuilder:validation:Enum=Reachable;Unreachable
+	// +optional
+	Reachability Reachability `json:"reachability,omitempty"`
 }
+
+// Reachability says whether traffic is routed to a target.
+type Reachability string
+
+// Reachabilities.
+const (
+	ReachabilityReachable   Reachability = "Reachable"
+	ReachabilityUnreachable Reachability = "Unreachable"
+)
 
 // PodAutoscalerStatus is what the controller observed and decided.
 type PodAutoscalerStatus struct {

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +38,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/revision"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/route"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
@@ -54,6 +56,8 @@ type flags struct {
 	activatorNamespace string
 	activatorSelector  labels.Selector
 	activatorPort      int
+	activatorRoutePort int
+	clusterDomain      string
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -72,6 +76,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.activatorNamespace, "activator-namespace", ns, "namespace of the activator pods (\"\": all namespaces)")
 	selector := fs.String("activator-selector", "app.kubernetes.io/component=activator", "label selector of the activator pods")
 	fs.IntVar(&f.activatorPort, "activator-port", 8012, "port on which activators take proxied requests")
+	fs.IntVar(&f.activatorRoutePort, "activator-route-port", 8013, "port on which activators split a Route's requests by its percents (the endpoints of a Route's addresses)")
+	fs.StringVar(&f.clusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the URLs of Services and Routes")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -84,8 +90,13 @@ func parseFlags(args []string) (*flags, error) {
 		errs = append(errs, fmt.Errorf("--activator-selector=%q: must select something, e.g. app.kubernetes.io/component=activator", *selector))
 	}
 	f.activatorSelector = sel
-	if f.activatorPort < 1 || f.activatorPort > 65535 {
-		errs = append(errs, fmt.Errorf("--activator-port=%d: want 1..65535", f.activatorPort))
+	for name, port := range map[string]int{"--activator-port": f.activatorPort, "--activator-route-port": f.activatorRoutePort} {
+		if port < 1 || port > 65535 {
+			errs = append(errs, fmt.Errorf("%s=%d: want 1..65535", name, port))
+		}
+	}
+	if bad := validation.IsDNS1123Subdomain(f.clusterDomain); len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("--cluster-domain=%q: want a DNS domain such as cluster.local (%s)", f.clusterDomain, bad[0]))
 	}
 	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -202,8 +213,13 @@ func run(ctx context.Context, f *flags) error {
 	if err := (&revision.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Revision controller: %w", err)
 	}
-	if err := (&service.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&service.Reconciler{Client: mgr.GetClient(), Config: current.Load}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the serving Service controller: %w", err)
+	}
+	rt := &route.Reconciler{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace, ActivatorSelector: f.activatorSelector,
+		ActivatorRoutePort: int32(f.activatorRoutePort), ClusterDomain: f.clusterDomain, Config: current.Load}
+	if err := rt.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the Route controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

@@ -16,6 +16,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--activator-selector=a in (b"}, `--activator-selector="a in (b"`},
 		{[]string{"--activator-selector="}, "must select something"},
 		{[]string{"--activator-port=0"}, "--activator-port=0: want 1..65535"},
+		{[]string{"--activator-route-port=70000"}, "--activator-route-port=70000: want 1..65535"},
+		{[]string{"--cluster-domain=Cluster_Local"}, `--cluster-domain="Cluster_Local": want a DNS domain`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -24,7 +26,8 @@ func TestFlagErrors(t *testing.T) {
 	}
 	t.Setenv("POD_NAMESPACE", "ops")
 	f, err := parseFlags(nil)
-	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 {
+	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
+		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 }

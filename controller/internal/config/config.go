@@ -40,6 +40,31 @@ type Config struct {
 	MinScale, MaxScale            int32
 	ScaleDownDelay                time.Duration
 	MaxScaleLimit                 int32
+	// RolloutDuration moves a Route's traffic to a new latest Revision
+	// gradually over this long (0: at once). Not an autoscaling key, but
+	// cluster-wide like them; Services and Routes override it with the
+	// serving.knative.dev/rollout-duration annotation.
+	RolloutDuration time.Duration
+	// Revision garbage collection (Knative's config-gc keys): see GC.
+	GC GC
+}
+
+// Disabled is a GC setting turned off ("disabled" in the ConfigMap).
+const Disabled = -1
+
+// GC says when the serving API deletes a Service's old Revisions, those
+// in routing state reserve (no Route sends them traffic) that are not the
+// Service's latest created or ready and have no no-gc annotation.
+// Sorted newest routed first, the first MinNonActive are kept; after
+// those, one is deleted when it is older than RetainSinceCreate and has
+// been reserve for longer than RetainSinceLastActive, and whatever is
+// left beyond MaxNonActive is deleted oldest first. Disabled (-1) turns
+// a time limit off (nothing is old enough) or MaxNonActive off (no cap).
+type GC struct {
+	RetainSinceCreate     time.Duration
+	RetainSinceLastActive time.Duration
+	MinNonActive          int32
+	MaxNonActive          int32
 }
 
 // Defaults are the values users of Knative know.
@@ -58,6 +83,7 @@ func Defaults() *Config {
 		ScaleToZeroGracePeriod:        30 * time.Second,
 		ScaleToZeroPodRetentionPeriod: 0,
 		ActivatorCapacity:             100,
+		GC:                            GC{RetainSinceCreate: 48 * time.Hour, RetainSinceLastActive: 15 * time.Hour, MinNonActive: 20, MaxNonActive: 1000},
 		InitialScale:                  1,
 	}
 }
@@ -85,6 +111,11 @@ func DefaultConfigMapData() map[string]string {
 		"max-scale":                               "0",
 		"scale-down-delay":                        "0s",
 		"max-scale-limit":                         "0",
+		"rollout-duration":                        "0s",
+		"retain-since-create-time":                "48h",
+		"retain-since-last-active-time":           "15h",
+		"min-non-active-revisions":                "20",
+		"max-non-active-revisions":                "1000",
 	}
 }
 
@@ -173,6 +204,46 @@ var fields = []field{
 		c.MaxScaleLimit, err = count(v)
 		return err
 	}},
+	{"rollout-duration", func(c *Config, v string) (err error) {
+		c.RolloutDuration, err = ParseRolloutDuration(v)
+		return err
+	}},
+	{"retain-since-create-time", func(c *Config, v string) (err error) {
+		c.GC.RetainSinceCreate, err = durationOrDisabled(v)
+		return err
+	}},
+	{"retain-since-last-active-time", func(c *Config, v string) (err error) {
+		c.GC.RetainSinceLastActive, err = durationOrDisabled(v)
+		return err
+	}},
+	{"min-non-active-revisions", func(c *Config, v string) (err error) {
+		c.GC.MinNonActive, err = count(v)
+		return err
+	}},
+	{"max-non-active-revisions", func(c *Config, v string) (err error) {
+		if v == "disabled" {
+			c.GC.MaxNonActive = Disabled
+			return nil
+		}
+		n, err := count(v)
+		if err != nil {
+			return errors.New(`must be a whole number >= 0 or "disabled"`)
+		}
+		c.GC.MaxNonActive = n
+		return nil
+	}},
+}
+
+// durationOrDisabled reads a GC time limit: "disabled", or a duration >= 0.
+func durationOrDisabled(v string) (time.Duration, error) {
+	if v == "disabled" {
+		return Disabled, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, errors.New(`must be a duration >= 0 (e.g. 48h) or "disabled"`)
+	}
+	return d, nil
 }
 
 // Parse reads a ConfigMap's data; missing keys keep their defaults. Every
@@ -240,6 +311,9 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("max-scale %d: with max-scale-limit %d it must be from 1 to %d", c.MaxScale, c.MaxScaleLimit, c.MaxScaleLimit))
 		}
 	}
+	if c.GC.MaxNonActive != Disabled && c.GC.MinNonActive > c.GC.MaxNonActive {
+		errs = append(errs, fmt.Errorf("min-non-active-revisions %d is above max-non-active-revisions %d", c.GC.MinNonActive, c.GC.MaxNonActive))
+	}
 	if c.InitialScale == 0 && !c.AllowZeroInitialScale {
 		errs = append(errs, errors.New("initial-scale 0 needs allow-zero-initial-scale: true"))
 	}
@@ -278,6 +352,23 @@ func window(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 6*time.Second || d > time.Hour || d%time.Second != 0 {
 		return 0, errors.New("must be whole seconds from 6s to 1h")
+	}
+	return d, nil
+}
+
+// MaxRolloutDuration is the longest rollout-duration accepted: a day.
+const MaxRolloutDuration = 24 * time.Hour
+
+// ParseRolloutDuration reads a rollout-duration, of the ConfigMap or of
+// the annotation: a Go duration ("90s", "2m") or whole seconds ("90"),
+// whole seconds from 0s to 24h.
+func ParseRolloutDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if n, nerr := strconv.ParseInt(v, 10, 64); nerr == nil && n >= 0 && n <= int64(MaxRolloutDuration/time.Second) {
+		d, err = time.Duration(n)*time.Second, nil
+	}
+	if err != nil || d < 0 || d > MaxRolloutDuration || d%time.Second != 0 {
+		return 0, errors.New(`must be whole seconds from 0s to 24h, as a duration ("90s", "2m") or a number of seconds ("90")`)
 	}
 	return d, nil
 }

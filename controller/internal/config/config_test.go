@@ -28,11 +28,16 @@ func TestParseValues(t *testing.T) {
 		"panic-threshold-percentage": "300",
 		"target-burst-capacity":      "-1",
 		"_example":                   "documentation is ignored",
+		"rollout-duration":           "90",
+		"retain-since-create-time":   "disabled",
+		"max-non-active-revisions":   "disabled",
+		"min-non-active-revisions":   "3",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Utilization != 0.8 || got.StableWindow != 30*time.Second || got.PanicThreshold != 3 || got.TargetBurstCapacity != -1 {
+	if got.Utilization != 0.8 || got.StableWindow != 30*time.Second || got.PanicThreshold != 3 || got.TargetBurstCapacity != -1 || got.RolloutDuration != 90*time.Second ||
+		got.GC != (GC{RetainSinceCreate: Disabled, RetainSinceLastActive: 15 * time.Hour, MinNonActive: 3, MaxNonActive: Disabled}) {
 		t.Errorf("parsed %+v", got)
 	}
 }
@@ -62,6 +67,15 @@ func TestParseErrorsNameKeyValueAndRange(t *testing.T) {
 		{"scale-down-delay", "-1s", "whole seconds from 0s to 1h"},
 		// Knative wants at most second precision.
 		{"scale-down-delay", "61984ms", "whole seconds from 0s to 1h"},
+		{"rollout-duration", "-1s", "whole seconds from 0s to 24h"},
+		{"rollout-duration", "90.5s", "whole seconds from 0s to 24h"},
+		{"rollout-duration", "25h", "whole seconds from 0s to 24h"},
+		{"rollout-duration", "86401", "whole seconds from 0s to 24h"},
+		{"rollout-duration", "soon", "whole seconds from 0s to 24h"},
+		{"retain-since-create-time", "-1h", `a duration >= 0 (e.g. 48h) or "disabled"`},
+		{"retain-since-last-active-time", "never", `a duration >= 0 (e.g. 48h) or "disabled"`},
+		{"min-non-active-revisions", "-2", "a whole number >= 0"},
+		{"max-non-active-revisions", "lots", `a whole number >= 0 or "disabled"`},
 	}
 	for _, tt := range tests {
 		_, err := Parse(map[string]string{tt.key: tt.value})
@@ -144,6 +158,7 @@ func TestParseCrossKeyRules(t *testing.T) {
 		{map[string]string{"max-scale-limit": "10"}, "max-scale 0: with max-scale-limit 10 it must be from 1 to 10"},
 		{map[string]string{"max-scale-limit": "10", "max-scale": "11"}, "max-scale 11: with max-scale-limit 10"},
 		{map[string]string{"initial-scale": "0"}, "initial-scale 0 needs allow-zero-initial-scale: true"},
+		{map[string]string{"min-non-active-revisions": "30", "max-non-active-revisions": "10"}, "min-non-active-revisions 30 is above max-non-active-revisions 10"},
 	}
 	for _, tt := range tests {
 		if _, err := Parse(tt.data); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -210,7 +210,32 @@ type RevisionStatus struct {
 	// DesiredReplicas is the PodAutoscaler's decision.
 	// +optional
 	DesiredReplicas *int32 `json:"desiredReplicas,omitempty"`
+	// RoutingState is Knative's: active while a Route gives the Revision
+	// a share or a tag, pending while it is its Service's newest and not
+	// routed yet, reserve when nothing routes to it (it then scales to
+	// zero whatever its min-scale, and may be garbage-collected).
+	// +kubebuilder:validation:Enum=active;pending;reserve
+	// +optional
+	RoutingState RoutingState `json:"routingState,omitempty"`
+	// RoutingStateModified is when RoutingState last changed: for a
+	// reserve Revision, when it was last routed.
+	// +optional
+	RoutingStateModified *metav1.Time `json:"routingStateModified,omitempty"`
 }
+
+// RoutingState says whether Routes send a Revision traffic.
+type RoutingState string
+
+// Routing states.
+const (
+	RoutingStateActive  RoutingState = "active"
+	RoutingStatePending RoutingState = "pending"
+	RoutingStateReserve RoutingState = "reserve"
+)
+
+// NoGCAnnotation "true" on a Revision keeps it from garbage collection
+// (Knative's key).
+const NoGCAnnotation = "serving.knative.dev/no-gc"
 
 // Revision is one immutable version of a Service's template, named
 // <service>-00001, -00002, ... unless the template names it. It is run by
@@ -222,6 +247,7 @@ type RevisionStatus struct {
 // +kubebuilder:resource:shortName=ssrev,categories=sockscale
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name becomes a Kubernetes Service's name and a host name: a DNS-1035 label (lowercase letters, digits and '-', starting with a letter), at most 63 characters"
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.metadata.labels['serving\.sockscale\.dev/service']`
+// +kubebuilder:printcolumn:name="Routing",type=string,JSONPath=`.status.routingState`
 // +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.containerConcurrency`,description="containerConcurrency: the hard limit per pod; 0 or empty: none"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`

@@ -22,6 +22,7 @@ const (
 	ReasonNoPublicService       = "PublicServiceNotFound"
 	ReasonScaleTargetFailing    = "ScaleTargetFailing"
 	ReasonReachabilityUnchecked = "Unknown"
+	ReasonNotRouted             = "NotRouted"
 )
 
 // reach is whether traffic can reach a target: Knative's Reachability,
@@ -39,7 +40,8 @@ type reach struct {
 }
 
 // reachable decides reach. A target is unreachable when its public
-// Service does not exist (clients have nothing to call), or, like a
+// Service does not exist (clients have nothing to call), when its spec
+// says so (a Revision no Route sends traffic to), or, like a
 // Knative Revision whose resources failed, when its Deployment wants pods,
 // has none ready and reports that it cannot make progress (Progressing
 // False with ProgressDeadlineExceeded, or ReplicaFailure True). When it
@@ -55,6 +57,10 @@ func (r *PodAutoscaler) reachable(ctx context.Context, pa *v1alpha1.PodAutoscale
 	case err != nil:
 		log.FromContext(ctx).V(1).Info("cannot read the public Service; counting the target as reachable", "service", pa.Spec.Service.Name, "error", err.Error())
 		return reach{ok: true, reason: ReasonReachabilityUnchecked, message: "the public Service could not be read: " + err.Error()}
+	}
+	if pa.Spec.Reachability == v1alpha1.ReachabilityUnreachable {
+		return reach{reason: ReasonNotRouted,
+			message: "spec.reachability is Unreachable (no Route sends the target traffic): it scales down at once and min-scale does not apply"}
 	}
 	if why := failing(d); why != "" {
 		return reach{reason: ReasonScaleTargetFailing,

@@ -51,4 +51,25 @@ func TestReachable(t *testing.T) {
 			}
 		})
 	}
+	// A Revision no Route sends traffic to: unreachable, though its
+	// public Service exists; a missing Service still says there is no
+	// path at all.
+	unrouted := pa.DeepCopy()
+	unrouted.Spec.Reachability = v1alpha1.ReachabilityUnreachable
+	for _, tt := range []struct {
+		name    string
+		objects []client.Object
+		want    result
+	}{
+		{"not routed", []client.Object{public}, result{Reason: ReasonNotRouted}},
+		{"not routed, no public Service", nil, result{NoPath: true, Reason: ReasonNoPublicService}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &PodAutoscaler{Client: fake.NewClientBuilder().WithObjects(tt.objects...).Build()}
+			got := r.reachable(context.Background(), unrouted, deploy(1, 1))
+			if diff := cmp.Diff(tt.want, result{got.ok, got.noPath, got.reason}); diff != "" {
+				t.Errorf("(-want +got):\n%s\nmessage: %s", diff, got.message)
+			}
+		})
+	}
 }

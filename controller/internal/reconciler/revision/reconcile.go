@@ -38,6 +38,8 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services,verbs=get;list;watch
 
 // Reconcile makes one Revision's objects match it and writes its status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -52,7 +54,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status.ServiceName = PublicServiceName(rev.Name)
 	status.PrivateServiceName = names.PrivateServiceName(status.ServiceName)
 
-	p, err := r.ensureObjects(ctx, &rev)
+	reach, err := r.reachability(ctx, &rev)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	setRoutingState(status, reach, metav1.Now())
+	p, err := r.ensureObjects(ctx, &rev, reach)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -78,14 +85,16 @@ type problem struct{ reason, message string }
 
 // ensureObjects creates or corrects the Deployment, the public Service and
 // the PodAutoscaler, stopping at the first one that cannot be written.
-func (r *Reconciler) ensureObjects(ctx context.Context, rev *servingv1alpha1.Revision) (*problem, error) {
+func (r *Reconciler) ensureObjects(ctx context.Context, rev *servingv1alpha1.Revision, reach v1alpha1.Reachability) (*problem, error) {
 	if p, err := ensure(ctx, r.Client, rev, "Deployment", MakeDeployment(rev), &appsv1.Deployment{}, deploymentInSync, correctDeployment); p != nil || err != nil {
 		return p, err
 	}
 	if p, err := ensure(ctx, r.Client, rev, "Service", MakePublicService(rev), &corev1.Service{}, serviceInSync, correctService); p != nil || err != nil {
 		return p, err
 	}
-	return ensure(ctx, r.Client, rev, "PodAutoscaler", MakePodAutoscaler(rev), &v1alpha1.PodAutoscaler{}, podAutoscalerInSync, correctPodAutoscaler)
+	pa := MakePodAutoscaler(rev)
+	pa.Spec.Reachability = reach
+	return ensure(ctx, r.Client, rev, "PodAutoscaler", pa, &v1alpha1.PodAutoscaler{}, podAutoscalerInSync, correctPodAutoscaler)
 }
 
 // ensure creates want, controlled by rev, when no object of its name
@@ -235,9 +244,9 @@ func setReady(s *servingv1alpha1.RevisionStatus, gen int64, st metav1.ConditionS
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: names.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
 }
 
-// SetupWithManager watches Revisions, what they own, and the
+// SetupWithManager watches Revisions, what they own, the
 // ServerlessServices their PodAutoscalers make (same name as the
-// Revision).
+// Revision), and the Routes and Services their routing state comes from.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("serving-revision").
@@ -248,5 +257,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.ServerlessService{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 		})).
+		Watches(&servingv1alpha1.Route{}, handler.EnqueueRequestsFromMapFunc(routedRevisions)).
+		Watches(&servingv1alpha1.Service{}, handler.EnqueueRequestsFromMapFunc(r.servicesRevisions)).
 		Complete(r)
 }

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
@@ -35,16 +37,24 @@ const (
 	ReasonRevisionInvalid = "RevisionInvalid"
 	// ReasonRevisionCreating: the latest Revision has not reported yet.
 	ReasonRevisionCreating = "RevisionCreating"
-	// ReasonRouteNotImplemented: no Route is made yet (RoutesReady stays
-	// Unknown).
-	ReasonRouteNotImplemented = "RouteNotImplemented"
+	// ReasonRouteCreating: the Route has not reported yet.
+	ReasonRouteCreating = "RouteCreating"
+	// ReasonRouteNotOwned: a Route of the Service's name exists and
+	// belongs to someone else.
+	ReasonRouteNotOwned = "RouteNotOwned"
 )
 
 // Reconciler reconciles Services: it makes the Revision of the current
-// template and resolves the traffic split into status. It never changes
-// an existing Revision.
+// template and the Route of the Service's name, which splits its traffic,
+// and reports both in status. It never changes an existing Revision.
 type Reconciler struct {
 	Client client.Client
+	// Config returns the cluster settings in force (garbage collection);
+	// nil: the defaults.
+	Config func() *config.Config
+	// Clock decides which old Revisions are old enough to collect (nil:
+	// the real clock).
+	Clock clock.PassiveClock
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -52,7 +62,8 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/finalizers,verbs=update
-// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes,verbs=get;list;watch;create;update
 
 // Reconcile ensures one Service's latest Revision and writes its status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -85,24 +96,46 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status.LatestReadyRevisionName = newestReady(owned)
 	if refusal != nil {
 		setCondition(status, svc.Generation, ConditionConfigurationsReady, metav1.ConditionFalse, refusal.reason, refusal.message)
-		setCondition(status, svc.Generation, names.ConditionReady, metav1.ConditionFalse, refusal.reason, refusal.message)
 	} else {
 		status.LatestCreatedRevisionName = latest.Name
 		st, reason, msg := latestReadiness(latest)
 		setCondition(status, svc.Generation, ConditionConfigurationsReady, st, reason, msg)
-		if st == metav1.ConditionTrue {
-			msg += "; its traffic split is not applied yet (see RoutesReady)"
+	}
+	rt, err := r.ensureRoute(ctx, &svc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	routeStatus(status, &svc, rt)
+	setReady(status, svc.Generation)
+	if err := r.writeStatus(ctx, &svc, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.collect(ctx, &svc, owned)
+}
+
+// collect deletes the Service's Revisions that garbage collection says
+// may go (Collect), with what they own, and says when to look again.
+func (r *Reconciler) collect(ctx context.Context, svc *servingv1alpha1.Service, owned []servingv1alpha1.Revision) (ctrl.Result, error) {
+	cfg := config.Defaults()
+	if r.Config != nil {
+		cfg = r.Config()
+	}
+	now := time.Now()
+	if r.Clock != nil {
+		now = r.Clock.Now()
+	}
+	doomed, next := Collect(svc, owned, cfg.GC, now)
+	for _, name := range doomed {
+		rev := &servingv1alpha1.Revision{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: name}}
+		if err := r.Client.Delete(ctx, rev, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("garbage-collect Revision %s: %w", name, err)
 		}
-		setCondition(status, svc.Generation, names.ConditionReady, st, reason, msg)
+		log.FromContext(ctx).Info("garbage-collected an old Revision no Route sends traffic to", "revision", name)
 	}
-	traffic, ok := ResolveTraffic(svc.Spec.Traffic, status.LatestReadyRevisionName)
-	status.Traffic = traffic
-	routes := "no Route is made yet: each Revision is reached through its own public Service (<revision>.<namespace>); the Service's own address, the split and tags are not in place"
-	if !ok {
-		routes += "; the split cannot be resolved until a Revision is ready"
+	if next.IsZero() {
+		return ctrl.Result{}, nil
 	}
-	setCondition(status, svc.Generation, ConditionRoutesReady, metav1.ConditionUnknown, ReasonRouteNotImplemented, routes)
-	return ctrl.Result{}, r.writeStatus(ctx, &svc, status)
+	return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
 }
 
 // refusal is why the template makes no Revision: it needs a person.
@@ -190,11 +223,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, svc *servingv1alpha1.Servi
 	return nil
 }
 
-// SetupWithManager watches Services and the Revisions they own.
+// SetupWithManager watches Services and the Revisions and Routes they own.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("serving-service").
 		For(&servingv1alpha1.Service{}).
 		Owns(&servingv1alpha1.Revision{}).
+		Owns(&servingv1alpha1.Route{}).
 		Complete(r)
 }

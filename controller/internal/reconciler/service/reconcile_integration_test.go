@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,28 +13,37 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/revision"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/route"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
-// startManager runs the Revision and Service reconcilers against cl until the test ends.
-func startManager(t *testing.T, cl *testenv.Cluster) {
+// startManager runs the Revision, Service and Route reconcilers against
+// cl until the test ends (no activator pods: the Route's addresses have
+// empty EndpointSlices), with the settings cfg holds.
+func startManager(t *testing.T, cl *testenv.Cluster, cfg *atomic.Pointer[config.Config]) {
 	t.Helper()
 	cl.StartManager(t,
+		func(mgr ctrl.Manager) error {
+			return (&route.Reconciler{Client: mgr.GetClient(), ActivatorNamespace: "sockscale-system", ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}),
+				ActivatorRoutePort: 8013, ClusterDomain: "cluster.local"}).SetupWithManager(mgr)
+		},
 		func(mgr ctrl.Manager) error {
 			return (&revision.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager) error {
-			return (&service.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+			return (&service.Reconciler{Client: mgr.GetClient(), Config: cfg.Load}).SetupWithManager(mgr)
 		})
 }
 
@@ -127,7 +137,9 @@ func markReady(t *testing.T, c client.Client, name string) {
 func TestIntegrationServiceRevisions(t *testing.T) {
 	cl := testenv.ControlPlane(t)
 	c, ctx := cl.Client, context.Background()
-	startManager(t, cl)
+	var cfg atomic.Pointer[config.Config]
+	cfg.Store(config.Defaults())
+	startManager(t, cl, &cfg)
 	svc := &servingv1alpha1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
 		Spec: servingv1alpha1.ServiceSpec{Template: servingv1alpha1.RevisionTemplateSpec{
@@ -157,7 +169,7 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 		rt := meta.FindStatusCondition(s.Status.Conditions, service.ConditionRoutesReady)
 		return s.Status.LatestCreatedRevisionName == "hello-00001" && s.Status.LatestReadyRevisionName == "" && len(s.Status.Traffic) == 0 &&
 			cr != nil && cr.Status == metav1.ConditionUnknown && rt != nil && rt.Status == metav1.ConditionUnknown &&
-			rt.Reason == service.ReasonRouteNotImplemented && s.Status.ObservedGeneration == s.Generation, conditions(&s.Status)
+			rt.Reason == route.ReasonNoReadyRevision && s.Status.ObservedGeneration == s.Generation, conditions(&s.Status)
 	})
 
 	markReady(t, c, "hello-00001")
@@ -166,8 +178,17 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 		ready := meta.FindStatusCondition(s.Status.Conditions, names.ConditionReady)
 		return s.Status.LatestReadyRevisionName == "hello-00001" && ready != nil && ready.Status == metav1.ConditionTrue &&
 			len(s.Status.Traffic) == 1 && s.Status.Traffic[0].RevisionName == "hello-00001" && *s.Status.Traffic[0].Percent == 100 &&
-			*s.Status.Traffic[0].LatestRevision, conditions(&s.Status)
+			*s.Status.Traffic[0].LatestRevision && s.Status.URL == "http://hello.default.svc.cluster.local", conditions(&s.Status)
 	})
+	var rt servingv1alpha1.Route
+	if err := c.Get(ctx, key("hello"), &rt); err != nil || !metav1.IsControlledBy(&rt, svc) || len(rt.Spec.Traffic) != 1 ||
+		rt.Spec.Traffic[0].ConfigurationName != "hello" || *rt.Spec.Traffic[0].Percent != 100 {
+		t.Fatalf("Route hello: %v, %+v", err, rt.Spec)
+	}
+	var address corev1.Service
+	if err := c.Get(ctx, key("hello"), &address); err != nil || address.Labels[servingv1alpha1.RouteLabelKey] != "hello" || address.Spec.Selector != nil {
+		t.Fatalf("the Route's address Service hello: %v, labels %v selector %v", err, address.Labels, address.Spec.Selector)
+	}
 
 	// A new image: hello-00002; hello-00001 is not touched, and stays
 	// the latest ready (and gets the traffic) until hello-00002 is.
@@ -213,7 +234,13 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	eventually(t, "split resolved", func() (bool, string) {
 		s := getService(t, c, "hello")
 		return s.Status.ObservedGeneration == s.Generation && len(s.Status.Traffic) == 2 && s.Status.Traffic[0].RevisionName == "hello-00002" &&
-			s.Status.Traffic[1].RevisionName == "hello-00001" && s.Status.Traffic[1].Tag == "old", conditions(&s.Status)
+			s.Status.Traffic[1].RevisionName == "hello-00001" && s.Status.Traffic[1].Tag == "old" &&
+			s.Status.Traffic[1].URL == "http://old-hello.default.svc.cluster.local", conditions(&s.Status)
+	})
+	eventually(t, "the tag's address Service old-hello", func() (bool, string) {
+		var tagged corev1.Service
+		err := c.Get(ctx, key("old-hello"), &tagged)
+		return err == nil && tagged.Labels[servingv1alpha1.TagLabelKey] == "old" && tagged.Labels[servingv1alpha1.RouteLabelKey] == "hello", fmt.Sprint(err, tagged.Labels)
 	})
 	// Reconciled again directly, with the cache of the manager settled:
 	// still two Revisions.
@@ -259,6 +286,48 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	if revs := revisions(t, c); len(revs) != 3 || revs["hello-v3"].Spec.Containers[0].Image != "hello:v3" {
 		t.Errorf("revisions %s", sortedNames(revs))
 	}
+
+	// hello-00001 loses its share and tag: reserve, its PodAutoscaler
+	// Unreachable (it scales to zero whatever min-scale says); hello-00002,
+	// routed, stays active.
+	s = getService(t, c, "hello")
+	s.Spec.Traffic = nil
+	if err := c.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	routing := func(name string) (servingv1alpha1.RoutingState, v1alpha1.Reachability) {
+		var rev servingv1alpha1.Revision
+		var pa v1alpha1.PodAutoscaler
+		if err := c.Get(ctx, key(name), &rev); err != nil {
+			return "", v1alpha1.Reachability(err.Error())
+		}
+		if err := c.Get(ctx, key(name), &pa); err != nil {
+			return rev.Status.RoutingState, v1alpha1.Reachability(err.Error())
+		}
+		return rev.Status.RoutingState, pa.Spec.Reachability
+	}
+	eventually(t, "hello-00001 reserve and Unreachable", func() (bool, string) {
+		st1, r1 := routing("hello-00001")
+		st2, r2 := routing("hello-00002")
+		return st1 == servingv1alpha1.RoutingStateReserve && r1 == v1alpha1.ReachabilityUnreachable &&
+			st2 == servingv1alpha1.RoutingStateActive && r2 == v1alpha1.ReachabilityReachable, fmt.Sprint(st1, r1, st2, r2)
+	})
+	// Garbage collection with no Revision to keep: hello-00001 (reserve)
+	// goes; hello-00002 (routed, latest ready) and hello-v3 (latest
+	// created) stay.
+	gc := config.Defaults()
+	gc.GC = config.GC{MinNonActive: 0, MaxNonActive: config.Disabled}
+	cfg.Store(gc)
+	s = getService(t, c, "hello")
+	s.Annotations = map[string]string{"nudge": "gc"} // any change reconciles the Service
+	if err := c.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "hello-00001 collected", func() (bool, string) {
+		revs := revisions(t, c)
+		_, kept := revs["hello-00001"]
+		return !kept && len(revs) == 2, sortedNames(revs)
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

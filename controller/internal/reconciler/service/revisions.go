@@ -100,29 +100,4 @@ func newer(a, b *servingv1alpha1.Revision) bool {
 	return a.Name > b.Name
 }
 
-// ResolveTraffic is the spec's split with each target's Revision named:
-// latestRevision targets (and targets without revisionName) get
-// latestReady. Empty traffic is 100 % to the latest ready Revision. ok is
-// false when a target follows the latest ready Revision and there is none
-// yet: then nothing is resolved.
-func ResolveTraffic(traffic []servingv1alpha1.TrafficTarget, latestReady string) (out []servingv1alpha1.TrafficTargetStatus, ok bool) {
-	if len(traffic) == 0 {
-		traffic = []servingv1alpha1.TrafficTarget{{LatestRevision: ptr(true), Percent: ptr(int64(100))}}
-	}
-	for _, t := range traffic {
-		s := servingv1alpha1.TrafficTargetStatus{Tag: t.Tag, RevisionName: t.RevisionName, LatestRevision: ptr(false)}
-		if t.Percent != nil {
-			s.Percent = ptr(*t.Percent)
-		}
-		if t.RevisionName == "" {
-			if latestReady == "" {
-				return nil, false
-			}
-			s.RevisionName, s.LatestRevision = latestReady, ptr(true)
-		}
-		out = append(out, s)
-	}
-	return out, true
-}
-
 func ptr[T any](v T) *T { return &v }

@@ -68,28 +68,7 @@ func readyEndpoints(slices []discoveryv1.EndpointSlice) []endpoints.Endpoint {
 
 // activators are the ready activator pods.
 func (r *ServerlessService) activators(ctx context.Context) ([]endpoints.Endpoint, error) {
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(r.ActivatorNamespace), client.MatchingLabelsSelector{Selector: r.ActivatorSelector}); err != nil {
-		return nil, fmt.Errorf("list activator pods: %w", err)
-	}
-	var out []endpoints.Endpoint
-	for _, p := range pods.Items {
-		ip, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil || !ip.Is4() || p.DeletionTimestamp != nil || !podReady(&p) {
-			continue
-		}
-		out = append(out, endpoints.Endpoint{Name: p.Name, IP: ip})
-	}
-	return out, nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return endpoints.ReadyActivators(ctx, r.Client, r.ActivatorNamespace, r.ActivatorSelector)
 }
 
 // servedPort is the name of the public Service's port that goes through

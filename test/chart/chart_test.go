@@ -195,8 +195,8 @@ func TestAgentDaemonSet(t *testing.T) {
 }
 
 // The agent reads pods, and for the socket-layer redirect (on unless
-// agent.socketRedirect=off) Services and ServerlessServices; it writes
-// nothing.
+// agent.socketRedirect=off) Services, ServerlessServices and serving
+// Routes; it writes nothing.
 func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", agentName)
@@ -205,6 +205,7 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"serverlessservices"}, Verbs: read},
+		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)

@@ -2,7 +2,7 @@
 // accounting programs, keeps their pod map equal to the node's pods, serves
 // the node's /metrics and reports per-pod stats to the controller; it also
 // keeps the kernel's connect-time redirect map equal to the
-// ServerlessServices in Proxy mode.
+// ServerlessServices in Proxy mode and the Routes' traffic splits.
 package main
 
 import (

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/svcaddr"
 )
@@ -18,9 +19,27 @@ import (
 // controller's names.ConditionReady, which the agent may not import).
 const conditionReady = "Ready"
 
+// Kinds of entry, the kind label of the metrics.
+const (
+	// KindServerlessService: a ServerlessService in Proxy mode, its public
+	// Service's address -> its activators.
+	KindServerlessService = "serverlessservice"
+	// KindRoute: a Route's own address (its Kubernetes Service without a
+	// tag label) -> the public Services of its revisions with traffic,
+	// weighted by percent.
+	KindRoute = "route"
+	// KindTag: a tag's address (the Route's Service with the tag label)
+	// -> the tagged revision's public Service.
+	KindTag = "tag"
+)
+
+// Kinds are every kind of entry.
+var Kinds = []string{KindServerlessService, KindRoute, KindTag}
+
 // Why a ServerlessService has no entry although it is in Proxy mode, or
 // why some of its public Service's ports have none: the label values of
-// the skipped metric. Serve mode is not a skip: it is the normal case.
+// the skipped metric (kind serverlessservice). Serve mode is not a skip:
+// it is the normal case.
 const (
 	// SkipNotReady: status.mode is Proxy but its Ready condition is not
 	// True, so the public endpoints may not be the activators (e.g. the
@@ -37,13 +56,54 @@ const (
 	SkipNoClusterIP = svcaddr.NoClusterIP
 	SkipNoIPv4      = svcaddr.NoIPv4
 	SkipNoTCPPort   = svcaddr.NoTCPPort
-	// SkipDuplicate: another ServerlessService (first by namespace/name)
-	// already names the same Service address.
+	// SkipDuplicate: another entry already has the same Service address:
+	// ServerlessServices come first, then Routes, each by namespace/name.
 	SkipDuplicate = "duplicate_address"
 )
 
-// SkipReasons are every skip reason, for metrics that report zeros too.
+// SkipReasons are every skip reason of a ServerlessService, for metrics
+// that report zeros too.
 var SkipReasons = []string{SkipNotReady, SkipNoActivator, SkipNoService, SkipHeadless, SkipNoClusterIP, SkipNoIPv4, SkipNoTCPPort, SkipDuplicate}
+
+// Why a Route's address (its own or a tag's Kubernetes Service) has no
+// entry: the label values of the skipped metric (kinds route and tag).
+// A split is written whole or not at all: an entry without one of its
+// revisions would give the others its share. Without an entry, connects
+// take kube-proxy's path to the Route Service's EndpointSlices, which the
+// controller points at the activators while a split cannot be one set of
+// endpoints.
+const (
+	// SkipRoutesUnavailable: the agent cannot watch Routes (the serving
+	// CRDs are not installed, or its RBAC forbids them); it retries.
+	SkipRoutesUnavailable = "routes_unavailable"
+	// SkipRouteNotFound: the Service names a Route (its route label) that
+	// does not exist (yet, or any more).
+	SkipRouteNotFound = "route_not_found"
+	// SkipNoTraffic: the Route's status.traffic has no target with
+	// percent > 0 (not resolved yet).
+	SkipNoTraffic = "no_traffic"
+	// SkipTagNotInTraffic: the tag's Service names a tag that the
+	// Route's status.traffic does not have.
+	SkipTagNotInTraffic = "tag_not_in_traffic"
+	// SkipRevisionNoService: a revision the address sends traffic to has
+	// no public Service (or a target names no revision).
+	SkipRevisionNoService = "revision_service_not_found"
+	// SkipRevisionNoAddress: a revision's public Service has no IPv4
+	// cluster IP with a TCP port (headless, ExternalName, IPv6 only).
+	SkipRevisionNoAddress = "revision_no_ipv4_address"
+	// SkipTooManyRevisions: more revisions with percent > 0 than an entry
+	// has backends (bpfredirect.MaxBackends).
+	SkipTooManyRevisions = "too_many_revisions"
+)
+
+// RouteSkipReasons are every skip reason of a Route's or a tag's address:
+// the ones above, and those of its own Service's address (svcaddr's) and
+// duplicates, as for ServerlessServices.
+var RouteSkipReasons = []string{
+	SkipRoutesUnavailable, SkipRouteNotFound, SkipNoTraffic, SkipTagNotInTraffic,
+	SkipRevisionNoService, SkipRevisionNoAddress, SkipTooManyRevisions,
+	SkipHeadless, SkipNoClusterIP, SkipNoIPv4, SkipNoTCPPort, SkipDuplicate,
+}
 
 // Inputs are what the redirect map depends on, as the caches hold them.
 type Inputs struct {
@@ -57,11 +117,41 @@ type Inputs struct {
 	// ActivatorPort is where activators take proxied requests (their
 	// --proxy-bind-address, the controller's --activator-port).
 	ActivatorPort uint16
+
+	// RouteServices are the Kubernetes Services with the route label
+	// (servingv1alpha1.RouteLabelKey): a Route's own address, or with the
+	// tag label a tag's. The revisions' public Services are in Services.
+	RouteServices []*corev1.Service
+	// Routes are the serving Routes, when RoutesUnavailable is false.
+	Routes []servingv1alpha1.Route
+	// RoutesUnavailable: Routes cannot be watched, so no Route address
+	// gets an entry (SkipRoutesUnavailable).
+	RoutesUnavailable bool
+}
+
+// Target is what an entry is for: a ServerlessService, a Route's own
+// address or one of its tags'.
+type Target struct {
+	Kind string // KindServerlessService, KindRoute or KindTag
+	types.NamespacedName
+	Tag string // KindTag only
+}
+
+// sksTarget is a ServerlessService's Target.
+func sksTarget(key types.NamespacedName) Target {
+	return Target{Kind: KindServerlessService, NamespacedName: key}
+}
+
+func (t Target) String() string {
+	if t.Kind == KindTag {
+		return t.Kind + " " + t.Tag + " of route " + t.NamespacedName.String()
+	}
+	return t.Kind + " " + t.NamespacedName.String()
 }
 
 // Entry is one Service address's redirect and whose it is.
 type Entry struct {
-	Target   types.NamespacedName // the ServerlessService
+	Target   Target
 	Backends []bpfredirect.Backend
 }
 
@@ -72,13 +162,15 @@ type Desired struct {
 	// sorted by address so equal sets compare equal.
 	Entries map[netip.AddrPort]Entry
 	// Targets names the ServerlessService of every public Service address
-	// (TCP port of an IPv4 cluster IP), whatever its mode: redirected
-	// connects are counted per target, and an address in no
-	// ServerlessService's Service has no counter worth keeping.
-	Targets map[netip.AddrPort]types.NamespacedName
+	// (TCP port of an IPv4 cluster IP), whatever its mode, and the Route
+	// or tag of every Route Service's address, with an entry or not:
+	// redirected connects are counted per target, and an address of no
+	// target has no counter worth keeping.
+	Targets map[netip.AddrPort]Target
 	// Skipped are the ServerlessServices in Proxy mode without an entry
-	// (or with fewer ports than the controller proxies), and why.
-	Skipped map[types.NamespacedName]string
+	// (or with fewer ports than the controller proxies), and the Routes'
+	// and tags' addresses without one, and why.
+	Skipped map[Target]string
 }
 
 // Compute decides the redirect map from what is in place, never from what
@@ -97,11 +189,15 @@ type Desired struct {
 // (10.0.0.7, 10.0.0.5), Service 10.96.0.10 ports 80/TCP and 53/UDP, spec.port
 // unset => 10.96.0.10:80 -> [10.0.0.5:8012 w1, 10.0.0.7:8012 w1]; 53/UDP
 // untouched.
+//
+// Then the Routes' addresses get their splits (computeRoutes). An address
+// has one entry: ServerlessServices have theirs first, then Routes, each
+// by namespace/name, and a later one naming the same address is skipped.
 func Compute(in Inputs) Desired {
 	d := Desired{
 		Entries: make(map[netip.AddrPort]Entry),
-		Targets: make(map[netip.AddrPort]types.NamespacedName),
-		Skipped: make(map[types.NamespacedName]string),
+		Targets: make(map[netip.AddrPort]Target),
+		Skipped: make(map[Target]string),
 	}
 	// Sorted, so a duplicate address is skipped in the same one every time.
 	skses := slices.Clone(in.ServerlessServices)
@@ -113,7 +209,7 @@ func Compute(in Inputs) Desired {
 	})
 	for i := range skses {
 		sks := &skses[i]
-		key := types.NamespacedName{Namespace: sks.Namespace, Name: sks.Name}
+		key := sksTarget(types.NamespacedName{Namespace: sks.Namespace, Name: sks.Name})
 		proxy := sks.Status.Mode == v1alpha1.ModeProxy
 		svc := in.Services[types.NamespacedName{Namespace: sks.Namespace, Name: sks.Spec.PublicService}]
 		addrs, reason := svcaddr.Redirected(svc, sks.Spec.Port)
@@ -146,6 +242,7 @@ func Compute(in Inputs) Desired {
 			d.Entries[a] = Entry{Target: key, Backends: backends}
 		}
 	}
+	d.computeRoutes(in)
 	return d
 }
 

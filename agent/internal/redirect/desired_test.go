@@ -105,7 +105,7 @@ func TestCompute(t *testing.T) {
 		skses       []v1alpha1.ServerlessService
 		svcs        []*corev1.Service
 		wantEntries map[netip.AddrPort][]bpfredirect.Backend
-		wantSkipped map[types.NamespacedName]string
+		wantSkipped map[Target]string
 		// wantTargets: the addresses counted for hello (nil: 10.96.0.10:80).
 		wantTargets []netip.AddrPort
 	}{{
@@ -120,7 +120,7 @@ func TestCompute(t *testing.T) {
 		name:        "proxy with no activator: kube-proxy's path only",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy().Obj()},
 		svcs:        []*corev1.Service{service("hello", v4, "80")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNoActivator},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoActivator},
 	}, {
 		name:        "proxy with one activator",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-b").Obj()},
@@ -140,12 +140,12 @@ func TestCompute(t *testing.T) {
 		name:        "no named activator is ready: no entry",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-gone").Obj()},
 		svcs:        []*corev1.Service{service("hello", v4, "80")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNoActivator},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoActivator},
 	}, {
 		name:        "proxy but not Ready: the public endpoints may not be the activators",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Ready(metav1.ConditionFalse, "PublicServiceHasSelector").Obj()},
 		svcs:        []*corev1.Service{service("hello", v4, "80")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNotReady},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNotReady},
 	}, {
 		name:        "port set: only it goes to the activators",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Port(80).Proxy("act-a").Obj()},
@@ -172,25 +172,25 @@ func TestCompute(t *testing.T) {
 		name:        "the served port is UDP: nothing to redirect",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Port(53).Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", v4, "80", "53/UDP")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNoTCPPort},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoTCPPort},
 		wantTargets: []netip.AddrPort{},
 	}, {
 		name:        "headless Service",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", []string{"None"}, "80")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipHeadless},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipHeadless},
 		wantTargets: []netip.AddrPort{},
 	}, {
 		name:        "no cluster IP (ExternalName)",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", nil, "80")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNoClusterIP},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoClusterIP},
 		wantTargets: []netip.AddrPort{},
 	}, {
 		name:        "IPv6 only",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", []string{"fd00::10"}, "80")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNoIPv4},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoIPv4},
 		wantTargets: []netip.AddrPort{},
 	}, {
 		name:        "dual stack: the IPv4 address only",
@@ -200,7 +200,7 @@ func TestCompute(t *testing.T) {
 	}, {
 		name:        "public Service missing",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipNoService},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoService},
 		wantTargets: []netip.AddrPort{},
 	}, {
 		name: "two ServerlessServices name one Service: the first by name has it",
@@ -210,13 +210,13 @@ func TestCompute(t *testing.T) {
 		},
 		svcs:        []*corev1.Service{service("hello", v4, "80")},
 		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{ap("10.96.0.10:80"): backends("10.0.0.2:8012")},
-		wantSkipped: map[types.NamespacedName]string{hello: SkipDuplicate},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipDuplicate},
 		wantTargets: []netip.AddrPort{},
 	}, {
 		name:        "same names in another namespace do not match",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Namespace("other").Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", v4, "80")},
-		wantSkipped: map[types.NamespacedName]string{{Namespace: "other", Name: "hello"}: SkipNoService},
+		wantSkipped: map[Target]string{sksTarget(types.NamespacedName{Namespace: "other", Name: "hello"}): SkipNoService},
 		wantTargets: []netip.AddrPort{},
 	}}
 	for _, tt := range tests {
@@ -238,7 +238,7 @@ func TestCompute(t *testing.T) {
 			}
 			wantSkipped := tt.wantSkipped
 			if wantSkipped == nil {
-				wantSkipped = map[types.NamespacedName]string{}
+				wantSkipped = map[Target]string{}
 			}
 			if diff := cmp.Diff(wantSkipped, d.Skipped); diff != "" {
 				t.Errorf("skipped (-want +got):\n%s", diff)
@@ -249,7 +249,7 @@ func TestCompute(t *testing.T) {
 			}
 			var gotTargets []netip.AddrPort
 			for a, key := range d.Targets {
-				if key == hello {
+				if key == sksTarget(hello) {
 					gotTargets = append(gotTargets, a)
 				}
 			}

@@ -1,12 +1,14 @@
 package redirect
 
 import (
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
 
+	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
@@ -23,12 +25,19 @@ const (
 	stageEvents   = "read_events"
 	stageForget   = "forget"
 	stageLease    = "renew_lease"
+
+	// kindStale is the kind label of entries in the map that no target
+	// wants any more (a delete that failed, retried).
+	kindStale = "stale"
 )
 
 var (
 	connectsDesc = prometheus.NewDesc("sockscale_agent_redirect_connects_total",
 		"Connects on this node that the kernel sent to an activator instead of the public Service's address, by ServerlessService and port of the Service.",
 		[]string{"namespace", "serverlessservice", "port"}, nil)
+	routeConnectsDesc = prometheus.NewDesc("sockscale_agent_redirect_route_connects_total",
+		"Connects on this node that the kernel sent from a Route's address to the public Service of one of its revisions (by the split's weights, or a tag's revision), by namespace, route, tag (empty for the Route's own address) and port of the Route's Service. A connect that goes on to an activator (the revision is in Proxy mode) also counts in sockscale_agent_redirect_connects_total.",
+		[]string{"namespace", "route", "tag", "port"}, nil)
 	kernelEventsDesc = prometheus.NewDesc("sockscale_agent_redirect_kernel_events_total",
 		"Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted), lease_expired (an entry ignored: the agent's lease on the map had lapsed, the connect left alone).",
 		[]string{"event"}, nil)
@@ -37,6 +46,10 @@ var (
 // RedirectStates are the values of the state label, in the order of
 // stats.RedirectState's documentation.
 var RedirectStates = []stats.RedirectState{stats.RedirectActive, stats.RedirectSyncing, stats.RedirectOff, stats.RedirectUnavailable}
+
+var routesStateDesc = prometheus.NewDesc("sockscale_agent_redirect_routes_state",
+	"How the Route entries (traffic splits) stand on this node: 1 for the current state, 0 for the others, by state: active, syncing (starting, or the Routes' watch fails), unavailable (the serving CRDs are missing or Routes are forbidden: no Route address has an entry, the agent retries). ServerlessService entries do not depend on it.",
+	[]string{"state"}, nil)
 
 var stateDesc = prometheus.NewDesc("sockscale_agent_socket_redirect_state",
 	"How the socket-layer redirect stands on this node: 1 for the current state, 0 for the others, by state: active, syncing, off, unavailable. The agent sends the same state, with its reason, to the controller.",
@@ -65,7 +78,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 type metrics struct {
-	entries prometheus.Gauge
+	entries *prometheus.GaugeVec
 	updates *prometheus.CounterVec
 	latency prometheus.Histogram
 	errors  *prometheus.CounterVec
@@ -74,10 +87,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, r *Reconciler) *metrics {
 	m := &metrics{
-		entries: prometheus.NewGauge(prometheus.GaugeOpts{
+		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sockscale_agent_redirect_entries",
-			Help: "Service addresses (cluster IP and port) the kernel redirects to activators on this node.",
-		}),
+			Help: "Service addresses (cluster IP and port) the kernel redirects on this node, by kind: serverlessservice (a public Service in Proxy mode, to activators), route (a Route's own address, to its revisions by percent), tag (a tag's address, to its revision), stale (no longer wanted, its delete failed and is retried).",
+		}, []string{"kind"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_redirect_updates_total",
 			Help: "Writes to the kernel redirect map, by op (set, delete) and result (ok, error).",
@@ -94,8 +107,9 @@ func newMetrics(reg prometheus.Registerer, r *Reconciler) *metrics {
 		}, []string{"stage"}),
 		skipped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sockscale_agent_redirect_skipped_targets",
-			Help: "ServerlessServices in Proxy mode the kernel does not redirect (kube-proxy's path only), by reason: " + joinReasons() + ".",
-		}, []string{"reason"}),
+			Help: "Addresses the kernel does not redirect (kube-proxy's path only), by kind and reason. Kind serverlessservice: ServerlessServices in Proxy mode, reason " +
+				strings.Join(SkipReasons, ", ") + ". Kinds route and tag: a Route's own and its tags' Services, reason " + strings.Join(RouteSkipReasons, ", ") + ".",
+		}, []string{"kind", "reason"}),
 	}
 	for _, op := range []string{opSet, opDelete} {
 		for _, res := range []string{resultOK, resultError} {
@@ -106,19 +120,45 @@ func newMetrics(reg prometheus.Registerer, r *Reconciler) *metrics {
 		m.errors.WithLabelValues(s)
 	}
 	m.setSkipped(nil)
+	m.setEntries(nil, nil)
 	reg.MustRegister(m.entries, m.updates, m.latency, m.errors, m.skipped, &collector{r: r})
 	return m
 }
 
-func joinReasons() string { return strings.Join(SkipReasons, ", ") }
-
-func (m *metrics) setSkipped(skipped map[types.NamespacedName]string) {
-	n := make(map[string]int)
-	for _, reason := range skipped {
-		n[reason]++
+// skipReasons are the reasons of each kind.
+func skipReasons(kind string) []string {
+	if kind == KindServerlessService {
+		return SkipReasons
 	}
-	for _, reason := range SkipReasons {
-		m.skipped.WithLabelValues(reason).Set(float64(n[reason]))
+	return RouteSkipReasons
+}
+
+func (m *metrics) setSkipped(skipped map[Target]string) {
+	type series struct{ kind, reason string }
+	n := make(map[series]int)
+	for t, reason := range skipped {
+		n[series{t.Kind, reason}]++
+	}
+	for _, kind := range Kinds {
+		for _, reason := range skipReasons(kind) {
+			m.skipped.WithLabelValues(kind, reason).Set(float64(n[series{kind, reason}]))
+		}
+	}
+}
+
+// setEntries counts the entries in the map by the kind of the desired
+// entry at their address.
+func (m *metrics) setEntries(inMap map[netip.AddrPort][]bpfredirect.Backend, desired map[netip.AddrPort]Entry) {
+	n := make(map[string]int)
+	for a := range inMap {
+		kind := kindStale
+		if e, ok := desired[a]; ok {
+			kind = e.Target.Kind
+		}
+		n[kind]++
+	}
+	for _, kind := range append(slices.Clone(Kinds), kindStale) {
+		m.entries.WithLabelValues(kind).Set(float64(n[kind]))
 	}
 }
 
@@ -128,7 +168,9 @@ type collector struct{ r *Reconciler }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connectsDesc
+	ch <- routeConnectsDesc
 	ch <- kernelEventsDesc
+	ch <- routesStateDesc
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -137,7 +179,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.r.metrics.errors.WithLabelValues(stageCounters).Inc()
 	}
 	type series struct {
-		target types.NamespacedName
+		target Target
 		port   uint16
 	}
 	// Summed per series: a Service has one IPv4 cluster IP today, but two
@@ -146,12 +188,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for a, n := range counts {
 		t, ok := targets[a]
 		if !ok {
-			continue // no ServerlessService's any more: forgotten at the next resync
+			continue // no target's any more: forgotten at the next resync
 		}
 		sums[series{t, a.Port()}] += n
 	}
 	for s, n := range sums {
-		ch <- prometheus.MustNewConstMetric(connectsDesc, prometheus.CounterValue, float64(n), s.target.Namespace, s.target.Name, strconv.Itoa(int(s.port)))
+		port := strconv.Itoa(int(s.port))
+		if s.target.Kind == KindServerlessService {
+			ch <- prometheus.MustNewConstMetric(connectsDesc, prometheus.CounterValue, float64(n), s.target.Namespace, s.target.Name, port)
+		} else {
+			ch <- prometheus.MustNewConstMetric(routeConnectsDesc, prometheus.CounterValue, float64(n), s.target.Namespace, s.target.Name, s.target.Tag, port)
+		}
+	}
+	routes := c.r.RoutesState().SocketRedirect
+	for _, s := range []stats.RedirectState{stats.RedirectActive, stats.RedirectSyncing, stats.RedirectUnavailable} {
+		v := 0.0
+		if s == routes {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(routesStateDesc, prometheus.GaugeValue, v, string(s))
 	}
 	ev, err := c.r.opts.Map.Events()
 	if err != nil {

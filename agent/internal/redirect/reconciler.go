@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 )
 
@@ -71,6 +72,12 @@ type Options struct {
 	// --socket-redirect=on). Otherwise Run clears the map, State says
 	// unavailable, and it retries: the API objects may be installed or
 	// allowed later, and the agent's accounting must keep running.
+	//
+	// The Routes' watch is never required: the serving API is optional.
+	// Without it the Routes' addresses get no entry (their Kubernetes
+	// Services keep kube-proxy's path), the ServerlessServices' entries
+	// work as before, State's reason says so, and it retries in the same
+	// steps.
 	Required bool
 	// SyncTimeout bounds the wait for the caches' first sync: a list that
 	// is forbidden makes the informers retry forever rather than fail.
@@ -99,8 +106,15 @@ const (
 // onWatchError as their watch error handler.
 type cacheFactory func(onWatchError toolscache.WatchErrorHandlerWithContext) (cache.Cache, error)
 
+// cacheFactories make the caches of the ServerlessServices, Services and
+// activator pods, and apart from them those of the Routes, so that a
+// missing serving CRD stops only the Routes' entries.
+type cacheFactories struct {
+	main, routes cacheFactory
+}
+
 // Reconciler keeps the node's redirect map equal to Compute of the
-// ServerlessServices, public Services and activator pods it watches.
+// ServerlessServices, Services, activator pods and Routes it watches.
 //
 // It is level triggered: every event (and a periodic resync) recomputes the
 // whole desired state from the caches and writes only the difference, so
@@ -119,11 +133,13 @@ type cacheFactory func(onWatchError toolscache.WatchErrorHandlerWithContext) (ca
 // (a pod scaled away drains its connections as for any Service).
 type Reconciler struct {
 	opts     Options
-	newCache cacheFactory
+	newCache cacheFactories
 	// cache is the current attempt's; only Run's goroutine uses it.
 	cache   cache.Cache
 	metrics *metrics
 	health  health
+	// routes is the Routes' watch, which runs beside the others.
+	routes routeWatch
 	// kick asks the loop for a sync; one pending kick is enough.
 	kick   chan struct{}
 	synced atomic.Bool
@@ -136,9 +152,9 @@ type Reconciler struct {
 	// observed are ServerlessServices whose status change was seen and
 	// not yet written, with when it was first seen.
 	observed map[types.NamespacedName]time.Time
-	// targets names the ServerlessService of each public Service address
+	// targets names the ServerlessService, Route or tag of each address
 	// (Desired.Targets), for the per-target counters.
-	targets map[netip.AddrPort]types.NamespacedName
+	targets map[netip.AddrPort]Target
 }
 
 // New makes a Reconciler watching the API server at cfg. The watches start
@@ -149,6 +165,9 @@ func New(cfg *rest.Config, opts Options) (*Reconciler, error) {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	sel := opts.ActivatorSelector
@@ -170,10 +189,17 @@ func New(cfg *rest.Config, opts Options) (*Reconciler, error) {
 			DefaultWatchErrorHandler: onWatchError,
 		})
 	}
-	return newReconciler(newCache, opts), nil
+	newRouteCache := func(onWatchError toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) {
+		return cache.New(cfg, cache.Options{
+			Scheme:                   scheme,
+			DefaultTransform:         cache.TransformStripManagedFields(),
+			DefaultWatchErrorHandler: onWatchError,
+		})
+	}
+	return newReconciler(cacheFactories{main: newCache, routes: newRouteCache}, opts), nil
 }
 
-func newReconciler(newCache cacheFactory, opts Options) *Reconciler {
+func newReconciler(newCache cacheFactories, opts Options) *Reconciler {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}
@@ -197,7 +223,7 @@ func newReconciler(newCache cacheFactory, opts Options) *Reconciler {
 		newCache: newCache,
 		kick:     make(chan struct{}, 1),
 		observed: make(map[types.NamespacedName]time.Time),
-		targets:  make(map[netip.AddrPort]types.NamespacedName),
+		targets:  make(map[netip.AddrPort]Target),
 	}
 	r.metrics = newMetrics(opts.Registerer, r)
 	return r
@@ -215,7 +241,14 @@ func (r *Reconciler) Synced() bool { return r.synced.Load() }
 // within SyncTimeout (a forbidden list), Run returns the error if
 // Options.Required; otherwise it clears the map, State says unavailable,
 // and it tries again after RetryBackoff, doubling up to MaxRetryBackoff.
+//
+// The Routes' watch runs beside, with attempts of its own (runRoutes).
 func (r *Reconciler) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var routes sync.WaitGroup
+	defer routes.Wait()
+	defer cancel() // before the Wait: it ends the Routes' watch
+	routes.Go(func() { r.runRoutes(ctx) })
 	backoff := r.opts.RetryBackoff
 	for {
 		err := r.attempt(ctx)
@@ -245,7 +278,7 @@ func (r *Reconciler) attempt(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops this attempt's informers
 	r.synced.Store(false)
-	c, err := r.newCache(r.watchFailed)
+	c, err := r.newCache.main(r.watchFailed)
 	if err != nil {
 		return fmt.Errorf("make the cache: %w", err)
 	}
@@ -255,12 +288,7 @@ func (r *Reconciler) attempt(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
-		h := toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { r.event(nil, o) },
-			UpdateFunc: func(old, o any) { r.event(old, o) },
-			DeleteFunc: func(o any) { r.event(nil, o) },
-		}
-		if _, err := inf.AddEventHandler(h); err != nil {
+		if _, err := inf.AddEventHandler(r.eventHandler()); err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
@@ -360,6 +388,15 @@ func watchesStopped(ctx context.Context, err error) error {
 	}
 }
 
+// eventHandler calls event on every change of a watched object.
+func (r *Reconciler) eventHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.event(nil, o) },
+		UpdateFunc: func(old, o any) { r.event(old, o) },
+		DeleteFunc: func(o any) { r.event(nil, o) },
+	}
+}
+
 // event notes a ServerlessService's status change (for the latency metric)
 // and asks for a sync.
 func (r *Reconciler) event(old, obj any) {
@@ -377,6 +414,11 @@ func (r *Reconciler) event(old, obj any) {
 			r.mu.Unlock()
 		}
 	}
+	r.kickSync()
+}
+
+// kickSync asks the loop for a sync.
+func (r *Reconciler) kickSync() {
 	select {
 	case r.kick <- struct{}{}:
 	default: // a sync is pending already; it will see this change
@@ -410,6 +452,9 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 			in.Services[key] = &svc
 		}
 	}
+	if err := r.routeInputs(ctx, &in); err != nil {
+		return in, err
+	}
 	var pods corev1.PodList
 	if err := r.cache.List(ctx, &pods); err != nil {
 		return in, fmt.Errorf("list activator pods: %w", err)
@@ -432,6 +477,45 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 		in.Activators[p.Name] = ip
 	}
 	return in, nil
+}
+
+// routeInputs reads the Routes' part of Compute's inputs: the Services
+// with the route label, and, while the Routes' watch works, the Routes and
+// the public Services of the revisions in their status.traffic.
+func (r *Reconciler) routeInputs(ctx context.Context, in *Inputs) error {
+	var svcs corev1.ServiceList
+	if err := r.cache.List(ctx, &svcs, client.HasLabels{servingv1alpha1.RouteLabelKey}); err != nil {
+		return fmt.Errorf("list Route Services: %w", err)
+	}
+	for i := range svcs.Items {
+		in.RouteServices = append(in.RouteServices, &svcs.Items[i])
+	}
+	rc := r.routes.current()
+	if rc == nil {
+		in.RoutesUnavailable = true
+		return nil
+	}
+	var routes servingv1alpha1.RouteList
+	if err := rc.List(ctx, &routes); err != nil {
+		// The Routes' cache is apart so that it never holds up the rest.
+		r.opts.Log.Warn("redirect: list Routes; their addresses get no entry until the next sync", "err", err)
+		in.RoutesUnavailable = true
+		return nil
+	}
+	in.Routes = routes.Items
+	for _, rt := range routes.Items {
+		for _, tt := range rt.Status.Traffic {
+			key := types.NamespacedName{Namespace: rt.Namespace, Name: tt.RevisionName}
+			if _, done := in.Services[key]; done || tt.RevisionName == "" {
+				continue
+			}
+			var svc corev1.Service
+			if err := r.cache.Get(ctx, key, &svc); err == nil {
+				in.Services[key] = &svc
+			}
+		}
+	}
+	return nil
 }
 
 // sync makes the kernel map equal to the desired state: against the map
@@ -470,18 +554,18 @@ func (r *Reconciler) syncTo(d Desired, full bool) error {
 	if full {
 		errs = append(errs, r.forgetCounters(d))
 	}
-	r.metrics.entries.Set(float64(len(r.applied)))
+	r.metrics.setEntries(r.applied, d.Entries)
 	r.observeLatencies(written)
 	return errors.Join(errs...)
 }
 
 // apply writes the difference between r.applied and d.Entries, and returns
-// the ServerlessServices whose entries it changed (all writes succeeded)
-// or failed to change.
-func (r *Reconciler) apply(d Desired) (map[types.NamespacedName]bool, []error) {
-	written := make(map[types.NamespacedName]bool)
+// the targets whose entries it changed (all writes succeeded) or failed to
+// change.
+func (r *Reconciler) apply(d Desired) (map[Target]bool, []error) {
+	written := make(map[Target]bool)
 	var errs []error
-	note := func(key types.NamespacedName, op string, err error) {
+	note := func(key Target, op string, err error) {
 		if err != nil {
 			r.metrics.updates.WithLabelValues(op, resultError).Inc()
 			errs = append(errs, err)
@@ -532,8 +616,8 @@ func (r *Reconciler) apply(d Desired) (map[types.NamespacedName]bool, []error) {
 }
 
 // forgetCounters drops the redirected counters of addresses that are no
-// ServerlessService's any more (their entries are gone already), so the
-// counter map does not fill with deleted Services.
+// target's any more (their entries are gone already), so the counter map
+// does not fill with deleted Services.
 func (r *Reconciler) forgetCounters(d Desired) error {
 	counts, err := r.opts.Map.Redirected()
 	if err != nil {
@@ -558,10 +642,10 @@ func (r *Reconciler) forgetCounters(d Desired) error {
 // observeLatencies records, for each ServerlessService whose status change
 // was seen, how long until its entries were written; a change that needed
 // no write is dropped, one whose write failed waits for the retry.
-func (r *Reconciler) observeLatencies(written map[types.NamespacedName]bool) {
+func (r *Reconciler) observeLatencies(written map[Target]bool) {
 	now := r.opts.Clock.Now()
 	for key, seen := range r.observed {
-		ok, wrote := written[key]
+		ok, wrote := written[sksTarget(key)]
 		switch {
 		case !wrote:
 			delete(r.observed, key)
@@ -580,7 +664,7 @@ func (r *Reconciler) entryCount() int {
 
 // counters returns the redirected connects per address and the target of
 // each, for the metrics.
-func (r *Reconciler) counters() (map[netip.AddrPort]uint64, map[netip.AddrPort]types.NamespacedName, error) {
+func (r *Reconciler) counters() (map[netip.AddrPort]uint64, map[netip.AddrPort]Target, error) {
 	counts, err := r.opts.Map.Redirected()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -12,9 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 )
 
@@ -116,7 +118,7 @@ func TestResyncRemovesWhatIsNotDesired(t *testing.T) {
 	m.redirected[ap("10.96.0.10:80")] = 5
 	m.redirected[ap("10.96.0.99:80")] = 7
 	m.redirected[ap("10.96.0.98:80")] = 1 // entry deleted earlier, counter left
-	r := newReconciler(nil, Options{Map: m})
+	r := newReconciler(cacheFactories{}, Options{Map: m})
 
 	if err := r.syncTo(desired(sks("hello").Serve().Obj(), sks("world").Proxy("act-a").Obj()), true); err != nil {
 		t.Fatal(err)
@@ -138,7 +140,7 @@ var cmpAddrs = cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })
 
 func TestEventsWriteOnlyTheDifference(t *testing.T) {
 	m := newFakeMap()
-	r := newReconciler(nil, Options{Map: m})
+	r := newReconciler(cacheFactories{}, Options{Map: m})
 	steps := []struct {
 		name  string
 		skses []v1alpha1.ServerlessService
@@ -169,7 +171,7 @@ func TestEventsWriteOnlyTheDifference(t *testing.T) {
 
 func TestAFailedWriteIsRetriedFromTheKernelsState(t *testing.T) {
 	m := newFakeMap()
-	r := newReconciler(nil, Options{Map: m})
+	r := newReconciler(cacheFactories{}, Options{Map: m})
 	if err := r.syncTo(desired(), true); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +200,7 @@ func TestAFailedWriteIsRetriedFromTheKernelsState(t *testing.T) {
 // cluster (or making it so); event syncs and failed writes do not renew.
 func TestLeaseRenewedOnlyByAFullSyncThatWroteEverything(t *testing.T) {
 	m := newFakeMap()
-	r := newReconciler(nil, Options{Map: m})
+	r := newReconciler(cacheFactories{}, Options{Map: m})
 	proxy := desired(sks("hello").Proxy("act-a").Obj())
 	if err := r.syncTo(proxy, true); err != nil {
 		t.Fatal(err)
@@ -217,7 +219,7 @@ func TestLeaseRenewedOnlyByAFullSyncThatWroteEverything(t *testing.T) {
 		t.Errorf("%d renewals, want 1: neither an event's sync nor a full sync with a failed write renews", n)
 	}
 	m.failSet = nil
-	if err := newReconciler(nil, Options{Map: m, ResyncPeriod: time.Minute}).syncTo(proxy, true); err != nil {
+	if err := newReconciler(cacheFactories{}, Options{Map: m, ResyncPeriod: time.Minute}).syncTo(proxy, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.leases[len(m.leases)-1]; got != 3*time.Minute {
@@ -228,7 +230,7 @@ func TestLeaseRenewedOnlyByAFullSyncThatWroteEverything(t *testing.T) {
 func TestUpdateLatencyIsFromTheStatusChangeSeen(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	m := newFakeMap()
-	r := newReconciler(nil, Options{Map: m, Clock: clk})
+	r := newReconciler(cacheFactories{}, Options{Map: m, Clock: clk})
 	r.synced.Store(true)
 	if err := r.syncTo(desired(sks("hello").Serve().Obj()), true); err != nil {
 		t.Fatal(err)
@@ -260,37 +262,76 @@ func TestUpdateLatencyIsFromTheStatusChangeSeen(t *testing.T) {
 	}
 }
 
+// TestMetrics: connects are counted per ServerlessService in the
+// existing series and per Route and tag in their own; entries and skips
+// by kind.
 func TestMetrics(t *testing.T) {
 	m := newFakeMap()
 	reg := prometheus.NewRegistry()
-	r := newReconciler(nil, Options{Map: m, Registerer: reg})
-	d := desired(sks("hello").Proxy("act-a").Obj(), sks("world").Serve().Obj(), sks("gone").Proxy("act-a").Obj())
+	r := newReconciler(cacheFactories{}, Options{Map: m, Registerer: reg})
+	r.routes.set(newStubCache(t), nil) // the Routes are watched
+	d := Compute(Inputs{
+		ServerlessServices: []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj(), sks("world").Serve().Obj(), sks("gone").Proxy("act-a").Obj()},
+		Services: services(service("hello", []string{"10.96.0.10"}, "80"), service("world", []string{"10.96.0.20"}, "80"),
+			rev1, rev2),
+		Activators: activators, ActivatorPort: 8012,
+		RouteServices: []*corev1.Service{routeSvc, canarySvc, routeService("bye", "", ip("10.96.0.60"), "80")},
+		Routes:        []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Tagged("canary", "hello-00002", 70).Obj()},
+	})
 	if err := r.syncTo(d, true); err != nil {
 		t.Fatal(err)
 	}
 	m.redirected[ap("10.96.0.10:80")] = 12
 	m.redirected[ap("10.96.0.20:80")] = 3 // world, redirected while it was in Proxy mode
 	m.redirected[ap("10.96.0.77:80")] = 4 // nobody's: no series
+	m.redirected[routeAddr] = 10
+	m.redirected[canaryAddr] = 2
+	m.redirected[ap("10.96.0.60:80")] = 1 // bye, whose Route is gone
 	want := `
 # HELP sockscale_agent_redirect_connects_total Connects on this node that the kernel sent to an activator instead of the public Service's address, by ServerlessService and port of the Service.
 # TYPE sockscale_agent_redirect_connects_total counter
 sockscale_agent_redirect_connects_total{namespace="default",port="80",serverlessservice="hello"} 12
 sockscale_agent_redirect_connects_total{namespace="default",port="80",serverlessservice="world"} 3
-# HELP sockscale_agent_redirect_entries Service addresses (cluster IP and port) the kernel redirects to activators on this node.
+# HELP sockscale_agent_redirect_route_connects_total Connects on this node that the kernel sent from a Route's address to the public Service of one of its revisions (by the split's weights, or a tag's revision), by namespace, route, tag (empty for the Route's own address) and port of the Route's Service. A connect that goes on to an activator (the revision is in Proxy mode) also counts in sockscale_agent_redirect_connects_total.
+# TYPE sockscale_agent_redirect_route_connects_total counter
+sockscale_agent_redirect_route_connects_total{namespace="default",port="80",route="bye",tag=""} 1
+sockscale_agent_redirect_route_connects_total{namespace="default",port="80",route="hello",tag=""} 10
+sockscale_agent_redirect_route_connects_total{namespace="default",port="80",route="hello",tag="canary"} 2
+# HELP sockscale_agent_redirect_entries Service addresses (cluster IP and port) the kernel redirects on this node, by kind: serverlessservice (a public Service in Proxy mode, to activators), route (a Route's own address, to its revisions by percent), tag (a tag's address, to its revision), stale (no longer wanted, its delete failed and is retried).
 # TYPE sockscale_agent_redirect_entries gauge
-sockscale_agent_redirect_entries 1
+sockscale_agent_redirect_entries{kind="route"} 1
+sockscale_agent_redirect_entries{kind="serverlessservice"} 1
+sockscale_agent_redirect_entries{kind="stale"} 0
+sockscale_agent_redirect_entries{kind="tag"} 1
 # HELP sockscale_agent_redirect_kernel_events_total Unusual paths of the redirect programs, by event: entry_refused (an unusable entry, the connect left alone), no_origin (redirected, but getpeername shows the activator), counter_lost (redirected, not counted), lease_expired (an entry ignored: the agent's lease on the map had lapsed, the connect left alone).
 # TYPE sockscale_agent_redirect_kernel_events_total counter
 sockscale_agent_redirect_kernel_events_total{event="counter_lost"} 0
 sockscale_agent_redirect_kernel_events_total{event="entry_refused"} 0
 sockscale_agent_redirect_kernel_events_total{event="lease_expired"} 0
 sockscale_agent_redirect_kernel_events_total{event="no_origin"} 2
+# HELP sockscale_agent_redirect_routes_state How the Route entries (traffic splits) stand on this node: 1 for the current state, 0 for the others, by state: active, syncing (starting, or the Routes' watch fails), unavailable (the serving CRDs are missing or Routes are forbidden: no Route address has an entry, the agent retries). ServerlessService entries do not depend on it.
+# TYPE sockscale_agent_redirect_routes_state gauge
+sockscale_agent_redirect_routes_state{state="active"} 1
+sockscale_agent_redirect_routes_state{state="syncing"} 0
+sockscale_agent_redirect_routes_state{state="unavailable"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sockscale_agent_redirect_connects_total",
-		"sockscale_agent_redirect_entries", "sockscale_agent_redirect_kernel_events_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sockscale_agent_redirect_connects_total", "sockscale_agent_redirect_route_connects_total",
+		"sockscale_agent_redirect_entries", "sockscale_agent_redirect_kernel_events_total", "sockscale_agent_redirect_routes_state"); err != nil {
 		t.Error(err)
 	}
-	if got := testutil.ToFloat64(r.metrics.skipped.WithLabelValues(SkipNoService)); got != 1 {
-		t.Errorf("skipped{reason=service_not_found} = %v, want 1 (gone)", got)
+	if n := testutil.CollectAndCount(r.metrics.skipped); n != len(SkipReasons)+2*len(RouteSkipReasons) {
+		t.Errorf("%d skipped series, want every reason of each kind (%d)", n, len(SkipReasons)+2*len(RouteSkipReasons))
+	}
+	for _, s := range []struct {
+		kind, reason string
+		want         float64
+	}{
+		{KindServerlessService, SkipNoService, 1}, // gone
+		{KindRoute, SkipRouteNotFound, 1},         // bye
+		{KindTag, SkipRouteNotFound, 0},
+	} {
+		if got := testutil.ToFloat64(r.metrics.skipped.WithLabelValues(s.kind, s.reason)); got != s.want {
+			t.Errorf("skipped{kind=%s,reason=%s} = %v, want %v", s.kind, s.reason, got, s.want)
+		}
 	}
 }

@@ -86,14 +86,19 @@ func newITEnv(t testing.TB) *itEnv {
 	return e
 }
 
-// run starts a Reconciler on the kernel map until t ends.
-func (e *itEnv) run(t testing.TB, reg prometheus.Registerer, resync time.Duration) *Reconciler {
+// run starts a Reconciler on the kernel map until t ends; opts change its
+// Options.
+func (e *itEnv) run(t testing.TB, reg prometheus.Registerer, resync time.Duration, opts ...func(*Options)) *Reconciler {
 	t.Helper()
-	r, err := New(e.cl.Config, Options{
+	o := Options{
 		Map: e.kernel, ActivatorNamespace: activatorNS, ActivatorSelector: labels.SelectorFromSet(activatorLabels),
 		ActivatorPort: 8012, ResyncPeriod: resync, Registerer: reg,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r, err := New(e.cl.Config, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +305,10 @@ func TestIntegrationMapFollowsServerlessServices(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(r.metrics.entries); got != 0 {
-		t.Errorf("entries gauge = %v, want 0", got)
+	for _, kind := range append(slices.Clone(Kinds), kindStale) {
+		if got := testutil.ToFloat64(r.metrics.entries.WithLabelValues(kind)); got != 0 {
+			t.Errorf("entries{kind=%s} = %v, want 0", kind, got)
+		}
 	}
 }
 

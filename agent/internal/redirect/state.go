@@ -45,7 +45,26 @@ type health struct {
 
 // State says how the redirect stands on this node, for the controller
 // (stats.Batch.NodeState) and the state metric. Safe for concurrent use.
+//
+// The state is the ServerlessServices' entries': the Routes' entries do
+// not make it less than active (a cluster without the serving API has
+// none). When they are not active while the rest is, the reason says so,
+// e.g. "ServerlessService entries active; Route entries unavailable:
+// watch *v1alpha1.Route: no matches for kind "Route" ..."; RoutesState
+// has their state alone.
 func (r *Reconciler) State() stats.NodeState {
+	s := r.serverlessServicesState()
+	if s.SocketRedirect != stats.RedirectActive {
+		return s
+	}
+	if rs := r.RoutesState(); rs.SocketRedirect != stats.RedirectActive {
+		s.Reason = fmt.Sprintf("ServerlessService entries active; Route entries %s: %s", rs.SocketRedirect, rs.Reason)
+	}
+	return s
+}
+
+// serverlessServicesState is State without the Routes.
+func (r *Reconciler) serverlessServicesState() stats.NodeState {
 	h := &r.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -143,7 +162,7 @@ func (r *Reconciler) clearMap() error {
 		r.metrics.updates.WithLabelValues(opDelete, resultOK).Inc()
 		delete(got, a)
 	}
-	r.metrics.entries.Set(float64(len(got)))
+	r.metrics.setEntries(got, nil)
 	if len(errs) == 0 {
 		r.applied = got
 	}

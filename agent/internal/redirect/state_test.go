@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/stats"
 )
@@ -40,7 +42,8 @@ var active = stats.NodeState{SocketRedirect: stats.RedirectActive}
 // failing watch and its recovery, on an explicit timeline.
 func TestStateTimeline(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	r := newReconciler(nil, Options{Map: newFakeMap(), Clock: clk})
+	r := newReconciler(cacheFactories{}, Options{Map: newFakeMap(), Clock: clk})
+	r.routes.set(newStubCache(t), nil) // the Routes are watched
 	watchErr := "watch *v1alpha1.ServerlessService: " + errForbidden.Error()
 	steps := []struct {
 		name string
@@ -86,6 +89,9 @@ func newStubCache(t *testing.T) *stubCache {
 		t.Fatal(err)
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	return &stubCache{FakeInformers: &informertest.FakeInformers{Scheme: scheme}, synced: make(chan struct{})}
@@ -151,6 +157,22 @@ func waitForWaiters(t *testing.T, clk *clocktesting.FakeClock) {
 	}
 }
 
+// syncedRoutes makes Routes' caches that have synced.
+func syncedRoutes(t *testing.T) cacheFactory {
+	return func(toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) {
+		c := newStubCache(t)
+		close(c.synced)
+		return c, nil
+	}
+}
+
+// waitRoutesActive waits until the Routes' watch is active: it waits on
+// the clock no more.
+func waitRoutesActive(t *testing.T, r *Reconciler) {
+	t.Helper()
+	waitState(t, r, "the Routes' watch active", func(stats.NodeState) bool { return r.RoutesState() == active })
+}
+
 func staleMap() *fakeMap {
 	m := newFakeMap()
 	m.entries[ap("10.96.0.10:80")] = backends("10.0.0.9:8012")
@@ -182,8 +204,9 @@ func TestRunRetriesWatchesThatCannotStart(t *testing.T) {
 		return working, nil
 	}
 	reg := prometheus.NewRegistry()
-	r := newReconciler(newCache, Options{Map: m, Clock: clk, RetryBackoff: 5 * time.Second, Registerer: reg})
+	r := newReconciler(cacheFactories{main: newCache, routes: syncedRoutes(t)}, Options{Map: m, Clock: clk, RetryBackoff: 5 * time.Second, Registerer: reg})
 	stop := runInBackground(t, r)
+	waitRoutesActive(t, r)
 
 	got := waitState(t, r, "unavailable", func(s stats.NodeState) bool { return s.SocketRedirect == stats.RedirectUnavailable })
 	if want := `watch *v1alpha1.ServerlessService: no matches for kind "ServerlessService"`; !strings.Contains(got.Reason, want) {
@@ -192,8 +215,8 @@ func TestRunRetriesWatchesThatCannotStart(t *testing.T) {
 	if n := m.len(); n != 0 {
 		t.Errorf("the map holds %d entries while unavailable, want it cleared", n)
 	}
-	if got := testutil.ToFloat64(r.metrics.entries); got != 0 {
-		t.Errorf("entries gauge = %v, want 0", got)
+	if got := testutil.ToFloat64(r.metrics.entries.WithLabelValues(kindStale)); got != 0 {
+		t.Errorf("entries{kind=stale} = %v, want 0", got)
 	}
 	waitForWaiters(t, clk)
 	clk.Step(5 * time.Second)
@@ -219,8 +242,9 @@ func TestRunClearsTheMapWhenTheCachesDoNotSync(t *testing.T) {
 		onWatchError = h
 		return c, nil
 	}
-	r := newReconciler(newCache, Options{Map: m, Clock: clk, SyncTimeout: time.Minute})
+	r := newReconciler(cacheFactories{main: newCache, routes: syncedRoutes(t)}, Options{Map: m, Clock: clk, SyncTimeout: time.Minute})
 	stop := runInBackground(t, r)
+	waitRoutesActive(t, r)
 
 	waitForWaiters(t, clk)
 	onWatchError(context.Background(), reflector("*v1alpha1.ServerlessService"), errForbidden)
@@ -255,7 +279,7 @@ func TestRunRequiredFails(t *testing.T) {
 		c.Error = errNoKind
 		return c, nil
 	}
-	r := newReconciler(newCache, Options{Map: m, Required: true})
+	r := newReconciler(cacheFactories{main: newCache, routes: syncedRoutes(t)}, Options{Map: m, Required: true})
 	err := r.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `redirect: watch *v1alpha1.ServerlessService: no matches for kind "ServerlessService"`) {
 		t.Errorf("Run = %v, want the watch's error", err)
@@ -280,4 +304,106 @@ sockscale_agent_socket_redirect_state{state="unavailable"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
+}
+
+var errNoRoute = &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "serving.sockscale.dev", Kind: "Route"}, SearchedVersions: []string{"v1alpha1"}}
+
+// TestRunKeepsServerlessServicesWithoutRoutes: without the Route CRD the
+// ServerlessServices' entries are written as before and the state stays
+// active, its reason saying the Routes' entries are unavailable; the
+// Routes' watch retries after RetryBackoff and, once the CRD is there,
+// both are active.
+func TestRunKeepsServerlessServicesWithoutRoutes(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	m := newFakeMap()
+	working := newStubCache(t)
+	close(working.synced)
+	var mu sync.Mutex
+	attempts := 0
+	routes := func(toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts++
+		c := newStubCache(t)
+		if attempts == 1 {
+			c.Error = errNoRoute
+		} else {
+			close(c.synced)
+		}
+		return c, nil
+	}
+	main := func(toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) { return working, nil }
+	reg := prometheus.NewRegistry()
+	r := newReconciler(cacheFactories{main: main, routes: routes}, Options{Map: m, Clock: clk, RetryBackoff: 5 * time.Second, Registerer: reg})
+	runInBackground(t, r)
+
+	got := waitState(t, r, "active without Routes", func(s stats.NodeState) bool {
+		return s.SocketRedirect == stats.RedirectActive && r.RoutesState().SocketRedirect == stats.RedirectUnavailable
+	})
+	if want := `ServerlessService entries active; Route entries unavailable: watch *v1alpha1.Route: no matches for kind "Route"`; !strings.HasPrefix(got.Reason, want) {
+		t.Errorf("reason %q, want it to start with %q", got.Reason, want)
+	}
+	if !r.Synced() {
+		t.Error("not Synced: the ServerlessServices' entries must not wait for Routes")
+	}
+	if got := testutil.ToFloat64(r.metrics.skipped.WithLabelValues(KindServerlessService, SkipNoService)); got != 0 {
+		t.Errorf("skipped = %v", got)
+	}
+	clk.Step(4 * time.Second)
+	time.Sleep(10 * time.Millisecond)
+	mu.Lock()
+	if attempts != 1 {
+		t.Errorf("%d attempts to watch Routes 4 s after the first, want 1 (the retry is after 5 s)", attempts)
+	}
+	mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.State() != active || r.RoutesState() != active {
+		if time.Now().After(deadline) {
+			t.Fatalf("State() = %+v, RoutesState() = %+v; want both active after the retry", r.State(), r.RoutesState())
+		}
+		clk.Step(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	want := `
+# HELP sockscale_agent_redirect_routes_state How the Route entries (traffic splits) stand on this node: 1 for the current state, 0 for the others, by state: active, syncing (starting, or the Routes' watch fails), unavailable (the serving CRDs are missing or Routes are forbidden: no Route address has an entry, the agent retries). ServerlessService entries do not depend on it.
+# TYPE sockscale_agent_redirect_routes_state gauge
+sockscale_agent_redirect_routes_state{state="active"} 1
+sockscale_agent_redirect_routes_state{state="syncing"} 0
+sockscale_agent_redirect_routes_state{state="unavailable"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sockscale_agent_redirect_routes_state"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRoutesForbidden: a forbidden list of Routes keeps their cache from
+// syncing; past SyncTimeout the Routes are unavailable with the watch's
+// error (the rest is active), until the cache syncs after all.
+func TestRoutesForbidden(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	working := newStubCache(t)
+	close(working.synced)
+	c := newStubCache(t)
+	handlers := make(chan toolscache.WatchErrorHandlerWithContext, 1)
+	routes := func(h toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) {
+		handlers <- h
+		return c, nil
+	}
+	main := func(toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) { return working, nil }
+	r := newReconciler(cacheFactories{main: main, routes: routes}, Options{Map: newFakeMap(), Clock: clk, SyncTimeout: time.Minute})
+	runInBackground(t, r)
+	onWatchError := <-handlers
+	waitState(t, r, "active, Routes syncing", func(s stats.NodeState) bool {
+		return s.SocketRedirect == stats.RedirectActive && r.RoutesState() == syncing(ReasonWaitingForRoutes)
+	})
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "serving.sockscale.dev", Resource: "routes"}, "", errors.New("cannot list"))
+	onWatchError(context.Background(), reflector("*v1alpha1.Route"), forbidden)
+	clk.Step(time.Minute)
+	got := waitState(t, r, "Routes unavailable", func(stats.NodeState) bool { return r.RoutesState().SocketRedirect == stats.RedirectUnavailable })
+	if want := "ServerlessService entries active; Route entries unavailable: the Routes' cache has not synced in 1m0s: watch *v1alpha1.Route: routes.serving.sockscale.dev is forbidden"; !strings.HasPrefix(got.Reason, want) {
+		t.Errorf("reason %q, want it to start with %q", got.Reason, want)
+	}
+	clk.Step(watchErrorHold)
+	close(c.synced)
+	waitState(t, r, "both active once the Routes synced", func(s stats.NodeState) bool { return s == active && r.RoutesState() == active })
 }

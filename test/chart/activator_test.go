@@ -87,6 +87,7 @@ func TestActivatorDeployment(t *testing.T) {
 	// The flags the activator's main parses, in the chart's order.
 	wantArgs := []string{
 		"--proxy-bind-address=:8012",
+		"--route-bind-address=:8013",
 		"--metrics-bind-address=:9090",
 		"--health-probe-bind-address=:8081",
 		"--queue-depth=10000",
@@ -100,7 +101,7 @@ func TestActivatorDeployment(t *testing.T) {
 	}
 	// The same stats address as the agents'.
 	agent := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec.Containers[0]
-	if !slices.Contains(agent.Args, wantArgs[6]) {
+	if !slices.Contains(agent.Args, wantArgs[7]) {
 		t.Errorf("the agents report to another address than the activators: %q", agent.Args)
 	}
 	// Identity from the downward API.
@@ -164,7 +165,7 @@ func TestActivatorDeployment(t *testing.T) {
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		t.Errorf("preStop %+v: readiness drains the activator", c.Lifecycle.PreStop)
 	}
-	wantPorts := map[string]int32{"proxy": 8012, "metrics": 9090, "health": 8081}
+	wantPorts := map[string]int32{"proxy": 8012, "http-route": 8013, "metrics": 9090, "health": 8081}
 	gotPorts := map[string]int32{}
 	for _, p := range c.Ports {
 		gotPorts[p.Name] = p.ContainerPort
@@ -229,7 +230,7 @@ func TestActivatorPortIsTheControllers(t *testing.T) {
 				t.Errorf("activator args %q lack %q", c.Args, want)
 			}
 			svc := get[corev1.Service](t, objs, "Service", activatorName)
-			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != int32(tt.port) {
+			if len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].Port != int32(tt.port) {
 				t.Errorf("activator Service ports %+v, want %d", svc.Spec.Ports, tt.port)
 			}
 		})
@@ -242,8 +243,9 @@ func TestActivatorServices(t *testing.T) {
 	if proxy.Spec.Type != corev1.ServiceTypeClusterIP || proxy.Spec.ClusterIP == corev1.ClusterIPNone {
 		t.Errorf("proxy Service type %q clusterIP %q, want a ClusterIP", proxy.Spec.Type, proxy.Spec.ClusterIP)
 	}
-	if p := proxy.Spec.Ports; len(p) != 1 || p[0].Name != "proxy" || p[0].Port != 8012 || p[0].TargetPort.String() != "proxy" {
-		t.Errorf("proxy Service ports %+v, want proxy 8012 -> proxy", p)
+	if p := proxy.Spec.Ports; len(p) != 2 || p[0].Name != "proxy" || p[0].Port != 8012 || p[0].TargetPort.String() != "proxy" ||
+		p[1].Name != "http-route" || p[1].Port != 8013 || p[1].TargetPort.String() != "http-route" {
+		t.Errorf("proxy Service ports %+v, want proxy 8012 -> proxy, http-route 8013 -> http-route", p)
 	}
 	metrics := get[corev1.Service](t, objs, "Service", activatorMetricsSvc)
 	if p := metrics.Spec.Ports; len(p) != 1 || p[0].Port != 9090 || p[0].TargetPort.String() != "metrics" {
@@ -272,6 +274,7 @@ func TestActivatorClusterRoleIsReadOnly(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"podautoscalers", "serverlessservices"}, Verbs: read},
+		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
 		{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes"}, Verbs: read},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: read},
 	}
@@ -373,7 +376,7 @@ activator:
   enabled: true
   image: {repository: localhost:5000/sockscale-activator, digest: "sha256:` + strings.Repeat("b", 64) + `", pullPolicy: Never}
   replicas: 3
-  ports: {proxy: 18012, metrics: 19090, health: 18081}
+  ports: {proxy: 18012, route: 18013, metrics: 19090, health: 18081}
   queueDepth: 50
   probePeriod: 100ms
   clusterDomain: corp.example
@@ -400,6 +403,7 @@ activator:
 	}
 	wantArgs := []string{
 		"--proxy-bind-address=:18012",
+		"--route-bind-address=:18013",
 		"--metrics-bind-address=:19090",
 		"--health-probe-bind-address=:18081",
 		"--queue-depth=50",
@@ -440,7 +444,7 @@ activator:
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if diff := cmp.Diff(map[string]int32{"proxy": 18012, "metrics": 19090, "health": 18081}, ports); diff != "" {
+	if diff := cmp.Diff(map[string]int32{"proxy": 18012, "http-route": 18013, "metrics": 19090, "health": 18081}, ports); diff != "" {
 		t.Errorf("ports (-want +got):\n%s", diff)
 	}
 	if m := get[corev1.Service](t, objs, "Service", activatorMetricsSvc); m.Spec.Ports[0].Port != 19090 {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sockscale/sockscale/activator/internal/handler"
@@ -35,6 +36,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
 	"github.com/sockscale/sockscale/activator/internal/watch"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/serve"
 	statsreport "github.com/sockscale/sockscale/internal/stats/report"
@@ -51,6 +53,7 @@ type config struct {
 	metricsAddr   string
 	healthAddr    string
 	proxyAddr     string
+	routeAddr     string
 	queueDepth    int
 	probePeriod   time.Duration
 	probeTimeout  time.Duration
@@ -69,7 +72,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.podName, "pod-name", os.Getenv("POD_NAME"), "this activator's pod name (default: $POD_NAME): it answers activator probes with it and takes its share of pods by it")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	fs.StringVar(&c.proxyAddr, "proxy-bind-address", ":8012", "address that takes the targets' requests (HTTP/1.1 and h2c)")
+	fs.StringVar(&c.proxyAddr, "proxy-bind-address", ":8012", "address that takes the targets' requests (HTTP/1.1 and h2c); a serving Route's host chooses among its revisions in Proxy mode first (the kernel split chose one of them)")
+	fs.StringVar(&c.routeAddr, "route-bind-address", ":8013", "address that takes requests for serving Routes through their Services' EndpointSlices (no kernel split before): a Route's host chooses among all its revisions by percent; otherwise as --proxy-bind-address")
 	fs.IntVar(&c.queueDepth, "queue-depth", throttle.DefaultQueueDepth, fmt.Sprintf("requests held per target at most; more get 503 (1..%d)", maxQueueDepth))
 	fs.DurationVar(&c.probePeriod, "probe-period", readiness.DefaultPeriod, "how often a starting pod is probed until it answers (1ms..10s)")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", readiness.DefaultTimeout, "timeout of one probe (1ms..10s)")
@@ -113,6 +117,7 @@ func (c *config) validate() error {
 	}
 	for _, f := range []struct{ name, addr string }{
 		{"--metrics-bind-address", c.metricsAddr}, {"--health-probe-bind-address", c.healthAddr}, {"--proxy-bind-address", c.proxyAddr},
+		{"--route-bind-address", c.routeAddr},
 	} {
 		if _, _, err := net.SplitHostPort(f.addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8012", f.name, f.addr))
@@ -171,14 +176,15 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	// What the cluster says: targets (PodAutoscalers and their public
 	// Services), the activators in each one's path (ServerlessServices),
-	// their pods (the private Services' EndpointSlices) and the host names
-	// that route to them (Ingresses, HTTPRoutes), in one cache.
+	// their pods (the private Services' EndpointSlices), the host names
+	// that route to them (Ingresses, HTTPRoutes) and the serving API's
+	// Routes with their Services, in one cache.
 	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, servingv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return err
 		}
@@ -196,12 +202,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("cache of the cluster's objects: %w", err)
 	}
+	// Uncached reads: whether Routes can be watched, before an informer
+	// that cannot list them would hold up the sync for ever.
+	direct, err := client.New(restCfg, client.Options{Scheme: scheme, Mapper: mapper, HTTPClient: httpClient})
+	if err != nil {
+		return fmt.Errorf("client of the API server: %w", err)
+	}
 
 	// The data path: targets by host -> held per target -> forwarded to a
 	// ready pod. Readiness probes feed the throttle; the throttle's first
 	// request held at zero pokes the controller through the stats counter.
 	table := resolve.NewTable(cfg.clusterDomain)
-	watcher := &watch.Watcher{Cache: objects, Table: table, Mapper: mapper, Log: log}
+	watcher := &watch.Watcher{Cache: objects, Table: table, Mapper: mapper, APIReader: direct, Log: log}
 	var reporter stats.Reporter = logReporter{log}
 	var sender *statsreport.Reporter
 	if cfg.statsAddr != "" {
@@ -219,16 +231,36 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	prober = readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
 	defer prober.Close()
 	watcher.Throttle, watcher.Pods = th, prober
-	h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table, Throttler: th, Stats: counter, Registerer: reg, Log: log})
+	// A Route's revision without a ready pod has this activator in its
+	// path before its ServerlessService says Proxy.
+	table.SetReadyPods(th.ReadyPods)
 
-	ln, err := net.Listen("tcp", cfg.proxyAddr)
-	if err != nil {
-		return fmt.Errorf("listen on --proxy-bind-address: %w", err)
+	// One handler per port, the same but for how a Route's own host
+	// chooses its revision (resolve.Pick), counting into one set of
+	// metrics.
+	metrics := handler.NewMetrics(reg)
+	ports := []struct {
+		flag, addr string
+		pick       resolve.Pick
+	}{
+		{"--proxy-bind-address", cfg.proxyAddr, resolve.ProxiedFirst},
+		{"--route-bind-address", cfg.routeAddr, resolve.AllRevisions},
 	}
 	base, stopRequests := context.WithCancelCause(context.Background())
 	defer stopRequests(nil)
-	proxy := handler.NewServer(cfg.proxyAddr, h, base)
-	proxy.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	var servers []*http.Server
+	var listeners []net.Listener
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", p.flag, err)
+		}
+		defer func() { _ = ln.Close() }() // Serve closes it too; this is for an early return
+		h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table.Picking(p.pick), Throttler: th, Stats: counter, Metrics: metrics, Log: log})
+		srv := handler.NewServer(p.addr, h, base)
+		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		servers, listeners = append(servers, srv), append(listeners, ln)
+	}
 
 	// Ready once every target known at start is in the table: before that
 	// a request for an existing target would get a 404.
@@ -238,12 +270,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		}
 		return nil
 	}}
-	errc := make(chan error, 5)
-	go func() {
-		if err := proxy.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("serve %s: %w", cfg.proxyAddr, err)
-		}
-	}()
+	errc := make(chan error, 6)
+	for i, srv := range servers {
+		go func() {
+			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", srv.Addr, err)
+			}
+		}()
+	}
 	go func() { errc <- serve.Serve(aux, cfg.metricsAddr, metricsMux(reg)) }()
 	go func() { errc <- serve.Serve(aux, cfg.healthAddr, health.Handler()) }()
 	go counter.Run(aux)
@@ -260,14 +294,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			errc <- fmt.Errorf("watch targets: %w", err)
 		}
 	}()
-	log.Info("activator started", "proxy", cfg.proxyAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "probePeriod", cfg.probePeriod)
+	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "probePeriod", cfg.probePeriod)
 
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
 		return err
 	}
-	handler.Drain(proxy, health, stopRequests, cfg.drainDelay, cfg.gracePeriod, log)
+	handler.Drain(servers, health, stopRequests, cfg.drainDelay, cfg.gracePeriod, log)
 	return nil
 }
 

@@ -35,6 +35,7 @@ func TestFlags(t *testing.T) {
 		{name: "drain delay not below grace", args: []string{"--drain-delay=30s"}, errs: []string{"--drain-delay=30s: must be from 0 to less than --shutdown-grace-period (30s)"}},
 		{name: "grace", args: []string{"--shutdown-grace-period=0s", "--drain-delay=0s"}, errs: []string{"--shutdown-grace-period=0s: must be from 1s to 1h"}},
 		{name: "address", args: []string{"--proxy-bind-address=8012"}, errs: []string{`--proxy-bind-address="8012": want [host]:port`}},
+		{name: "route address", args: []string{"--route-bind-address=8013"}, errs: []string{`--route-bind-address="8013": want [host]:port`}},
 		{name: "cluster domain", args: []string{"--cluster-domain="}, errs: []string{`--cluster-domain="": want a DNS domain`}},
 		{name: "pod name", args: []string{"--pod-name="}, errs: []string{"--pod-name is empty: set it or $POD_NAME"}},
 		{name: "arguments", args: []string{"extra"}, errs: []string{`unexpected arguments ["extra"]`}},
@@ -87,9 +88,9 @@ func TestIntegrationRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addrs := freeAddrs(t, 3)
+	addrs := freeAddrs(t, 4)
 	cfg, err := parseFlags([]string{"--proxy-bind-address=" + addrs[0], "--metrics-bind-address=" + addrs[1],
-		"--health-probe-bind-address=" + addrs[2], "--drain-delay=0s", "--shutdown-grace-period=1s", "--kubeconfig=" + cl.Kubeconfig})
+		"--health-probe-bind-address=" + addrs[2], "--route-bind-address=" + addrs[3], "--drain-delay=0s", "--shutdown-grace-period=1s", "--kubeconfig=" + cl.Kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,9 +28,13 @@ const ProxiedHeader = "Sockscale-Proxied"
 // says so, and the client retries through another activator.
 var ErrShuttingDown = errors.New("activator shutting down")
 
-// Resolver finds a request's target (resolve.Table).
+// Resolver finds a request's target (resolve.Table, or a
+// resolve.Picker that fixes how Route hosts choose their revision).
 type Resolver interface {
 	Resolve(header, host string) (*target.Target, error)
+	// Reaches says whether host can lead to target k (a Route's host can
+	// lead to several).
+	Reaches(host string, k target.Key) bool
 }
 
 // Throttler holds a request until a pod of its target has a free slot
@@ -57,11 +61,15 @@ type Options struct {
 	// NewTransport()); H2CTransport to pods of targets marked H2C
 	// (default NewH2CTransport()).
 	Transport, H2CTransport http.RoundTripper
-	Registerer              prometheus.Registerer
-	Log                     *slog.Logger
+	// Metrics, if set, are counted into (several handlers, one per port,
+	// share one set); else new ones are registered with Registerer.
+	Metrics    *Metrics
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
 }
 
-// New returns the activator's handler for the proxy port. The layers, in
+// New returns the activator's handler for the proxy port, or for the
+// route port (Resolver a resolve.Picker with AllRevisions). The layers, in
 // the order a request meets them:
 //
 //  1. refuseConnect: CONNECT asks for a tunnel to wherever the client
@@ -70,9 +78,11 @@ type Options struct {
 //     activatorprobe) is answered here and never forwarded, whatever its
 //     host: it proves that the public Service leads to an activator.
 //  3. (*handler).ServeHTTP: resolve the target (404, or 400 for a
-//     malformed Sockscale-Target), refuse an absolute-form URI naming
-//     another host (400), hold in the throttle until a pod of the target
-//     has a free slot (503 queue full, 504 deadline), forward to that pod.
+//     malformed Sockscale-Target; a Route's host chooses its revision
+//     here, 503 when its status.traffic says nowhere to go), refuse an
+//     absolute-form URI naming another host (400), hold in the throttle
+//     until a pod of the target has a free slot (503 queue full, 504
+//     deadline), forward to that pod.
 //     The destination comes only from the throttle, whose addresses are
 //     only the target's ready pods: no request can name where it goes.
 func New(o Options) http.Handler {
@@ -81,11 +91,14 @@ func New(o Options) http.Handler {
 		resolver:  o.Resolver,
 		throttler: o.Throttler,
 		stats:     o.Stats,
-		m:         newMetrics(o.Registerer),
+		m:         o.Metrics,
 		log:       o.Log,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.m == nil {
+		h.m = NewMetrics(o.Registerer)
 	}
 	if o.Transport == nil {
 		o.Transport = NewTransport()
@@ -106,7 +119,7 @@ type handler struct {
 	stats     Stats
 	http1     *httputil.ReverseProxy
 	h2c       *httputil.ReverseProxy
-	m         *metrics
+	m         *Metrics
 	log       *slog.Logger
 }
 
@@ -142,6 +155,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, http.StatusBadRequest, reasonBadTargetHeader, "%v", err)
 		case errors.Is(err, resolve.ErrAmbiguous):
 			h.fail(w, http.StatusNotFound, reasonAmbiguousTarget, "%v", err)
+		case errors.Is(err, resolve.ErrRouteNotReady):
+			// The Route exists (its Service does) but says nowhere to go
+			// yet: the controller writes status.traffic shortly.
+			w.Header().Set("Retry-After", "1")
+			h.fail(w, http.StatusServiceUnavailable, reasonRouteNotReady, "%v", err)
+		case errors.Is(err, resolve.ErrRevisionUnknown):
+			w.Header().Set("Retry-After", "1")
+			h.fail(w, http.StatusServiceUnavailable, reasonRouteRevisionUnknown, "%v", err)
 		default:
 			h.fail(w, http.StatusNotFound, reasonUnknownTarget, "%v", err)
 		}
@@ -149,10 +170,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// An absolute-form request ("GET http://host/ HTTP/1.1") names its
 	// host in the URI, which Go has already made r.Host. With the
-	// Sockscale-Target header naming the target, that host must still be
-	// the target's: anything else asks us to proxy elsewhere.
+	// Sockscale-Target header naming the target, that host must still
+	// lead to the target: anything else asks us to proxy elsewhere.
+	// (Reaches, not a second Resolve: a Route's host chooses anew each
+	// time.)
 	if r.URL.Host != "" {
-		if u, err := h.resolver.Resolve("", r.URL.Host); err != nil || u.Key != t.Key {
+		if !h.resolver.Reaches(r.URL.Host, t.Key) {
 			h.fail(w, http.StatusBadRequest, reasonAbsoluteURI, "the request URI names host %q, which is not target %s: the activator is not a forward proxy", r.URL.Host, t.Key)
 			return
 		}

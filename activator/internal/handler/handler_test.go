@@ -731,7 +731,7 @@ func TestDrain(t *testing.T) {
 	drained := make(chan struct{})
 	start := time.Now()
 	go func() {
-		Drain(e.srv.Config, health, e.stop, 200*time.Millisecond, time.Second, slog.New(slog.DiscardHandler))
+		Drain([]*http.Server{e.srv.Config}, health, e.stop, 200*time.Millisecond, time.Second, slog.New(slog.DiscardHandler))
 		close(drained)
 	}()
 	waitFor(t, "readiness to fail", func() bool {

@@ -18,21 +18,28 @@ const (
 	reasonPodUnreachable  = "pod_unreachable"
 	reasonPodTimeout      = "pod_timeout"
 	reasonInternal        = "internal"
+	// A Route's host whose status.traffic says nowhere to go, or whose
+	// chosen revision is no known target.
+	reasonRouteNotReady        = "route_not_ready"
+	reasonRouteRevisionUnknown = "route_revision_unknown"
 )
 
-type metrics struct {
+// Metrics are the handler's counters.
+type Metrics struct {
 	responses *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics makes the handler's metrics and registers them with reg
+// (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		// No target labels: the unresolved requests have none, and a
 		// label per host a client invents would be unbounded. Per-target
 		// results are the throttle's sockscale_activator_hold_results_total.
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_error_responses_total",
 			Help: "Errors the activator answered itself, by code and reason: 405 connect; 400 absolute_uri, bad_target_header; " +
-				"404 unknown_target, ambiguous_target; 503 queue_full, target_removed, shutting_down; 504 deadline, pod_timeout; " +
+				"404 unknown_target, ambiguous_target; 503 queue_full, target_removed, shutting_down, route_not_ready, route_revision_unknown; 504 deadline, pod_timeout; " +
 				"502 pod_error, pod_unreachable (several pods in a row could not be reached); 500 internal.",
 		}, []string{"code", "reason"}),
 	}

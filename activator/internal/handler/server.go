@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -64,8 +65,8 @@ func (h *Health) Handler() http.Handler {
 	return mux
 }
 
-// Drain stops the proxy server srv without dropping what it holds, within
-// grace of the call:
+// Drain stops the proxy servers srvs (the proxy port's and the route
+// port's) without dropping what they hold, within grace of the call:
 //
 //  1. readiness fails at once (health.Drain): the activator leaves its
 //     Service's endpoints and the controller's choice of activators;
@@ -84,7 +85,7 @@ func (h *Health) Handler() http.Handler {
 // the first 5 s are served, held requests have until 29 s to get a pod,
 // and the process is done by 30 s; the pod's terminationGracePeriodSeconds
 // must be longer than grace.
-func Drain(srv *http.Server, health *Health, stopRequests context.CancelCauseFunc, drainDelay, grace time.Duration, log *slog.Logger) {
+func Drain(srvs []*http.Server, health *Health, stopRequests context.CancelCauseFunc, drainDelay, grace time.Duration, log *slog.Logger) {
 	end := time.Now().Add(grace)
 	last := min(time.Second, grace/10)
 	health.Drain()
@@ -93,7 +94,7 @@ func Drain(srv *http.Server, health *Health, stopRequests context.CancelCauseFun
 
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(-last))
 	defer cancel()
-	err := srv.Shutdown(ctx)
+	err := shutdown(ctx, srvs)
 	// Hijacked connections (websockets) are not waited for by Shutdown:
 	// ending the requests' context closes them too.
 	stopRequests(ErrShuttingDown)
@@ -104,7 +105,23 @@ func Drain(srv *http.Server, health *Health, stopRequests context.CancelCauseFun
 	log.Warn("grace period ending: held requests answered 503, forwarded ones cut", "err", err)
 	ctx, cancel = context.WithDeadline(context.Background(), end)
 	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		_ = srv.Close()
+	if err := shutdown(ctx, srvs); err != nil {
+		for _, srv := range srvs {
+			_ = srv.Close()
+		}
 	}
+}
+
+// shutdown shuts the servers down at once, each waiting for its own
+// requests until ctx ends.
+func shutdown(ctx context.Context, srvs []*http.Server) error {
+	errs := make(chan error, len(srvs))
+	for _, srv := range srvs {
+		go func() { errs <- srv.Shutdown(ctx) }()
+	}
+	var all []error
+	for range srvs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }

@@ -3,6 +3,7 @@ package resolve
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -56,14 +57,30 @@ var (
 //     Service's. A host registered by several targets (a route that
 //     splits traffic between two public Services) is ambiguous: such
 //     routes must set Sockscale-Target per backend.
+//
+// The same forms (and a Sockscale-Target header naming one) name a
+// serving Route's Services (RouteService): the request then goes to a
+// revision of the Route, chosen as routes.go describes, and from there on
+// it is that revision's.
 type Table struct {
 	domain string // lower case, no trailing dot
+	// intN draws uniformly from [0, n) for the routes' weighted choice
+	// (rand.Int64N; a seeded source in tests).
+	intN func(n int64) int64
 
-	mu      sync.RWMutex
-	targets map[target.Key]*target.Target
-	names   map[string][]target.Key   // bare Service name -> targets with it
-	ips     map[netip.Addr]target.Key // ClusterIP -> target
-	hosts   map[string][]target.Key   // extra host -> targets registering it
+	mu sync.RWMutex
+	// readyPods says how many ready pods a target has, as the throttle
+	// knows them (nil: the table does not know; see SetReadyPods).
+	readyPods func(target.Key) int
+	targets   map[target.Key]*target.Target
+	// Routes by their key, and their address Services by the Service's
+	// key. A Service key is a target's or a RouteService's, never both.
+	routes   map[target.Key]*Route
+	services map[target.Key]*RouteService
+	// Indexes over the Services of both targets and RouteServices.
+	names map[string][]target.Key   // bare Service name -> Services with it
+	ips   map[netip.Addr]target.Key // ClusterIP -> Service
+	hosts map[string][]target.Key   // extra host -> Services registering it
 }
 
 // NewTable returns an empty table for Services under clusterDomain ("" is
@@ -74,11 +91,14 @@ func NewTable(clusterDomain string) *Table {
 		d = DefaultClusterDomain
 	}
 	return &Table{
-		domain:  d,
-		targets: make(map[target.Key]*target.Target),
-		names:   make(map[string][]target.Key),
-		ips:     make(map[netip.Addr]target.Key),
-		hosts:   make(map[string][]target.Key),
+		domain:   d,
+		intN:     rand.Int64N,
+		targets:  make(map[target.Key]*target.Target),
+		routes:   make(map[target.Key]*Route),
+		services: make(map[target.Key]*RouteService),
+		names:    make(map[string][]target.Key),
+		ips:      make(map[netip.Addr]target.Key),
+		hosts:    make(map[string][]target.Key),
 	}
 }
 
@@ -97,45 +117,62 @@ func (tb *Table) Upsert(t target.Target) error {
 			c.Hosts = append(c.Hosts, h)
 		}
 	}
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	if old, ok := tb.targets[t.Key]; ok {
-		tb.unindex(old)
-	}
-	tb.targets[t.Key] = &c
-	tb.names[c.Key.Name] = append(tb.names[c.Key.Name], c.Key)
 	for i, ip := range c.ClusterIPs {
 		c.ClusterIPs[i] = ip.Unmap()
-		tb.ips[ip.Unmap()] = c.Key
 	}
-	for _, h := range c.Hosts {
-		tb.hosts[h] = append(tb.hosts[h], c.Key)
-	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.forget(t.Key)
+	tb.targets[t.Key] = &c
+	tb.index(c.Key, c.ClusterIPs, c.Hosts)
 	return nil
 }
 
-// Delete removes the target with key k, if any.
+// Delete removes the Service with key k, if any: a target's public
+// Service or a Route's Service.
 func (tb *Table) Delete(k target.Key) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	if old, ok := tb.targets[k]; ok {
-		tb.unindex(old)
+	tb.forget(k)
+}
+
+// forget removes the Service k, a target's or a RouteService's, and its
+// index entries. tb.mu must be held.
+func (tb *Table) forget(k target.Key) {
+	if t, ok := tb.targets[k]; ok {
+		tb.unindex(k, t.ClusterIPs, t.Hosts)
 		delete(tb.targets, k)
+	}
+	if s, ok := tb.services[k]; ok {
+		tb.unindex(k, s.ClusterIPs, s.Hosts)
+		delete(tb.services, k)
 	}
 }
 
-// unindex removes t from the secondary indexes. tb.mu must be held.
-func (tb *Table) unindex(t *target.Target) {
-	removeKey(tb.names, t.Key.Name, t.Key)
-	for _, ip := range t.ClusterIPs {
-		// A ClusterIP moves to another target only when a Service was
+// index adds the Service k to the secondary indexes. tb.mu must be held.
+func (tb *Table) index(k target.Key, ips []netip.Addr, hosts []string) {
+	tb.names[k.Name] = append(tb.names[k.Name], k)
+	for _, ip := range ips {
+		tb.ips[ip] = k
+	}
+	for _, h := range hosts {
+		tb.hosts[h] = append(tb.hosts[h], k)
+	}
+}
+
+// unindex removes the Service k from the secondary indexes. tb.mu must be
+// held.
+func (tb *Table) unindex(k target.Key, ips []netip.Addr, hosts []string) {
+	removeKey(tb.names, k.Name, k)
+	for _, ip := range ips {
+		// A ClusterIP moves to another Service only when a Service was
 		// deleted and its address reused: keep the newer owner.
-		if tb.ips[ip] == t.Key {
+		if tb.ips[ip] == k {
 			delete(tb.ips, ip)
 		}
 	}
-	for _, h := range t.Hosts {
-		removeKey(tb.hosts, h, t.Key)
+	for _, h := range hosts {
+		removeKey(tb.hosts, h, k)
 	}
 }
 
@@ -156,44 +193,93 @@ func (tb *Table) Len() int {
 }
 
 // Resolve returns the target that a request with this Sockscale-Target
-// header value (may be empty) and host (r.Host) is for. The result is
+// header value (may be empty) and host (r.Host) is for; a host naming a
+// Route chooses among all its revisions (AllRevisions). The result is
 // shared: callers must not modify it.
 func (tb *Table) Resolve(header, host string) (*target.Target, error) {
+	return tb.resolve(header, host, AllRevisions)
+}
+
+// ResolveHost returns the target that host ("name[:port]", "ip[:port]")
+// reaches, in the order Table describes (AllRevisions for a Route).
+func (tb *Table) ResolveHost(host string) (*target.Target, error) {
+	return tb.resolveHost(host, AllRevisions)
+}
+
+func (tb *Table) resolve(header, host string, pick Pick) (*target.Target, error) {
 	if header != "" {
 		k, err := target.ParseKey(header)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s %q: want <namespace>/<name> of a public Service", ErrBadHeader, Header, header)
 		}
 		tb.mu.RLock()
-		t := tb.targets[k]
-		tb.mu.RUnlock()
-		if t == nil {
-			return nil, fmt.Errorf("%w: %s %q names no target this activator knows", ErrNotFound, Header, header)
+		defer tb.mu.RUnlock()
+		if t := tb.targets[k]; t != nil {
+			return t, nil
 		}
-		return t, nil
+		if s := tb.services[k]; s != nil {
+			return tb.pickRevision(s, fmt.Sprintf("%s %q", Header, header), pick)
+		}
+		return nil, fmt.Errorf("%w: %s %q names no target this activator knows", ErrNotFound, Header, header)
 	}
 	if host == "" {
 		return nil, fmt.Errorf("%w: the request has neither a %s header nor a host", ErrNotFound, Header)
 	}
-	return tb.ResolveHost(host)
+	return tb.resolveHost(host, pick)
 }
 
-// ResolveHost returns the target that host ("name[:port]", "ip[:port]")
-// reaches, in the order Table describes.
-func (tb *Table) ResolveHost(host string) (*target.Target, error) {
-	name, port, err := splitHostPort(host)
-	if err != nil {
-		return nil, fmt.Errorf("%w: host %q: %w", ErrNotFound, host, err)
-	}
+func (tb *Table) resolveHost(host string, pick Pick) (*target.Target, error) {
 	tb.mu.RLock()
 	defer tb.mu.RUnlock()
+	k, port, err := tb.service(host)
+	if err != nil {
+		return nil, err
+	}
+	if t := tb.targets[k]; t != nil {
+		return tb.withPort(t, host, port)
+	}
+	s := tb.services[k]
+	if err := s.checkPort(host, port); err != nil {
+		return nil, err
+	}
+	return tb.pickRevision(s, fmt.Sprintf("host %q", host), pick)
+}
 
+// Reaches says whether host, resolved as Resolve does, can lead to the
+// target k: it names k's public Service, or a Route's Service whose
+// choice may be k (for a Route's own address, any of its revisions with
+// percent > 0; for a tag's, the tag's revision).
+func (tb *Table) Reaches(host string, k target.Key) bool {
+	tb.mu.RLock()
+	defer tb.mu.RUnlock()
+	sk, port, err := tb.service(host)
+	if err != nil {
+		return false
+	}
+	if t := tb.targets[sk]; t != nil {
+		_, err := tb.withPort(t, host, port)
+		return err == nil && sk == k
+	}
+	s := tb.services[sk]
+	if s.checkPort(host, port) != nil || k.Namespace != s.Key.Namespace {
+		return false
+	}
+	return slices.Contains(tb.revisions(s), k.Name)
+}
+
+// service returns the key of the Service, a target's or a RouteService's,
+// that host names, and the port to check (0: none). tb.mu must be held.
+func (tb *Table) service(host string) (target.Key, uint16, error) {
+	name, port, err := splitHostPort(host)
+	if err != nil {
+		return target.Key{}, 0, fmt.Errorf("%w: host %q: %w", ErrNotFound, host, err)
+	}
 	if ip, err := netip.ParseAddr(name); err == nil {
 		k, ok := tb.ips[ip.Unmap()]
 		if !ok {
-			return nil, fmt.Errorf("%w: host %q: %s is not the ClusterIP of any target's public Service", ErrNotFound, host, ip)
+			return target.Key{}, 0, fmt.Errorf("%w: host %q: %s is not the ClusterIP of any target's public Service or of a Route's Service", ErrNotFound, host, ip)
 		}
-		return tb.withPort(tb.targets[k], host, port)
+		return k, port, nil
 	}
 
 	labels := strings.Split(name, ".")
@@ -202,25 +288,27 @@ func (tb *Table) ResolveHost(host string) (*target.Target, error) {
 		case 0:
 			// Not a Service name: perhaps a route's host.
 		case 1:
-			return tb.withPort(tb.targets[keys[0]], host, port)
+			return keys[0], port, nil
 		default:
-			return nil, fmt.Errorf("%w: host %q is the Service name of targets in namespaces %s; the activator cannot know the client's namespace: use %s.<namespace> or the %s header",
+			return target.Key{}, 0, fmt.Errorf("%w: host %q is the Service name of targets or Routes in namespaces %s; the activator cannot know the client's namespace: use %s.<namespace> or the %s header",
 				ErrAmbiguous, host, namespaces(keys), name, Header)
 		}
 	} else if rest := strings.Join(labels[2:], "."); rest == "" || rest == "svc" || rest == "svc."+tb.domain {
-		if t := tb.targets[target.Key{Namespace: labels[1], Name: labels[0]}]; t != nil {
-			return tb.withPort(t, host, port)
+		k := target.Key{Namespace: labels[1], Name: labels[0]}
+		if tb.targets[k] != nil || tb.services[k] != nil {
+			return k, port, nil
 		}
 	}
 
 	switch keys := tb.hosts[name]; len(keys) {
 	case 0:
-		return nil, fmt.Errorf("%w: host %q matches no target: tried ClusterIPs, Service names (name, name.ns, name.ns.svc, name.ns.svc.%s) and route hosts",
+		return target.Key{}, 0, fmt.Errorf("%w: host %q matches no target: tried ClusterIPs, Service names (name, name.ns, name.ns.svc, name.ns.svc.%s) and route hosts, of targets and of Routes",
 			ErrNotFound, host, tb.domain)
 	case 1:
-		return tb.targets[keys[0]], nil
+		// The port of an extra host is the gateway's: not checked.
+		return keys[0], 0, nil
 	default:
-		return nil, fmt.Errorf("%w: host %q is a route host of targets %s; a route that splits traffic must set the %s header per backend",
+		return target.Key{}, 0, fmt.Errorf("%w: host %q is a route host of targets %s; a route that splits traffic must set the %s header per backend",
 			ErrAmbiguous, host, keyList(keys), Header)
 	}
 }

@@ -52,6 +52,10 @@ type Target struct {
 	// H2C: the pods speak HTTP/2 without TLS (the Service port's
 	// appProtocol is kubernetes.io/h2c), so requests go to them as h2c.
 	H2C bool
+	// Proxy: the target's ServerlessService status says Proxy mode (its
+	// public endpoints are activators). A Route's proxy-port requests
+	// choose among such revisions first (resolve.ProxiedFirst).
+	Proxy bool
 }
 
 // RequestTimeout is t.Timeout with the default applied.

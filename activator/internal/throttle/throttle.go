@@ -573,3 +573,15 @@ const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
+
+// ReadyPods is how many ready pods the target has now, as this activator
+// knows them (0 for a target it does not know).
+func (t *Throttler) ReadyPods(key target.Key) int {
+	q := t.queue(key)
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.readyPods
+}

@@ -1,4 +1,5 @@
 // Package watch keeps the activator's targets equal to the cluster's
 // PodAutoscalers, public Services, ServerlessServices, private
-// EndpointSlices, and the Ingresses and HTTPRoutes that name them.
+// EndpointSlices, the Ingresses and HTTPRoutes that name them, and the
+// serving API's Routes with their Services.
 package watch

@@ -24,8 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/activator/internal/readiness"
+	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 )
 
@@ -44,7 +46,13 @@ const (
 // Table is where targets are resolved from (resolve.Table).
 type Table interface {
 	Upsert(t target.Target) error
+	// UpsertRouteService adds or replaces a Route's Service, replacing a
+	// target of the same key.
+	UpsertRouteService(s resolve.RouteService) error
+	// Delete removes the Service k, a target's or a Route's.
 	Delete(k target.Key)
+	UpsertRoute(r resolve.Route)
+	DeleteRoute(k target.Key)
 }
 
 // Throttle holds requests per target (throttle.Throttler).
@@ -61,11 +69,13 @@ type Pods interface {
 
 // Watcher keeps the activator's view of its targets equal to the cluster:
 // for each public Service that a PodAutoscaler names, the resolution table
-// (addresses, ports, timeout), the throttle's settings (containerConcurrency
-// and the activators in the path, from the ServerlessService) and the pods
-// of the private Service's EndpointSlices. Every event enqueues the target
-// it concerns; a worker rebuilds that target from the cache, so the order
-// in which objects arrive does not matter.
+// (addresses, ports, timeout, Proxy mode), the throttle's settings
+// (containerConcurrency and the activators in the path, from the
+// ServerlessService) and the pods of the private Service's EndpointSlices;
+// and the serving API's Routes with their Services (servingroutes.go).
+// Every event enqueues the Service or Route it concerns; a worker rebuilds
+// that one from the cache, so the order in which objects arrive does not
+// matter.
 type Watcher struct {
 	Cache    cache.Cache
 	Table    Table
@@ -74,12 +84,22 @@ type Watcher struct {
 	// Mapper tells whether the Gateway API is installed (HTTPRoutes are
 	// watched only then); nil: HTTPRoutes are not watched.
 	Mapper meta.RESTMapper
-	Log    *slog.Logger
+	// APIReader reads the API server without the cache: it tells whether
+	// the serving API's Routes can be watched (their CRD installed, and
+	// RBAC allowing list) before an informer would retry for ever. Nil:
+	// Routes are not watched.
+	APIReader client.Reader
+	// RouteRetryPeriod is how often Routes are tried again while they
+	// cannot be watched (0: DefaultRouteRetryPeriod).
+	RouteRetryPeriod time.Duration
+	Log              *slog.Logger
 
-	queue  workqueue.TypedRateLimitingInterface[target.Key]
+	queue  workqueue.TypedRateLimitingInterface[item]
 	synced atomic.Bool
 	// httpRoutes: HTTPRoutes are served, indexed and watched.
 	httpRoutes bool
+	// routes: serving Routes are watched.
+	routes atomic.Bool
 
 	mu sync.RWMutex
 	// workloads maps a target to its Deployment's name, for stats records.
@@ -104,7 +124,7 @@ func (w *Watcher) Synced() bool { return w.synced.Load() }
 // target once (then Synced is true), then follows changes until ctx ends.
 // The cache must be started by the caller.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[target.Key]())
+	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[item]())
 	defer w.queue.ShutDown()
 	w.workloads = make(map[target.Key]string)
 	if err := w.Cache.IndexField(ctx, &v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
@@ -131,7 +151,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return fmt.Errorf("index HTTPRoutes by backend: %w", err)
 		}
 	}
-	w.Log.Info("watching targets", "httpRoutes", w.httpRoutes)
+	// Routes are watched from the start when they can be; otherwise the
+	// activator serves public Services without them and tries again.
+	routesNow := false
+	if w.APIReader != nil {
+		why := w.routesUnreadable(ctx)
+		routesNow = why == ""
+		if !routesNow {
+			w.Log.Warn("serving Routes are not watched: requests for their hosts get 503 until they are; public Services are served as before; trying again periodically",
+				"reason", why, "retryPeriod", w.retryPeriod())
+		}
+	}
+	w.Log.Info("watching targets", "httpRoutes", w.httpRoutes, "routes", routesNow)
 	watches := []struct {
 		obj  client.Object
 		keys func(client.Object) []target.Key
@@ -167,8 +198,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("watch %T: %w", h.obj, err)
 		}
-		if _, err := inf.AddEventHandler(w.handler(h.keys)); err != nil {
+		if _, err := inf.AddEventHandler(w.handler(services(h.keys))); err != nil {
 			return fmt.Errorf("watch %T: %w", h.obj, err)
+		}
+	}
+	if routesNow {
+		if err := w.watchRoutes(ctx); err != nil {
+			return err
 		}
 	}
 	if !w.Cache.WaitForCacheSync(ctx) {
@@ -178,6 +214,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return err
 	}
 	w.synced.Store(true)
+	if w.APIReader != nil && !routesNow {
+		go w.retryRoutes(ctx)
+	}
 	go func() {
 		<-ctx.Done()
 		w.queue.ShutDown()
@@ -187,31 +226,75 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// syncAll syncs every target a PodAutoscaler names, in this goroutine; a
-// target that fails is left to the queue's retries.
+// syncAll syncs every target a PodAutoscaler names, every Route's
+// Service and every Route, in this goroutine; one that fails is left to
+// the queue's retries.
 func (w *Watcher) syncAll(ctx context.Context) error {
 	var list v1alpha1.PodAutoscalerList
 	if err := w.Cache.List(ctx, &list); err != nil {
 		return fmt.Errorf("list PodAutoscalers: %w", err)
 	}
+	var items []item
 	for i := range list.Items {
-		k := target.Key{Namespace: list.Items[i].Namespace, Name: list.Items[i].Spec.Service.Name}
-		if err := w.Sync(ctx, w.Cache, k); err != nil {
-			w.Log.Warn("sync target; retrying", "target", k.String(), "error", err)
-			w.queue.AddRateLimited(k)
+		items = append(items, item{key: target.Key{Namespace: list.Items[i].Namespace, Name: list.Items[i].Spec.Service.Name}})
+	}
+	if w.routes.Load() {
+		more, err := w.routeItems(ctx)
+		if err != nil {
+			return err
+		}
+		items = append(items, more...)
+	}
+	for _, it := range items {
+		if err := w.sync(ctx, it); err != nil {
+			w.Log.Warn("sync; retrying", it.kind(), it.key.String(), "error", err)
+			w.queue.AddRateLimited(it)
 		}
 	}
 	return nil
 }
 
-// handler enqueues the targets an object concerns, before and after an
+// item is what the queue holds: a Service (a target's public Service or
+// a Route's Service) or a serving Route, by key.
+type item struct {
+	key target.Key
+	// route: a serving Route, not a Service.
+	route bool
+}
+
+func (it item) kind() string {
+	if it.route {
+		return "route"
+	}
+	return "target"
+}
+
+// services makes the items of Services from an event's target keys.
+func services(keys func(client.Object) []target.Key) func(client.Object) []item {
+	return func(o client.Object) []item {
+		var items []item
+		for _, k := range keys(o) {
+			items = append(items, item{key: k})
+		}
+		return items
+	}
+}
+
+func (w *Watcher) sync(ctx context.Context, it item) error {
+	if it.route {
+		return w.SyncRoute(ctx, w.Cache, it.key)
+	}
+	return w.Sync(ctx, w.Cache, it.key)
+}
+
+// handler enqueues the items an object concerns, before and after an
 // update (a PodAutoscaler may move from one Service to another).
-func (w *Watcher) handler(keys func(client.Object) []target.Key) toolscache.ResourceEventHandler {
+func (w *Watcher) handler(items func(client.Object) []item) toolscache.ResourceEventHandler {
 	add := func(obj any) {
 		if o, ok := obj.(client.Object); ok {
-			for _, k := range keys(o) {
-				if k.Namespace != "" && k.Name != "" {
-					w.queue.Add(k)
+			for _, it := range items(o) {
+				if it.key.Namespace != "" && it.key.Name != "" {
+					w.queue.Add(it)
 				}
 			}
 		}
@@ -230,38 +313,42 @@ func (w *Watcher) handler(keys func(client.Object) []target.Key) toolscache.Reso
 
 // next syncs one queued target; false once the queue shuts down.
 func (w *Watcher) next(ctx context.Context) bool {
-	k, shutdown := w.queue.Get()
+	it, shutdown := w.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer w.queue.Done(k)
-	if err := w.Sync(ctx, w.Cache, k); err != nil {
-		w.Log.Warn("sync target; retrying", "target", k.String(), "error", err)
-		w.queue.AddRateLimited(k)
+	defer w.queue.Done(it)
+	if err := w.sync(ctx, it); err != nil {
+		w.Log.Warn("sync; retrying", it.kind(), it.key.String(), "error", err)
+		w.queue.AddRateLimited(it)
 		return true
 	}
-	w.queue.Forget(k)
+	w.queue.Forget(it)
 	return true
 }
 
-// Sync makes the activator's view of target k equal to what r holds. A
-// target is served while a PodAutoscaler names its public Service and that
-// Service exists; otherwise it is removed (its held requests fail with
-// throttle.ErrTargetRemoved and new ones get 404).
+// Sync makes the activator's view of the Service k equal to what r holds.
+// A target is served while a PodAutoscaler names its public Service and
+// that Service exists; otherwise it is removed (its held requests fail
+// with throttle.ErrTargetRemoved and new ones get 404). A Service that no
+// PodAutoscaler names but that is labelled with a Route is that Route's
+// address (syncRouteService).
 func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error {
 	pa, err := w.autoscaler(ctx, r, k)
 	if err != nil {
 		return err
 	}
 	var svc corev1.Service
-	if pa != nil {
-		if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, &svc); apierrors.IsNotFound(err) {
-			pa = nil // no public Service: nothing can call it
-		} else if err != nil {
-			return fmt.Errorf("get Service %s: %w", k, err)
-		}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, &svc); apierrors.IsNotFound(err) {
+		w.remove(k) // no Service: nothing can call it
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("get Service %s: %w", k, err)
 	}
 	if pa == nil {
+		if svc.Labels[servingv1alpha1.RouteLabelKey] != "" {
+			return w.syncRouteService(ctx, r, &svc)
+		}
 		w.remove(k)
 		return nil
 	}
@@ -277,6 +364,9 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 	var activators []string
 	if err := r.Get(ctx, types.NamespacedName{Namespace: pa.Namespace, Name: pa.Name}, &sks); err == nil {
 		activators = sks.Status.Activators
+		// The mode in place (forced Proxy without ready pods included),
+		// not the PodAutoscaler's wish: what decides where connects go.
+		t.Proxy = sks.Status.Mode == v1alpha1.ModeProxy
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get ServerlessService %s/%s: %w", pa.Namespace, pa.Name, err)
 	}
@@ -306,6 +396,11 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 // remove forgets k: the table first, so no new request resolves to it.
 func (w *Watcher) remove(k target.Key) {
 	w.Table.Delete(k)
+	w.forgetTarget(k)
+}
+
+// forgetTarget forgets all but the table's entry of target k.
+func (w *Watcher) forgetTarget(k target.Key) {
 	w.Throttle.Delete(k)
 	w.Pods.Delete(k)
 	w.mu.Lock()
@@ -347,15 +442,7 @@ func targetOf(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) (target.Target, e
 	if s := pa.Spec.TimeoutSeconds; s != nil {
 		t.Timeout = time.Duration(*s) * time.Second
 	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	for _, s := range ips {
-		if ip, err := netip.ParseAddr(s); err == nil {
-			t.ClusterIPs = append(t.ClusterIPs, ip) // "None" (headless) is no address
-		}
-	}
+	t.ClusterIPs = clusterIPs(svc)
 	for _, p := range svc.Spec.Ports {
 		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
 			continue
@@ -366,6 +453,21 @@ func targetOf(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) (target.Target, e
 		}
 	}
 	return t, t.Validate()
+}
+
+// clusterIPs are the Service's addresses ("None", headless, is none).
+func clusterIPs(svc *corev1.Service) []netip.Addr {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	var out []netip.Addr
+	for _, s := range ips {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // podPortName is the name of the public Service port that requests go to:

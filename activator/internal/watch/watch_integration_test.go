@@ -2,9 +2,11 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -23,6 +26,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -224,4 +228,125 @@ func eventually(t *testing.T, what string, check func() string) {
 		}
 	}
 	t.Fatalf("%s: still not so after 30 s: %s", what, last)
+}
+
+// TestIntegrationRoutesWatchedLater: while RBAC does not grant Routes,
+// the watcher (as a user with the chart's rules but routes) syncs and
+// serves public Services as before, and a Route's host says the Route is
+// not known; once the ClusterRole grants routes, it watches them without
+// a restart and the Route's host reaches its revision.
+func TestIntegrationRoutesWatchedLater(t *testing.T) {
+	cl := testenv.ControlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := cl.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}); err != nil {
+		t.Fatal(err)
+	}
+	rev := service("hello-00001", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	rev.Spec.ClusterIP, rev.Spec.ClusterIPs = "", nil
+	p := pa("hello-00001", "hello-00001", 0)
+	p.CreationTimestamp = metav1.Time{}
+	addr := service("hello", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	addr.Spec.ClusterIP, addr.Spec.ClusterIPs = "", nil
+	addr.Labels = map[string]string{servingv1alpha1.RouteLabelKey: "hello"}
+	percent := int64(100)
+	route := &servingv1alpha1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hello"},
+		Spec: servingv1alpha1.RouteSpec{Traffic: []servingv1alpha1.TrafficTarget{{RevisionName: "hello-00001", Percent: &percent}}}}
+	// The activator's ClusterRole as the chart had it before Routes.
+	read := []string{"get", "list", "watch"}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "activator"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"podautoscalers", "serverlessservices"}, Verbs: read},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: read},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "activator"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "activator"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "activator"}}}
+	for _, o := range []client.Object{rev, p, addr, route, role, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	route.Status.Traffic = []servingv1alpha1.TrafficTargetStatus{{RevisionName: "hello-00001", Percent: &percent}}
+	if err := c.Status().Update(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+
+	// The watcher runs as the user "activator".
+	cfg := rest.CopyConfig(cl.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "activator"}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, must(rest.HTTPClientFor(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme(t), Mapper: mapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme(t), Mapper: mapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := resolve.NewTable("")
+	logs := &lockedBuffer{}
+	w := &Watcher{Cache: ca, Table: table, Throttle: throttle.New(throttle.Options{Self: "activator-a"}),
+		Pods: &lockedPods{pods: map[target.Key][]readiness.Pod{}}, APIReader: direct, RouteRetryPeriod: 100 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(logs, nil))}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	eventually(t, "synced, the revision served, without Routes", func() string {
+		if !w.Synced() {
+			return "not synced"
+		}
+		if _, err := table.Resolve("", "hello-00001.team"); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	if _, err := table.Resolve("", "hello.team"); !errors.Is(err, resolve.ErrRouteNotReady) || !strings.Contains(err.Error(), "which this activator does not know") {
+		t.Errorf("the Route's host while Routes are not watched: %v, want ErrRouteNotReady saying the Route is not known", err)
+	}
+
+	time.Sleep(500 * time.Millisecond) // several retries
+	if n := strings.Count(logs.String(), "serving Routes are not watched"); n != 1 || !strings.Contains(logs.String(), "RBAC forbids listing routes.serving.sockscale.dev") {
+		t.Errorf("logged %d times that Routes are not watched, want once, saying RBAC forbids them:\n%s", n, logs.String())
+	}
+
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{servingv1alpha1.GroupVersion.Group}, Resources: []string{"routes"}, Verbs: read})
+	if err := c.Update(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Route's host reaches its revision once RBAC grants Routes", func() string {
+		got, err := table.Resolve("", "hello.team:80")
+		if err != nil {
+			return err.Error()
+		}
+		return cmp.Diff(target.Key{Namespace: "team", Name: "hello-00001"}, got.Key)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// lockedBuffer is a log sink written from the watcher's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

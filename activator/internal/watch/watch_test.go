@@ -20,21 +20,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/sockscale/sockscale/activator/internal/readiness"
+	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 )
 
 // sinks records what the watcher tells the table, throttle and prober.
 type sinks struct {
 	targets  map[target.Key]target.Target
+	services map[target.Key]resolve.RouteService
+	routes   map[target.Key]resolve.Route
 	settings map[target.Key]throttle.Settings
 	pods     map[target.Key][]readiness.Pod
 	order    []string
 }
 
 func newSinks() *sinks {
-	return &sinks{targets: map[target.Key]target.Target{}, settings: map[target.Key]throttle.Settings{}, pods: map[target.Key][]readiness.Pod{}}
+	return &sinks{targets: map[target.Key]target.Target{}, services: map[target.Key]resolve.RouteService{}, routes: map[target.Key]resolve.Route{},
+		settings: map[target.Key]throttle.Settings{}, pods: map[target.Key][]readiness.Pod{}}
 }
 
 type table struct{ *sinks }
@@ -43,10 +48,23 @@ type prober struct{ *sinks }
 
 func (s table) Upsert(t target.Target) error {
 	s.order = append(s.order, "table.Upsert")
+	delete(s.services, t.Key)
 	s.targets[t.Key] = t
 	return nil
 }
-func (s table) Delete(k target.Key) { s.order = append(s.order, "table.Delete"); delete(s.targets, k) }
+func (s table) UpsertRouteService(r resolve.RouteService) error {
+	s.order = append(s.order, "table.UpsertRouteService")
+	delete(s.targets, r.Key)
+	s.services[r.Key] = r
+	return nil
+}
+func (s table) Delete(k target.Key) {
+	s.order = append(s.order, "table.Delete")
+	delete(s.targets, k)
+	delete(s.services, k)
+}
+func (s table) UpsertRoute(r resolve.Route) { s.routes[r.Key] = r }
+func (s table) DeleteRoute(k target.Key)    { delete(s.routes, k) }
 func (s throttles) Update(k target.Key, st throttle.Settings) error {
 	s.order = append(s.order, "throttle.Update")
 	s.settings[k] = st
@@ -118,6 +136,9 @@ func scheme(t *testing.T) *runtime.Scheme {
 		t.Fatal(err)
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := servingv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s

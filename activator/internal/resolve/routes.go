@@ -238,11 +238,24 @@ func (tb *Table) pickRevision(s *RouteService, what string, pick Pick) (*target.
 	}
 	var rev string
 	if s.Tag != "" {
-		i := slices.IndexFunc(r.Traffic, func(t Traffic) bool { return t.Tag == s.Tag })
-		if i < 0 {
+		// During a gradual rollout a tagged latest target is split into
+		// pieces (oldest first), each keeping the tag: the tag's address
+		// follows the same shares, and at 0 % goes to its newest piece
+		// (the node agents' kernel split does the same).
+		tagged := &Route{Key: r.Key}
+		for _, t := range r.Traffic {
+			if t.Tag == s.Tag {
+				tagged.Traffic = append(tagged.Traffic, t)
+			}
+		}
+		if len(tagged.Traffic) == 0 {
 			return nil, fmt.Errorf("%w: %s names %s, which is not in the Route's status.traffic", ErrRouteNotReady, what, s.what())
 		}
-		if rev = r.Traffic[i].Revision; rev == "" {
+		var ok bool
+		if rev, ok = tb.choose(tagged, pick); !ok {
+			rev = tagged.Traffic[len(tagged.Traffic)-1].Revision
+		}
+		if rev == "" {
 			return nil, fmt.Errorf("%w: %s names %s, whose status.traffic entry names no revision", ErrRouteNotReady, what, s.what())
 		}
 	} else {

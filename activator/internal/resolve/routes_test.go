@@ -208,6 +208,32 @@ func TestRouteSplitByPort(t *testing.T) {
 	checkShares(t, n, both, shares(n, draw(ProxiedFirst)))
 }
 
+// TestTagDuringRollout: a tagged latest target in a gradual rollout is in
+// pieces (oldest first), each with the tag: the tag's address follows the
+// pieces' shares; a tag at 0 % goes to its newest piece.
+func TestTagDuringRollout(t *testing.T) {
+	const n = 50_000
+	tb := routeFixture(t)
+	tb.UpsertRoute(Route{Key: key("default", "hello"), Traffic: []Traffic{
+		{Revision: "hello-00001", Percent: 36, Tag: "latest"},
+		{Revision: "hello-00002", Percent: 19, Tag: "latest"},
+		{Revision: "hello-00001", Percent: 45},
+		{Revision: "hello-00001", Tag: "old"},
+		{Revision: "hello-00003", Tag: "old"},
+	}})
+	draw := func(host string) func() (string, bool) {
+		return func() (string, bool) {
+			got, err := tb.resolve("", host, AllRevisions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got.Key.Name, true
+		}
+	}
+	checkShares(t, n, map[string]float64{"hello-00001": 36.0 / 55, "hello-00002": 19.0 / 55}, shares(n, draw("latest-hello.default")))
+	checkShares(t, n, map[string]float64{"hello-00003": 1}, shares(n, draw("old-hello.default")))
+}
+
 // TestRouteErrors: a Route that says nowhere to go, and a revision the
 // activator does not know, are errors naming the Route and why; nothing
 // is chosen in their place.

@@ -97,21 +97,27 @@ func routeBackends(rt *servingv1alpha1.Route, t Target, port string, svcs map[ty
 	// Weights per revision, in the order of status.traffic.
 	var revisions []string
 	weights := make(map[string]int64)
+	tagged := "" // the newest revision of the tag (entries are oldest first)
 	for _, tt := range rt.Status.Traffic {
-		switch {
-		case t.Kind == KindTag && tt.Tag == t.Tag:
-			revisions, weights = []string{tt.RevisionName}, map[string]int64{tt.RevisionName: 1}
-		case t.Kind == KindRoute && tt.Percent != nil && *tt.Percent > 0:
+		if t.Kind == KindTag {
+			if tt.Tag != t.Tag {
+				continue
+			}
+			// During a gradual rollout a tagged latest target is split
+			// into pieces, each keeping the tag: the tag's address follows
+			// the same shares, and at 0 % goes to its newest piece (the
+			// activators choose the same way).
+			tagged = tt.RevisionName
+		}
+		if tt.Percent != nil && *tt.Percent > 0 {
 			if _, seen := weights[tt.RevisionName]; !seen {
 				revisions = append(revisions, tt.RevisionName)
 			}
 			weights[tt.RevisionName] += *tt.Percent
-		default:
-			continue
 		}
-		if t.Kind == KindTag {
-			break // tags are unique in a split
-		}
+	}
+	if t.Kind == KindTag && len(revisions) == 0 && tagged != "" {
+		revisions, weights = []string{tagged}, map[string]int64{tagged: 1}
 	}
 	switch {
 	case len(revisions) == 0 && t.Kind == KindTag:

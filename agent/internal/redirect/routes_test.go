@@ -95,12 +95,31 @@ func TestComputeRoutes(t *testing.T) {
 		// 10.96.0.50:80 the Route's, 10.96.0.51:80 canary's).
 		wantTargets map[netip.AddrPort]Target
 	}{{
-		name:      "a split 30/70 and a tag: weights are the percents, the tag's weight 1",
+		name:      "a split 30/70 and a tag: weights are the percents, the tag's one backend",
 		routes:    []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Tagged("canary", "hello-00002", 70).Obj()},
 		routeSvcs: []*corev1.Service{routeSvc, canarySvc},
 		svcs:      []*corev1.Service{rev2, rev1},
 		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
 			routeAddr:  {weighted("10.96.0.11:80", 30), weighted("10.96.0.12:80", 70)},
+			canaryAddr: {weighted("10.96.0.12:80", 70)},
+		},
+	}, {
+		name: "a tagged target in a gradual rollout (pieces oldest first, each with the tag): the tag follows the same shares",
+		routes: []servingv1alpha1.Route{rt("hello").Tagged("canary", "hello-00001", 54).Tagged("canary", "hello-00002", 1).
+			Split("hello-00001", 45).Obj()},
+		routeSvcs: []*corev1.Service{routeSvc, canarySvc},
+		svcs:      []*corev1.Service{rev1, rev2},
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
+			routeAddr:  {weighted("10.96.0.11:80", 99), weighted("10.96.0.12:80", 1)},
+			canaryAddr: {weighted("10.96.0.11:80", 54), weighted("10.96.0.12:80", 1)},
+		},
+	}, {
+		name:      "a tagged target at 0 % in pieces: the tag goes to its newest",
+		routes:    []servingv1alpha1.Route{rt("hello").Tagged("canary", "hello-00001", 0).Tagged("canary", "hello-00002", 0).Split("hello-00001", 100).Obj()},
+		routeSvcs: []*corev1.Service{routeSvc, canarySvc},
+		svcs:      []*corev1.Service{rev1, rev2},
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
+			routeAddr:  {weighted("10.96.0.11:80", 100)},
 			canaryAddr: {weighted("10.96.0.12:80", 1)},
 		},
 	}, {
@@ -168,7 +187,7 @@ func TestComputeRoutes(t *testing.T) {
 		routes:      []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Tagged("canary", "hello-00002", 70).Obj()},
 		routeSvcs:   []*corev1.Service{routeSvc, canarySvc},
 		svcs:        []*corev1.Service{rev2},
-		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{canaryAddr: {weighted("10.96.0.12:80", 1)}},
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{canaryAddr: {weighted("10.96.0.12:80", 70)}},
 		wantSkipped: map[Target]string{helloRoute: SkipRevisionNoService},
 	}, {
 		name:        "a target with percent but no revision name",

@@ -250,6 +250,8 @@ func TestControllerDeployment(t *testing.T) {
 		"--stats-bind-address=:8443",
 		"--autoscaler-config=" + namespace + "/" + autoscalerCM,
 		"--activator-port=8012",
+		"--activator-route-port=8013",
+		"--external-domain=example.com",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q lack %q", c.Args, want)

@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -80,7 +79,7 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 		}
 	}
 
-	installHTTPRouteCRD(ctx, t, cl.Config)
+	cl.InstallHTTPRouteCRD(t)
 	mapper, err := apiutil.NewDynamicRESTMapper(cl.Config, must(rest.HTTPClientFor(cl.Config)))
 	if err != nil {
 		t.Fatal(err)
@@ -165,50 +164,6 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
-}
-
-// installHTTPRouteCRD installs a minimal HTTPRoute CRD (the Gateway API's
-// group, kind and version; any spec), as a cluster with the Gateway API
-// has.
-func installHTTPRouteCRD(ctx context.Context, t *testing.T, cfg *rest.Config) {
-	t.Helper()
-	s := scheme(t)
-	if err := apiextensionsv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	preserve := true
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		// *.k8s.io groups need an approval annotation; the Gateway API's
-		// CRDs carry this one.
-		ObjectMeta: metav1.ObjectMeta{Name: "httproutes.gateway.networking.k8s.io",
-			Annotations: map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/2466"}},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: HTTPRouteGVK.Group, Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "httproutes", Singular: "httproute", Kind: "HTTPRoute", ListKind: "HTTPRouteList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: &preserve}}}},
-		},
-	}
-	if err := c.Create(ctx, crd); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the HTTPRoute CRD is served", func() string {
-		var list apiextensionsv1.CustomResourceDefinition
-		if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, &list); err != nil {
-			return err.Error()
-		}
-		for _, cond := range list.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return ""
-			}
-		}
-		return "not established yet"
-	})
 }
 
 func must[T any](v T, err error) T {

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
@@ -58,6 +59,8 @@ type flags struct {
 	activatorPort      int
 	activatorRoutePort int
 	clusterDomain      string
+	gateway            *types.NamespacedName
+	externalDomain     string
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -78,6 +81,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.activatorPort, "activator-port", 8012, "port on which activators take proxied requests")
 	fs.IntVar(&f.activatorRoutePort, "activator-route-port", 8013, "port on which activators split a Route's requests by its percents (the endpoints of a Route's addresses)")
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the URLs of Services and Routes")
+	gateway := fs.String("gateway", "", "namespace/name of the Gateway that serving Routes' HTTPRoutes attach to (empty: no HTTPRoutes)")
+	fs.StringVar(&f.externalDomain, "external-domain", "example.com", "domain of serving Routes' external host names, <route>.<namespace>.<domain>, when --gateway is set")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -97,6 +102,17 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if bad := validation.IsDNS1123Subdomain(f.clusterDomain); len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("--cluster-domain=%q: want a DNS domain such as cluster.local (%s)", f.clusterDomain, bad[0]))
+	}
+	if bad := validation.IsDNS1123Subdomain(f.externalDomain); len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("--external-domain=%q: want a DNS domain such as example.com (%s)", f.externalDomain, bad[0]))
+	}
+	if *gateway != "" {
+		ns, name, ok := strings.Cut(*gateway, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			errs = append(errs, fmt.Errorf("--gateway=%q: want namespace/name of a Gateway, e.g. gateway-system/public", *gateway))
+		} else {
+			f.gateway = &types.NamespacedName{Namespace: ns, Name: name}
+		}
 	}
 	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -217,7 +233,20 @@ func run(ctx context.Context, f *flags) error {
 		return fmt.Errorf("set up the serving Service controller: %w", err)
 	}
 	rt := &route.Reconciler{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace, ActivatorSelector: f.activatorSelector,
-		ActivatorRoutePort: int32(f.activatorRoutePort), ClusterDomain: f.clusterDomain, Config: current.Load}
+		ActivatorRoutePort: int32(f.activatorRoutePort), ClusterDomain: f.clusterDomain, Config: current.Load,
+		Gateway: f.gateway, Domain: f.externalDomain}
+	if f.gateway != nil {
+		// HTTPRoutes are written where the Gateway API is installed when
+		// the controller starts (restart it after installing it).
+		served, err := route.HTTPRoutesServed(mgr.GetRESTMapper())
+		if err != nil {
+			return err
+		}
+		rt.HTTPRoutes = served
+		if !served {
+			ctrl.Log.Info("--gateway is set but the API server serves no gateway.networking.k8s.io/v1 HTTPRoutes: Routes get no HTTPRoutes until the Gateway API is installed and the controller restarted", "gateway", f.gateway.String())
+		}
+	}
 	if err := rt.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Route controller: %w", err)
 	}

@@ -18,6 +18,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--activator-port=0"}, "--activator-port=0: want 1..65535"},
 		{[]string{"--activator-route-port=70000"}, "--activator-route-port=70000: want 1..65535"},
 		{[]string{"--cluster-domain=Cluster_Local"}, `--cluster-domain="Cluster_Local": want a DNS domain`},
+		{[]string{"--external-domain=-bad-"}, `--external-domain="-bad-": want a DNS domain`},
+		{[]string{"--gateway=public"}, `--gateway="public": want namespace/name of a Gateway`},
+		{[]string{"--gateway=Gateway System/public"}, `--gateway="Gateway System/public": want namespace/name`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -27,7 +30,10 @@ func TestFlagErrors(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "ops")
 	f, err := parseFlags(nil)
 	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
-		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" {
+		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" {
 		t.Errorf("defaults: %+v, %v", f, err)
+	}
+	if f, err := parseFlags([]string{"--gateway=gateway-system/public"}); err != nil || f.gateway == nil || f.gateway.String() != "gateway-system/public" {
+		t.Errorf("--gateway=gateway-system/public: %+v, %v", f, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -198,4 +199,49 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 		last = state
 	}
 	t.Fatalf("%s: not within %v; last: %s", what, timeout, last)
+}
+
+// InstallHTTPRouteCRD installs a minimal HTTPRoute CRD (the Gateway API's
+// group, kind and version, any spec), as a cluster with the Gateway API
+// has, and waits until it is served.
+func (c *Cluster) InstallHTTPRouteCRD(t testing.TB) {
+	t.Helper()
+	s := kruntime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preserve := true
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		// *.k8s.io groups need an approval annotation; the Gateway API's
+		// CRDs carry one.
+		ObjectMeta: metav1.ObjectMeta{Name: "httproutes.gateway.networking.k8s.io",
+			Annotations: map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/2466"}},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "gateway.networking.k8s.io", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "httproutes", Singular: "httproute", Kind: "HTTPRoute", ListKind: "HTTPRouteList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &preserve}}}},
+		},
+	}
+	ctx := context.Background()
+	if err := cl.Create(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, "the HTTPRoute CRD is served", func() (bool, string) {
+		var got apiextensionsv1.CustomResourceDefinition
+		if err := cl.Get(ctx, client.ObjectKey{Name: crd.Name}, &got); err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "not established yet"
+	})
 }

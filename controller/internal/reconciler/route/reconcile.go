@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +42,12 @@ type Reconciler struct {
 	ActivatorRoutePort int32
 	// ClusterDomain is the cluster's DNS domain, for URLs.
 	ClusterDomain string
+	// HTTPRoutes says the API server serves the Gateway API's HTTPRoutes;
+	// with Gateway set, each address gets one attached to that Gateway,
+	// with the host name <address>.<namespace>.<Domain>.
+	HTTPRoutes bool
+	Gateway    *types.NamespacedName
+	Domain     string
 	// Config returns the cluster settings in force (rollout-duration);
 	// nil: the defaults.
 	Config func() *config.Config
@@ -57,6 +65,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;delete
 
 // Reconcile resolves one Route's split, keeps its addresses, and writes
 // the split in effect into status. When the split cannot be resolved the
@@ -98,12 +107,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	url := r.url(rt.Name, rt.Namespace)
+	status.URL, status.Address = url, &servingv1alpha1.Addressable{Name: rt.Name, URL: url}
+	if r.northSouth() && len(status.Traffic) > 0 {
+		valid := slices.DeleteFunc(tags(status.Traffic), func(tag string) bool { return tooLong(rt.Name, []string{tag}) != nil })
+		hrProb, err := r.ensureHTTPRoutes(ctx, &rt, status.Traffic, valid)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		addrProb = firstOf(addrProb, hrProb)
+		r.externalURLs(&rt, status)
+	}
 	prob = firstOf(firstOf(prob, addrProb), durationProb)
 	if prob == nil && step.InProgress {
 		prob = &problem{metav1.ConditionUnknown, ReasonRolloutInProgress, rolloutMessage}
 	}
-	url := r.url(rt.Name, rt.Namespace)
-	status.URL, status.Address = url, &servingv1alpha1.Addressable{Name: rt.Name, URL: url}
 	setCondition(status, rt.Generation, names.ConditionReady, prob, "traffic is split as spec.traffic says")
 	if written, err := r.writeStatus(ctx, &rt, status); err != nil || !written {
 		// A conflict: look again before keeping a state whose split
@@ -188,6 +206,9 @@ func (r *Reconciler) withURLs(rt *servingv1alpha1.Route, traffic []servingv1alph
 	return out
 }
 
+// northSouth says whether the Route's addresses get HTTPRoutes.
+func (r *Reconciler) northSouth() bool { return r.HTTPRoutes && r.Gateway != nil }
+
 func (r *Reconciler) now() time.Time {
 	if r.Clock == nil {
 		return time.Now()
@@ -226,15 +247,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, rt *servingv1alpha1.Route,
 // namespace looks at its Routes again: there are few), and the activator
 // pods (every address's endpoints).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("serving-route").
 		For(&servingv1alpha1.Route{}).
 		Owns(&corev1.Service{}).
 		Owns(&discoveryv1.EndpointSlice{}).
 		Watches(&servingv1alpha1.Revision{}, handler.EnqueueRequestsFromMapFunc(r.inNamespace)).
 		Watches(&servingv1alpha1.Service{}, handler.EnqueueRequestsFromMapFunc(r.inNamespace)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allForActivator)).
-		Complete(r)
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allForActivator))
+	if r.northSouth() {
+		b = b.Owns(NewHTTPRoute())
+	}
+	return b.Complete(r)
 }
 
 func (r *Reconciler) inNamespace(ctx context.Context, o client.Object) []reconcile.Request {

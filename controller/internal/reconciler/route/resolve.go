@@ -27,9 +27,12 @@ const (
 	// ReasonRolloutInProgress: a gradual rollout moves traffic to the
 	// latest Revision; status.traffic is its current step.
 	ReasonRolloutInProgress = "RolloutInProgress"
-	// ReasonNotOwned: a Kubernetes Service the Route needs exists and
-	// belongs to someone else.
+	// ReasonNotOwned: a Kubernetes Service or HTTPRoute the Route needs
+	// exists and belongs to someone else.
 	ReasonNotOwned = names.ReasonNotOwned
+	// ReasonHTTPRouteInvalid: the API server refused an HTTPRoute (e.g. a
+	// host name the Gateway API does not accept).
+	ReasonHTTPRouteInvalid = "HTTPRouteInvalid"
 )
 
 // problem is why a split cannot be resolved: status False (needs a

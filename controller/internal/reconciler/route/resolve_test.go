@@ -77,3 +77,34 @@ func TestTagAddresses(t *testing.T) {
 		t.Error("a short tag refused")
 	}
 }
+
+// TestWeights: a Route's own address takes every target with a percent,
+// summed per revision; a tag's its entries by percent, or the newest at 0 %.
+func TestWeights(t *testing.T) {
+	p := func(v int64) *int64 { return &v }
+	traffic := []servingv1alpha1.TrafficTargetStatus{
+		{RevisionName: "r1", Percent: p(36), Tag: "latest"},
+		{RevisionName: "r2", Percent: p(19), Tag: "latest"},
+		{RevisionName: "r1", Percent: p(45)},
+		{RevisionName: "r1", Tag: "old"},
+		{RevisionName: "r3", Percent: p(0), Tag: "old"},
+	}
+	type result struct {
+		Revisions []string
+		Weights   map[string]int64
+	}
+	for _, tt := range []struct {
+		tag  string
+		want result
+	}{
+		{"", result{[]string{"r1", "r2"}, map[string]int64{"r1": 81, "r2": 19}}},
+		{"latest", result{[]string{"r1", "r2"}, map[string]int64{"r1": 36, "r2": 19}}},
+		{"old", result{[]string{"r3"}, map[string]int64{"r3": 1}}},
+		{"none", result{nil, map[string]int64{}}},
+	} {
+		revs, w := Weights(traffic, tt.tag)
+		if diff := cmp.Diff(tt.want, result{revs, w}); diff != "" {
+			t.Errorf("tag %q (-want +got):\n%s", tt.tag, diff)
+		}
+	}
+}

@@ -6,7 +6,8 @@
 //	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
 //	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
 //	    [-connect-rounds 40] [-connect-block 5]
-//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect]
+//	    [-split-connects 20000]
+//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine, and to a
@@ -50,6 +51,7 @@ func main() {
 	held := flag.Int("held", 10000, "requests held for one target by the hold part")
 	connectRounds := flag.Int("connect-rounds", 40, "rounds per concurrency and load of the connect part (rounded down to whole blocks)")
 	connectBlock := flag.Int("connect-block", 5, "rounds per block of the connect part (one estimate per block)")
+	splitConnects := flag.Int("split-connects", 20000, "new connections per case of the split part")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
@@ -89,6 +91,8 @@ func main() {
 			err = b.hold(*held)
 		case "connect":
 			err = b.connectCost(*slice, *connectRounds, *connectBlock, cs)
+		case "split":
+			err = b.splitShares(*splitConnects)
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}
@@ -104,7 +108,7 @@ func main() {
 }
 
 // parts of the bench, in the order they run by default.
-var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect"}
+var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect", "split"}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {

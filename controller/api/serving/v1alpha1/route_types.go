@@ -44,8 +44,7 @@ type RouteStatus struct {
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
-// +kubebuilder:printcolumn:name="Revisions",type=string,JSONPath=`.status.traffic[*].revisionName`
-// +kubebuilder:printcolumn:name="Percents",type=string,JSONPath=`.status.traffic[*].percent`
+// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.status.trafficSummary`
 type Route struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -60,8 +60,7 @@ type ServiceStatus struct {
 // +kubebuilder:printcolumn:name="LatestReady",type=string,JSONPath=`.status.latestReadyRevisionName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
-// +kubebuilder:printcolumn:name="Revisions",type=string,JSONPath=`.status.traffic[*].revisionName`,priority=1
-// +kubebuilder:printcolumn:name="Percents",type=string,JSONPath=`.status.traffic[*].percent`,priority=1
+// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.status.trafficSummary`
 type Service struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -81,4 +81,9 @@ type RouteStatusFields struct {
 	// +listType=atomic
 	// +optional
 	Traffic []TrafficTargetStatus `json:"traffic,omitempty"`
+	// TrafficSummary is the split in effect in one line, for kubectl get
+	// (its columns show one element of a list): each revision with a
+	// share and its percent, e.g. "hello-00002=55%,hello-00001=45%".
+	// +optional
+	TrafficSummary string `json:"trafficSummary,omitempty"`
 }

@@ -231,13 +231,13 @@ func TestIntegrationServingValidation(t *testing.T) {
 		rev.Status = v1alpha1.RevisionStatus{
 			DeploymentName: "hello-00001-deployment", PodAutoscalerName: "hello-00001",
 			ServiceName: "hello-00001", PrivateServiceName: "hello-00001-private",
-			ActualReplicas: ptr(int32(2)), DesiredReplicas: ptr(int32(3)),
+			ActualReplicas: ptr(int32(2)), DesiredReplicas: ptr(int32(3)), RoutingState: v1alpha1.RoutingStateActive,
 			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}},
 		}
 		if err := c.Status().Update(ctx, rev); err != nil {
 			t.Fatalf("status update refused: %v", err)
 		}
-		want := map[string]string{"Name": "hello-00001", "Service": "hello", "Concurrency": "50", "Ready": "True", "Reason": "Ready", "Actual": "2", "Desired": "3"}
+		want := map[string]string{"Name": "hello-00001", "Service": "hello", "Routing": "active", "Concurrency": "50", "Ready": "True", "Reason": "Ready", "Actual": "2", "Desired": "3"}
 		if diff := cmp.Diff(want, cl.TableRow(t, v1alpha1.GroupVersion, "revisions", "default", "hello-00001")); diff != "" {
 			t.Errorf("kubectl get ssrev row (-want +got):\n%s", diff)
 		}
@@ -249,12 +249,15 @@ func TestIntegrationServingValidation(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.Status.URL = "http://hello-split.default.svc.cluster.local"
+		r.Status.Traffic = []v1alpha1.TrafficTargetStatus{{RevisionName: "hello-00001", Percent: ptr(int64(70))}, {RevisionName: "hello-00002", Percent: ptr(int64(30))}}
+		r.Status.TrafficSummary = "hello-00001=70%,hello-00002=30%"
 		r.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "RevisionMissing",
 			Message: "revision hello-00001 does not exist", LastTransitionTime: metav1.Now()}}
 		if err := c.Status().Update(ctx, &r); err != nil {
 			t.Fatalf("status update refused: %v", err)
 		}
-		want := map[string]string{"Name": "hello-split", "URL": "http://hello-split.default.svc.cluster.local", "Ready": "False", "Reason": "RevisionMissing"}
+		want := map[string]string{"Name": "hello-split", "URL": "http://hello-split.default.svc.cluster.local", "Ready": "False", "Reason": "RevisionMissing",
+			"Traffic": "hello-00001=70%,hello-00002=30%"}
 		if diff := cmp.Diff(want, cl.TableRow(t, v1alpha1.GroupVersion, "routes", "default", "hello-split")); diff != "" {
 			t.Errorf("kubectl get ssrt row (-want +got):\n%s", diff)
 		}
@@ -270,13 +273,14 @@ func TestIntegrationServingValidation(t *testing.T) {
 		s.Status.Traffic = []v1alpha1.TrafficTargetStatus{
 			{RevisionName: "hello-00005", LatestRevision: ptr(true), Percent: ptr(int64(100))},
 		}
+		s.Status.TrafficSummary = "hello-00005=100%"
 		s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionUnknown, Reason: "RolloutInProgress",
 			Message: "A gradual rollout of the latest revision(s) is in progress.", LastTransitionTime: metav1.Now()}}
 		if err := c.Status().Update(ctx, &s); err != nil {
 			t.Fatalf("status update refused: %v", err)
 		}
 		want := map[string]string{"Name": "hello", "URL": "http://hello.default.svc.cluster.local", "LatestCreated": "hello-world",
-			"LatestReady": "hello-00005", "Ready": "Unknown", "Reason": "RolloutInProgress"}
+			"LatestReady": "hello-00005", "Ready": "Unknown", "Reason": "RolloutInProgress", "Traffic": "hello-00005=100%"}
 		if diff := cmp.Diff(want, cl.TableRow(t, v1alpha1.GroupVersion, "services", "default", "hello")); diff != "" {
 			t.Errorf("kubectl get ssvc row (-want +got):\n%s", diff)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,6 +85,17 @@ func Weights(traffic []servingv1alpha1.TrafficTargetStatus, tag string) (revisio
 		return []string{newest}, map[string]int64{newest: 1}
 	}
 	return revisions, weights
+}
+
+// Summary is the split of the Route's own address in one line for
+// kubectl get: "hello-00002=55%,hello-00001=45%".
+func Summary(traffic []servingv1alpha1.TrafficTargetStatus) string {
+	revisions, weights := Weights(traffic, "")
+	parts := make([]string, len(revisions))
+	for i, rev := range revisions {
+		parts[i] = fmt.Sprintf("%s=%d%%", rev, weights[rev])
+	}
+	return strings.Join(parts, ",")
 }
 
 // host is an address's external host name.

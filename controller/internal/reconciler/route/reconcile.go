@@ -90,6 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		now := r.now()
 		step = r.step(ctx, &rt, goal, duration, now)
 		status.Traffic = r.withURLs(&rt, step.Traffic)
+		status.TrafficSummary = Summary(status.Traffic)
 		switch {
 		case !step.NextStep.IsZero():
 			res.RequeueAfter = max(step.NextStep.Sub(now), 10*time.Millisecond)

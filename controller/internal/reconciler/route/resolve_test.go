@@ -107,4 +107,7 @@ func TestWeights(t *testing.T) {
 			t.Errorf("tag %q (-want +got):\n%s", tt.tag, diff)
 		}
 	}
+	if got := Summary(traffic); got != "r1=81%,r2=19%" {
+		t.Errorf("Summary = %q", got)
+	}
 }

@@ -102,7 +102,8 @@ func (e *itEnv) waitSynced(t testing.TB, r *Reconciler) {
 // TestIntegrationMapFollowsRoutes runs the Reconciler against a real
 // kube-apiserver and the real kernel map: a Route split 30/70 across two
 // revisions with a tag on the second has an entry for its address with
-// the percents as weights and one for the tag's address with weight 1,
+// the percents as weights and one for the tag's address (its one
+// revision, weighted by its percent),
 // beside the ServerlessService entry of the second revision, in Proxy
 // mode; a change of status.traffic rewrites the split; deleting the Route
 // removes its entries and leaves the ServerlessService's.
@@ -121,7 +122,7 @@ func TestIntegrationMapFollowsRoutes(t *testing.T) {
 	proxied := backends("10.244.0.5:8012")
 	e.waitEntries(t, "split 30/70, a tag", map[netip.AddrPort][]bpfredirect.Backend{
 		hello:  sorted(bpfredirect.Backend{Addr: rev1, Weight: 30}, bpfredirect.Backend{Addr: rev2, Weight: 70}),
-		canary: {{Addr: rev2, Weight: 1}},
+		canary: {{Addr: rev2, Weight: 70}},
 		rev2:   proxied,
 	})
 	if s := r.State(); s != (stats.NodeState{SocketRedirect: stats.RedirectActive}) {
@@ -131,7 +132,7 @@ func TestIntegrationMapFollowsRoutes(t *testing.T) {
 	e.setTraffic(t, "hello", split{target("hello-00001", 90, "canary"), target("hello-00002", 10, "")})
 	e.waitEntries(t, "split 90/10, the tag on the first", map[netip.AddrPort][]bpfredirect.Backend{
 		hello:  sorted(bpfredirect.Backend{Addr: rev1, Weight: 90}, bpfredirect.Backend{Addr: rev2, Weight: 10}),
-		canary: {{Addr: rev1, Weight: 1}},
+		canary: {{Addr: rev1, Weight: 90}},
 		rev2:   proxied,
 	})
 

@@ -39,6 +39,9 @@ const (
 	ReasonRevisionCreating = "RevisionCreating"
 	// ReasonRouteCreating: the Route has not reported yet.
 	ReasonRouteCreating = "RouteCreating"
+	// ReasonTrafficNotMigrated: the Route's split does not name the new
+	// latest ready Revision yet (Knative's reason).
+	ReasonTrafficNotMigrated = "TrafficNotMigrated"
 	// ReasonRouteNotOwned: a Route of the Service's name exists and
 	// belongs to someone else.
 	ReasonRouteNotOwned = "RouteNotOwned"

@@ -114,9 +114,30 @@ func routeStatus(s *servingv1alpha1.ServiceStatus, svc *servingv1alpha1.Service,
 	switch {
 	case c == nil || c.ObservedGeneration != rt.Generation:
 		setCondition(s, gen, ConditionRoutesReady, metav1.ConditionUnknown, ReasonRouteCreating, fmt.Sprintf("Route %q has not reported on its current spec yet", rt.Name))
+	case c.Status == metav1.ConditionTrue && !migrated(rt.Status.Traffic, s.LatestReadyRevisionName):
+		// The Service has a new latest ready Revision the Route has not
+		// taken up yet (its next reconcile will): not Ready meanwhile.
+		setCondition(s, gen, ConditionRoutesReady, metav1.ConditionUnknown, ReasonTrafficNotMigrated,
+			fmt.Sprintf("Traffic is not yet migrated to %s.", s.LatestReadyRevisionName))
 	default:
 		setCondition(s, gen, ConditionRoutesReady, c.Status, c.Reason, c.Message)
 	}
+}
+
+// migrated says whether a split that follows the latest ready Revision
+// (a latestRevision target) names latest; a split with no such target
+// has nothing to migrate.
+func migrated(traffic []servingv1alpha1.TrafficTargetStatus, latest string) bool {
+	follows := false
+	for _, t := range traffic {
+		if t.LatestRevision != nil && *t.LatestRevision {
+			if t.RevisionName == latest {
+				return true
+			}
+			follows = true
+		}
+	}
+	return !follows || latest == ""
 }
 
 // setReady is Ready from ConfigurationsReady and RoutesReady, as Knative

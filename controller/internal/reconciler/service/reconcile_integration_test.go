@@ -287,6 +287,27 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 		t.Errorf("revisions %s", sortedNames(revs))
 	}
 
+	// hello-v3 never becomes ready (its pods cannot start): it gets no
+	// traffic, and the Service says why, naming it.
+	var pa v1alpha1.PodAutoscaler
+	eventually(t, "PodAutoscaler hello-v3", func() (bool, string) {
+		err := c.Get(ctx, key("hello-v3"), &pa)
+		return err == nil, fmt.Sprint(err)
+	})
+	pa.Status.Conditions = []metav1.Condition{{Type: names.ConditionReady, Status: metav1.ConditionFalse, Reason: "ScaleTargetFailing",
+		Message: "Deployment hello-v3-deployment has no ready pod: ImagePullBackOff", LastTransitionTime: metav1.Now()}}
+	if err := c.Status().Update(ctx, &pa); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the failing hello-v3 reported, traffic kept on hello-00002", func() (bool, string) {
+		s := getService(t, c, "hello")
+		cr := meta.FindStatusCondition(s.Status.Conditions, service.ConditionConfigurationsReady)
+		ready := meta.FindStatusCondition(s.Status.Conditions, names.ConditionReady)
+		return cr != nil && cr.Status == metav1.ConditionFalse && cr.Reason == "ScaleTargetFailing" && strings.Contains(cr.Message, `"hello-v3"`) &&
+			strings.Contains(cr.Message, "ImagePullBackOff") && ready != nil && ready.Status == metav1.ConditionFalse &&
+			s.Status.LatestReadyRevisionName == "hello-00002" && s.Status.Traffic[0].RevisionName == "hello-00002", conditions(&s.Status)
+	})
+
 	// hello-00001 loses its share and tag: reserve, its PodAutoscaler
 	// Unreachable (it scales to zero whatever min-scale says); hello-00002,
 	// routed, stays active.

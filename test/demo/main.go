@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
@@ -29,6 +30,8 @@ type flags struct {
 	step                                    time.Duration
 	burst                                   int
 	after                                   time.Duration
+	rollout                                 bool
+	rolloutOut                              string
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -44,6 +47,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.step, "step", 20*time.Second, "how long each step of the ramp lasts")
 	fs.IntVar(&f.burst, "burst", 20, "requests sent at once when the app is at zero (a cold start)")
 	fs.DurationVar(&f.after, "after", 20*time.Second, "how long the table goes on after the requests at zero")
+	fs.BoolVar(&f.rollout, "rollout", true, "then a serving Service's gradual rollout from v1 to v2 under load from in-node clients (--rollout=false skips it)")
+	fs.StringVar(&f.rolloutOut, "rollout-out", "", "where the rollout plot is written (default: --out with -rollout before .png)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -71,10 +76,21 @@ func parseFlags(args []string) (*flags, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
+	if f.rolloutOut == "" {
+		f.rolloutOut = strings.TrimSuffix(f.out, filepath.Ext(f.out)) + "-rollout.png"
+	}
 	return f, errors.Join(errs...)
 }
 
 func main() {
+	// The rollout scene runs this binary again as its in-node clients.
+	if cfg := os.Getenv(clientEnv); cfg != "" {
+		if err := runClient(cfg, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "sockscale-demo client:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	f, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -117,50 +133,43 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 		return err
 	}
 	say("chart installed in %s", time.Since(start).Round(time.Second))
-	say("deploying %s/%s: the autoscale app, its public Service and a PodAutoscaler (target 10 per pod at 70%%, min 0, max 10, stable window 10s, burst capacity 0: the activator is in the path only at zero)", appNS, appName)
-	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: appName, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(10.0), ptr(int32(0)), ptr(int32(10)), ptr(0.0)
-		p.Window = &metav1.Duration{Duration: 10 * time.Second}
-	}}); err != nil { // Up started a fresh cluster: nothing of the app exists yet
-		return err
-	}
-	url, err := waitReady(ctx, s)
-	if err != nil {
-		return err
-	}
 	wc, err := client.NewWithWatch(c.Config, client.Options{Scheme: s.Client.Scheme()})
 	if err != nil {
 		return err
 	}
 
-	tl := &timeline{s: s, act: newActivators(s, appNS, appName), w: w, begin: time.Now()}
-	tl.header()
-	completed, failed, err := tl.ramp(ctx, f, url)
+	// A scene that fails says why; the plots get what was measured, and
+	// the next scene still runs (unless the demo was interrupted).
+	var failed []error
+	tl := &timeline{s: s, act: newActivators(s, appNS, appName), w: w}
+	done, err := autoscaleScenes(ctx, s, wc, f, tl, say)
 	if err != nil {
-		return err
-	}
-	bd, err := tl.coldStart(ctx, wc, f, url)
-	if err != nil {
-		return err
-	}
-	bd.write(w)
-
-	if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
-		return err
-	}
-	out, err := os.Create(f.out)
-	if err != nil {
-		return err
+		failed = append(failed, fmt.Errorf("autoscale scenes: %w", err))
+		say("the autoscale scenes stopped: %v", err)
 	}
 	title := fmt.Sprintf("sockscale demo: %s/%s, target 7 in flight per pod, min 0: a ramp, idle to zero, %d requests at zero", appNS, appName, f.burst)
-	if err := WritePNG(out, title, tl.samples, tl.markers); err != nil {
-		out.Close()
-		return err
+	if err := writePlot(f.out, func(out io.Writer) error { return WritePNG(out, title, tl.samples, tl.markers) }); err != nil {
+		failed = append(failed, err)
+	} else {
+		say("%stimeline plot: %s", done, f.out)
 	}
-	if err := out.Close(); err != nil {
-		return err
+
+	if f.rollout && ctx.Err() == nil {
+		say("rollout scene: a serving Service, a template change, traffic moved over %s (%s)", rolloutDuration, servingv1alpha1.RolloutDurationAnnotation)
+		rec, err := runRollout(ctx, s, wc, w)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("rollout scene: %w", err))
+			say("the rollout scene stopped: %v", err)
+		}
+		title := fmt.Sprintf("sockscale demo: %s/%s from %s to %s, rollout-duration %s, %d in-node clients, a new connection every %s each",
+			appNS, rolloutSvc, rec.V1, rec.V2, rolloutDuration, f.nodes, clientEvery)
+		if err := writePlot(f.rolloutOut, func(out io.Writer) error { return WriteRolloutPNG(out, title, rec) }); err != nil {
+			failed = append(failed, err)
+		} else {
+			say("rollout plot: %s (%s's scheduled percent as a step line, its measured share of each second's new connections as dots; ready pods of each revision below)", f.rolloutOut, rec.V2)
+		}
 	}
-	say("ramp: %d requests, %d failed; at zero: %d sent, %d answered 200; timeline plot: %s", completed, failed, f.burst, len(bd.burst.latencies), f.out)
+
 	agents, _ := s.AgentMetrics(ctx)
 	fmt.Fprintf(w, `
 Look around (the cluster keeps running):
@@ -169,11 +178,60 @@ Look around (the cluster keeps running):
   %s get pods -A -o wide
   %s get endpointslices -n %s     # the public Service's endpoints, written by sockscale
 `, c.Kubeconfig, kubectl(f), kubectl(f), kubectl(f), appNS)
+	if f.rollout {
+		fmt.Fprintf(w, "  %s get ssvc,ssrt,ssrev -n %s        # the serving Service, its Route's split, its Revisions\n", kubectl(f), appNS)
+	}
 	if ip := agentIP(ctx, s); ip != "" {
 		fmt.Fprintf(w, "  curl -s http://%s:9090/metrics | grep sockscale_agent_requests   # a node's agent (%d pods accounted)\n", ip, len(agents))
 	}
 	fmt.Fprintf(w, "  logs: %s\nTear down: make cluster-down\n", c.LogDir())
-	return nil
+	return errors.Join(failed...)
+}
+
+// autoscaleScenes deploys the autoscaled app and runs the load ramp, the
+// idle app going to zero and the requests at zero, the table's rows kept
+// in tl for the plot; it returns what the load did, for the last line.
+func autoscaleScenes(ctx context.Context, s *stack.Stack, wc client.WithWatch, f *flags, tl *timeline, say func(string, ...any)) (string, error) {
+	say("deploying %s/%s: the autoscale app, its public Service and a PodAutoscaler (target 10 per pod at 70%%, min 0, max 10, stable window 10s, burst capacity 0: the activator is in the path only at zero)", appNS, appName)
+	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: appName, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
+		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(10.0), ptr(int32(0)), ptr(int32(10)), ptr(0.0)
+		p.Window = &metav1.Duration{Duration: 10 * time.Second}
+	}}); err != nil { // Up started a fresh cluster: nothing of the app exists yet
+		return "", err
+	}
+	url, err := waitReady(ctx, s)
+	if err != nil {
+		return "", err
+	}
+	tl.begin = time.Now()
+	tl.header()
+	completed, failed, err := tl.ramp(ctx, f, url)
+	ramp := fmt.Sprintf("ramp: %d requests, %d failed; ", completed, failed)
+	if err != nil {
+		return ramp, err
+	}
+	bd, err := tl.coldStart(ctx, wc, f, url)
+	if err != nil {
+		return ramp, err
+	}
+	bd.write(tl.w)
+	return ramp + fmt.Sprintf("at zero: %d sent, %d answered 200; ", f.burst, len(bd.burst.latencies)), nil
+}
+
+// writePlot creates path (and its directory) and draws into it.
+func writePlot(path string, draw func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := draw(out); err != nil {
+		out.Close()
+		return fmt.Errorf("draw %s: %w", path, err)
+	}
+	return out.Close()
 }
 
 func kubectl(f *flags) string { return filepath.Join(f.kubeBinDir, "kubectl") }

@@ -124,10 +124,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		prob = &problem{metav1.ConditionUnknown, ReasonRolloutInProgress, rolloutMessage}
 	}
 	setCondition(status, rt.Generation, names.ConditionReady, prob, "traffic is split as spec.traffic says")
-	if written, err := r.writeStatus(ctx, &rt, status); err != nil || !written {
+	written, err := r.writeStatus(ctx, &rt, status)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case !written:
 		// A conflict: look again before keeping a state whose split
 		// may not have reached status.
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, err
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	if step.State != nil {
 		if err := r.keepState(ctx, &rt, step.State); err != nil {

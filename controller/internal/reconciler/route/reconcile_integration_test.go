@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -154,12 +155,21 @@ func TestIntegrationRoute(t *testing.T) {
 		return ready(got) && got.Status.Traffic[0].RevisionName == "hello-00002" && got.Status.Traffic[1].RevisionName == "hello-00001", describe(got)
 	})
 
-	// The tag goes: so does its address.
-	got := get()
-	got.Spec.Traffic = []servingv1alpha1.TrafficTarget{{ConfigurationName: "hello", Percent: pct(70)}, {RevisionName: "hello-00001", Percent: pct(30)}}
-	if err := c.Update(ctx, got); err != nil {
-		t.Fatal(err)
+	// setTraffic changes the Route's spec, again on a conflict (the
+	// reconciler patches the Route's rollout annotation meanwhile).
+	setTraffic := func(traffic ...servingv1alpha1.TrafficTarget) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got := get()
+			got.Spec.Traffic = traffic
+			return c.Update(ctx, got)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+
+	// The tag goes: so does its address.
+	setTraffic(servingv1alpha1.TrafficTarget{ConfigurationName: "hello", Percent: pct(70)}, servingv1alpha1.TrafficTarget{RevisionName: "hello-00001", Percent: pct(30)})
 	eventually(t, "old-split removed", func() (bool, string) {
 		var s corev1.Service
 		err := c.Get(ctx, key("old-split"), &s)
@@ -167,11 +177,7 @@ func TestIntegrationRoute(t *testing.T) {
 	})
 
 	// A target goes missing: Ready False naming it, the last split kept.
-	got = get()
-	got.Spec.Traffic = []servingv1alpha1.TrafficTarget{{RevisionName: "hello-00009", Percent: pct(100)}}
-	if err := c.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	setTraffic(servingv1alpha1.TrafficTarget{RevisionName: "hello-00009", Percent: pct(100)})
 	eventually(t, "RevisionMissing, last split kept", func() (bool, string) {
 		got := get()
 		c := meta.FindStatusCondition(got.Status.Conditions, names.ConditionReady)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,6 +88,19 @@ func getService(t *testing.T, c client.Client, name string) *servingv1alpha1.Ser
 		t.Fatal(err)
 	}
 	return &s
+}
+
+// updateService changes Service hello with change, again on a conflict
+// (the reconcilers write its status meanwhile).
+func updateService(t *testing.T, c client.Client, change func(*servingv1alpha1.Service)) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := getService(t, c, "hello")
+		change(s)
+		return c.Update(context.Background(), s)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func conditions(s *servingv1alpha1.ServiceStatus) string {
@@ -192,11 +206,9 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 
 	// A new image: hello-00002; hello-00001 is not touched, and stays
 	// the latest ready (and gets the traffic) until hello-00002 is.
-	s := getService(t, c, "hello")
-	s.Spec.Template.Spec.Containers[0].Image = "hello:v2"
-	if err := c.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, func(s *servingv1alpha1.Service) {
+		s.Spec.Template.Spec.Containers[0].Image = "hello:v2"
+	})
 	eventually(t, "hello-00002", func() (bool, string) {
 		s := getService(t, c, "hello")
 		return s.Status.LatestCreatedRevisionName == "hello-00002", conditions(&s.Status)
@@ -214,7 +226,7 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	if err := c.Get(ctx, key("hello-00002-deployment"), &d); err != nil || d.Spec.Template.Spec.Containers[0].Image != "hello:v2" {
 		t.Errorf("hello-00002's Deployment: %v %+v", err, d.Spec.Template.Spec.Containers)
 	}
-	s = getService(t, c, "hello")
+	s := getService(t, c, "hello")
 	if s.Status.LatestReadyRevisionName != "hello-00001" || s.Status.Traffic[0].RevisionName != "hello-00001" {
 		t.Errorf("before hello-00002 is ready: %s", conditions(&s.Status))
 	}
@@ -226,11 +238,9 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 
 	// A traffic change leaves the template alone: no new Revision, and
 	// the split resolves (latest -> hello-00002).
-	s = getService(t, c, "hello")
-	s.Spec.Traffic = []servingv1alpha1.TrafficTarget{{LatestRevision: ptr(true), Percent: ptr(int64(60))}, {RevisionName: "hello-00001", Percent: ptr(int64(40)), Tag: "old"}}
-	if err := c.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, func(s *servingv1alpha1.Service) {
+		s.Spec.Traffic = []servingv1alpha1.TrafficTarget{{LatestRevision: ptr(true), Percent: ptr(int64(60))}, {RevisionName: "hello-00001", Percent: ptr(int64(40)), Tag: "old"}}
+	})
 	eventually(t, "split resolved", func() (bool, string) {
 		s := getService(t, c, "hello")
 		return s.Status.ObservedGeneration == s.Generation && len(s.Status.Traffic) == 2 && s.Status.Traffic[0].RevisionName == "hello-00002" &&
@@ -256,12 +266,10 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	}
 
 	// The template names hello-00001, which has another spec: refused.
-	s = getService(t, c, "hello")
-	s.Spec.Template.Metadata.Name = "hello-00001"
-	s.Spec.Template.Spec.Containers[0].Image = "hello:v3"
-	if err := c.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, func(s *servingv1alpha1.Service) {
+		s.Spec.Template.Metadata.Name = "hello-00001"
+		s.Spec.Template.Spec.Containers[0].Image = "hello:v3"
+	})
 	eventually(t, "name refused", func() (bool, string) {
 		s := getService(t, c, "hello")
 		cr := meta.FindStatusCondition(s.Status.Conditions, service.ConditionConfigurationsReady)
@@ -274,11 +282,9 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 		t.Errorf("after the refusal: %s, hello-00001 image %s", sortedNames(revs), revs["hello-00001"].Spec.Containers[0].Image)
 	}
 	// A new name is taken as given.
-	s = getService(t, c, "hello")
-	s.Spec.Template.Metadata.Name = "hello-v3"
-	if err := c.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, func(s *servingv1alpha1.Service) {
+		s.Spec.Template.Metadata.Name = "hello-v3"
+	})
 	eventually(t, "hello-v3", func() (bool, string) {
 		s := getService(t, c, "hello")
 		return s.Status.LatestCreatedRevisionName == "hello-v3", conditions(&s.Status)
@@ -311,11 +317,9 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	// hello-00001 loses its share and tag: reserve, its PodAutoscaler
 	// Unreachable (it scales to zero whatever min-scale says); hello-00002,
 	// routed, stays active.
-	s = getService(t, c, "hello")
-	s.Spec.Traffic = nil
-	if err := c.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, func(s *servingv1alpha1.Service) {
+		s.Spec.Traffic = nil
+	})
 	routing := func(name string) (servingv1alpha1.RoutingState, v1alpha1.Reachability) {
 		var rev servingv1alpha1.Revision
 		var pa v1alpha1.PodAutoscaler
@@ -339,11 +343,9 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	gc := config.Defaults()
 	gc.GC = config.GC{MinNonActive: 0, MaxNonActive: config.Disabled}
 	cfg.Store(gc)
-	s = getService(t, c, "hello")
-	s.Annotations = map[string]string{"nudge": "gc"} // any change reconciles the Service
-	if err := c.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	updateService(t, c, func(s *servingv1alpha1.Service) {
+		s.Annotations = map[string]string{"nudge": "gc"} // any change reconciles the Service
+	})
 	eventually(t, "hello-00001 collected", func() (bool, string) {
 		revs := revisions(t, c)
 		_, kept := revs["hello-00001"]

@@ -62,6 +62,21 @@ $(GOLANGCI_LINT):
 build: ## Build the binaries into ./bin (the images' binaries: agent, controller, activator, the autoscale test app).
 	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/... ./controller/cmd/... ./activator/cmd/... ./test/autoscale
 
+# The images (agent, controller, activator, the autoscale test app) as an
+# OCI layout; tagged with the chart's appVersion, every time in them the
+# commit's (SOURCE_DATE_EPOCH), so one commit gives one digest per image.
+IMAGES_LAYOUT ?= $(CURDIR)/out/images
+REGISTRY ?=
+
+.PHONY: images
+images: ## Build the OCI images into out/images (no Docker; static binaries on a minimal base) and print their digests.
+	$(GO) run ./hack/images build --layout $(IMAGES_LAYOUT)
+
+.PHONY: push
+push: ## Push out/images to $(REGISTRY) (host[:port][/path]; plain HTTP for localhost/127.0.0.1, else HTTPS with your docker credentials): make images push REGISTRY=...
+	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY=host[:port][/path], e.g. make images push REGISTRY=127.0.0.1:5000/sockscale" >&2; exit 1; }
+	$(GO) run ./hack/images push --layout $(IMAGES_LAYOUT) --registry $(REGISTRY)
+
 ##@ Test
 
 # Privileged tests are routed by name, never by a package list: each prefix

@@ -116,8 +116,8 @@ test-integration: control-plane ## The agent, the API and the reconcilers agains
 DEMO_FLAGS ?=
 
 .PHONY: demo
-demo: deps cluster-binaries build $(HELM) ## The README's first command (root): a local cluster, the chart, a load ramp with a live table, out/demo.png.
-	$(GO) run ./test/demo --bin-dir $(BIN_DIR) --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR) --out out/demo.png $(DEMO_FLAGS)
+demo: deps cluster-binaries $(HELM) ## The README's first command (root): a local cluster, the images and chart pushed to its registry and installed from there, a load ramp with a live table, out/demo.png.
+	$(GO) run ./test/demo --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR) --out out/demo.png $(DEMO_FLAGS)
 
 ##@ Benchmarks
 

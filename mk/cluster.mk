@@ -18,8 +18,11 @@ export SOCKSCALE_CLUSTER_BINARIES := $(CLUSTER_BIN_DIR)
 # Where the local cluster keeps its state, logs and kubeconfig.
 CLUSTER_STATE_DIR ?= $(CACHE_DIR)/cluster
 CLUSTER_NODES ?= 2
-# The cluster command, and the images' binaries (sockscale-agent, ...).
+# The cluster command.
 SOCKSCALE_CLUSTER := $(BIN_DIR)/sockscale-cluster
+# The cluster's OCI registry (test/cluster.RegistryAddr): cluster-up pushes
+# the images there.
+CLUSTER_REGISTRY := 127.0.0.1:12390
 
 .SECONDEXPANSION:
 
@@ -41,11 +44,12 @@ $(COREDNS):
 sockscale-cluster: ## Build the local cluster's command into $(BIN_DIR).
 	$(GO) build -o $(SOCKSCALE_CLUSTER) ./test/cluster/cmd/sockscale-cluster
 
-CLUSTER_FLAGS = --nodes $(CLUSTER_NODES) --state-dir $(CLUSTER_STATE_DIR) --bin-dir $(BIN_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR)
+CLUSTER_FLAGS = --nodes $(CLUSTER_NODES) --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR)
 
 .PHONY: cluster-up
-cluster-up: cluster-binaries build sockscale-cluster ## Start the local cluster (root); images run the binaries of $(BIN_DIR). Prints the kubeconfig.
+cluster-up: cluster-binaries sockscale-cluster ## Start the local cluster (root) and push the images to its registry ($(CLUSTER_REGISTRY)/sockscale). Prints the kubeconfig.
 	$(SOCKSCALE_CLUSTER) up $(CLUSTER_FLAGS)
+	$(MAKE) images push REGISTRY=$(CLUSTER_REGISTRY)/sockscale
 
 .PHONY: cluster-status
 cluster-status: sockscale-cluster ## What the local cluster runs, and its nodes.
@@ -57,5 +61,5 @@ cluster-down: sockscale-cluster ## Stop the local cluster and remove everything 
 
 .PHONY: test-e2e
 # One cluster per machine: the packages run one after the other (-p 1).
-test-e2e: deps cluster-binaries build $$(HELM) ## End-to-end tests (TestE2E*): the harness itself, then KPA.md's scenarios with the chart installed by helm (root).
+test-e2e: deps cluster-binaries $$(HELM) ## End-to-end tests (TestE2E*): the harness itself, then KPA.md's scenarios with the chart installed by helm (root).
 	$(GO) test -count=1 -p 1 -timeout 40m -run '$(call test-pattern,$(E2E_TEST_PREFIXES))' $(call test-packages,$(E2E_TEST_PREFIXES))

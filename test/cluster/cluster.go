@@ -204,8 +204,20 @@ func (c *Cluster) up(ctx context.Context) error {
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10259"); err != nil {
 		return err
 	}
+	// The registry's blobs go with its manifests (in its memory): a new
+	// cluster starts with an empty registry. The nodes' image cache stays.
+	regDir := filepath.Join(c.opts.StateDir, "registry")
+	if err := os.RemoveAll(regDir); err != nil {
+		return err
+	}
+	if err := c.startDaemon("registry", c.opts.Self, "registry", "--state-dir", c.opts.StateDir); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, "http://"+RegistryAddr+"/v2/", "", nil, 30*time.Second); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
 	if err := c.startDaemon("node-simulator", c.opts.Self, "simulate", "--state-dir", c.opts.StateDir,
-		"--bin-dir", c.opts.BinDir, "--nodes", fmt.Sprint(c.opts.Nodes)); err != nil {
+		"--nodes", fmt.Sprint(c.opts.Nodes)); err != nil {
 		return err
 	}
 	if err := c.waitNodesReady(ctx, 60*time.Second); err != nil {
@@ -480,6 +492,7 @@ func (c *Cluster) Status(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", p.Name, p.PID, s, filepath.Join(c.LogDir(), p.Name+".log"))
 	}
 	fmt.Fprintf(w, "kubeconfig: %s\n", c.Kubeconfig)
+	fmt.Fprintf(w, "registry: %s (plain HTTP; push images to %s/<path>/<name>:<tag>)\n", RegistryAddr, RegistryAddr)
 	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)

@@ -57,7 +57,7 @@ func TestE2EAgent(t *testing.T) {
 				Spec: corev1.PodSpec{
 					ServiceAccountName: "agent",
 					Containers: []corev1.Container{{
-						Name: "agent", Image: "ghcr.io/sockscale/sockscale-agent:dev",
+						Name: "agent", Image: agentImage,
 						// The default --socket-redirect=auto on a cluster with
 						// neither the ServerlessService CRD nor RBAC on Services,
 						// which the redirect watches (the chart installs both):

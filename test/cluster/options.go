@@ -27,6 +27,10 @@ const (
 	ForwardChain = "SCCL-FORWARD"
 
 	APIServerPort = 6443
+	// RegistryAddr is the cluster's OCI registry (plain HTTP, loopback
+	// only): the node simulator pulls every pod's image from it, so push
+	// images to RegistryAddr/<path>/<name>:<tag>.
+	RegistryAddr  = "127.0.0.1:12390"
 	EtcdPort      = 12379
 	EtcdPeerPort  = 12380
 	DNSPort       = 53
@@ -53,8 +57,6 @@ type Options struct {
 	// StateDir keeps certificates, kubeconfigs, logs, etcd's data and the
 	// state file of what runs.
 	StateDir string
-	// BinDir holds the images' binaries (see ImageTable).
-	BinDir string
 	// KubeBinDir holds etcd, kube-apiserver, kube-controller-manager,
 	// kube-scheduler, kube-proxy, kubectl and coredns (make cluster-binaries).
 	KubeBinDir string
@@ -94,7 +96,7 @@ func (o *Options) defaults() error {
 		o.KubeBinDir = DefaultKubeBinDir()
 	}
 	var err error
-	for _, p := range []*string{&o.StateDir, &o.BinDir, &o.KubeBinDir} {
+	for _, p := range []*string{&o.StateDir, &o.KubeBinDir} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
 				return err
@@ -126,30 +128,3 @@ func NodeIP(i int) netip.Addr { return NodeCIDR(i).Addr().Next() }
 
 // NodeBridge is node i's bridge, its pods' veths are its ports.
 func NodeBridge(node string) string { return Prefix + "-" + node }
-
-// ImageTable maps an image to the binary that stands for it: the key is the
-// image reference's last path element without registry, tag or digest
-// ("ghcr.io/sockscale/sockscale-agent:v1" -> "sockscale-agent"). A pod with
-// any other image waits with reason ErrImagePull naming the image and the
-// table.
-func ImageTable(binDir string) map[string]string {
-	t := map[string]string{}
-	for _, name := range []string{"sockscale-agent", "sockscale-controller", "sockscale-activator", "autoscale"} {
-		t[name] = filepath.Join(binDir, name)
-	}
-	return t
-}
-
-// ImageKey is the key of image in ImageTable.
-func ImageKey(image string) string {
-	if i := strings.IndexByte(image, '@'); i >= 0 {
-		image = image[:i]
-	}
-	if i := strings.LastIndexByte(image, '/'); i >= 0 {
-		image = image[i+1:]
-	}
-	if i := strings.IndexByte(image, ':'); i >= 0 {
-		image = image[:i]
-	}
-	return image
-}

@@ -510,6 +510,7 @@ type container struct {
 	started   bool
 	proc      *os.Process
 	exited    chan struct{}
+	imageID   string // repository@digest of the image pulled
 }
 
 func newContainer(w *podWorker, spec *corev1.Container, init bool) *container {
@@ -520,7 +521,7 @@ func newContainer(w *podWorker, spec *corev1.Container, init bool) *container {
 func (c *container) status() corev1.ContainerStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: "sockscale-cluster://" + ImageKey(c.spec.Image),
+	cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: c.imageID,
 		State: c.state, LastTerminationState: c.lastState, RestartCount: c.restarts, Ready: c.ready,
 		Started: ptr.To(c.started)}
 	if c.proc != nil && c.state.Running != nil {
@@ -560,11 +561,12 @@ func (c *container) loop(ctx context.Context) {
 			return
 		default:
 		}
-		began := time.Now()
-		code, err := c.runOnce(ctx)
-		if errors.Is(err, errUnknownImage) {
-			return // waits with ErrImagePull until the pod goes
+		img, ok := c.pull(ctx)
+		if !ok {
+			return
 		}
+		began := time.Now()
+		code, err := c.runOnce(ctx, img)
 		select {
 		case <-c.w.deleting:
 			return
@@ -600,27 +602,64 @@ func (c *container) loop(ctx context.Context) {
 	}
 }
 
-// runOnce starts the container's process and waits for it to end; it
-// returns the exit code, or an error if it could not start.
-func (c *container) runOnce(ctx context.Context) (int, error) {
+// Image pull backoff: ErrImagePull shows for pullErrShown after a failed
+// pull, then ImagePullBackOff until the next try, 2 s doubling to 20 s
+// (the kubelet's is 10 s doubling to 5 min: tests would wait minutes).
+const (
+	pullErrShown   = time.Second
+	pullBackoffMin = 2 * time.Second
+	pullBackoffMax = 20 * time.Second
+)
+
+// pull gets the container's image as its imagePullPolicy says, retrying
+// with backoff while the pull fails (the container waits in ErrImagePull,
+// then ImagePullBackOff, with the registry's error); false when the pod
+// goes first.
+func (c *container) pull(ctx context.Context) (*pulledImage, bool) {
+	backoff := pullBackoffMin
+	for {
+		img, err := c.w.s.images.get(ctx, c.spec.Image, c.spec.ImagePullPolicy)
+		if err == nil {
+			c.set(func() { c.imageID = img.ID })
+			return img, true
+		}
+		reason := "ErrImagePull"
+		if errors.Is(err, errNeverPull) {
+			reason = "ErrImageNeverPull"
+		}
+		msg := fmt.Sprintf("failed to pull image %q: %v", c.spec.Image, err)
+		c.w.log().Warn("pull", "image", c.spec.Image, "err", err)
+		c.set(func() {
+			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+		})
+		for _, step := range []struct {
+			wait   time.Duration
+			reason string
+		}{{pullErrShown, ""}, {backoff, "ImagePullBackOff"}} {
+			if step.reason != "" && reason == "ErrImagePull" {
+				m := fmt.Sprintf("Back-off pulling image %q: %v", c.spec.Image, err)
+				c.set(func() {
+					c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: step.reason, Message: m}}
+				})
+			}
+			select {
+			case <-c.w.deleting:
+				return nil, false
+			case <-ctx.Done():
+				return nil, false
+			case <-time.After(step.wait):
+			}
+		}
+		backoff = min(2*backoff, pullBackoffMax)
+	}
+}
+
+// runOnce starts the container's process from img and waits for it to
+// end; it returns the exit code, or an error if it could not start.
+func (c *container) runOnce(ctx context.Context, img *pulledImage) (int, error) {
 	w := c.w
 	pod := w.snapshot()
-	key := ImageKey(c.spec.Image)
-	bin, ok := w.s.images[key]
-	if ok {
-		if _, err := os.Stat(bin); err != nil {
-			ok = false
-		}
-	}
-	if !ok {
-		c.set(func() {
-			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
-				Message: fmt.Sprintf("image %q (key %q) is not in the image table of test/cluster (ImageTable: %s), or its binary is missing",
-					c.spec.Image, key, imageTableString(w.s.images))}}
-		})
-		return 0, errUnknownImage
-	}
-	spec, err := w.initSpec(ctx, pod, c.spec, bin)
+	spec, err := w.initSpec(ctx, pod, c.spec, img)
 	if err != nil {
 		c.set(func() {
 			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
@@ -718,16 +757,6 @@ func (c *container) kill() {
 		grace = *g
 	}
 	c.terminate(time.Duration(grace) * time.Second)
-}
-
-func imageTableString(t map[string]string) string {
-	var parts []string
-	for _, k := range []string{"sockscale-agent", "sockscale-controller", "sockscale-activator", "autoscale"} {
-		if v, ok := t[k]; ok {
-			parts = append(parts, k+" -> "+v)
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // PodLogPath is where a container's stdout and stderr go (appended across

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +65,14 @@ func PodInit(specPath string) error {
 			return fmt.Errorf("workingDir: %w", err)
 		}
 	}
+	// Opened as root before the user switch: the image's rootfs is below
+	// the state dir, whose parents (~root) another user may not search;
+	// execveat needs only the file's own execute bit, as in a container
+	// whose root is the image.
+	exe, err := openExecutable(spec.Rootfs, spec.Path, spec.Env)
+	if err != nil {
+		return err
+	}
 	if err := dropCaps(spec.Caps, spec.UID, spec.GID); err != nil {
 		return err
 	}
@@ -72,7 +82,61 @@ func PodInit(specPath string) error {
 		}
 	}
 	argv := append([]string{spec.Path}, spec.Args...)
-	return fmt.Errorf("exec %s: %w", spec.Path, syscall.Exec(spec.Path, argv, spec.Env))
+	return fmt.Errorf("exec %s of the image: %w", spec.Path, execveat(exe, argv, spec.Env))
+}
+
+// openExecutable opens the container's executable in rootfs: p itself if
+// it has a slash (relative to the image's root), else the first regular
+// file named p in a directory of env's PATH. Symlinks are followed within
+// rootfs only.
+func openExecutable(rootfs, p string, env []string) (*os.File, error) {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("image rootfs: %w", err)
+	}
+	defer func() { _ = root.Close() }()
+	var candidates []string
+	if strings.Contains(p, "/") {
+		candidates = []string{p}
+	} else {
+		pathVar := ""
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				pathVar = v
+			}
+		}
+		for _, d := range filepath.SplitList(pathVar) {
+			candidates = append(candidates, filepath.Join(d, p))
+		}
+	}
+	for _, c := range candidates {
+		rel := strings.TrimPrefix(filepath.Clean("/"+c), "/")
+		fi, err := root.Stat(rel)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		return root.Open(rel)
+	}
+	return nil, fmt.Errorf("executable %q not found in the image (looked at %s)", p, strings.Join(candidates, ", "))
+}
+
+// execveat execs the file f (execveat(2) with AT_EMPTY_PATH).
+func execveat(f *os.File, argv, env []string) error {
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return err
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return err
+	}
+	empty, err := syscall.BytePtrFromString("")
+	if err != nil {
+		return err
+	}
+	_, _, errno := syscall.Syscall6(unix.SYS_EXECVEAT, f.Fd(), uintptr(unsafe.Pointer(empty)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)
+	return errno
 }
 
 // bindMount mounts m.Source at m.Target, creating the target (a directory

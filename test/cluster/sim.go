@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -37,7 +36,6 @@ import (
 // SimOptions configures Simulate.
 type SimOptions struct {
 	StateDir string
-	BinDir   string
 	Nodes    int
 	// Self is the sockscale-cluster binary (the pod-init helper).
 	Self string
@@ -48,7 +46,7 @@ type sim struct {
 	opts       SimOptions
 	client     kubernetes.Interface
 	cgroupRoot string
-	images     map[string]string
+	images     *imageStore
 	nodes      map[string]*simNode
 	caPEM      []byte
 
@@ -86,7 +84,7 @@ func Simulate(ctx context.Context, opts SimOptions) error {
 	if err != nil {
 		return err
 	}
-	s := &sim{opts: opts, client: client, cgroupRoot: root, images: ImageTable(opts.BinDir),
+	s := &sim{opts: opts, client: client, cgroupRoot: root, images: newImageStore(filepath.Join(opts.StateDir, "images")),
 		nodes: map[string]*simNode{}, workers: map[types.UID]*podWorker{}, caPEM: caPEM}
 	for i := 0; i < opts.Nodes; i++ {
 		n := &simNode{name: NodeName(i), index: i, ips: map[netip.Addr]types.UID{}}
@@ -339,5 +337,3 @@ func (s *sim) renewLease(ctx context.Context, n *simNode) error {
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	return err
 }
-
-var errUnknownImage = errors.New("image not in the image table")

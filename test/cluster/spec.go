@@ -21,9 +21,13 @@ type initSpec struct {
 	Hostname string      `json:"hostname"`
 	Mounts   []mountSpec `json:"mounts"`
 	Env      []string    `json:"env"`
-	Path     string      `json:"path"`
-	Args     []string    `json:"args"`
-	Dir      string      `json:"dir,omitempty"`
+	// Rootfs is the image's unpacked root filesystem; Path (absolute, or
+	// a name looked up in the PATH of Env) is resolved in it, never on the
+	// host.
+	Rootfs string   `json:"rootfs"`
+	Path   string   `json:"path"`
+	Args   []string `json:"args"`
+	Dir    string   `json:"dir,omitempty"`
 	// Caps are the capabilities the process keeps (numbers); every other
 	// one leaves the bounding, permitted, effective and inheritable sets.
 	Caps       []int  `json:"caps"`
@@ -44,9 +48,14 @@ type mountSpec struct {
 	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
-func (w *podWorker) initSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Container, bin string) (*initSpec, error) {
-	spec := &initSpec{Path: bin, Dir: c.WorkingDir, Hostname: pod.Name,
+func (w *podWorker) initSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Container, img *pulledImage) (*initSpec, error) {
+	spec := &initSpec{Rootfs: img.Rootfs, Dir: c.WorkingDir, Hostname: pod.Name,
 		CreatedLog: filepath.Join(w.s.opts.StateDir, "created-paths")}
+	// The image's working directory is in its rootfs; the container's
+	// own is a host path, like its volumes' mount paths (see README.md).
+	if spec.Dir == "" && img.Config.WorkingDir != "" {
+		spec.Dir = filepath.Join(img.Rootfs, img.Config.WorkingDir)
+	}
 	if pod.Spec.Hostname != "" {
 		spec.Hostname = pod.Spec.Hostname
 	}
@@ -55,7 +64,7 @@ func (w *podWorker) initSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	} else {
 		spec.NetNS = filepath.Join("/run/netns", w.netns)
 	}
-	env, err := w.env(ctx, pod, c)
+	env, err := w.env(ctx, pod, c, img.Config.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -66,16 +75,18 @@ func (w *podWorker) initSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	for _, e := range env {
 		vars[e.Name] = e.Value
 	}
-	// command[0] names the image's binary in most charts ("/sockscale-agent"):
-	// dropped when its base name is the image key or the binary's; any other
-	// command is passed to the binary as leading arguments.
-	args := append([]string(nil), c.Command...)
-	if len(args) > 0 && (filepath.Base(args[0]) == ImageKey(c.Image) || filepath.Base(args[0]) == filepath.Base(bin)) {
-		args = args[1:]
+	var command, args []string
+	for _, a := range c.Command {
+		command = append(command, expand(a, vars))
 	}
-	for _, a := range append(args, c.Args...) {
-		spec.Args = append(spec.Args, expand(a, vars))
+	for _, a := range c.Args {
+		args = append(args, expand(a, vars))
 	}
+	argv, err := containerArgv(command, args, img.Config)
+	if err != nil {
+		return nil, err
+	}
+	spec.Path, spec.Args = argv[0], argv[1:]
 	mounts, err := w.mounts(pod, c)
 	if err != nil {
 		return nil, err
@@ -88,6 +99,12 @@ func (w *podWorker) initSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	spec.Caps = caps
 	sc := c.SecurityContext
 	psc := pod.Spec.SecurityContext
+	// The image's user unless the pod or container sets one, as runc does.
+	uid, gid, err := imageUser(img.Rootfs, img.Config.User)
+	if err != nil {
+		return nil, err
+	}
+	spec.UID, spec.GID = &uid, &gid
 	if sc != nil && sc.RunAsUser != nil {
 		spec.UID = sc.RunAsUser
 	} else if psc != nil && psc.RunAsUser != nil {
@@ -97,6 +114,13 @@ func (w *podWorker) initSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		spec.GID = sc.RunAsGroup
 	} else if psc != nil && psc.RunAsGroup != nil {
 		spec.GID = psc.RunAsGroup
+	}
+	nonRoot := psc != nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot
+	if sc != nil && sc.RunAsNonRoot != nil {
+		nonRoot = *sc.RunAsNonRoot
+	}
+	if nonRoot && *spec.UID == 0 {
+		return nil, fmt.Errorf("container has runAsNonRoot and image will run as root (image user %q, no runAsUser)", img.Config.User)
 	}
 	spec.ReadOnlyRoot = sc != nil && sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
 	if sc != nil && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation && (sc.Privileged == nil || !*sc.Privileged) {
@@ -133,9 +157,21 @@ func expand(s string, vars map[string]string) string {
 
 // env is the container's environment: the kubelet's defaults, then envFrom,
 // then env with valueFrom resolved.
-func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Container) ([]corev1.EnvVar, error) {
+func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Container, imageEnv []string) ([]corev1.EnvVar, error) {
 	out := []corev1.EnvVar{
 		{Name: "PATH", Value: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	}
+	// The image's environment, then what the kubelet and the container
+	// set (they win, as with a runtime).
+	for _, kv := range imageEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "PATH" {
+			out[0].Value = v
+			continue
+		}
+		out = append(out, corev1.EnvVar{Name: k, Value: v})
+	}
+	out = append(out, []corev1.EnvVar{
 		{Name: "HOSTNAME", Value: pod.Name},
 		{Name: "KUBERNETES_SERVICE_HOST", Value: KubernetesServiceIP.String()},
 		{Name: "KUBERNETES_SERVICE_PORT", Value: "443"},
@@ -145,7 +181,7 @@ func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		{Name: "KUBERNETES_PORT_443_TCP_PROTO", Value: "tcp"},
 		{Name: "KUBERNETES_PORT_443_TCP_PORT", Value: "443"},
 		{Name: "KUBERNETES_PORT_443_TCP_ADDR", Value: KubernetesServiceIP.String()},
-	}
+	}...)
 	idx := map[string]int{}
 	setVar := func(name, val string) {
 		if i, ok := idx[name]; ok {
@@ -155,8 +191,8 @@ func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		idx[name] = len(out)
 		out = append(out, corev1.EnvVar{Name: name, Value: val})
 	}
-	for _, e := range out {
-		idx[e.Name] = len(idx)
+	for i, e := range out {
+		idx[e.Name] = i
 	}
 	cms := w.s.client.CoreV1().ConfigMaps(pod.Namespace)
 	secrets := w.s.client.CoreV1().Secrets(pod.Namespace)

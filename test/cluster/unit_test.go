@@ -9,19 +9,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func TestImageKey(t *testing.T) {
-	for in, want := range map[string]string{
-		"ghcr.io/sockscale/sockscale-agent:v0.1.0": "sockscale-agent",
-		"sockscale-controller":                     "sockscale-controller",
-		"localhost:5000/autoscale@sha256:abcd":     "autoscale",
-		"registry:5000/a/b/sockscale-activator:x":  "sockscale-activator",
-	} {
-		if got := ImageKey(in); got != want {
-			t.Errorf("ImageKey(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestContainerCaps(t *testing.T) {
 	sc := func(add, drop []corev1.Capability) *corev1.SecurityContext {
 		return &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: add, Drop: drop}}

@@ -24,21 +24,20 @@ import (
 )
 
 type flags struct {
-	stateDir, binDir, kubeBinDir, helm, out string
-	nodes                                   int
-	ramp                                    []int
-	step                                    time.Duration
-	burst                                   int
-	after                                   time.Duration
-	rollout                                 bool
-	rolloutOut                              string
+	stateDir, kubeBinDir, helm, out string
+	nodes                           int
+	ramp                            []int
+	step                            time.Duration
+	burst                           int
+	after                           time.Duration
+	rollout                         bool
+	rolloutOut                      string
 }
 
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("sockscale-demo", flag.ContinueOnError)
 	fs.StringVar(&f.stateDir, "state-dir", cluster.DefaultStateDir(), "the local cluster's state directory")
-	fs.StringVar(&f.binDir, "bin-dir", "bin", "the images' binaries (make build)")
 	fs.StringVar(&f.kubeBinDir, "kube-bin-dir", cluster.DefaultKubeBinDir(), "the control plane's binaries (make cluster-binaries)")
 	fs.StringVar(&f.helm, "helm", stack.HelmFromEnv(), "helm binary (default $HELM)")
 	fs.StringVar(&f.out, "out", "out/demo.png", "where the timeline plot is written")
@@ -118,7 +117,7 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 	say("starting a %d-node local cluster (real etcd, kube-apiserver, controller-manager, scheduler, kube-proxy, CoreDNS; simulated nodes)", f.nodes)
 	upCtx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
-	c, err := cluster.Up(upCtx, cluster.Options{Nodes: f.nodes, StateDir: f.stateDir, BinDir: f.binDir, KubeBinDir: f.kubeBinDir})
+	c, err := cluster.Up(upCtx, cluster.Options{Nodes: f.nodes, StateDir: f.stateDir, KubeBinDir: f.kubeBinDir})
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}
@@ -128,7 +127,16 @@ func run(ctx context.Context, f *flags, w io.Writer) error {
 		return err
 	}
 	start = time.Now()
-	say("helm upgrade --install sockscale charts/sockscale -n %s (stable window 20s for a short demo)", stack.Namespace)
+	say("make images push REGISTRY=%s; helm package and push to oci://%s", stack.ImageRepo, stack.ChartRepo)
+	if err := stack.PushImages(upCtx); err != nil {
+		return err
+	}
+	if err := s.PushChart(upCtx); err != nil {
+		return err
+	}
+	say("images and chart pushed in %s", time.Since(start).Round(time.Second))
+	start = time.Now()
+	say("helm upgrade --install sockscale oci://%s/sockscale --plain-http -n %s (stable window 20s for a short demo)", stack.ChartRepo, stack.Namespace)
 	if err := s.Install(upCtx, "autoscaler.stable-window=20s"); err != nil {
 		return err
 	}

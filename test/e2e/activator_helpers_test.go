@@ -19,13 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
-// unknownImage is an image the node simulator has no binary for: the
-// pod's container waits in ErrImagePull and never answers, so the target
-// has a pod (with an address) that never becomes ready.
-const unknownImage = "ghcr.io/sockscale/never-pulled:0.1.0"
+// unknownImage is an image the cluster's registry does not have: its
+// pods wait in ErrImagePull and ImagePullBackOff and never answer, so
+// the target has a pod (with an address) that never becomes ready.
+const unknownImage = cluster.RegistryAddr + "/sockscale/never-pushed:0.1.0"
 
 // removeAtEnd deletes the app when the test ends, so the pods of one
 // scenario do not load the next.

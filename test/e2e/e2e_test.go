@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -57,22 +56,13 @@ const appNS = "e2e"
 // reinstalls with these alone when it ends.
 var chartSets = []string{"autoscaler.stable-window=20s"}
 
-// binDir holds the images' binaries (make build).
-func binDir() string {
-	if d := os.Getenv("SOCKSCALE_BIN_DIR"); d != "" {
-		return d
-	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "bin")
-}
-
 // up returns the shared cluster with sockscale installed by helm.
 func up(t *testing.T) *stack.Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, need := range []string{filepath.Join(binDir(), "sockscale-agent"), filepath.Join(binDir(), "sockscale-controller"), filepath.Join(binDir(), "sockscale-activator"), filepath.Join(binDir(), "autoscale"), stack.HelmFromEnv()} {
+	for _, need := range []string{stack.HelmFromEnv()} {
 		if _, err := os.Stat(need); need == "" || err != nil {
-			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the binaries, the cluster's and helm)", need)
+			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
 			if os.Getenv("CI") == "true" {
 				t.Fatal(msg + "; CI=true forbids skipping")
 			}
@@ -83,7 +73,7 @@ func up(t *testing.T) *stack.Stack {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
 		start := time.Now()
-		shared, upErr = cluster.Up(ctx, cluster.Options{Nodes: 2, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e"), BinDir: binDir()})
+		shared, upErr = cluster.Up(ctx, cluster.Options{Nodes: 2, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e")})
 		if upErr != nil {
 			return
 		}
@@ -91,6 +81,16 @@ func up(t *testing.T) *stack.Stack {
 		if st, upErr = stack.New(shared.Config, shared.Kubeconfig, stack.HelmFromEnv(), cluster.ServiceCIDR); upErr != nil {
 			return
 		}
+		// As users would: the images and the packaged chart in a registry
+		// (the cluster's), the chart installed from there.
+		start = time.Now()
+		if upErr = stack.PushImages(ctx); upErr != nil {
+			return
+		}
+		if upErr = st.PushChart(ctx); upErr != nil {
+			return
+		}
+		t.Logf("images and chart pushed to %s in %s", cluster.RegistryAddr, time.Since(start).Round(100*time.Millisecond))
 		start = time.Now()
 		upErr = st.Install(ctx, chartSets...)
 		t.Logf("chart installed in %s", time.Since(start).Round(100*time.Millisecond))

@@ -25,17 +25,47 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/internal/imagebuild"
+	"github.com/sockscale/sockscale/test/cluster"
 )
 
 // Namespace is where the chart is installed.
 const Namespace = "sockscale-system"
 
-// AppImage is the autoscale test app's image (the node simulator runs
-// bin/autoscale for it).
-const AppImage = "ghcr.io/sockscale/autoscale:0.1.0"
+// The harness pushes the images (make images) and the chart to the local
+// cluster's registry and installs the chart from there, as users would:
+// ImageRepo/<image>:<appVersion> and oci://ChartRepo/sockscale.
+const (
+	ImageRepo = cluster.RegistryAddr + "/sockscale"
+	ChartRepo = cluster.RegistryAddr + "/charts"
+)
+
+// AppImage is the autoscale test app's image (PushImages pushes it).
+var AppImage = ImageRepo + "/autoscale:" + mustChart().AppVersion
+
+// chartMeta is what the harness reads of Chart.yaml.
+type chartMeta struct {
+	Version    string `json:"version"`
+	AppVersion string `json:"appVersion"`
+}
+
+// mustChart reads the chart's Chart.yaml, which is in the module: a
+// failure is a broken checkout.
+func mustChart() chartMeta {
+	b, err := os.ReadFile(filepath.Join(ChartDir(), "Chart.yaml"))
+	if err != nil {
+		panic(fmt.Sprintf("read the chart: %v", err))
+	}
+	var m chartMeta
+	if err := yaml.Unmarshal(b, &m); err != nil || m.Version == "" || m.AppVersion == "" {
+		panic(fmt.Sprintf("%s/Chart.yaml: version %q, appVersion %q: %v", ChartDir(), m.Version, m.AppVersion, err))
+	}
+	return m
+}
 
 // Stack is sockscale on a cluster.
 type Stack struct {
@@ -76,16 +106,65 @@ func ChartDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "sockscale")
 }
 
-// Install installs (or upgrades) the chart with helm and waits until its
-// workloads are ready. sets are extra --set key=value pairs.
+// moduleDir is the module's root (where `go build` of the images runs).
+func moduleDir() string { return filepath.Join(ChartDir(), "..", "..") }
+
+// PushImages builds the images (imagebuild.Images, every time in them the
+// commit's) and pushes them to ImageRepo, tagged with the chart's
+// appVersion.
+func PushImages(ctx context.Context) error {
+	epoch, err := imagebuild.SourceDateEpoch(ctx, moduleDir())
+	if err != nil {
+		return err
+	}
+	built, err := imagebuild.Build(ctx, imagebuild.Options{Dir: moduleDir(), Epoch: epoch}, imagebuild.Images)
+	if err != nil {
+		return err
+	}
+	_, err = imagebuild.Push(ctx, built, ImageRepo, mustChart().AppVersion)
+	return err
+}
+
+// PushChart packages the chart (helm package) and pushes it to
+// oci://ChartRepo (helm push, plain HTTP).
+func (s *Stack) PushChart(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "sockscale-chart-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := s.helm(ctx, "package", ChartDir(), "--destination", dir); err != nil {
+		return err
+	}
+	pkg := filepath.Join(dir, fmt.Sprintf("sockscale-%s.tgz", mustChart().Version))
+	return s.helm(ctx, "push", pkg, "oci://"+ChartRepo, "--plain-http")
+}
+
+// ImageSets are the --set values that point the chart's images at
+// ImageRepo (their tags stay the chart's appVersion).
+func ImageSets() []string {
+	var sets []string
+	for _, c := range []string{"agent", "controller", "activator"} {
+		sets = append(sets, fmt.Sprintf("%s.image.repository=%s/sockscale-%s", c, ImageRepo, c))
+	}
+	return sets
+}
+
+// Install installs (or upgrades) the chart pushed by PushChart from the
+// registry, its images from ImageRepo, and waits until its workloads are
+// ready. sets are extra --set key=value pairs.
 func (s *Stack) Install(ctx context.Context, sets ...string) error {
-	args := []string{"upgrade", "--install", "sockscale", ChartDir(), "--namespace", Namespace, "--create-namespace",
-		"--kubeconfig", s.Kubeconfig, "--wait", "--timeout", "4m"}
-	for _, set := range sets {
+	args := []string{"upgrade", "--install", "sockscale", "oci://" + ChartRepo + "/sockscale", "--version", mustChart().Version,
+		"--plain-http", "--namespace", Namespace, "--create-namespace", "--wait", "--timeout", "4m"}
+	for _, set := range append(ImageSets(), sets...) {
 		args = append(args, "--set", set)
 	}
-	cmd := exec.CommandContext(ctx, s.Helm, args...)
-	out, err := cmd.CombinedOutput()
+	return s.helm(ctx, args...)
+}
+
+func (s *Stack) helm(ctx context.Context, args ...string) error {
+	args = append(args, "--kubeconfig", s.Kubeconfig)
+	out, err := exec.CommandContext(ctx, s.Helm, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -99,9 +178,9 @@ type App struct {
 	Namespace, Name string
 	// Spec adjusts the PodAutoscaler's spec.
 	Spec func(*v1alpha1.PodAutoscalerSpec)
-	// Image of the app's container; empty: AppImage. An image the node
-	// simulator does not know leaves the pod waiting in ErrImagePull: a
-	// target whose pods never become ready.
+	// Image of the app's container; empty: AppImage. An image the
+	// registry does not have leaves the pod waiting in ErrImagePull and
+	// ImagePullBackOff: a target whose pods never become ready.
 	Image string
 }
 

@@ -1,11 +1,11 @@
 // Command sockscale-cluster runs a local Kubernetes cluster whose nodes are
 // simulated on this machine (see package test/cluster):
 //
-//	sockscale-cluster up [--nodes 2] [--state-dir DIR] [--bin-dir DIR]
+//	sockscale-cluster up [--nodes 2] [--state-dir DIR]
 //	sockscale-cluster status
 //	sockscale-cluster down
 //
-// `simulate` and `pod-init` are its own helpers, started by `up`.
+// `simulate`, `registry` and `pod-init` are its own helpers, started by `up`.
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -43,7 +44,6 @@ func run() error {
 	var opts cluster.Options
 	fs.IntVar(&opts.Nodes, "nodes", 2, "number of simulated nodes")
 	fs.StringVar(&opts.StateDir, "state-dir", cluster.DefaultStateDir(), "certificates, kubeconfig, logs and state")
-	fs.StringVar(&opts.BinDir, "bin-dir", "bin", "directory of the images' binaries (sockscale-agent, sockscale-controller, sockscale-activator, autoscale)")
 	fs.StringVar(&opts.KubeBinDir, "kube-bin-dir", cluster.DefaultKubeBinDir(), "etcd, kube-apiserver, ... (make cluster-binaries)")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		return err
@@ -56,8 +56,8 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("up in %s\nkubeconfig: %s\nlogs: %s\nexport KUBECONFIG=%s\n",
-			c.UpTime.Round(100*time.Millisecond), c.Kubeconfig, c.LogDir(), c.Kubeconfig)
+		fmt.Printf("up in %s\nkubeconfig: %s\nlogs: %s\nregistry: %s (plain HTTP; push images there, e.g. make images push REGISTRY=%s/sockscale)\nexport KUBECONFIG=%s\n",
+			c.UpTime.Round(100*time.Millisecond), c.Kubeconfig, c.LogDir(), cluster.RegistryAddr, cluster.RegistryAddr, c.Kubeconfig)
 		return nil
 	case "down":
 		return cluster.Down(opts)
@@ -73,7 +73,9 @@ func run() error {
 			return err
 		}
 		log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "node-simulator")
-		return cluster.Simulate(ctx, cluster.SimOptions{StateDir: opts.StateDir, BinDir: opts.BinDir, Nodes: opts.Nodes, Self: self, Log: log})
+		return cluster.Simulate(ctx, cluster.SimOptions{StateDir: opts.StateDir, Nodes: opts.Nodes, Self: self, Log: log})
+	case "registry":
+		return cluster.ServeRegistry(ctx, cluster.RegistryAddr, filepath.Join(opts.StateDir, "registry"))
 	}
 	return fmt.Errorf("unknown command %q: want up, down or status", cmd)
 }

@@ -29,3 +29,10 @@ chart-lint: $(HELM) ## helm lint --strict the chart (values.schema.json included
 .PHONY: chart-test
 chart-test: $(HELM) ## Render the chart with the pinned helm and check the objects (test/chart).
 	$(GO) test -count=1 ./test/chart/
+
+.PHONY: chart-push
+chart-push: $(HELM) ## Package the chart (helm package into out/charts) and push it to oci://$(REGISTRY) (plain HTTP for localhost/127.0.0.1): make chart-push REGISTRY=host:port/charts
+	@[ -n "$(REGISTRY)" ] || { echo "chart-push: set REGISTRY=host[:port][/path], e.g. make chart-push REGISTRY=127.0.0.1:12390/charts" >&2; exit 1; }
+	rm -rf out/charts && $(HELM) package charts/sockscale --destination out/charts
+	plain=; case "$(REGISTRY)" in localhost[:/]*|localhost|127.*) plain=--plain-http;; esac; \
+	  $(HELM) push out/charts/sockscale-*.tgz oci://$(REGISTRY) $$plain

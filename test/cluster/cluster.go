@@ -205,10 +205,13 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	// The registry's blobs go with its manifests (in its memory): a new
-	// cluster starts with an empty registry. The nodes' image cache stays.
-	regDir := filepath.Join(c.opts.StateDir, "registry")
-	if err := os.RemoveAll(regDir); err != nil {
-		return err
+	// cluster starts with an empty registry, and with nodes that have no
+	// images, as new nodes do (a tag cached from an earlier cluster would
+	// run an earlier build under IfNotPresent).
+	for _, d := range []string{"registry", "images"} {
+		if err := os.RemoveAll(filepath.Join(c.opts.StateDir, d)); err != nil {
+			return err
+		}
 	}
 	if err := c.startDaemon("registry", c.opts.Self, "registry", "--state-dir", c.opts.StateDir); err != nil {
 		return err

@@ -3,16 +3,24 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"errors"
 	"io/fs"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sockscale/sockscale/internal/imagebuild"
 )
 
 // tarEntry is one entry of a test layer.
@@ -216,5 +224,70 @@ func TestImageUserAndExecutable(t *testing.T) {
 		if f != nil {
 			f.Close()
 		}
+	}
+}
+
+// The image store against a real registry: IfNotPresent and Never use
+// what a reference resolved to before, Always resolves it again, a
+// missing image is the registry's error.
+func TestImageStorePullPolicies(t *testing.T) {
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	repo := strings.TrimPrefix(srv.URL, "http://") + "/test"
+	push := func(content string) v1.Hash {
+		t.Helper()
+		bin := filepath.Join(t.TempDir(), "app")
+		if err := os.WriteFile(bin, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		img, err := imagebuild.Assemble(imagebuild.Spec{Name: "app", Package: "./app", User: imagebuild.NonRoot}, bin, time.Unix(1_790_000_000, 0), runtime.GOARCH)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := img.Digest()
+		if _, err := imagebuild.Push(context.Background(), []imagebuild.Built{{Name: "app", Image: img, Digest: d}}, repo, "v1"); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	s := newImageStore(filepath.Join(t.TempDir(), "images"))
+	ctx := context.Background()
+	image := repo + "/app:v1"
+	if _, err := s.get(ctx, image, corev1.PullNever); !errors.Is(err, errNeverPull) {
+		t.Errorf("Never, nothing here: error %v, want errNeverPull", err)
+	}
+	if _, err := s.get(ctx, image, corev1.PullIfNotPresent); err == nil || !strings.Contains(err.Error(), "NAME_UNKNOWN") {
+		t.Errorf("nothing pushed: error %v, want the registry's NAME_UNKNOWN", err)
+	}
+	d1 := push("one")
+	got, err := s.get(ctx, image, corev1.PullIfNotPresent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := repo + "/app@" + d1.String(); got.ID != want {
+		t.Errorf("imageID %s, want %s", got.ID, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(got.Rootfs, "app")); err != nil || string(b) != "one" {
+		t.Errorf("rootfs /app: %q, %v", b, err)
+	}
+	if got.Config.User != "65532" || len(got.Config.Entrypoint) != 1 || got.Config.Entrypoint[0] != "/app" {
+		t.Errorf("config %+v", got.Config)
+	}
+	d2 := push("two") // the tag moves
+	for _, tt := range []struct {
+		policy corev1.PullPolicy
+		want   v1.Hash
+	}{{corev1.PullIfNotPresent, d1}, {corev1.PullNever, d1}, {corev1.PullAlways, d2}, {corev1.PullIfNotPresent, d2}} {
+		got, err := s.get(ctx, image, tt.policy)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.policy, err)
+		}
+		if !strings.HasSuffix(got.ID, tt.want.String()) {
+			t.Errorf("%s: image %s, want digest %s", tt.policy, got.ID, tt.want)
+		}
+	}
+	byDigest, err := s.get(ctx, repo+"/app@"+d1.String(), corev1.PullIfNotPresent)
+	if err != nil || !strings.HasSuffix(byDigest.ID, d1.String()) {
+		t.Errorf("by digest: %v, %v", byDigest, err)
 	}
 }

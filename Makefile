@@ -116,7 +116,7 @@ test-integration: control-plane ## The agent, the API and the reconcilers agains
 DEMO_FLAGS ?=
 
 .PHONY: demo
-demo: deps cluster-binaries $(HELM) ## The README's first command (root): a local cluster, the images and chart pushed to its registry and installed from there, a load ramp with a live table, out/demo.png.
+demo: deps cluster-binaries images $(HELM) ## The README's first command (root): a local cluster, the images and chart pushed to its registry and installed from there, a load ramp with a live table, out/demo.png.
 	$(GO) run ./test/demo --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR) --out out/demo.png $(DEMO_FLAGS)
 
 ##@ Benchmarks

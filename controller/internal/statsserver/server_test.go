@@ -21,7 +21,7 @@ func TestServerServesThePathUntilCancelled(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	got := make(chan *stats.Batch, 1)
-	s := &Server{Addr: addr, Handler: Handler(func(b *stats.Batch) error { got <- b; return nil })}
+	s := &Server{Addr: addr, Handler: Handler(Options{Accept: func(b *stats.Batch) error { got <- b; return nil }})}
 	if s.NeedLeaderElection() {
 		t.Error("the stats server waits for leadership; every replica should take stats")
 	}

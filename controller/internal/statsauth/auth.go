@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
-	"golang.org/x/sync/singleflight"
 )
 
 // The virtual resources a caller must be allowed to "create" in Group:

@@ -79,3 +79,34 @@ chart's appVersion). Call with (dict "image" .Values.agent.image "ctx" $).
 {{- printf "%s:%s" .image.repository (.image.tag | default .ctx.Chart.AppVersion | toString) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The projected ServiceAccount token agents and activators send to the
+controller's stats endpoint: audience controller.statsAuth.audience, so it
+is worth nothing at the API server, and bound to the pod, so its
+TokenReview names the pod and its node. The kubelet renews it at 80 % of
+its hour; the senders read it again for every batch.
+*/}}
+{{- define "sockscale.statsToken.dir" -}}
+/var/run/secrets/sockscale.dev/stats-token
+{{- end -}}
+
+{{- define "sockscale.statsToken.arg" -}}
+- --controller-token-file={{ include "sockscale.statsToken.dir" . }}/token
+{{- end -}}
+
+{{- define "sockscale.statsToken.volumeMount" -}}
+- name: stats-token
+  mountPath: {{ include "sockscale.statsToken.dir" . }}
+  readOnly: true
+{{- end -}}
+
+{{- define "sockscale.statsToken.volume" -}}
+- name: stats-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ .Values.controller.statsAuth.audience }}
+          expirationSeconds: 3600
+          path: token
+{{- end -}}

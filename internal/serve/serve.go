@@ -11,7 +11,12 @@ import (
 // Serve listens on addr until ctx ends, then gives requests in flight five
 // seconds to finish.
 func Serve(ctx context.Context, addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return Server(ctx, &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second})
+}
+
+// Server is Serve for a server whose limits the caller sets.
+func Server(ctx context.Context, srv *http.Server) error {
+	addr := srv.Addr
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -3,6 +3,7 @@ package statsserver
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -18,9 +19,19 @@ type Server struct {
 // so a standby has warm windows.
 func (s *Server) NeedLeaderElection() bool { return false }
 
-// Start serves until ctx ends.
+// MaxHeaderBytes bounds a request's headers: a token is 1-2 KB, the node
+// state well under 1 KB. Larger headers get 431 before any handler runs.
+const MaxHeaderBytes = 16 << 10
+
+// Start serves until ctx ends. Every stage of a request has a deadline,
+// so a sender that trickles bytes holds a connection for seconds, not
+// for ever: the headers (where the token is) within 10 s, the whole
+// batch (at most stats.MaxBatchBytes, read only once its sender is
+// authenticated) within 30 s. Idle keep-alive connections (each agent
+// keeps one per replica, posting every second) close after 2 minutes.
 func (s *Server) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle(stats.Path, s.Handler)
-	return serve.Serve(ctx, s.Addr, mux)
+	return serve.Server(ctx, &http.Server{Addr: s.Addr, Handler: mux, MaxHeaderBytes: MaxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute})
 }

@@ -66,6 +66,8 @@ type flags struct {
 	// send; statsInsecure turns authentication off (development only).
 	statsAudience string
 	statsInsecure bool
+	// statsCert and statsKey: serve the stats over HTTPS.
+	statsCert, statsKey string
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -75,6 +77,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&f.statsAddr, "stats-bind-address", ":8443", "address where agents POST their stats (every replica listens, so a standby stays warm)")
 	fs.StringVar(&f.statsAudience, "stats-token-audience", statsauth.DefaultAudience, "audience that agents' and activators' ServiceAccount tokens must carry (their projected token volumes' audience)")
+	fs.StringVar(&f.statsCert, "stats-tls-cert-file", "", "PEM serving certificate of the stats endpoint (with --stats-tls-key-file: HTTPS, reloaded when the files change); empty: plain HTTP")
+	fs.StringVar(&f.statsKey, "stats-tls-key-file", "", "PEM private key of --stats-tls-cert-file")
 	fs.BoolVar(&f.statsInsecure, "stats-insecure-skip-auth", false, "DEVELOPMENT ONLY: take stats from anyone, unauthenticated: any pod can then scale any target")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica scales targets")
 	ns := os.Getenv("POD_NAMESPACE")
@@ -128,6 +132,9 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if f.statsAudience == "" || strings.ContainsAny(f.statsAudience, " ,\t\n") {
 		errs = append(errs, fmt.Errorf("--stats-token-audience=%q: want one audience, non-empty, without spaces or commas, e.g. %s", f.statsAudience, statsauth.DefaultAudience))
+	}
+	if (f.statsCert == "") != (f.statsKey == "") {
+		errs = append(errs, fmt.Errorf("--stats-tls-cert-file=%q and --stats-tls-key-file=%q: set both (HTTPS) or neither (HTTP)", f.statsCert, f.statsKey))
 	}
 	if ns, name, ok := strings.Cut(f.configMap, "/"); !ok || ns == "" || name == "" {
 		errs = append(errs, fmt.Errorf("--autoscaler-config=%q: want namespace/name", f.configMap))
@@ -230,7 +237,7 @@ func run(ctx context.Context, f *flags) error {
 		statsOpts.Auth = statsauth.New(statsauth.Options{Audience: f.statsAudience, Reviewer: statsauth.APIReviewer{Client: mgr.GetClient()}})
 		statsOpts.Pods = col
 	}
-	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(statsOpts)}); err != nil {
+	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(statsOpts), CertFile: f.statsCert, KeyFile: f.statsKey}); err != nil {
 		return err
 	}
 	if err := pa.SetupWithManager(mgr); err != nil {

@@ -23,6 +23,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--gateway=Gateway System/public"}, `--gateway="Gateway System/public": want namespace/name`},
 		{[]string{"--stats-token-audience="}, `--stats-token-audience="": want one audience`},
 		{[]string{"--stats-token-audience=a,b"}, `--stats-token-audience="a,b": want one audience`},
+		{[]string{"--stats-tls-cert-file=/tls/tls.crt"}, `--stats-tls-cert-file="/tls/tls.crt" and --stats-tls-key-file="": set both (HTTPS) or neither (HTTP)`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -37,6 +37,9 @@ type Reporter struct {
 	log        *slog.Logger
 	queue      chan *stats.Batch
 	tokenFile  string
+	// tls is set by SetCAFile: HTTPS, with the CA reloaded when its file
+	// changes.
+	tls *caTrust
 }
 
 // New returns a reporter for target ("host:port"; the host is typically the
@@ -118,10 +121,19 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 		}
 		h.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
 	}
+	client, scheme := r.client, "http"
+	if r.tls != nil {
+		if client, err = r.tls.client(); err != nil {
+			r.rec.Error("ca")
+			r.log.Error("read the controller's CA", "err", err)
+			return
+		}
+		scheme = "https"
+	}
 	var wg sync.WaitGroup
 	for _, a := range addrs {
 		wg.Go(func() {
-			err := r.post(ctx, "http://"+net.JoinHostPort(a, r.port)+stats.Path, body, h)
+			err := r.post(ctx, client, scheme+"://"+net.JoinHostPort(a, r.port)+stats.Path, body, h)
 			var refused *RefusedError
 			switch {
 			case errors.As(err, &refused):
@@ -149,13 +161,13 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("controller answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
 
-func (r *Reporter) post(ctx context.Context, url string, body []byte, h http.Header) error {
+func (r *Reporter) post(ctx context.Context, client *http.Client, url string, body []byte, h http.Header) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header = h.Clone()
-	resp, err := r.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,8 @@ func TestActivatorDeployment(t *testing.T) {
 		"--probe-period=15ms",
 		"--cluster-domain=cluster.local",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
-		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-token/token",
+		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
+		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",
 		"--log-level=info",
 	}
 	if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
@@ -418,7 +419,8 @@ activator:
 		"--probe-period=100ms",
 		"--cluster-domain=corp.example",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
-		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-token/token",
+		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
+		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",
 		"--log-level=debug",
 		"--kubeconfig=/etc/kube/config",
 	}

@@ -81,32 +81,49 @@ chart's appVersion). Call with (dict "image" .Values.agent.image "ctx" $).
 {{- end -}}
 
 {{/*
-The projected ServiceAccount token agents and activators send to the
-controller's stats endpoint: audience controller.statsAuth.audience, so it
-is worth nothing at the API server, and bound to the pod, so its
-TokenReview names the pod and its node. The kubelet renews it at 80 % of
-its hour; the senders read it again for every batch.
+What agents and activators need to report to the controller, in one
+projected volume: their ServiceAccount token for the controller's audience
+(controller.statsAuth.audience), bound to the pod so that its TokenReview
+names the pod and its node, worth nothing at the API server; the kubelet
+renews it at 80 % of its hour and the senders read it for every batch.
+With controller.statsTLS.enabled, also the CA of the stats serving
+certificate (ca.crt only: the key stays with the controller).
 */}}
-{{- define "sockscale.statsToken.dir" -}}
-/var/run/secrets/sockscale.dev/stats-token
+{{- define "sockscale.statsClient.dir" -}}
+/var/run/secrets/sockscale.dev/stats-client
 {{- end -}}
 
-{{- define "sockscale.statsToken.arg" -}}
-- --controller-token-file={{ include "sockscale.statsToken.dir" . }}/token
+{{- define "sockscale.statsClient.args" -}}
+- --controller-token-file={{ include "sockscale.statsClient.dir" . }}/token
+{{- if .Values.controller.statsTLS.enabled }}
+- --controller-ca-file={{ include "sockscale.statsClient.dir" . }}/ca.crt
+{{- end }}
 {{- end -}}
 
-{{- define "sockscale.statsToken.volumeMount" -}}
-- name: stats-token
-  mountPath: {{ include "sockscale.statsToken.dir" . }}
+{{- define "sockscale.statsClient.volumeMount" -}}
+- name: stats-client
+  mountPath: {{ include "sockscale.statsClient.dir" . }}
   readOnly: true
 {{- end -}}
 
-{{- define "sockscale.statsToken.volume" -}}
-- name: stats-token
+{{- define "sockscale.statsClient.volume" -}}
+- name: stats-client
   projected:
     sources:
       - serviceAccountToken:
           audience: {{ .Values.controller.statsAuth.audience }}
           expirationSeconds: 3600
           path: token
+      {{- if .Values.controller.statsTLS.enabled }}
+      - secret:
+          name: {{ include "sockscale.controller.statsTLSSecret" . }}
+          items:
+            - key: ca.crt
+              path: ca.crt
+      {{- end }}
+{{- end -}}
+
+{{/* The Secret with the stats endpoint's CA, serving certificate and key. */}}
+{{- define "sockscale.controller.statsTLSSecret" -}}
+{{- printf "%s-tls" (include "sockscale.controller.statsService" .) -}}
 {{- end -}}

@@ -24,6 +24,9 @@
 // not the sender's to send) or 503 (it cannot check the token now); see
 // controller/internal/statsauth for why tokens and not client
 // certificates.
+// With a CA file the senders post over HTTPS to each resolved replica
+// address, verifying the Service's name in its certificate, so the tokens
+// never cross the pod network in clear.
 //
 // An agent also sends its node's state in the HeaderNodeState header of
 // each POST (see NodeState): whether the connect-time redirect is in effect

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/test/stack"
 )
 
 // TestE2EForgedStatsRefused: an ordinary pod that forges an agent's batch
@@ -193,5 +195,40 @@ func TestHelperStatsPost(t *testing.T) {
 			line, _ := json.Marshal(a)
 			fmt.Printf("stats-answer %s\n", line)
 		}
+	}
+}
+
+// TestE2EStatsTLSKeptAcrossUpgrade: a helm upgrade keeps the stats CA and
+// certificate it made at install (lookup), so the upgrade rolls no pod:
+// the controller's and agents' pod templates are unchanged.
+func TestE2EStatsTLSKeptAcrossUpgrade(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: stack.Namespace, Name: "sockscale-controller-stats-tls"}
+	var before, after corev1.Secret
+	if err := s.Client.Get(ctx, key, &before); err != nil {
+		t.Fatal(err)
+	}
+	var ctlBefore, ctlAfter appsv1.Deployment
+	ctlKey := client.ObjectKey{Namespace: stack.Namespace, Name: "sockscale-controller"}
+	if err := s.Client.Get(ctx, ctlKey, &ctlBefore); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Install(ctx, chartSets...); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client.Get(ctx, key, &after); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		if len(before.Data[k]) == 0 || string(before.Data[k]) != string(after.Data[k]) {
+			t.Errorf("%s of %s changed across the upgrade (%d bytes before)", k, key.Name, len(before.Data[k]))
+		}
+	}
+	if err := s.Client.Get(ctx, ctlKey, &ctlAfter); err != nil {
+		t.Fatal(err)
+	}
+	if ctlAfter.Generation != ctlBefore.Generation {
+		t.Errorf("the controller Deployment went from generation %d to %d: the upgrade changed its pod template", ctlBefore.Generation, ctlAfter.Generation)
 	}
 }

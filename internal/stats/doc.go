@@ -17,6 +17,17 @@
 // controller's (controller/internal/statsserver); this package holds only
 // what both sides must agree on.
 //
+// Each POST carries "Authorization: Bearer <token>", the sender's projected
+// ServiceAccount token for the controller's audience, read from its file
+// for every batch (the kubelet rotates it). The controller answers 401
+// (no or bad token), 403 (not an agent or activator, or a batch that is
+// not the sender's to send) or 503 (it cannot check the token now); see
+// controller/internal/statsauth for why tokens and not client
+// certificates.
+// With a CA file the senders post over HTTPS to each resolved replica
+// address, verifying the Service's name in its certificate, so the tokens
+// never cross the pod network in clear.
+//
 // An agent also sends its node's state in the HeaderNodeState header of
 // each POST (see NodeState): whether the connect-time redirect is in effect
 // there. The controller turns the states into the SocketLayer condition of

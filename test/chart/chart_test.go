@@ -148,6 +148,8 @@ func TestAgentDaemonSet(t *testing.T) {
 		"--health-probe-bind-address=:8081",
 		"--report-period=1s",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
+		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
+		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",
 		"--activator-selector=app.kubernetes.io/component=activator",
 		"--activator-port=8012",
 		"--socket-redirect=auto",
@@ -196,13 +198,16 @@ func TestAgentDaemonSet(t *testing.T) {
 
 // The agent reads pods, and for the socket-layer redirect (on unless
 // agent.socketRedirect=off) Services, ServerlessServices and serving
-// Routes; it writes nothing.
+// Routes; it writes nothing. Its one "create" is on nodestats, a virtual
+// resource no API serves: the controller's permission check for its
+// reports.
 func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", agentName)
 	read := []string{"get", "list", "watch"}
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
+		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"nodestats"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"serverlessservices"}, Verbs: read},
 		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
@@ -211,7 +216,7 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
 	}
 	off := get[rbacv1.ClusterRole](t, render(t, "--set", "agent.socketRedirect=off"), "ClusterRole", agentName)
-	if diff := cmp.Diff(want[:1], off.Rules); diff != "" {
+	if diff := cmp.Diff(want[:2], off.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules with agent.socketRedirect=off (-want +got):\n%s", diff)
 	}
 	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", agentName)

@@ -63,6 +63,8 @@ type config struct {
 	logLevel      string
 	kubeconfig    string
 	statsAddr     string
+	caFile        string
+	tokenFile     string
 	reportPeriod  time.Duration
 }
 
@@ -83,6 +85,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&c.statsAddr, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report, so targets at zero never wake")
+	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
+	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
 	fs.DurationVar(&c.reportPeriod, "report-period", stats.DefaultPeriod, "how often held and forwarded requests are reported (100ms..1m; the KPA expects 1s)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -219,6 +223,12 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.statsAddr != "" {
 		if sender, err = statsreport.New(cfg.statsAddr, cfg.reportPeriod, stats.NewReportMetrics(reg), log); err != nil {
 			return err
+		}
+		sender.SetTokenFile(cfg.tokenFile)
+		if cfg.caFile != "" {
+			if err := sender.SetCAFile(cfg.caFile); err != nil {
+				return fmt.Errorf("--controller-ca-file: %w", err)
+			}
 		}
 		reporter = &stats.Wire{Self: cfg.podName, Workload: watcher.Workload, Sender: sender, Context: aux, Log: log}
 	}

@@ -88,11 +88,11 @@ func NewReportMetrics(reg prometheus.Registerer) *ReportMetrics {
 	m := &ReportMetrics{
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_reports_total",
-			Help: "Stats batches posted to controller replicas, by result: ok or failed (per replica).",
+			Help: "Stats batches posted to controller replicas, by result: ok, failed or refused (401 or 403: see the log) (per replica).",
 		}, []string{"result"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_report_errors_total",
-			Help: "Stats batches that could not be built, by stage: report.",
+			Help: "Stats batches that could not be built, by stage: report, token (the ServiceAccount token file is unreadable).",
 		}, []string{"stage"}),
 	}
 	reg.MustRegister(m.reports, m.errors)
@@ -107,6 +107,9 @@ func (m *ReportMetrics) Report(ok bool) {
 		m.reports.WithLabelValues("failed").Inc()
 	}
 }
+
+// Refused counts a post a replica refused (401 or 403).
+func (m *ReportMetrics) Refused() { m.reports.WithLabelValues("refused").Inc() }
 
 // Error counts a batch that failed before it was sent.
 func (m *ReportMetrics) Error(stage string) { m.errors.WithLabelValues(stage).Inc() }

@@ -48,6 +48,8 @@ type config struct {
 	healthAddr         string
 	reportPeriod       time.Duration
 	controllerStats    string
+	tokenFile          string
+	caFile             string
 	activatorSelector  string
 	activatorNamespace string
 	activatorPort      int
@@ -71,6 +73,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.DurationVar(&c.reportPeriod, "report-period", time.Second, "how often counters are read and reported (100ms..1m)")
 	fs.StringVar(&c.controllerStats, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report")
+	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
+	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
 	fs.StringVar(&c.activatorSelector, "activator-selector", "app.kubernetes.io/component=activator", "label selector of activator pods: their requests count as proxied; empty: none")
 	fs.StringVar(&c.activatorNamespace, "activator-namespace", "", "namespace of the activator pods (default: all namespaces)")
 	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
@@ -236,6 +240,12 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		reporter, err = report.New(cfg.controllerStats, cfg.reportPeriod, agentMetrics, log)
 		if err != nil {
 			return err
+		}
+		reporter.SetTokenFile(cfg.tokenFile)
+		if cfg.caFile != "" {
+			if err := reporter.SetCAFile(cfg.caFile); err != nil {
+				return fmt.Errorf("--controller-ca-file: %w", err)
+			}
 		}
 		onSample = func(s *sampler.Sample) {
 			if s.Batch != nil {

@@ -57,11 +57,11 @@ func New(reg prometheus.Registerer, latest func() *sampler.Sample, status func()
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_errors_total",
-			Help: "Errors of the agent, by stage: snapshot, events, report.",
+			Help: "Errors of the agent, by stage: snapshot, events, report, token (the ServiceAccount token file for the controller is unreadable).",
 		}, []string{"stage"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_reports_total",
-			Help: "Stats batches sent to controller replicas, by result: ok, error.",
+			Help: "Stats batches sent to controller replicas, by result: ok, error, refused (the controller answered 401 or 403: see the agent's log).",
 		}, []string{"result"}),
 	}
 	reg.MustRegister(a.snapshotSeconds, a.errors, a.reports, &collector{latest: latest, status: status})
@@ -82,6 +82,9 @@ func (a *Agent) Report(ok bool) {
 		a.reports.WithLabelValues("error").Inc()
 	}
 }
+
+// Refused counts a batch the controller refused (401 or 403).
+func (a *Agent) Refused() { a.reports.WithLabelValues("refused").Inc() }
 
 // collector turns the latest sample into series at scrape time, so a scrape
 // costs no kernel read.

@@ -79,3 +79,51 @@ chart's appVersion). Call with (dict "image" .Values.agent.image "ctx" $).
 {{- printf "%s:%s" .image.repository (.image.tag | default .ctx.Chart.AppVersion | toString) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+What agents and activators need to report to the controller, in one
+projected volume: their ServiceAccount token for the controller's audience
+(controller.statsAuth.audience), bound to the pod so that its TokenReview
+names the pod and its node, worth nothing at the API server; the kubelet
+renews it at 80 % of its hour and the senders read it for every batch.
+With controller.statsTLS.enabled, also the CA of the stats serving
+certificate (ca.crt only: the key stays with the controller).
+*/}}
+{{- define "sockscale.statsClient.dir" -}}
+/var/run/secrets/sockscale.dev/stats-client
+{{- end -}}
+
+{{- define "sockscale.statsClient.args" -}}
+- --controller-token-file={{ include "sockscale.statsClient.dir" . }}/token
+{{- if .Values.controller.statsTLS.enabled }}
+- --controller-ca-file={{ include "sockscale.statsClient.dir" . }}/ca.crt
+{{- end }}
+{{- end -}}
+
+{{- define "sockscale.statsClient.volumeMount" -}}
+- name: stats-client
+  mountPath: {{ include "sockscale.statsClient.dir" . }}
+  readOnly: true
+{{- end -}}
+
+{{- define "sockscale.statsClient.volume" -}}
+- name: stats-client
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ .Values.controller.statsAuth.audience }}
+          expirationSeconds: 3600
+          path: token
+      {{- if .Values.controller.statsTLS.enabled }}
+      - secret:
+          name: {{ include "sockscale.controller.statsTLSSecret" . }}
+          items:
+            - key: ca.crt
+              path: ca.crt
+      {{- end }}
+{{- end -}}
+
+{{/* The Secret with the stats endpoint's CA, serving certificate and key. */}}
+{{- define "sockscale.controller.statsTLSSecret" -}}
+{{- printf "%s-tls" (include "sockscale.controller.statsService" .) -}}
+{{- end -}}

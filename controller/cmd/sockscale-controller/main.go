@@ -43,6 +43,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
+	"github.com/sockscale/sockscale/controller/internal/statsauth"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
 	"github.com/sockscale/sockscale/internal/stats"
 )
@@ -61,6 +62,12 @@ type flags struct {
 	clusterDomain      string
 	gateway            *types.NamespacedName
 	externalDomain     string
+	// statsAudience is the audience of the tokens agents and activators
+	// send; statsInsecure turns authentication off (development only).
+	statsAudience string
+	statsInsecure bool
+	// statsCert and statsKey: serve the stats over HTTPS.
+	statsCert, statsKey string
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -69,6 +76,10 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics")
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&f.statsAddr, "stats-bind-address", ":8443", "address where agents POST their stats (every replica listens, so a standby stays warm)")
+	fs.StringVar(&f.statsAudience, "stats-token-audience", statsauth.DefaultAudience, "audience that agents' and activators' ServiceAccount tokens must carry (their projected token volumes' audience)")
+	fs.StringVar(&f.statsCert, "stats-tls-cert-file", "", "PEM serving certificate of the stats endpoint (with --stats-tls-key-file: HTTPS, reloaded when the files change); empty: plain HTTP")
+	fs.StringVar(&f.statsKey, "stats-tls-key-file", "", "PEM private key of --stats-tls-cert-file")
+	fs.BoolVar(&f.statsInsecure, "stats-insecure-skip-auth", false, "DEVELOPMENT ONLY: take stats from anyone, unauthenticated: any pod can then scale any target")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica scales targets")
 	ns := os.Getenv("POD_NAMESPACE")
 	f.leaseNamespace = ns
@@ -118,6 +129,12 @@ func parseFlags(args []string) (*flags, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8080", name, addr))
 		}
+	}
+	if f.statsAudience == "" || strings.ContainsAny(f.statsAudience, " ,\t\n") {
+		errs = append(errs, fmt.Errorf("--stats-token-audience=%q: want one audience, non-empty, without spaces or commas, e.g. %s", f.statsAudience, statsauth.DefaultAudience))
+	}
+	if (f.statsCert == "") != (f.statsKey == "") {
+		errs = append(errs, fmt.Errorf("--stats-tls-cert-file=%q and --stats-tls-key-file=%q: set both (HTTPS) or neither (HTTP)", f.statsCert, f.statsKey))
 	}
 	if ns, name, ok := strings.Cut(f.configMap, "/"); !ok || ns == "" || name == "" {
 		errs = append(errs, fmt.Errorf("--autoscaler-config=%q: want namespace/name", f.configMap))
@@ -203,11 +220,24 @@ func run(ctx context.Context, f *flags) error {
 	// Every replica takes stats, leader or not: a standby has warm windows
 	// (and knows the nodes' socket-layer states). Load for a target at
 	// zero pokes its decider at once.
-	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(func(b *stats.Batch) error {
-		pa.Poke(append(col.RecordPods(b), col.RecordTargets(b)...))
-		nodes.Record(b)
-		return nil
-	})}); err != nil {
+	statsOpts := statsserver.Options{
+		Accept: func(b *stats.Batch) error {
+			pa.Poke(append(col.RecordPods(b), col.RecordTargets(b)...))
+			nodes.Record(b)
+			return nil
+		},
+		Metrics: statsserver.NewMetrics(crmetrics.Registry),
+		Log:     statsserver.NewRateLimitedLog(ctrl.Log.WithName("stats"), clock.RealClock{}),
+	}
+	if f.statsInsecure {
+		ctrl.Log.Info("WARNING: --stats-insecure-skip-auth is set: the stats endpoint takes batches from anyone, so any pod in the cluster can scale any target; use it for development only")
+	} else {
+		// Agents' pod records are checked against the targets' private
+		// Services' endpoints, which the collector is told (collect).
+		statsOpts.Auth = statsauth.New(statsauth.Options{Audience: f.statsAudience, Reviewer: statsauth.APIReviewer{Client: mgr.GetClient()}})
+		statsOpts.Pods = col
+	}
+	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(statsOpts), CertFile: f.statsCert, KeyFile: f.statsKey}); err != nil {
 		return err
 	}
 	if err := pa.SetupWithManager(mgr); err != nil {

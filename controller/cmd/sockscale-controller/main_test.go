@@ -21,6 +21,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--external-domain=-bad-"}, `--external-domain="-bad-": want a DNS domain`},
 		{[]string{"--gateway=public"}, `--gateway="public": want namespace/name of a Gateway`},
 		{[]string{"--gateway=Gateway System/public"}, `--gateway="Gateway System/public": want namespace/name`},
+		{[]string{"--stats-token-audience="}, `--stats-token-audience="": want one audience`},
+		{[]string{"--stats-token-audience=a,b"}, `--stats-token-audience="a,b": want one audience`},
+		{[]string{"--stats-tls-cert-file=/tls/tls.crt"}, `--stats-tls-cert-file="/tls/tls.crt" and --stats-tls-key-file="": set both (HTTPS) or neither (HTTP)`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -30,7 +33,8 @@ func TestFlagErrors(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "ops")
 	f, err := parseFlags(nil)
 	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
-		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" {
+		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" ||
+		f.statsAudience != "sockscale-controller" || f.statsInsecure {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--gateway=gateway-system/public"}); err != nil || f.gateway == nil || f.gateway.String() != "gateway-system/public" {

@@ -127,6 +127,9 @@ type target struct {
 	changes  []change
 	// told: Expect was called; until then every pod is waited for.
 	told bool
+	// members are all the target's pods, ready or not, by address, with
+	// their nodes (Members).
+	members map[ipv4]string
 }
 
 // expectedPod is a ready pod: its node, and the seconds it is expected in

@@ -477,3 +477,25 @@ func BenchmarkIngest5000Agents(b *testing.B) {
 		}
 	}
 }
+
+// TestPodNodes: each record of a watched target is placed by the
+// target's members (Members), so the stats handler can drop the records
+// of pods another node runs or no target has.
+func TestPodNodes(t *testing.T) {
+	c := New(clocktesting.NewFakeClock(time.Unix(1700000000, 0)))
+	hello := Key{"default", "hello"}
+	if err := c.Watch(hello, settings(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	c.Members(hello, map[netip.Addr]string{netip.MustParseAddr("10.1.0.1"): "node-a", netip.MustParseAddr("10.1.0.2"): "node-b"})
+	c.Members(Key{"default", "unwatched"}, map[netip.Addr]string{netip.MustParseAddr("10.1.0.3"): "node-a"})
+	rec := func(ip, workload string) stats.PodStat {
+		return stats.PodStat{IP: netip.MustParseAddr(ip), Namespace: "default", Pod: "p", Workload: workload}
+	}
+	got := c.PodNodes([]stats.PodStat{rec("10.1.0.1", "hello"), rec("10.1.0.2", "hello"), rec("10.1.0.9", "hello"), rec("10.1.0.3", "unwatched"),
+		rec("10.1.0.2", "other")})
+	want := []PodNode{{true, "node-a"}, {true, "node-b"}, {true, ""}, {false, ""}, {false, ""}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

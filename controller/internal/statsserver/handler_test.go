@@ -28,13 +28,13 @@ func batchOf(n int) *stats.Batch {
 
 func TestHandler(t *testing.T) {
 	var got []*stats.Batch
-	srv := httptest.NewServer(Handler(func(b *stats.Batch) error {
+	srv := httptest.NewServer(Handler(Options{Accept: func(b *stats.Batch) error {
 		if b.Node == "busy" {
 			return errors.New("collector stopping")
 		}
 		got = append(got, b)
 		return nil
-	}))
+	}}))
 	defer srv.Close()
 	post := func(body []byte) (int, string) {
 		resp, err := http.Post(srv.URL+stats.Path, stats.ContentType, bytes.NewReader(body))
@@ -76,10 +76,10 @@ func TestHandler(t *testing.T) {
 
 func TestHandlerNodeState(t *testing.T) {
 	var got []*stats.Batch
-	srv := httptest.NewServer(Handler(func(b *stats.Batch) error {
+	srv := httptest.NewServer(Handler(Options{Accept: func(b *stats.Batch) error {
 		got = append(got, b)
 		return nil
-	}))
+	}}))
 	defer srv.Close()
 	data, _ := stats.Append(nil, batchOf(2))
 	post := func(header string) {

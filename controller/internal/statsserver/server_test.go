@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func TestServerServesThePathUntilCancelled(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	got := make(chan *stats.Batch, 1)
-	s := &Server{Addr: addr, Handler: Handler(func(b *stats.Batch) error { got <- b; return nil })}
+	s := &Server{Addr: addr, Handler: Handler(Options{Accept: func(b *stats.Batch) error { got <- b; return nil }})}
 	if s.NeedLeaderElection() {
 		t.Error("the stats server waits for leadership; every replica should take stats")
 	}
@@ -45,6 +46,17 @@ func TestServerServesThePathUntilCancelled(t *testing.T) {
 	}
 	if b := <-got; len(b.Pods) != 2 {
 		t.Errorf("the handler got %d pods, want 2", len(b.Pods))
+	}
+	// Headers past MaxHeaderBytes are refused before the handler runs.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+stats.Path, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+strings.Repeat("x", 2*MaxHeaderBytes))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a %d-byte header: %s, want 431", 2*MaxHeaderBytes, resp.Status)
 	}
 	cancel()
 	select {

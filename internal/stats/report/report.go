@@ -3,10 +3,13 @@ package report
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -15,7 +18,12 @@ import (
 
 // Recorder counts batches sent and failed.
 type Recorder interface {
+	// Report counts a post to one replica that succeeded, or failed for
+	// another reason than Refused's.
 	Report(ok bool)
+	// Refused counts a post a replica answered 401 or 403: this sender's
+	// token or permissions are wrong, and no retry will help.
+	Refused()
 	Error(stage string)
 }
 
@@ -28,6 +36,10 @@ type Reporter struct {
 	rec        Recorder
 	log        *slog.Logger
 	queue      chan *stats.Batch
+	tokenFile  string
+	// tls is set by SetCAFile: HTTPS, with the CA reloaded when its file
+	// changes.
+	tls *caTrust
 }
 
 // New returns a reporter for target ("host:port"; the host is typically the
@@ -45,6 +57,12 @@ func New(target string, timeout time.Duration, rec Recorder, log *slog.Logger) (
 		queue:   make(chan *stats.Batch, 1),
 	}, nil
 }
+
+// SetTokenFile makes every post carry the token in path as
+// "Authorization: Bearer": a projected ServiceAccount token, which the
+// kubelet rotates, so it is read again for every batch. Call it before
+// Run.
+func (r *Reporter) SetTokenFile(path string) { r.tokenFile = path }
 
 // Offer queues b for sending without blocking: if the previous batch is
 // still waiting, it is replaced (fresh data beats old).
@@ -90,40 +108,76 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 		r.log.Warn("no controller to report to", "host", r.host, "err", err)
 		return
 	}
-	var nodeState string
+	h := http.Header{"Content-Type": {stats.ContentType}}
 	if b.NodeState != nil {
-		nodeState = b.NodeState.Encode()
+		h.Set(stats.HeaderNodeState, b.NodeState.Encode())
+	}
+	if r.tokenFile != "" {
+		token, err := os.ReadFile(r.tokenFile)
+		if err != nil || len(bytes.TrimSpace(token)) == 0 {
+			r.rec.Error("token")
+			r.log.Error("read the ServiceAccount token for the controller", "file", r.tokenFile, "err", err)
+			return
+		}
+		h.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
+	}
+	client, scheme := r.client, "http"
+	if r.tls != nil {
+		if client, err = r.tls.client(); err != nil {
+			r.rec.Error("ca")
+			r.log.Error("read the controller's CA", "err", err)
+			return
+		}
+		scheme = "https"
 	}
 	var wg sync.WaitGroup
 	for _, a := range addrs {
 		wg.Go(func() {
-			err := r.post(ctx, "http://"+net.JoinHostPort(a, r.port)+stats.Path, body, nodeState)
-			r.rec.Report(err == nil)
-			if err != nil {
+			err := r.post(ctx, client, scheme+"://"+net.JoinHostPort(a, r.port)+stats.Path, body, h)
+			var refused *RefusedError
+			switch {
+			case errors.As(err, &refused):
+				r.rec.Refused()
+				r.log.Error("the controller refused our stats: check this pod's ServiceAccount, its RBAC and the token's audience",
+					"controller", a, "status", refused.Status, "message", refused.Message)
+			case err != nil:
+				r.rec.Report(false)
 				r.log.Warn("report stats", "controller", a, "err", err)
+			default:
+				r.rec.Report(true)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-func (r *Reporter) post(ctx context.Context, url string, body []byte, nodeState string) error {
+// RefusedError is a replica's 401 or 403, with its message.
+type RefusedError struct {
+	Status  int
+	Message string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("controller answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+func (r *Reporter) post(ctx context.Context, client *http.Client, url string, body []byte, h http.Header) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", stats.ContentType)
-	if nodeState != "" {
-		req.Header.Set(stats.HeaderNodeState, nodeState)
-	}
-	resp, err := r.client.Do(req)
+	req.Header = h.Clone()
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		var msg [512]byte
-		n, _ := resp.Body.Read(msg[:])
+		n, _ := io.ReadFull(resp.Body, msg[:])
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return &RefusedError{Status: resp.StatusCode, Message: string(bytes.TrimSpace(msg[:n]))}
+		}
 		return fmt.Errorf("controller answered %s: %s", resp.Status, bytes.TrimSpace(msg[:n]))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -8,22 +9,33 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/statssink"
 )
 
 type counts struct {
-	mu       sync.Mutex
-	ok, fail int
+	ok, fail, refused int
+	lock              sync.Mutex
+}
+
+func (c *counts) Refused() {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.refused++
 }
 
 func (c *counts) Report(ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock.Lock()
+	defer c.lock.Unlock()
 	if ok {
 		c.ok++
 	} else {
@@ -118,5 +130,56 @@ func TestSendCarriesNodeState(t *testing.T) {
 	r.Send(t.Context(), &stats.Batch{Node: "activator-0", Start: time.Now(), Period: time.Second})
 	if b := <-got; b.NodeState != nil {
 		t.Errorf("a batch without node state arrived with %+v", b.NodeState)
+	}
+}
+
+// TestSendCarriesTheTokenReadAgain: every send reads the token file again
+// (the kubelet rotates it), and a 401 or 403 is counted as refused, not
+// as a failure, with the controller's message in the log.
+func TestSendCarriesTheTokenReadAgain(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		if r.Header.Get("Authorization") == "Bearer revoked" {
+			http.Error(w, "stats: forbidden: system:serviceaccount:x:y may not create nodestats.sockscale.dev", http.StatusForbidden)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	rec := &counts{}
+	var logs bytes.Buffer
+	r, err := New(srv.Listener.Addr().String(), time.Second, rec, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetTokenFile(file)
+	batch := &stats.Batch{Node: "n", Start: time.Now(), Period: time.Second}
+	for _, tok := range []string{"first\n", "second", "revoked"} {
+		if err := os.WriteFile(file, []byte(tok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.Send(t.Context(), batch)
+	}
+	if diff := cmp.Diff([]string{"Bearer first", "Bearer second", "Bearer revoked"}, seen); diff != "" {
+		t.Errorf("Authorization headers (-want +got):\n%s", diff)
+	}
+	if rec.ok != 2 || rec.fail != 0 || rec.refused != 1 {
+		t.Errorf("ok=%d fail=%d refused=%d, want 2, 0, 1", rec.ok, rec.fail, rec.refused)
+	}
+	if !strings.Contains(logs.String(), "may not create nodestats.sockscale.dev") {
+		t.Errorf("the log does not carry the controller's message:\n%s", logs.String())
+	}
+	// No token file: nothing is sent, and the error is counted.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	r.Send(t.Context(), batch)
+	if len(seen) != 3 {
+		t.Errorf("a batch went out without its token: %q", seen)
 	}
 }

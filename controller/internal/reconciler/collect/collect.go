@@ -91,11 +91,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Collector.Watch(key, settings); err != nil {
 		return ctrl.Result{}, err
 	}
-	pods, err := ReadyPods(ctx, r.Client, pa.Namespace, names.PrivateServiceName(pa.Spec.Service.Name))
+	ready, all, err := Endpoints(ctx, r.Client, pa.Namespace, names.PrivateServiceName(pa.Spec.Service.Name))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.Collector.Expect(key, pods)
+	r.Collector.Expect(key, ready)
+	r.Collector.Members(key, all)
 	return ctrl.Result{RequeueAfter: Resync}, nil
 }
 
@@ -103,27 +104,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // private Service: the target's pods), IPv4 as the agents report them,
 // with their nodes ("" if a slice does not say).
 func ReadyPods(ctx context.Context, c client.Reader, namespace, service string) (map[netip.Addr]string, error) {
+	ready, _, err := Endpoints(ctx, c, namespace, service)
+	return ready, err
+}
+
+// Endpoints are a Service's IPv4 endpoints with their nodes: the ready
+// ones (as ReadyPods), and all of them, not ready and terminating too
+// (the pods whose stats an agent may send).
+func Endpoints(ctx context.Context, c client.Reader, namespace, service string) (ready, all map[netip.Addr]string, err error) {
 	var list discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
-		return nil, fmt.Errorf("list EndpointSlices of %s: %w", service, err)
+		return nil, nil, fmt.Errorf("list EndpointSlices of %s: %w", service, err)
 	}
-	pods := make(map[netip.Addr]string)
+	ready, all = make(map[netip.Addr]string), make(map[netip.Addr]string)
 	for _, s := range list.Items {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 {
 			continue
 		}
 		for _, e := range s.Endpoints {
-			if !ptr.Deref(e.Conditions.Ready, true) || ptr.Deref(e.Conditions.Terminating, false) {
-				continue
-			}
+			isReady := ptr.Deref(e.Conditions.Ready, true) && !ptr.Deref(e.Conditions.Terminating, false)
 			for _, a := range e.Addresses {
 				if ip, err := netip.ParseAddr(a); err == nil {
-					pods[ip] = ptr.Deref(e.NodeName, "")
+					all[ip] = ptr.Deref(e.NodeName, "")
+					if isReady {
+						ready[ip] = ptr.Deref(e.NodeName, "")
+					}
 				}
 			}
 		}
 	}
-	return pods, nil
+	return ready, all, nil
 }
 
 func (r *Reconciler) remember(pa client.ObjectKey, key collector.Key) {

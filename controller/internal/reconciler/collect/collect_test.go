@@ -88,6 +88,17 @@ func TestReadyPods(t *testing.T) {
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+	// Every pod, not ready and terminating too: the pods whose stats
+	// their nodes' agents may send.
+	_, all, err := Endpoints(context.Background(), c, "default", "hello-private")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[netip.MustParseAddr("10.0.0.3")] = "node-b"
+	want[netip.MustParseAddr("10.0.0.4")] = "node-a"
+	if diff := cmp.Diff(want, all, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("all endpoints (-want +got):\n%s", diff)
+	}
 }
 
 // TestReconcileFeedsTheCollector: a PodAutoscaler's windows get the

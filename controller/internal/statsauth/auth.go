@@ -1,0 +1,296 @@
+package statsauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
+)
+
+// The virtual resources a caller must be allowed to "create" in Group:
+// RBAC rules on them say who may report. Nothing serves them; only
+// SubjectAccessReviews ask about them.
+const (
+	Group = "sockscale.dev"
+	// ResourceNodeStats: per-pod records of one node (agents).
+	ResourceNodeStats = "nodestats"
+	// ResourceTargetStats: per-target records (activators).
+	ResourceTargetStats = "targetstats"
+	Verb                = "create"
+)
+
+// DefaultAudience is the audience of the projected tokens the chart
+// mounts into agents and activators.
+const DefaultAudience = "sockscale-controller"
+
+// Keys of a pod-bound token's user.extra in a TokenReview.
+const (
+	ExtraNodeName = "authentication.kubernetes.io/node-name"
+	ExtraPodName  = "authentication.kubernetes.io/pod-name"
+)
+
+// Errors of Authenticate, each wrapped with what was wrong: the stats
+// handler answers 401, 403 and 503 to them.
+var (
+	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrForbidden       = errors.New("forbidden")
+	ErrUnavailable     = errors.New("cannot review the token now")
+)
+
+// Caller is who sent a request, as the API server says.
+type Caller struct {
+	// User is the ServiceAccount's user name,
+	// system:serviceaccount:<namespace>:<name>.
+	User string
+	// Node and Pod are where the token is bound: the pod it was issued for
+	// and that pod's node ("" when the token is not bound to a pod).
+	Node, Pod string
+	// Agent: may create nodestats; Activator: may create targetstats.
+	Agent, Activator bool
+}
+
+// Reviewer asks the API server. APIReviewer is the real one.
+type Reviewer interface {
+	// ReviewToken returns the TokenReview's status for token with the
+	// audience; an error means no answer (the API server is unreachable).
+	ReviewToken(ctx context.Context, token, audience string) (authnv1.TokenReviewStatus, error)
+	// Allowed says whether user may create resource in Group, and why not.
+	Allowed(ctx context.Context, user authnv1.UserInfo, resource string) (bool, string, error)
+}
+
+// Options configure an Authenticator; zero values take the defaults.
+type Options struct {
+	Audience string
+	Reviewer Reviewer
+	Clock    clock.PassiveClock
+	// SuccessTTL bounds how long a caller is trusted without asking again
+	// (default 90 s; never beyond the token's expiry). A revoked
+	// permission or a deleted pod takes effect within it.
+	SuccessTTL time.Duration
+	// FailureTTL is how long a refused token stays refused (default 10 s):
+	// long enough that a misconfigured sender costs one review per 10 s,
+	// short enough that an RBAC fix works at once.
+	FailureTTL time.Duration
+	// MaxEntries bounds the cache (default 8192: several tokens per node
+	// of a 5,000-node cluster while they rotate).
+	MaxEntries int
+	// MaxReviews bounds reviews in flight (default 16): a flood of
+	// unknown tokens gets ErrUnavailable rather than a queue of
+	// TokenReviews at the API server.
+	MaxReviews int
+	// ReviewTimeout bounds one token's reviews (default 10 s).
+	ReviewTimeout time.Duration
+}
+
+// Authenticator authenticates and authorizes bearer tokens. Answers are
+// cached by the token's SHA-256 (the token itself is never kept), and
+// concurrent requests with the same unknown token share one review.
+type Authenticator struct {
+	o       Options
+	cache   *cache.LRUExpireCache
+	flight  singleflight.Group
+	reviews chan struct{}
+}
+
+// cached is one token's answer: a caller, or an error to repeat.
+type cached struct {
+	caller *Caller
+	err    error
+}
+
+// New returns an Authenticator; o.Reviewer is required.
+func New(o Options) *Authenticator {
+	if o.Audience == "" {
+		o.Audience = DefaultAudience
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.SuccessTTL <= 0 {
+		o.SuccessTTL = 90 * time.Second
+	}
+	if o.FailureTTL <= 0 {
+		o.FailureTTL = 10 * time.Second
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 8192
+	}
+	if o.MaxReviews <= 0 {
+		o.MaxReviews = 16
+	}
+	if o.ReviewTimeout <= 0 {
+		o.ReviewTimeout = 10 * time.Second
+	}
+	return &Authenticator{o: o, cache: cache.NewLRUExpireCacheWithClock(o.MaxEntries, o.Clock), reviews: make(chan struct{}, o.MaxReviews)}
+}
+
+// Audience is the audience tokens must carry.
+func (a *Authenticator) Audience() string { return a.o.Audience }
+
+// Authenticate returns who sent token and what they may report. Errors
+// wrap ErrUnauthenticated, ErrForbidden or ErrUnavailable.
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (*Caller, error) {
+	sum := sha256.Sum256([]byte(token))
+	key := string(sum[:])
+	if v, ok := a.cache.Get(key); ok {
+		c := v.(cached)
+		return c.caller, c.err
+	}
+	v, _, _ := a.flight.Do(key, func() (any, error) {
+		// Another request may have finished the same review meanwhile.
+		if v, ok := a.cache.Get(key); ok {
+			return v, nil
+		}
+		c, ttl := a.review(ctx, token)
+		if ttl > 0 {
+			a.cache.Add(key, c, ttl)
+		}
+		return c, nil
+	})
+	c := v.(cached)
+	return c.caller, c.err
+}
+
+// review asks the API server about token and says how long to keep the
+// answer (0: not at all).
+func (a *Authenticator) review(ctx context.Context, token string) (cached, time.Duration) {
+	now := a.o.Clock.Now()
+	claims, err := peek(token)
+	// The claims are not verified yet: they may refuse a token, never
+	// admit one. Refusing here costs the API server nothing, and the
+	// answer is not cached: recomputing it is as cheap, and a flood of
+	// junk tokens then cannot push good callers out of the cache.
+	if err != nil {
+		return cached{err: fmt.Errorf("%w: %w", ErrUnauthenticated, err)}, 0
+	}
+	if !claims.Audience.has(a.o.Audience) {
+		return cached{err: fmt.Errorf("%w: the token's audiences %q do not include %q: send a projected ServiceAccount token with that audience", ErrUnauthenticated, []string(claims.Audience), a.o.Audience)}, 0
+	}
+	if claims.Expiry != 0 && !now.Before(time.Unix(claims.Expiry, 0)) {
+		return cached{err: fmt.Errorf("%w: the token expired at %s", ErrUnauthenticated, time.Unix(claims.Expiry, 0).UTC().Format(time.RFC3339))}, 0
+	}
+	select {
+	case a.reviews <- struct{}{}:
+		defer func() { <-a.reviews }()
+	default:
+		return cached{err: fmt.Errorf("%w: %d token reviews already in flight", ErrUnavailable, a.o.MaxReviews)}, 0
+	}
+	// Shared by every request waiting for this token: the first one's
+	// cancellation must not fail the others.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.o.ReviewTimeout)
+	defer cancel()
+	st, err := a.o.Reviewer.ReviewToken(ctx, token, a.o.Audience)
+	if err != nil {
+		return cached{err: fmt.Errorf("%w: TokenReview: %w", ErrUnavailable, err)}, 0
+	}
+	if !st.Authenticated {
+		why := st.Error
+		if why == "" {
+			why = "the API server did not authenticate it"
+		}
+		return cached{err: fmt.Errorf("%w: token for audience %q: %s", ErrUnauthenticated, a.o.Audience, why)}, a.o.FailureTTL
+	}
+	if !audiences(st.Audiences).has(a.o.Audience) {
+		return cached{err: fmt.Errorf("%w: the API server authenticated the token for audiences %q, not %q", ErrUnauthenticated, st.Audiences, a.o.Audience)}, a.o.FailureTTL
+	}
+	c := &Caller{User: st.User.Username, Node: extra(st.User, ExtraNodeName), Pod: extra(st.User, ExtraPodName)}
+	type answer struct {
+		allowed bool
+		reason  string
+		err     error
+	}
+	// Both questions at once: a miss costs one round trip, not two.
+	targets := make(chan answer, 1)
+	go func() {
+		ok, why, err := a.o.Reviewer.Allowed(ctx, st.User, ResourceTargetStats)
+		targets <- answer{ok, why, err}
+	}()
+	ok, nodeWhy, err := a.o.Reviewer.Allowed(ctx, st.User, ResourceNodeStats)
+	t := <-targets
+	if err = errors.Join(err, t.err); err != nil {
+		return cached{err: fmt.Errorf("%w: SubjectAccessReview for %s: %w", ErrUnavailable, c.User, err)}, 0
+	}
+	c.Agent, c.Activator = ok, t.allowed
+	if !c.Agent && !c.Activator {
+		return cached{err: fmt.Errorf("%w: %s may not create %s.%s (agents) nor %s.%s (activators)%s", ErrForbidden, c.User,
+			ResourceNodeStats, Group, ResourceTargetStats, Group, reasons(nodeWhy, t.reason))}, a.o.FailureTTL
+	}
+	ttl := a.o.SuccessTTL
+	if claims.Expiry != 0 {
+		ttl = min(ttl, time.Unix(claims.Expiry, 0).Sub(now))
+	}
+	return cached{caller: c}, ttl
+}
+
+func reasons(rs ...string) string {
+	var out []string
+	for _, r := range rs {
+		if r != "" && !strings.Contains(strings.Join(out, "; "), r) {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, "; ") + ")"
+}
+
+func extra(u authnv1.UserInfo, key string) string {
+	if v := u.Extra[key]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+// claims are the unverified JWT claims peek reads.
+type claims struct {
+	Audience audiences `json:"aud"`
+	Expiry   int64     `json:"exp"`
+}
+
+// audiences is a JWT's aud: a string or a list of them.
+type audiences []string
+
+func (a *audiences) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = audiences{one}
+		return nil
+	}
+	return json.Unmarshal(b, (*[]string)(a))
+}
+
+func (a audiences) has(s string) bool {
+	for _, x := range a {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// peek reads a JWT's claims without verifying its signature.
+func peek(token string) (claims, error) {
+	var c claims
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return c, errors.New("the bearer token is not a JWT (a ServiceAccount token has three dot-separated parts)")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return c, fmt.Errorf("the bearer token's claims are not base64url: %w", err)
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return c, fmt.Errorf("the bearer token's claims are not JSON with aud and exp: %w", err)
+	}
+	return c, nil
+}

@@ -79,3 +79,22 @@ chart's appVersion). Call with (dict "image" .Values.agent.image "ctx" $).
 {{- printf "%s:%s" .image.repository (.image.tag | default .ctx.Chart.AppVersion | toString) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The rules controller-gen generated from a component's +kubebuilder:rbac
+markers (make generate), as a YAML list, so that the chart never writes
+them twice. Arguments: ctx (the root context) and file (under files/rbac,
+e.g. "agent/role.yaml").
+*/}}
+{{- define "sockscale.generatedRules" -}}
+{{- $path := printf "files/rbac/%s" .file }}
+{{- $generated := .ctx.Files.Get $path }}
+{{- if not $generated }}
+{{- fail (printf "%s is missing from the chart: run 'make generate' (controller-gen writes it from the +kubebuilder:rbac markers)" $path) }}
+{{- end }}
+{{- $role := $generated | fromYaml }}
+{{- if hasKey $role "Error" }}
+{{- fail (printf "%s does not parse: %s" $path $role.Error) }}
+{{- end }}
+{{- toYaml $role.rules }}
+{{- end }}

@@ -270,7 +270,6 @@ func (s *Stack) AgentIP(ctx context.Context) (string, error) {
 	return "", errors.New("no agent pod has an IP")
 }
 
-// HelmFromEnv is $HELM, the pinned helm the Makefile builds and exports.
 // AppPodSpec is the pod spec of the autoscale test app: a user's workload
 // that meets the Pod Security Standards' restricted level (non-root, no
 // privilege escalation, no capabilities, RuntimeDefault seccomp), so an
@@ -304,6 +303,7 @@ func AppPodSpec(image string) corev1.PodSpec {
 	}
 }
 
+// HelmFromEnv is $HELM, the pinned helm the Makefile builds and exports.
 func HelmFromEnv() string { return os.Getenv("HELM") }
 
 func ptr[T any](v T) *T { return &v }

@@ -21,6 +21,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--external-domain=-bad-"}, `--external-domain="-bad-": want a DNS domain`},
 		{[]string{"--gateway=public"}, `--gateway="public": want namespace/name of a Gateway`},
 		{[]string{"--gateway=Gateway System/public"}, `--gateway="Gateway System/public": want namespace/name`},
+		{[]string{"--metrics-cert-path=/nonexistent"}, `--metrics-cert-name="tls.crt" in --metrics-cert-path="/nonexistent"`},
+		{[]string{"--metrics-secure=false", "--metrics-cert-path=/etc"}, `--metrics-cert-path="/etc" needs --metrics-secure`},
+		{[]string{"--metrics-bind-address=8080"}, `--metrics-bind-address="8080": want [host]:port`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -153,6 +153,9 @@ func TestBadValues(t *testing.T) {
 		{"autoscaler.stable-windw=30s", []string{"/autoscaler", "'stable-windw' not allowed"}},
 		{"controller.metrics.certSecret=Metrics_TLS", []string{"/controller/metrics/certSecret", "'Metrics_TLS' does not match pattern"}},
 		{"controller.metrics.secure=yes", []string{"/controller/metrics/secure", "got string, want boolean"}},
+		{"networkPolicy.enabled=yes", []string{"/networkPolicy/enabled", "got string, want boolean"}},
+		{"networkPolicy.metricsFrom=monitoring", []string{"/networkPolicy/metricsFrom", "got string, want array"}},
+		{"networkPolicy.agentMetricsFrom[0].namespace=monitoring", []string{"/networkPolicy/agentMetricsFrom/0", "'namespace' not allowed"}},
 		// The activator's values are checked whether or not it is enabled.
 		{"activator.queueDepth=0", []string{"/activator/queueDepth", "minimum", "want 1"}},
 		{"activator.ports.proxy=0", []string{"/activator/ports/proxy", "minimum"}},

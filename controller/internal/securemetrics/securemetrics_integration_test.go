@@ -1,9 +1,13 @@
 package securemetrics_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -112,6 +116,17 @@ func TestIntegrationMetricsAuth(t *testing.T) {
 			}
 		})
 	}
+	// Headers past controller-runtime's 1 MiB limit: 431 before any
+	// review (its server's other limits: 32 s to send headers, 90 s idle).
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test's self-signed server
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(conn, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 2<<20)+"\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("2 MiB header: %v %v, want 431", resp, err)
+	}
+	conn.Close()
 	// Plain HTTP on the TLS port is refused, not served.
 	if _, err := stack.Scrape(ctx, mustAddrPort(t, addr).Addr(), mustAddrPort(t, addr).Port()); err == nil {
 		t.Error("plain HTTP scrape of the secure endpoint succeeded")

@@ -32,11 +32,14 @@ deps: ## Install the Debian packages the build and tests need (only those missin
 ##@ Development
 
 .PHONY: generate
-generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (bpf2go), deepcopy, CRDs and the controller's RBAC (controller-gen).
+generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (bpf2go), deepcopy, CRDs and each component's RBAC (controller-gen).
 	cd bpf && $(GO) generate ./...
 	$(CONTROLLER_GEN) object paths=./controller/api/...
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./controller/api/... output:crd:artifacts:config=charts/sockscale/crds
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-controller paths=./controller/... output:rbac:artifacts:config=charts/sockscale/files/rbac
+	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent 'paths=./agent/internal/podwatch/...;./agent/cmd/...' output:rbac:artifacts:config=charts/sockscale/files/rbac/agent
+	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent-redirect paths=./agent/internal/redirect/... output:rbac:artifacts:config=charts/sockscale/files/rbac/agent-redirect
+	$(CONTROLLER_GEN) rbac:roleName=sockscale-activator paths=./activator/... output:rbac:artifacts:config=charts/sockscale/files/rbac/activator
 
 .PHONY: verify
 verify: generate ## Regenerate everything and fail if the tree differs from what is committed; go.mod tidy.

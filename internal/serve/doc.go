@@ -1,3 +1,4 @@
-// Package serve runs an HTTP server until its context ends, then shuts it
+// Package serve runs the small HTTP endpoints (metrics, health, stats) with
+// bounded headers and timeouts until their context ends, then shuts them
 // down gracefully.
 package serve

@@ -273,16 +273,16 @@ func TestActivatorServices(t *testing.T) {
 func TestActivatorClusterRoleIsReadOnly(t *testing.T) {
 	objs := renderActivator(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", activatorName)
-	read := []string{"get", "list", "watch"}
+	read := []string{"list", "watch"} // informers only: no get
 	report := rbacv1.PolicyRule{APIGroups: []string{"sockscale.dev"}, Resources: []string{"targetstats"}, Verbs: []string{"create"}}
 	want := []rbacv1.PolicyRule{
-		report,
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
-		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"podautoscalers", "serverlessservices"}, Verbs: read},
-		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
 		{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes"}, Verbs: read},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: read},
+		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
+		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"podautoscalers", "serverlessservices"}, Verbs: read},
+		report,
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("activator ClusterRole rules (-want +got):\n%s", diff)

@@ -204,13 +204,13 @@ func TestAgentDaemonSet(t *testing.T) {
 func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", agentName)
-	read := []string{"get", "list", "watch"}
+	read := []string{"list", "watch"} // informers only: no get
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"nodestats"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
-		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"serverlessservices"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: read},
 		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
+		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"serverlessservices"}, Verbs: read},
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
@@ -356,7 +356,7 @@ func TestControllerRole(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.Role](t, objs, "Role", controllerName)
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{autoscalerCM}, Verbs: []string{"get"}},
 	}

@@ -151,6 +151,11 @@ func TestBadValues(t *testing.T) {
 		{"autoscaler.panic-threshold-percentage=50", []string{"/autoscaler/panic-threshold-percentage", "want 110"}},
 		{"autoscaler.max-scale-down-rate=1", []string{"/autoscaler/max-scale-down-rate", "exclusiveMinimum"}},
 		{"autoscaler.stable-windw=30s", []string{"/autoscaler", "'stable-windw' not allowed"}},
+		{"controller.metrics.certSecret=Metrics_TLS", []string{"/controller/metrics/certSecret", "'Metrics_TLS' does not match pattern"}},
+		{"controller.metrics.secure=yes", []string{"/controller/metrics/secure", "got string, want boolean"}},
+		{"networkPolicy.enabled=yes", []string{"/networkPolicy/enabled", "got string, want boolean"}},
+		{"networkPolicy.metricsFrom=monitoring", []string{"/networkPolicy/metricsFrom", "got string, want array"}},
+		{"networkPolicy.agentMetricsFrom[0].namespace=monitoring", []string{"/networkPolicy/agentMetricsFrom/0", "'namespace' not allowed"}},
 		// The activator's values are checked whether or not it is enabled.
 		{"activator.queueDepth=0", []string{"/activator/queueDepth", "minimum", "want 1"}},
 		{"activator.ports.proxy=0", []string{"/activator/ports/proxy", "minimum"}},

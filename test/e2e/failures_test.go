@@ -222,6 +222,13 @@ func TestE2ELeaderKilledUnderLoad(t *testing.T) {
 	load := steadyTarget(t, s, name)
 	before := replicas(t, s, name)
 
+	// The controller's /metrics is HTTPS for callers the API server
+	// authorizes (the chart's default): scrape as a Prometheus bound to
+	// the chart's metrics-reader ClusterRole would.
+	token, err := stack.MetricsReaderToken(ctx, s.Client, stack.Namespace, "e2e-metrics-scraper")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Decisions are counted by the replica that makes them (the leader):
 	// a poll sees progress when any replica's count went up.
 	last := map[string]float64{}
@@ -232,7 +239,7 @@ func TestE2ELeaderKilledUnderLoad(t *testing.T) {
 			if !c.ip.IsValid() {
 				continue
 			}
-			scrape, err := stack.Scrape(ctx, c.ip, 8080)
+			scrape, err := stack.ScrapeSecure(ctx, netip.AddrPortFrom(c.ip, 8080).String(), token)
 			if err != nil {
 				continue // a replica going away or not up yet
 			}

@@ -290,8 +290,8 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 }
 
 // startLogged starts cmd, kills it when t ends, and then prints its output
-// (name's log) if t failed.
-func startLogged(t *testing.T, name string, cmd *exec.Cmd) {
+// (name's log) if t failed. It returns the log file's path.
+func startLogged(t *testing.T, name string, cmd *exec.Cmd) string {
 	t.Helper()
 	logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
@@ -309,4 +309,5 @@ func startLogged(t *testing.T, name string, cmd *exec.Cmd) {
 			t.Logf("%s log:\n%s", name, out)
 		}
 	})
+	return logFile.Name()
 }

@@ -37,10 +37,15 @@ func TestIntegrationControllerScalesFromAgentStats(t *testing.T) {
 	}
 
 	statsAddr := startController(t, cl)
+	postUntilScaled(t, cl, statsAddr, func(n int32) bool { return n == 3 })
+}
 
-	// An agent's report: the Deployment's pod has 210 requests in flight,
-	// 3 pods' worth at the default target of 70.
-	// One report per second, as an agent sends them.
+// postUntilScaled sends an agent's report every second, as an agent
+// would: default/hello's pod has 210 requests in flight, 3 pods' worth at
+// the default target of 70; it returns once the Deployment's replicas are
+// as wanted and fails the test after 30 s.
+func postUntilScaled(t *testing.T, cl *testenv.Cluster, statsAddr string, wanted func(replicas int32) bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var sent time.Time
 	for {
@@ -53,11 +58,11 @@ func TestIntegrationControllerScalesFromAgentStats(t *testing.T) {
 			}
 		}
 		got := cl.Replicas(t, "default", "hello")
-		if got == 3 {
+		if wanted(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the Deployment has %d replicas, want 3 after the agent's reports", got)
+			t.Fatalf("the Deployment has %d replicas, not as wanted after the agent's reports (3 pods' worth)", got)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -67,6 +72,14 @@ func TestIntegrationControllerScalesFromAgentStats(t *testing.T) {
 // returns its stats address; its log is printed if the test fails.
 func startController(t *testing.T, cl *testenv.Cluster) string {
 	t.Helper()
+	addr, _ := startControllerAs(t, cl.Kubeconfig)
+	return addr
+}
+
+// startControllerAs starts the controller binary with kubeconfig and
+// extra flags, and returns its stats address and its log file.
+func startControllerAs(t *testing.T, kubeconfig string, flags ...string) (string, string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sockscale-controller")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller").CombinedOutput(); err != nil {
 		t.Fatalf("build controller: %v: %s", err, out)
@@ -75,8 +88,7 @@ func startController(t *testing.T, cl *testenv.Cluster) string {
 	// These tests post as agents of nodes and pods that do not exist (no
 	// pod-bound tokens to send): authentication has tests of its own
 	// (controller/internal/statsauth).
-	cmd := exec.Command(bin, "--stats-insecure-skip-auth", "--stats-bind-address="+statsAddr, "--metrics-bind-address="+freeAddr(t), "--health-probe-bind-address="+freeAddr(t))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
-	startLogged(t, "controller", cmd)
-	return statsAddr
+	cmd := exec.Command(bin, append([]string{"--stats-insecure-skip-auth", "--stats-bind-address=" + statsAddr, "--metrics-bind-address=" + freeAddr(t), "--health-probe-bind-address=" + freeAddr(t)}, flags...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	return statsAddr, startLogged(t, "controller", cmd)
 }

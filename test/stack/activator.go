@@ -3,8 +3,10 @@ package stack
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -61,20 +63,29 @@ type Sample struct {
 // Scrape reads the Prometheus text at http://ip:port/metrics and returns
 // the counters' and gauges' series by metric name.
 func Scrape(ctx context.Context, ip netip.Addr, port uint16) (map[string][]Sample, error) {
+	return scrape(ctx, http.DefaultClient, "http://"+netip.AddrPortFrom(ip, port).String()+"/metrics", "")
+}
+
+// scrape GETs url, with token as a bearer token unless empty, and parses
+// the Prometheus text: the counters' and gauges' series by metric name.
+func scrape(ctx context.Context, hc *http.Client, url, token string) (map[string][]Sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	url := "http://" + netip.AddrPortFrom(ip, port).String() + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("scrape %s: %w: %s", url, &StatusError{Code: resp.StatusCode}, strings.TrimSpace(string(body)))
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
@@ -101,6 +112,11 @@ func Scrape(ctx context.Context, ip netip.Addr, port uint16) (map[string][]Sampl
 	}
 	return out, nil
 }
+
+// StatusError is a scrape answered with another status than 200.
+type StatusError struct{ Code int }
+
+func (e *StatusError) Error() string { return fmt.Sprintf("HTTP %d", e.Code) }
 
 // Sum adds the values of the series of name whose labels include match.
 func Sum(scrape map[string][]Sample, name string, match map[string]string) float64 {

@@ -204,21 +204,7 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(30)),
-					Containers: []corev1.Container{{
-						Name: "app", Image: image,
-						// After SIGTERM the app keeps serving (not ready) for 5 s
-						// while the endpoint removal reaches kube-proxy, then drains.
-						Args:  []string{"--port=8080", "--shutdown-delay=5s"},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
+				Spec:       AppPodSpec(image),
 			},
 		},
 	}
@@ -361,6 +347,39 @@ func (s *Stack) AgentIP(ctx context.Context) (string, error) {
 		}
 	}
 	return "", errors.New("no agent pod has an IP")
+}
+
+// AppPodSpec is the pod spec of the autoscale test app: a user's workload
+// that meets the Pod Security Standards' restricted level (non-root, no
+// privilege escalation, no capabilities, RuntimeDefault seccomp), so an
+// app namespace may enforce it (test/integration checks with the real
+// admission plugin).
+func AppPodSpec(image string) corev1.PodSpec {
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr(int64(30)),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr(true),
+			RunAsUser:      ptr(int64(65532)),
+			RunAsGroup:     ptr(int64(65532)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name: "app", Image: image,
+			// After SIGTERM the app keeps serving (not ready) for 5 s
+			// while the endpoint removal reaches kube-proxy, then drains.
+			Args:  []string{"--port=8080", "--shutdown-delay=5s"},
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
+				PeriodSeconds: 1,
+			},
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		}},
+	}
 }
 
 // HelmFromEnv is $HELM, the pinned helm the Makefile builds and exports.

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/sockscale/sockscale/internal/serve"
 )
 
 // NewServer returns the proxy port's server: HTTP/1.1 and HTTP/2 without
@@ -25,9 +27,12 @@ func NewServer(addr string, h http.Handler, base context.Context) *http.Server {
 		Protocols: p,
 		// No read or write timeout: requests are held and streamed up to
 		// their target's timeout, which the handler enforces.
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: serve.ReadHeaderTimeout,
+		IdleTimeout:       serve.IdleTimeout,
+		// Larger headers get 431 here rather than a megabyte (Go's
+		// default) pinned per connection and then refused by the pod.
+		MaxHeaderBytes: serve.MaxHeaderBytes,
+		BaseContext:    func(net.Listener) context.Context { return base },
 	}
 }
 

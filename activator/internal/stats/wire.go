@@ -48,6 +48,11 @@ type Wire struct {
 	Log     *slog.Logger
 }
 
+// The controller's stats endpoint asks the API server whether the
+// activator may "create" targetstats.sockscale.dev (a virtual resource):
+// that permission is what lets it report targets.
+// +kubebuilder:rbac:groups=sockscale.dev,resources=targetstats,verbs=create
+
 // Report queues one period's records for the controller.
 func (w *Wire) Report(start time.Time, period time.Duration, records []Record) {
 	b := &wire.Batch{Node: w.Self, Start: start, Period: period}

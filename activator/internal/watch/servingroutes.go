@@ -40,6 +40,9 @@ func (w *Watcher) retryPeriod() time.Duration {
 	return DefaultRouteRetryPeriod
 }
 
+// The Routes' informer and routesUnreadable's one direct list.
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes,verbs=list;watch
+
 // routesUnreadable says why Routes cannot be watched ("": they can): a
 // list through APIReader, as the informer's first list would do, tells a
 // missing CRD and an RBAC refusal apart from a passing error.

@@ -120,6 +120,13 @@ func (w *Watcher) Workload(k target.Key) (string, bool) {
 // activator is not ready.
 func (w *Watcher) Synced() bool { return w.synced.Load() }
 
+// Run's informers: list and watch; Sync reads the cache, never the API.
+// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers;serverlessservices,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=list;watch
+
 // Run registers the watches, waits for the caches to fill, syncs every
 // target once (then Synced is true), then follows changes until ctx ends.
 // The cache must be started by the caller.

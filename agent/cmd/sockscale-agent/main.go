@@ -165,6 +165,11 @@ func main() {
 	}
 }
 
+// The controller's stats endpoint asks the API server whether the agent
+// may "create" nodestats.sockscale.dev, a virtual resource that nothing
+// serves: that permission is what lets it report its node.
+// +kubebuilder:rbac:groups=sockscale.dev,resources=nodestats,verbs=create
+
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.uninstall {
 		if err := bpf.Uninstall(cfg.bpffsDir); err != nil {

@@ -21,6 +21,9 @@ type ActivatorSet interface {
 	SetActivators(ips []netip.Addr) error
 }
 
+// The activator pods through an informer (list and watch, no get).
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+
 // WatchActivators keeps set equal to the IPv4 addresses of the running pods
 // that match selector in namespace (all namespaces if empty): requests from
 // them count as proxied. It returns when ctx ends.

@@ -93,6 +93,9 @@ func New(acct Accounting, log *slog.Logger) *Watcher {
 // whole kernel map with the pods (something else may have changed it).
 const ResyncPeriod = 10 * time.Second
 
+// The node's pods through an informer (list and watch, no get).
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+
 // Run watches the pods scheduled to node until ctx ends. Once the first
 // list is in, it removes kernel entries of pods that are gone (an agent
 // restart keeps the live ones, with their counters); then it resyncs every

@@ -273,6 +273,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
+// The attempt's informers: list and watch; Get and List read the cache.
+// +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+
 // attempt runs one set of watches until ctx ends (nil) or they fail.
 func (r *Reconciler) attempt(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
@@ -51,6 +52,8 @@ type itEnv struct {
 	kernel *bpfredirect.Redirect
 	root   string // the cgroup the programs attach at
 	pinDir string
+	// as is the Reconciler's API config; nil: the cluster admin's.
+	as *rest.Config
 }
 
 func newITEnv(t testing.TB) *itEnv {
@@ -98,7 +101,11 @@ func (e *itEnv) run(t testing.TB, reg prometheus.Registerer, resync time.Duratio
 	for _, f := range opts {
 		f(&o)
 	}
-	r, err := New(e.cl.Config, o)
+	cfg := e.cl.Config
+	if e.as != nil {
+		cfg = e.as
+	}
+	r, err := New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

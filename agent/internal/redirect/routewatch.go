@@ -102,6 +102,9 @@ func (r *Reconciler) runRoutes(ctx context.Context) {
 	}
 }
 
+// The Routes' informer: list and watch.
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes,verbs=list;watch
+
 // attemptRoutes runs one watch of the Routes until ctx ends (nil) or it
 // fails; worked says whether it synced.
 func (r *Reconciler) attemptRoutes(ctx context.Context) (worked bool, err error) {

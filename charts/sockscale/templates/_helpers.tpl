@@ -127,3 +127,22 @@ certificate (ca.crt only: the key stays with the controller).
 {{- define "sockscale.controller.statsTLSSecret" -}}
 {{- printf "%s-tls" (include "sockscale.controller.statsService" .) -}}
 {{- end -}}
+
+{{/*
+The rules controller-gen generated from a component's +kubebuilder:rbac
+markers (make generate), as a YAML list, so that the chart never writes
+them twice. Arguments: ctx (the root context) and file (under files/rbac,
+e.g. "agent/role.yaml").
+*/}}
+{{- define "sockscale.generatedRules" -}}
+{{- $path := printf "files/rbac/%s" .file }}
+{{- $generated := .ctx.Files.Get $path }}
+{{- if not $generated }}
+{{- fail (printf "%s is missing from the chart: run 'make generate' (controller-gen writes it from the +kubebuilder:rbac markers)" $path) }}
+{{- end }}
+{{- $role := $generated | fromYaml }}
+{{- if hasKey $role "Error" }}
+{{- fail (printf "%s does not parse: %s" $path $role.Error) }}
+{{- end }}
+{{- toYaml $role.rules }}
+{{- end }}

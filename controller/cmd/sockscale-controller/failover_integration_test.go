@@ -67,7 +67,7 @@ func TestIntegrationFailover(t *testing.T) {
 		r := &replica{name: name, stats: freeAddr(t), metrics: freeAddr(t), logs: &bytes.Buffer{}, exited: make(chan struct{})}
 		// The replicas take stats from a made-up agent (no pod-bound token):
 		// authentication has tests of its own (internal/statsauth).
-		r.cmd = exec.Command(bin, "--leader-elect", "--stats-insecure-skip-auth", "--stats-bind-address="+r.stats, "--metrics-bind-address="+r.metrics, "--health-probe-bind-address="+freeAddr(t))
+		r.cmd = exec.Command(bin, "--leader-elect", "--stats-insecure-skip-auth", "--stats-bind-address="+r.stats, "--metrics-bind-address="+r.metrics, "--metrics-secure=false", "--health-probe-bind-address="+freeAddr(t))
 		r.cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig, "POD_NAMESPACE=default")
 		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
 		if err := r.cmd.Start(); err != nil {

@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
@@ -42,6 +41,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/route"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
+	"github.com/sockscale/sockscale/controller/internal/securemetrics"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsauth"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
@@ -68,12 +68,18 @@ type flags struct {
 	statsInsecure bool
 	// statsCert and statsKey: serve the stats over HTTPS.
 	statsCert, statsKey string
+	metrics             securemetrics.Config
 }
 
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("sockscale-controller", flag.ContinueOnError)
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (\"0\": none)")
+	fs.BoolVar(&f.metrics.Secure, "metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates and authorizes (get on the /metrics non-resource URL); false: plain HTTP to anyone")
+	fs.StringVar(&f.metrics.CertDir, "metrics-cert-path", "", "directory of the metrics server's certificate and key (empty: a self-signed one)")
+	fs.StringVar(&f.metrics.CertName, "metrics-cert-name", "tls.crt", "certificate file in --metrics-cert-path")
+	fs.StringVar(&f.metrics.KeyName, "metrics-cert-key", "tls.key", "key file in --metrics-cert-path")
+	fs.BoolVar(&f.metrics.HTTP2, "enable-http2", false, "offer HTTP/2 on the metrics endpoint (off: its rapid-reset class of flaws)")
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&f.statsAddr, "stats-bind-address", ":8443", "address where agents POST their stats (every replica listens, so a standby stays warm)")
 	fs.StringVar(&f.statsAudience, "stats-token-audience", statsauth.DefaultAudience, "audience that agents' and activators' ServiceAccount tokens must carry (their projected token volumes' audience)")
@@ -125,7 +131,14 @@ func parseFlags(args []string) (*flags, error) {
 			f.gateway = &types.NamespacedName{Namespace: ns, Name: name}
 		}
 	}
+	f.metrics.BindAddress = f.metricsAddr
+	if _, err := securemetrics.Options(f.metrics); err != nil {
+		errs = append(errs, err)
+	}
 	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr} {
+		if addr == "0" && name == "--metrics-bind-address" {
+			continue // off
+		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8080", name, addr))
 		}
@@ -172,9 +185,13 @@ func run(ctx context.Context, f *flags) error {
 	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	metricsOpts, err := securemetrics.Options(f.metrics)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  f.healthAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "sockscale-controller.sockscale.dev",

@@ -24,6 +24,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--stats-token-audience="}, `--stats-token-audience="": want one audience`},
 		{[]string{"--stats-token-audience=a,b"}, `--stats-token-audience="a,b": want one audience`},
 		{[]string{"--stats-tls-cert-file=/tls/tls.crt"}, `--stats-tls-cert-file="/tls/tls.crt" and --stats-tls-key-file="": set both (HTTPS) or neither (HTTP)`},
+		{[]string{"--metrics-cert-path=/nonexistent"}, `--metrics-cert-name="tls.crt" in --metrics-cert-path="/nonexistent"`},
+		{[]string{"--metrics-secure=false", "--metrics-cert-path=/etc"}, `--metrics-cert-path="/etc" needs --metrics-secure`},
+		{[]string{"--metrics-bind-address=8080"}, `--metrics-bind-address="8080": want [host]:port`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -51,11 +51,12 @@ type PodAutoscaler struct {
 
 var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
 
-// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers/status,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update
+// +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

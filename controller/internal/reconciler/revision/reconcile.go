@@ -32,7 +32,7 @@ type Reconciler struct {
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions,verbs=get;list;watch
-// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions/status,verbs=update
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update

@@ -58,7 +58,7 @@ type Reconciler struct {
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes/status,verbs=update
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services,verbs=get;list;watch

@@ -63,7 +63,7 @@ type Reconciler struct {
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services,verbs=get;list;watch
-// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/status,verbs=update
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=services/finalizers,verbs=update
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=revisions,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=serving.sockscale.dev,resources=routes,verbs=get;list;watch;create;update

@@ -61,10 +61,10 @@ type ServerlessService struct {
 
 var _ reconcile.Reconciler = (*ServerlessService)(nil)
 
-// +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices/status,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile puts one ServerlessService's mode in place.

@@ -1,0 +1,83 @@
+package podwatch
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
+)
+
+type activatorIPs struct {
+	mu  sync.Mutex
+	ips []netip.Addr
+}
+
+func (a *activatorIPs) SetActivators(ips []netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ips = ips
+	return nil
+}
+
+func (a *activatorIPs) get() []netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ips
+}
+
+// Under exactly the rules the package's markers generate (list and watch
+// pods), the node's pod watch and the activators' watch sync against a
+// real kube-apiserver and see their pods.
+func TestIntegrationPodWatchUnderItsGeneratedRole(t *testing.T) {
+	cl := testenv.ControlPlane(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := cl.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}); err != nil {
+		t.Fatal(err)
+	}
+	web := pod("web").IP("10.0.0.5").Obj()
+	act := pod("act").IP("10.0.0.9").Obj()
+	act.Labels = map[string]string{"app.kubernetes.io/component": "activator"}
+	for _, p := range []*corev1.Pod{web, act} {
+		status := p.Status
+		p.UID = ""
+		p.Spec.Containers = []corev1.Container{{Name: "c", Image: "x"}}
+		if err := cl.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status = status
+		if err := cl.Client.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := kubernetes.NewForConfig(cl.ConfigAs(t, "agent", testenv.GeneratedRules(t, "agent/role.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(newFakeAccounting(), quiet())
+	set := &activatorIPs{}
+	done := make(chan error, 2)
+	go func() { done <- w.Run(ctx, client, "node-a", clock.RealClock{}) }()
+	go func() {
+		done <- WatchActivators(ctx, client, "ns", "app.kubernetes.io/component=activator", set, quiet())
+	}()
+	testenv.Eventually(t, 20*time.Second, "both watches see their pods", func() (bool, string) {
+		_, ok := w.Lookup(addr("10.0.0.5"))
+		return w.Status().Synced && ok && slices.Equal(set.get(), []netip.Addr{addr("10.0.0.9")}), "not yet"
+	})
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("watch: %v", err)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package chart_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+)
+
+const activatorClusterRole = "sockscale-activator"
+
+// generatedRules reads the rules controller-gen wrote from a component's
+// +kubebuilder:rbac markers (make generate; make verify fails when they
+// are stale, so these are the code's markers).
+func generatedRules(t *testing.T, file string) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "files", "rbac", file))
+	if err != nil {
+		t.Fatalf("the generated RBAC (make generate): %v", err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(b, &role); err != nil {
+		t.Fatalf("files/rbac/%s: %v", file, err)
+	}
+	if len(role.Rules) == 0 {
+		t.Fatalf("files/rbac/%s has no rules", file)
+	}
+	return role.Rules
+}
+
+// Each component's ClusterRole is exactly what its markers generate, so a
+// verb the code stops using leaves the chart with the marker.
+func TestClusterRolesAreTheMarkers(t *testing.T) {
+	agent := generatedRules(t, "agent/role.yaml")
+	redirect := generatedRules(t, "agent-redirect/role.yaml")
+	for _, tt := range []struct {
+		name string
+		set  []string
+		role string
+		want []rbacv1.PolicyRule
+	}{
+		{"controller", nil, controllerName, generatedRules(t, "role.yaml")},
+		{"activator", nil, activatorClusterRole, generatedRules(t, "activator/role.yaml")},
+		{"agent", nil, agentName, slices.Concat(agent, redirect)},
+		{"agent without the redirect", []string{"--set", "agent.socketRedirect=off"}, agentName, agent},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			role := get[rbacv1.ClusterRole](t, render(t, tt.set...), "ClusterRole", tt.role)
+			if diff := cmp.Diff(tt.want, role.Rules); diff != "" {
+				t.Errorf("ClusterRole %s rules differ from the generated ones (-generated +rendered):\n%s", tt.role, diff)
+			}
+		})
+	}
+}
+
+// No rule of any Role or ClusterRole the chart renders holds a wildcard.
+func TestNoWildcardRules(t *testing.T) {
+	objs := render(t)
+	n := 0
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, o := range objs.ofKind(kind) {
+			role := get[rbacv1.ClusterRole](t, objs, kind, o.Name) // a Role decodes the same
+			for _, r := range role.Rules {
+				n++
+				for _, list := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames, r.NonResourceURLs} {
+					if slices.Contains(list, "*") {
+						t.Errorf("%s %s: rule %+v holds a wildcard", kind, o.Name, r)
+					}
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d rules rendered; the test would prove nothing", n)
+	}
+}
+
+// Every +kubebuilder:rbac marker in the tree is in a package that a
+// `make generate` rbac line reads: a marker added elsewhere (say, the
+// agent's reporting package) would otherwise reach no role, and the
+// component would be refused at run time while every test of the chart
+// passed.
+func TestEveryRBACMarkerIsGenerated(t *testing.T) {
+	root := filepath.Join(chartDir(t), "..", "..")
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var covered []string
+	for _, m := range regexp.MustCompile(`rbac:roleName=\S+ '?paths=([^\s']+)`).FindAllStringSubmatch(string(mk), -1) {
+		for _, p := range strings.Split(strings.Trim(m[1], `"{}`), ";") {
+			covered = append(covered, strings.TrimSuffix(strings.TrimPrefix(p, "./"), "..."))
+		}
+	}
+	if len(covered) < 4 {
+		t.Fatalf("the Makefile's rbac lines read %q; want the controller's, the agent's (two) and the activator's", covered)
+	}
+	n := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || rel == "bin" || rel == "test" || rel == "hack") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(b, []byte("+kubebuilder:rbac:")) {
+			return nil
+		}
+		n++
+		rel = filepath.ToSlash(rel)
+		if !slices.ContainsFunc(covered, func(p string) bool { return strings.HasPrefix(rel, p) }) {
+			t.Errorf("%s holds +kubebuilder:rbac markers that no `make generate` rbac line reads (they read %q): add its package to one", rel, covered)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 10 {
+		t.Errorf("found markers in %d files; the walk missed the tree", n)
+	}
+}

@@ -51,7 +51,7 @@ func TestChartLintStrict(t *testing.T) {
 // release namespace.
 func TestLabelsAndNamespace(t *testing.T) {
 	objs := render(t, "--set", "commonLabels.team=serving,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true,activator.enabled=true,activator.autoscaling.enabled=true")
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true}
 	for _, o := range objs {
 		for k, want := range map[string]string{
 			"app.kubernetes.io/name":       "sockscale",

@@ -42,6 +42,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/route"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
+	"github.com/sockscale/sockscale/controller/internal/release"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -61,6 +62,9 @@ type flags struct {
 	clusterDomain      string
 	gateway            *types.NamespacedName
 	externalDomain     string
+	// release: hand the public Services back to Kubernetes and exit (the
+	// chart's pre-delete hook).
+	release bool
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -83,6 +87,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the URLs of Services and Routes")
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway that serving Routes' HTTPRoutes attach to (empty: no HTTPRoutes)")
 	fs.StringVar(&f.externalDomain, "external-domain", "example.com", "domain of serving Routes' external host names, <route>.<namespace>.<domain>, when --gateway is set")
+	fs.BoolVar(&f.release, "release", false, "hand every public Service back to Kubernetes (the target's selector, none of sockscale's EndpointSlices) and exit: what an uninstall runs first")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -145,16 +150,46 @@ func main() {
 }
 
 func run(ctx context.Context, f *flags) error {
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	if f.release {
+		return runRelease(ctx, scheme)
+	}
+	return runController(ctx, f, scheme)
+}
+
+// runRelease is --release: the chart's pre-delete hook runs it with the
+// controller's ServiceAccount while the chart's objects still exist.
+func runRelease(ctx context.Context, scheme *runtime.Scheme) error {
+	c, err := client.New(ctrl.GetConfigOrDie(), client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	res, err := release.Release(ctx, c, release.Options{})
+	if err != nil {
+		return fmt.Errorf("release public Services: %w", err)
+	}
+	ctrl.Log.Info("released: public Services handed back to Kubernetes", "services", res.Services, "endpointSlicesDeleted", res.Slices)
+	return nil
+}
+
+func newScheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
+	return scheme, nil
+}
+
+func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},

@@ -24,7 +24,7 @@ func TestControllerReleaseHook(t *testing.T) {
 		t.Errorf("serviceAccountName %q, restartPolicy %q; want the controller's %q and Never", spec.ServiceAccountName, spec.RestartPolicy, ctl.ServiceAccountName)
 	}
 	c := spec.Containers[0]
-	if diff := cmp.Diff([]string{"--release"}, c.Args); diff != "" || c.Image != ctl.Containers[0].Image {
+	if diff := cmp.Diff([]string{"--release", "--release-stop=" + namespace + "/" + controllerName}, c.Args); diff != "" || c.Image != ctl.Containers[0].Image {
 		t.Errorf("container image %q (want the controller's %q), args (-want +got):\n%s", c.Image, ctl.Containers[0].Image, diff)
 	}
 	if job.Spec.Template.Labels["app.kubernetes.io/component"] == "controller" {

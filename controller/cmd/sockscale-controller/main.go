@@ -63,8 +63,9 @@ type flags struct {
 	gateway            *types.NamespacedName
 	externalDomain     string
 	// release: hand the public Services back to Kubernetes and exit (the
-	// chart's pre-delete hook).
-	release bool
+	// chart's pre-delete hook), after scaling releaseStop to zero.
+	release     bool
+	releaseStop *types.NamespacedName
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -88,10 +89,22 @@ func parseFlags(args []string) (*flags, error) {
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway that serving Routes' HTTPRoutes attach to (empty: no HTTPRoutes)")
 	fs.StringVar(&f.externalDomain, "external-domain", "example.com", "domain of serving Routes' external host names, <route>.<namespace>.<domain>, when --gateway is set")
 	fs.BoolVar(&f.release, "release", false, "hand every public Service back to Kubernetes (the target's selector, none of sockscale's EndpointSlices) and exit: what an uninstall runs first")
+	releaseStop := fs.String("release-stop", "", "with --release: namespace/name of the controller's Deployment, scaled to zero first so that it does not take the Services back (empty: not stopped)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var errs []error
+	if *releaseStop != "" {
+		ns, name, ok := strings.Cut(*releaseStop, "/")
+		switch {
+		case !f.release:
+			errs = append(errs, fmt.Errorf("--release-stop=%q needs --release", *releaseStop))
+		case !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0:
+			errs = append(errs, fmt.Errorf("--release-stop=%q: want namespace/name of the controller's Deployment, e.g. sockscale-system/sockscale-controller", *releaseStop))
+		default:
+			f.releaseStop = &types.NamespacedName{Namespace: ns, Name: name}
+		}
+	}
 	sel, err := labels.Parse(*selector)
 	switch {
 	case err != nil:
@@ -155,19 +168,19 @@ func run(ctx context.Context, f *flags) error {
 		return err
 	}
 	if f.release {
-		return runRelease(ctx, scheme)
+		return runRelease(ctx, scheme, f.releaseStop)
 	}
 	return runController(ctx, f, scheme)
 }
 
 // runRelease is --release: the chart's pre-delete hook runs it with the
 // controller's ServiceAccount while the chart's objects still exist.
-func runRelease(ctx context.Context, scheme *runtime.Scheme) error {
+func runRelease(ctx context.Context, scheme *runtime.Scheme, stop *types.NamespacedName) error {
 	c, err := client.New(ctrl.GetConfigOrDie(), client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	res, err := release.Release(ctx, c, release.Options{})
+	res, err := release.Release(ctx, c, release.Options{Controller: stop})
 	if err != nil {
 		return fmt.Errorf("release public Services: %w", err)
 	}

@@ -21,6 +21,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--external-domain=-bad-"}, `--external-domain="-bad-": want a DNS domain`},
 		{[]string{"--gateway=public"}, `--gateway="public": want namespace/name of a Gateway`},
 		{[]string{"--gateway=Gateway System/public"}, `--gateway="Gateway System/public": want namespace/name`},
+		{[]string{"--release-stop=ns/ctl"}, `--release-stop="ns/ctl" needs --release`},
+		{[]string{"--release", "--release-stop=ctl"}, `--release-stop="ctl": want namespace/name of the controller's Deployment`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -32,6 +34,9 @@ func TestFlagErrors(t *testing.T) {
 	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
 		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" {
 		t.Errorf("defaults: %+v, %v", f, err)
+	}
+	if f, err := parseFlags([]string{"--release", "--release-stop=ops/sockscale-controller"}); err != nil || !f.release || f.releaseStop == nil || f.releaseStop.String() != "ops/sockscale-controller" {
+		t.Errorf("--release --release-stop=ops/sockscale-controller: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--gateway=gateway-system/public"}); err != nil || f.gateway == nil || f.gateway.String() != "gateway-system/public" {
 		t.Errorf("--gateway=gateway-system/public: %+v, %v", f, err)

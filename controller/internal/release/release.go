@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
@@ -24,6 +28,13 @@ import (
 // as sockscale's, so a later install takes the Service over again (the
 // ServerlessService reconciler removes that selector) while a selector a
 // user set stays refused.
+
+// Why the controller is stopped first: a running controller takes a
+// handed-back Service over again (that is what makes a reinstall work), so
+// the two would undo each other until helm deleted the controller. Scaled
+// to zero replicas, it writes nothing more; the uninstall deletes its
+// Deployment next anyway. (A failed uninstall leaves it at zero: `helm
+// upgrade` or another `helm uninstall` settles it.)
 
 // Result counts what a release changed.
 type Result struct {
@@ -43,6 +54,13 @@ type Options struct {
 	// changes nothing.
 	Passes   int
 	Interval time.Duration
+	// Controller is the controller's Deployment, scaled to zero replicas
+	// before anything is handed back; nil: not stopped.
+	Controller *types.NamespacedName
+	// StopTimeout bounds the wait for its pods to go (default 90 s); past
+	// it the release goes on, and its passes undo what a controller still
+	// stopping writes.
+	StopTimeout time.Duration
 }
 
 // Release hands every ServerlessService's public Service back to
@@ -55,6 +73,14 @@ func Release(ctx context.Context, c client.Client, opts Options) (Result, error)
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = 90 * time.Second
+	}
+	if opts.Controller != nil {
+		if err := stopController(ctx, c, *opts.Controller, opts.StopTimeout, opts.Interval); err != nil {
+			return Result{}, err
+		}
 	}
 	var total Result
 	for pass := 0; pass < opts.Passes; pass++ {
@@ -156,4 +182,35 @@ func deleteSlices(ctx context.Context, c client.Client, ns, service string) (int
 		n++
 	}
 	return n, nil
+}
+
+// stopController scales the controller's Deployment to zero and waits
+// until it has no pods left, or timeout.
+func stopController(ctx context.Context, c client.Client, ref types.NamespacedName, timeout, poll time.Duration) error {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
+	err := c.SubResource("scale").Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`)))
+	if apierrors.IsNotFound(err) {
+		return nil // already gone: nothing to stop
+	}
+	if err != nil {
+		return fmt.Errorf("scale the controller %s to zero: %w", ref, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := c.Get(ctx, ref, d); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if d.Status.Replicas == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log.FromContext(ctx).Info("the controller still has pods; handing the Services back anyway", "deployment", ref.String(), "replicas", d.Status.Replicas)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,6 +90,9 @@ func TestReleaseAndTakeBack(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "mine", UID: "sks-uid-2"},
 			Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "mine", Selector: map[string]string{"app": "mine"}},
 		},
+		// The controller, scaled to zero first so it does not take back.
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "sockscale-system", Name: "sockscale-controller"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(2))}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "mine"},
 			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "users-own"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
 	}
@@ -110,9 +114,14 @@ func TestReleaseAndTakeBack(t *testing.T) {
 		t.Fatalf("installed (-want +got):\n%s", diff)
 	}
 
-	res, err := Release(ctx, c, Options{Interval: time.Millisecond})
+	ctl := types.NamespacedName{Namespace: "sockscale-system", Name: "sockscale-controller"}
+	res, err := Release(ctx, c, Options{Interval: time.Millisecond, Controller: &ctl})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := c.Get(ctx, ctl, &d); err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+		t.Errorf("the controller's Deployment after Release: replicas %v (%v); want 0", d.Spec.Replicas, err)
 	}
 	if diff := cmp.Diff(Result{Services: 1, Slices: 1}, res); diff != "" {
 		t.Errorf("Release (-want +got):\n%s", diff)
@@ -133,3 +142,5 @@ func TestReleaseAndTakeBack(t *testing.T) {
 		t.Errorf("installed again (-want +got):\n%s", diff)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -64,7 +64,8 @@ func binDir() string {
 // program stays attached at the node's cgroup root and no pin is left;
 // the public Services are handed back to Kubernetes (a serving one still
 // answers, one at zero points at no activator); the CRDs and the users'
-// PodAutoscalers stay.
+// PodAutoscalers stay. (d) Installed again under the same name, the chart
+// adopts the kept CRDs and the controller takes the Services back.
 func TestE2EUpgradeAndUninstall(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, need := range []string{filepath.Join(binDir(), "sockscale-agent"), filepath.Join(binDir(), "sockscale-controller"), filepath.Join(binDir(), "sockscale-activator"), filepath.Join(binDir(), "autoscale"), stack.HelmFromEnv()} {
@@ -120,6 +121,47 @@ func TestE2EUpgradeAndUninstall(t *testing.T) {
 		return
 	}
 	t.Run("uninstall leaves nothing behind", func(t *testing.T) { uninstall(t, s, cl, steady) })
+	if t.Failed() {
+		return
+	}
+	t.Run("a new install adopts the kept CRDs and takes the Services back", func(t *testing.T) { reinstall(t, s, steady) })
+}
+
+// reinstall is (d): the same release name again, after the uninstall.
+func reinstall(t *testing.T, s *stack.Stack, steadyURL string) {
+	ctx := context.Background()
+	start := time.Now()
+	if err := s.Install(ctx, chartSets...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("installed again in %s", time.Since(start).Round(100*time.Millisecond))
+	eventually(t, 2*time.Minute, "the steady Service taken back: no selector, sockscale's endpoints", func() error {
+		var svc corev1.Service
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: "steady"}, &svc); err != nil {
+			return err
+		}
+		addrs, managers := publicSlices(t, s, "steady")
+		if len(svc.Spec.Selector) > 0 || svc.Annotations["sockscale.dev/handed-back"] != "" {
+			return fmt.Errorf("selector %v, annotations %v", svc.Spec.Selector, svc.Annotations)
+		}
+		for _, m := range managers {
+			if m != "controller.sockscale.dev" {
+				return fmt.Errorf("public endpoints %v by %v; want sockscale's only", addrs, managers)
+			}
+		}
+		if len(addrs) == 0 {
+			return fmt.Errorf("no public endpoints yet")
+		}
+		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}).Get(steadyURL)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", steadyURL, resp.Status)
+		}
+		return nil
+	})
 }
 
 // crdUpgrade is (a).

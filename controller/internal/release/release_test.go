@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -137,9 +138,37 @@ func TestReleaseAndTakeBack(t *testing.T) {
 		t.Errorf("second Release = %+v, %v; want nothing changed", res, err)
 	}
 
+	// Meanwhile Kubernetes listed the pods for the selector: a slice of
+	// its EndpointSlice controller, and the Endpoints object of its
+	// Endpoints controller, which its mirroring controller copies into
+	// slices once the selector is gone again.
+	//nolint:staticcheck // deprecated, yet Kubernetes' Endpoints controller still writes it
+	ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "ep-uid",
+		Labels: map[string]string{"endpoints.kubernetes.io/managed-by": "endpoint-controller"}}}
+	mirror := slice("hello-mirror", "hello", "endpointslicemirroring-controller.k8s.io", "10.244.1.5")
+	mirror.Labels["endpoints.kubernetes.io/managed-by"] = "endpoint-controller"
+	mirror.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Endpoints", Name: "hello", UID: "ep-uid"}}
+	for _, o := range []client.Object{ep, mirror, slice("hello-k8s", "hello", "endpointslice-controller.k8s.io", "10.244.1.5")} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	reconcile()
 	if diff := cmp.Diff(installed, state(t, c, "hello")); diff != "" {
 		t.Errorf("installed again (-want +got):\n%s", diff)
+	}
+	var left discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &left, client.MatchingLabels{discoveryv1.LabelServiceName: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range left.Items {
+		if s.Labels[discoveryv1.LabelManagedBy] != sks.ManagedBy {
+			t.Errorf("EndpointSlice %s of %s left after the take-back", s.Name, s.Labels[discoveryv1.LabelManagedBy])
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(ep), &corev1.Endpoints{}); !apierrors.IsNotFound(err) { //nolint:staticcheck // as above
+		t.Errorf("the Endpoints object Kubernetes left: %v; want it deleted (or it is mirrored again)", err)
 	}
 }
 

@@ -73,6 +73,7 @@ var _ reconcile.Reconciler = (*ServerlessService)(nil)
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=endpoints,verbs=delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile puts one ServerlessService's mode in place.

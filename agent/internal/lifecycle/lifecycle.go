@@ -100,6 +100,8 @@ type Watcher struct {
 	mu       sync.Mutex
 	owner    *Owner
 	seenGone string
+	// synced reports the watch's first list done (tests wait for it).
+	synced func() bool
 }
 
 // NewWatcher watches the DaemonSet that owns pod namespace/podName. With
@@ -164,6 +166,9 @@ func (w *Watcher) Run(ctx context.Context) {
 		w.log.Warn("uninstall detection: watch DaemonSet", "err", err)
 		return
 	}
+	w.mu.Lock()
+	w.synced = inf.HasSynced
+	w.mu.Unlock()
 	factory.Start(ctx.Done())
 	<-ctx.Done()
 	factory.Shutdown()

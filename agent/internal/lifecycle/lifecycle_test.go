@@ -91,20 +91,22 @@ func TestWatcherSeesTheDeletionBeforeItsRightsGo(t *testing.T) {
 	waitOwner := time.Now().Add(10 * time.Second)
 	for {
 		w.mu.Lock()
-		known := w.owner != nil
+		known := w.synced != nil && w.synced()
 		w.mu.Unlock()
 		if known {
 			break
 		}
 		if time.Now().After(waitOwner) {
-			t.Fatal("the watcher never found the pod's DaemonSet")
+			t.Fatal("the watcher never found the pod's DaemonSet and listed it")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if got := w.Decide(context.Background()); got.Uninstall {
 		t.Fatalf("with the DaemonSet there: %+v; want keep", got)
 	}
-	time.Sleep(200 * time.Millisecond) // the informer's watch is open
+	// The fake clientset drops events sent before a watch opens, which
+	// follows the list closely.
+	time.Sleep(200 * time.Millisecond)
 	if err := client.AppsV1().DaemonSets("sockscale").Delete(context.Background(), "agent", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

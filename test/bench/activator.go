@@ -67,7 +67,7 @@ func (b *bench) activatorRig() (*activatorRig, error) {
 	if b.rig != nil {
 		return b.rig, nil
 	}
-	cp, err := startControlPlane("sockscale-activator", filepath.Join(moduleDir(), "charts", "sockscale", "crds"))
+	cp, err := startControlPlane("sockscale-activator", filepath.Join(moduleDir(), "charts", "sockscale", "files", "crds"))
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func TestChartLintStrict(t *testing.T) {
 // release namespace.
 func TestLabelsAndNamespace(t *testing.T) {
 	objs := render(t, "--set", "commonLabels.team=serving,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true,activator.enabled=true,activator.autoscaling.enabled=true")
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true}
 	for _, o := range objs {
 		for k, want := range map[string]string{
 			"app.kubernetes.io/name":       "sockscale",
@@ -225,6 +225,33 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		t.Errorf("agent ClusterRoleBinding to %q (-want +got subjects):\n%s", binding.RoleRef.Name, diff)
 	}
 	get[corev1.ServiceAccount](t, objs, "ServiceAccount", agentName)
+}
+
+// The agent reads its own DaemonSet, by name and nothing else: deleted, it
+// means an uninstall, and the agent removes its programs and pins.
+func TestAgentRoleReadsOnlyItsDaemonSet(t *testing.T) {
+	objs := render(t)
+	role := get[rbacv1.Role](t, objs, "Role", agentName)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"},
+		ResourceNames: []string{agentName}, Verbs: []string{"get", "list", "watch"}}}
+	if diff := cmp.Diff(want, role.Rules); diff != "" || role.Namespace != namespace {
+		t.Errorf("agent Role in %q rules (-want +got):\n%s", role.Namespace, diff)
+	}
+	binding := get[rbacv1.RoleBinding](t, objs, "RoleBinding", agentName)
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: agentName, Namespace: namespace}}
+	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" || binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != agentName {
+		t.Errorf("agent RoleBinding to %s %q (-want +got subjects):\n%s", binding.RoleRef.Kind, binding.RoleRef.Name, diff)
+	}
+	// The pod's name and namespace find the DaemonSet (ownerReferences).
+	env := map[string]string{}
+	for _, e := range get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("agent env from fields %v; want POD_NAME and POD_NAMESPACE from the pod's metadata", env)
+	}
 }
 
 func TestAgentMetricsService(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/sockscale/sockscale/agent/internal/lifecycle"
 	"github.com/sockscale/sockscale/agent/internal/metrics"
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/agent/internal/preflight"
@@ -41,6 +42,8 @@ import (
 
 type config struct {
 	nodeName           string
+	podName            string
+	podNamespace       string
 	cgroupRoot         string
 	bpffsDir           string
 	kubeconfig         string
@@ -66,6 +69,8 @@ func parseFlags(args []string) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("sockscale-agent", flag.ContinueOnError)
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
+	fs.StringVar(&c.podName, "pod-name", os.Getenv("POD_NAME"), "this agent's pod (default: $POD_NAME); with --pod-namespace it finds the owning DaemonSet, whose deletion makes a stop an uninstall")
+	fs.StringVar(&c.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "this agent's namespace (default: $POD_NAMESPACE)")
 	fs.StringVar(&c.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup v2 directory to attach at; every pod's cgroup must be below it")
 	fs.StringVar(&c.bpffsDir, "bpffs-dir", "/sys/fs/bpf/sockscale", "directory on a bpffs where maps and links are pinned (survive restarts)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
@@ -80,7 +85,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
 	fs.StringVar(&c.socketRedirect, "socket-redirect", redirectAuto, "send new connects to a public Service in Proxy mode straight to its activators, in the kernel: auto (where the kernel can), on (fail if it cannot), off (kube-proxy's path only)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit")
+	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit (a running agent does this itself when it stops because its DaemonSet was deleted)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -172,11 +177,7 @@ func main() {
 
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.uninstall {
-		if err := bpf.Uninstall(cfg.bpffsDir); err != nil {
-			return fmt.Errorf("uninstall: %w", err)
-		}
-		log.Info("uninstalled: programs detached and pins removed", "dir", cfg.bpffsDir)
-		return nil
+		return removeKernelState(cfg.bpffsDir, log)
 	}
 	if err := preflightChecks(cfg); err != nil {
 		return err
@@ -189,12 +190,24 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	// Registered first, so it runs last: after the accounting and the
+	// redirect closed their file descriptors, which hold the links too.
+	owner := lifecycle.NewWatcher(client, cfg.podNamespace, cfg.podName, log)
+	var atExit lifecycle.Decision
+	defer func() {
+		if !atExit.Uninstall {
+			return
+		}
+		if err := removeKernelState(cfg.bpffsDir, log); err != nil {
+			log.Error("uninstall at exit", "err", err)
+		}
+	}()
 	acct, err := bpf.New(bpf.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir})
 	if err != nil {
 		return err
 	}
 	// Closing keeps the pinned programs attached and counting: a restarted
-	// agent carries on. --uninstall is what removes them.
+	// agent carries on. An uninstall (atExit) or --uninstall removes them.
 	defer func() {
 		if err := acct.Close(); err != nil {
 			log.Error("release accounting", "err", err)
@@ -278,6 +291,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		go func() { errc <- redirects.Run(ctx) }()
 	}
 	go smp.Run(ctx)
+	go owner.Run(ctx)
 	if reporter != nil {
 		go reporter.Run(ctx)
 	}
@@ -287,10 +301,38 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	select {
 	case <-ctx.Done():
+		// Told to stop: a restart keeps the kernel state, an uninstall
+		// removes it (lifecycle says which and why). The run's ctx has
+		// ended; the read gets a few seconds of the grace period.
+		dctx, dcancel := context.WithTimeout(context.Background(), decideTimeout)
+		defer dcancel()
+		atExit = owner.Decide(dctx)
+		log.Info("stopping", "kernelState", atExit.Reason)
 		return nil
 	case err := <-errc:
+		// A failure is never an uninstall: the next agent adopts the state.
 		return err
 	}
+}
+
+// decideTimeout bounds the read of the DaemonSet at exit, well inside the
+// chart's terminationGracePeriodSeconds (30 s).
+const decideTimeout = 5 * time.Second
+
+// removeKernelState detaches every program the agent attached (the
+// accounting's and the socket-layer redirect's) and removes every pin and
+// the pin directory.
+func removeKernelState(bpffsDir string, log *slog.Logger) error {
+	// The redirect first: it leaves the directory when the accounting's
+	// pins are still in it; the accounting's Uninstall removes the rest.
+	if err := redirect.Uninstall(bpffsDir); err != nil {
+		return fmt.Errorf("uninstall socket-layer redirect: %w", err)
+	}
+	if err := bpf.Uninstall(bpffsDir); err != nil {
+		return fmt.Errorf("uninstall accounting: %w", err)
+	}
+	log.Info("uninstalled: programs detached and pins removed", "dir", bpffsDir)
+	return nil
 }
 
 func preflightChecks(cfg *config) error {

@@ -41,6 +41,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/route"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
+	"github.com/sockscale/sockscale/controller/internal/release"
 	"github.com/sockscale/sockscale/controller/internal/securemetrics"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsauth"
@@ -69,6 +70,10 @@ type flags struct {
 	// statsCert and statsKey: serve the stats over HTTPS.
 	statsCert, statsKey string
 	metrics             securemetrics.Config
+	// release: hand the public Services back to Kubernetes and exit (the
+	// chart's pre-delete hook), after scaling releaseStop to zero.
+	release     bool
+	releaseStop *types.NamespacedName
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -100,10 +105,23 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the URLs of Services and Routes")
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway that serving Routes' HTTPRoutes attach to (empty: no HTTPRoutes)")
 	fs.StringVar(&f.externalDomain, "external-domain", "example.com", "domain of serving Routes' external host names, <route>.<namespace>.<domain>, when --gateway is set")
+	fs.BoolVar(&f.release, "release", false, "hand every public Service back to Kubernetes (the target's selector, none of sockscale's EndpointSlices) and exit: what an uninstall runs first")
+	releaseStop := fs.String("release-stop", "", "with --release: namespace/name of the controller's Deployment, scaled to zero first so that it does not take the Services back (empty: not stopped)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var errs []error
+	if *releaseStop != "" {
+		ns, name, ok := strings.Cut(*releaseStop, "/")
+		switch {
+		case !f.release:
+			errs = append(errs, fmt.Errorf("--release-stop=%q needs --release", *releaseStop))
+		case !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0:
+			errs = append(errs, fmt.Errorf("--release-stop=%q: want namespace/name of the controller's Deployment, e.g. sockscale-system/sockscale-controller", *releaseStop))
+		default:
+			f.releaseStop = &types.NamespacedName{Namespace: ns, Name: name}
+		}
+	}
 	sel, err := labels.Parse(*selector)
 	switch {
 	case err != nil:
@@ -175,16 +193,46 @@ func main() {
 }
 
 func run(ctx context.Context, f *flags) error {
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	if f.release {
+		return runRelease(ctx, scheme, f.releaseStop)
+	}
+	return runController(ctx, f, scheme)
+}
+
+// runRelease is --release: the chart's pre-delete hook runs it with the
+// controller's ServiceAccount while the chart's objects still exist.
+func runRelease(ctx context.Context, scheme *runtime.Scheme, stop *types.NamespacedName) error {
+	c, err := client.New(ctrl.GetConfigOrDie(), client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	res, err := release.Release(ctx, c, release.Options{Controller: stop})
+	if err != nil {
+		return fmt.Errorf("release public Services: %w", err)
+	}
+	ctrl.Log.Info("released: public Services handed back to Kubernetes", "services", res.Services, "endpointSlicesDeleted", res.Slices)
+	return nil
+}
+
+func newScheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
+	return scheme, nil
+}
+
+func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error {
 	metricsOpts, err := securemetrics.Options(f.metrics)
 	if err != nil {
 		return err

@@ -27,6 +27,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--metrics-cert-path=/nonexistent"}, `--metrics-cert-name="tls.crt" in --metrics-cert-path="/nonexistent"`},
 		{[]string{"--metrics-secure=false", "--metrics-cert-path=/etc"}, `--metrics-cert-path="/etc" needs --metrics-secure`},
 		{[]string{"--metrics-bind-address=8080"}, `--metrics-bind-address="8080": want [host]:port`},
+		{[]string{"--release-stop=ns/ctl"}, `--release-stop="ns/ctl" needs --release`},
+		{[]string{"--release", "--release-stop=ctl"}, `--release-stop="ctl": want namespace/name of the controller's Deployment`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -39,6 +41,9 @@ func TestFlagErrors(t *testing.T) {
 		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" ||
 		f.statsAudience != "sockscale-controller" || f.statsInsecure {
 		t.Errorf("defaults: %+v, %v", f, err)
+	}
+	if f, err := parseFlags([]string{"--release", "--release-stop=ops/sockscale-controller"}); err != nil || !f.release || f.releaseStop == nil || f.releaseStop.String() != "ops/sockscale-controller" {
+		t.Errorf("--release --release-stop=ops/sockscale-controller: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--gateway=gateway-system/public"}); err != nil || f.gateway == nil || f.gateway.String() != "gateway-system/public" {
 		t.Errorf("--gateway=gateway-system/public: %+v, %v", f, err)

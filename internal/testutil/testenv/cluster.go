@@ -38,7 +38,7 @@ type Cluster struct {
 }
 
 // ControlPlane starts etcd and kube-apiserver (the pinned builds of
-// KUBEBUILDER_ASSETS) with the CRDs of charts/sockscale/crds installed, and
+// KUBEBUILDER_ASSETS) with the CRDs of charts/sockscale/files/crds installed, and
 // stops them when t ends.
 func ControlPlane(t testing.TB) *Cluster {
 	t.Helper()
@@ -78,10 +78,10 @@ func ControlPlane(t testing.TB) *Cluster {
 	return &Cluster{Config: cfg, Client: c, Kubeconfig: path}
 }
 
-// crdDir is charts/sockscale/crds, found from this file's place in the module.
+// crdDir is charts/sockscale/files/crds, found from this file's place in the module.
 func crdDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "charts", "sockscale", "crds")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "charts", "sockscale", "files", "crds")
 }
 
 // CreateDeployment makes a Deployment with replicas wanted and ready ones

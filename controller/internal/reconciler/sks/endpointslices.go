@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -141,13 +142,20 @@ const (
 	// managerMirroring mirrors an Endpoints object of the Service's name
 	// into slices (and recreates a deleted slice while the object exists).
 	managerMirroring = "endpointslicemirroring-controller.k8s.io"
+	// labelEndpointsManagedBy and endpointsController mark an Endpoints
+	// object written by Kubernetes' Endpoints controller (for a Service
+	// with a selector); the mirroring controller copies the label onto its
+	// slices.
+	labelEndpointsManagedBy = "endpoints.kubernetes.io/managed-by"
+	endpointsController     = "endpoint-controller"
 )
 
 // writeSlices makes the public Service's EndpointSlices equal to want
 // (each split at Kubernetes' 1000 endpoints per slice), named
 // <public>-sockscale-<i>. Slices Kubernetes' EndpointSlice controller left
-// from a removed selector are taken over: removed once sockscale's are
-// written. For a slice of any other manager it writes nothing and returns
+// from a removed selector, and its mirror of the Endpoints object its
+// Endpoints controller left (with that object), are taken over: removed
+// once sockscale's are written. For a slice of any other manager it writes nothing and returns
 // a message naming the command that removes it: two writers would fight.
 func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service, want []discoveryv1.EndpointSlice) (string, error) {
 	var have discoveryv1.EndpointSliceList
@@ -156,6 +164,7 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 	}
 	existing := make(map[string]*discoveryv1.EndpointSlice)
 	var leftovers []*discoveryv1.EndpointSlice
+	var mirroredFrom []metav1.OwnerReference
 	for i := range have.Items {
 		s := &have.Items[i]
 		switch manager := s.Labels[discoveryv1.LabelManagedBy]; {
@@ -163,6 +172,14 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 			existing[s.Name] = s
 		case manager == managerKubernetes:
 			leftovers = append(leftovers, s)
+		case manager == managerMirroring && s.Labels[labelEndpointsManagedBy] == endpointsController:
+			// Mirrored from the Endpoints object that Kubernetes' Endpoints
+			// controller wrote while the Service had a selector (a user's
+			// removed one, or the one an uninstall handed back): a leftover
+			// like the slices above, and its source must go too, or the
+			// mirror comes back.
+			leftovers = append(leftovers, s)
+			mirroredFrom = append(mirroredFrom, s.OwnerReferences...)
 		case manager == managerMirroring:
 			return fmt.Sprintf("EndpointSlice %q of Service %q is mirrored by Kubernetes from the Endpoints object %q: delete that so the public endpoints have one writer (kubectl -n %s delete endpoints %s)",
 				s.Name, public.Name, public.Name, public.Namespace, public.Name), nil
@@ -207,6 +224,17 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 	for _, s := range existing {
 		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			return "", fmt.Errorf("delete EndpointSlice %s: %w", s.Name, err)
+		}
+	}
+	// The mirrored Endpoints first, so the mirror is not written again;
+	// the uid precondition deletes only the object that was mirrored.
+	for _, ref := range mirroredFrom {
+		if ref.Kind != "Endpoints" {
+			continue
+		}
+		ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: public.Namespace, Name: ref.Name}} //nolint:staticcheck // deprecated, yet Kubernetes' Endpoints controller still writes it; removing its leftover is the point
+		if err := r.Client.Delete(ctx, ep, client.Preconditions{UID: &ref.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return "", fmt.Errorf("delete Endpoints %s left by Kubernetes from a removed selector: %w", ref.Name, err)
 		}
 	}
 	for _, s := range leftovers {

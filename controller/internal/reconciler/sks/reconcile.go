@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -30,6 +32,12 @@ const (
 	ManagedBy = "controller.sockscale.dev"
 	// LabelServerlessService names the ServerlessService on its objects.
 	LabelServerlessService = "sockscale.dev/serverlessservice"
+	// AnnotationHandedBack on a public Service says that sockscale's
+	// uninstall gave it its target's selector (value: the
+	// ServerlessService), so that Kubernetes lists the pods without
+	// sockscale. A later install removes that selector again and takes
+	// the Service over; a selector without it is the user's, and refused.
+	AnnotationHandedBack = "sockscale.dev/handed-back"
 	// maxSliceEndpoints is Kubernetes' own limit per EndpointSlice.
 	maxSliceEndpoints = 1000
 )
@@ -65,6 +73,7 @@ var _ reconcile.Reconciler = (*ServerlessService)(nil)
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices/status,verbs=update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=endpoints,verbs=delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile puts one ServerlessService's mode in place.
@@ -93,6 +102,10 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	found = public
+	if took, err := r.takeBack(ctx, &sks, public); err != nil || took {
+		// The update enqueues this ServerlessService again.
+		return ctrl.Result{}, err
+	}
 	if len(public.Spec.Selector) > 0 {
 		return notReady(ReasonPublicServiceHasSelector, fmt.Sprintf("Service %q has a selector, so Kubernetes writes its endpoints; remove spec.selector (sockscale selects the pods through Service %q) to let sockscale switch it between pods and activators", public.Name, status.PrivateServiceName))
 	}
@@ -203,4 +216,21 @@ func (r *ServerlessService) all(ctx context.Context, _ client.Object) []reconcil
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
 	}
 	return out
+}
+
+// takeBack removes the selector an uninstall gave the public Service
+// (AnnotationHandedBack) when it is still the target's: sockscale runs
+// again and writes the Service's endpoints itself. Kubernetes' slices of
+// that selector are then leftovers, which writeSlices removes.
+func (r *ServerlessService) takeBack(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service) (bool, error) {
+	if _, ok := public.Annotations[AnnotationHandedBack]; !ok || !equality.Semantic.DeepEqual(public.Spec.Selector, sks.Spec.Selector) {
+		return false, nil
+	}
+	public.Spec.Selector = nil
+	delete(public.Annotations, AnnotationHandedBack)
+	if err := r.Client.Update(ctx, public); err != nil {
+		return false, fmt.Errorf("take Service %s back from Kubernetes (remove the selector sockscale's uninstall set): %w", public.Name, err)
+	}
+	log.FromContext(ctx).Info("took the public Service back: removed the selector an uninstall had given it", "service", public.Name)
+	return true, nil
 }

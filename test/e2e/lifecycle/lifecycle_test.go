@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,14 +45,6 @@ const (
 // chartSets: a 20 s stable window keeps the scenario short.
 var chartSets = []string{"autoscaler.stable-window=20s"}
 
-func binDir() string {
-	if d := os.Getenv("SOCKSCALE_BIN_DIR"); d != "" {
-		return d
-	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
-}
-
 // TestE2EUpgradeAndUninstall: one release through its life, in order.
 // (a) An older chart (the current one with a CRD field removed and a lower
 // version) is installed, then upgraded to the current chart: the served
@@ -68,9 +59,9 @@ func binDir() string {
 // adopts the kept CRDs and the controller takes the Services back.
 func TestE2EUpgradeAndUninstall(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, need := range []string{filepath.Join(binDir(), "sockscale-agent"), filepath.Join(binDir(), "sockscale-controller"), filepath.Join(binDir(), "sockscale-activator"), filepath.Join(binDir(), "autoscale"), stack.HelmFromEnv()} {
+	for _, need := range []string{stack.HelmFromEnv()} {
 		if _, err := os.Stat(need); need == "" || err != nil {
-			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the binaries, the cluster's and helm)", need)
+			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
 			if os.Getenv("CI") == "true" {
 				t.Fatal(msg + "; CI=true forbids skipping")
 			}
@@ -82,7 +73,7 @@ func TestE2EUpgradeAndUninstall(t *testing.T) {
 	ctx := context.Background()
 	upCtx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
-	cl, err := cluster.Up(upCtx, cluster.Options{Nodes: 2, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e-lifecycle"), BinDir: binDir()})
+	cl, err := cluster.Up(upCtx, cluster.Options{Nodes: 2, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e-lifecycle")})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
 	}
@@ -93,6 +84,14 @@ func TestE2EUpgradeAndUninstall(t *testing.T) {
 	})
 	s, err := stack.New(cl.Config, cl.Kubeconfig, stack.HelmFromEnv(), cluster.ServiceCIDR)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The images and the current chart in the cluster's registry, as the
+	// e2e package does; the "older" chart is installed from a directory.
+	if err := stack.PushImages(upCtx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PushChart(upCtx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -169,7 +168,7 @@ func crdUpgrade(t *testing.T, s *stack.Stack, crds client.Client) {
 	ctx := context.Background()
 	old := olderChart(t)
 	start := time.Now()
-	helm(t, s, append([]string{"install", "sockscale", old, "--namespace", stack.Namespace, "--create-namespace", "--wait", "--timeout", "4m"}, setArgs(chartSets)...)...)
+	helm(t, s, append([]string{"install", "sockscale", old, "--namespace", stack.Namespace, "--create-namespace", "--wait", "--timeout", "4m"}, setArgs(append(stack.ImageSets(), chartSets...))...)...)
 	t.Logf("older chart (0.0.1, CRD without %s) installed in %s", addedField, time.Since(start).Round(100*time.Millisecond))
 	if servesField(t, crds) {
 		t.Fatalf("the older chart's CRD serves %s: the test's copy did not remove it", addedField)

@@ -206,7 +206,9 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", agentName)
 	read := []string{"list", "watch"} // informers only: no get
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: read},
+		// get: its own pod, read once for its owning DaemonSet (an
+		// uninstall is told from a restart by that DaemonSet's deletion).
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"nodestats"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: read},
 		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},

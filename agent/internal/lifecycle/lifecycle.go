@@ -110,6 +110,11 @@ func NewWatcher(client kubernetes.Interface, namespace, podName string, log *slo
 	return &Watcher{client: client, namespace: namespace, podName: podName, log: log, retry: 2 * time.Second}
 }
 
+// Its own pod is read once for its ownerReferences; the DaemonSet rule is
+// the chart's Role (resourceNames: that one DaemonSet), which a marker
+// cannot name.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get
+
 // Run reads the pod's owner (retrying until it can) and watches that
 // DaemonSet until ctx ends. It never fails the agent: without an owner the
 // agent keeps its state at exit, as it always did.

@@ -23,6 +23,20 @@ type targetState struct {
 	// lastDesired is the last decided count (a poke wakes targets at 0).
 	lastDesired int32
 	zero        zeroState
+	// decidedAt is the wall time of the latest decision (for the
+	// decision-interval metric).
+	decidedAt time.Time
+}
+
+// sinceDecided returns the time since the previous decision (0 before the
+// first) and makes now the latest.
+func (t *targetState) sinceDecided(now time.Time) time.Duration {
+	var d time.Duration
+	if !t.decidedAt.IsZero() {
+		d = now.Sub(t.decidedAt)
+	}
+	t.decidedAt = now
+	return d
 }
 
 // outcome is one tick: the decision, the count it leads to, and what the

@@ -10,7 +10,7 @@ import (
 type Metrics struct {
 	desired, stable, panicValue, ebc, panicking, missing *prometheus.GaugeVec
 	decisions                                            prometheus.Counter
-	latency                                              prometheus.Histogram
+	latency, interval                                    prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -35,12 +35,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to reconcile one PodAutoscaler tick: read, decide, scale, write status.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16), // 100us .. 3.3s
 		}),
+		interval: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sockscale_controller_decision_interval_seconds",
+			Help: "Time between two decisions of the same target (every 2 s when the controller keeps up; longer when its workers fall behind, shorter after a poke or a change).",
+			// Fine around the 2 s tick, whose goal is a p99 within 2.2 s.
+			Buckets: []float64{0.5, 1, 1.5, 1.9, 2, 2.05, 2.1, 2.2, 2.5, 3, 4, 5, 7.5, 10, 15, 30, 60},
+		}),
 	}
-	reg.MustRegister(m.desired, m.stable, m.panicValue, m.ebc, m.panicking, m.missing, m.decisions, m.latency)
+	reg.MustRegister(m.desired, m.stable, m.panicValue, m.ebc, m.panicking, m.missing, m.decisions, m.latency, m.interval)
 	return m
 }
 
-func (m *Metrics) record(ns, name string, desired int32, stable, panicValue float64, ebc int32, panicking bool, missing int, seconds float64) {
+// record takes a decision: its outcome, how long it took, and the time
+// since the target's previous decision (0: its first).
+func (m *Metrics) record(ns, name string, desired int32, stable, panicValue float64, ebc int32, panicking bool, missing int, seconds, sincePrevious float64) {
 	if m == nil {
 		return
 	}
@@ -56,6 +64,9 @@ func (m *Metrics) record(ns, name string, desired int32, stable, panicValue floa
 	m.panicking.WithLabelValues(ns, name).Set(p)
 	m.decisions.Inc()
 	m.latency.Observe(seconds)
+	if sincePrevious > 0 {
+		m.interval.Observe(sincePrevious)
+	}
 }
 
 func (m *Metrics) forget(ns, name string) {

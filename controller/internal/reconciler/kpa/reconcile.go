@@ -98,7 +98,8 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.apply(ctx, key, &pa, deploy, settings, o); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing, time.Since(started).Seconds())
+	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing,
+		time.Since(started).Seconds(), r.state(key).sinceDecided(started).Seconds())
 	fillStatus(status, pa.Generation, settings, o)
 	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, status)
 }

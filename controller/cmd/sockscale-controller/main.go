@@ -51,6 +51,8 @@ import (
 
 type flags struct {
 	metricsAddr, healthAddr, statsAddr string
+	// pprofAddr serves net/http/pprof ("0": off).
+	pprofAddr string
 	leaderElect                        bool
 	// leaseNamespace holds the leader-election lease: POD_NAMESPACE, or
 	// "" for controller-runtime's in-cluster default.
@@ -86,6 +88,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.metrics.KeyName, "metrics-cert-key", "tls.key", "key file in --metrics-cert-path")
 	fs.BoolVar(&f.metrics.HTTP2, "enable-http2", false, "offer HTTP/2 on the metrics endpoint (off: its rapid-reset class of flaws)")
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's /debug/pprof profiles, for diagnosing CPU or memory (\"0\": off; it has no authentication, bind it to 127.0.0.1 and port-forward)")
 	fs.StringVar(&f.statsAddr, "stats-bind-address", ":8443", "address where agents POST their stats (every replica listens, so a standby stays warm)")
 	fs.StringVar(&f.statsAudience, "stats-token-audience", statsauth.DefaultAudience, "audience that agents' and activators' ServiceAccount tokens must carry (their projected token volumes' audience)")
 	fs.StringVar(&f.statsCert, "stats-tls-cert-file", "", "PEM serving certificate of the stats endpoint (with --stats-tls-key-file: HTTPS, reloaded when the files change); empty: plain HTTP")
@@ -153,8 +156,8 @@ func parseFlags(args []string) (*flags, error) {
 	if _, err := securemetrics.Options(f.metrics); err != nil {
 		errs = append(errs, err)
 	}
-	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr} {
-		if addr == "0" && name == "--metrics-bind-address" {
+	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr, "--pprof-bind-address": f.pprofAddr} {
+		if addr == "0" && (name == "--metrics-bind-address" || name == "--pprof-bind-address") {
 			continue // off
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -241,6 +244,7 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  f.healthAddr,
+		PprofBindAddress:        f.pprofAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "sockscale-controller.sockscale.dev",
 		LeaderElectionNamespace: f.leaseNamespace,

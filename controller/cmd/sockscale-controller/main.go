@@ -52,8 +52,8 @@ import (
 type flags struct {
 	metricsAddr, healthAddr, statsAddr string
 	// pprofAddr serves net/http/pprof ("0": off).
-	pprofAddr string
-	leaderElect                        bool
+	pprofAddr   string
+	leaderElect bool
 	// leaseNamespace holds the leader-election lease: POD_NAMESPACE, or
 	// "" for controller-runtime's in-cluster default.
 	leaseNamespace     string

@@ -162,6 +162,25 @@ type source struct {
 	// until is the end of what it reported, on the collector's clock, in
 	// Unix nanoseconds; 0 before its first report.
 	until int64
+	// reporterEnd is the end of its last report's period on the
+	// reporter's own clock (Start + Period), in Unix nanoseconds: a
+	// report that starts there follows on without a gap, however late it
+	// arrives.
+	reporterEnd int64
+}
+
+// contiguousSlack is how far a report's start may be from the end of the
+// same reporter's previous one and still follow on from it (the wire
+// keeps nanoseconds; this forgives a reporter that rounds).
+const contiguousSlack = int64(time.Millisecond)
+
+// follows says whether a report of [start, start+p) on the reporter's
+// clock follows on from src's previous one, and records its end.
+func (src *source) follows(start time.Time, p time.Duration) bool {
+	s := start.UnixNano()
+	ok := src.reporterEnd != 0 && s-src.reporterEnd <= contiguousSlack && src.reporterEnd-s <= contiguousSlack
+	src.reporterEnd = s + int64(p)
+	return ok
 }
 
 // second is what a target's sources reported about one second:
@@ -251,7 +270,7 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 			exp = t.expected[ip]
 		}
 		conc := max(0, p.Concurrency-p.ProxiedConcurrency)
-		t.spread(src, now, b.Period, conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)), exp)
+		t.spread(src, now, b.Period, src.follows(b.Start, b.Period), conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)), exp)
 		if p.Concurrency > 0 && !seen[key] {
 			if seen == nil {
 				seen = make(map[Key]bool)
@@ -307,7 +326,7 @@ func (c *Collector) RecordActivator(key Key, activator string, period time.Durat
 		src = &source{}
 		t.activators[activator] = src
 	}
-	t.spread(src, now, period, max(0, concurrency), float64(requests), nil)
+	t.spread(src, now, period, false, max(0, concurrency), float64(requests), nil)
 	return true
 }
 

@@ -184,13 +184,17 @@ func TestCacheLifetimes(t *testing.T) {
 		{29 * time.Second, short, nil, 6},
 		// The short token expired at 30 s: refused without asking.
 		{31 * time.Second, short, ErrUnauthenticated, 6},
-		{89 * time.Second, long, nil, 6},
-		// Successes are asked again after 90 s.
-		{91 * time.Second, long, nil, 7},
+		{44 * time.Second, long, nil, 6},
+		// Between 45 s and 67.5 s a known caller is asked about again in
+		// the background (answered from the cache meanwhile), which
+		// renews its answer for 90 s.
+		{68 * time.Second, long, nil, 7},
+		{112 * time.Second, long, nil, 7},
 	}
 	for _, s := range steps {
 		clk.SetTime(t0.Add(s.at))
 		_, err := a.Authenticate(t.Context(), s.token)
+		a.background.Wait()
 		if !errors.Is(err, s.wantErr) {
 			t.Errorf("at %v: err = %v, want %v", s.at, err, s.wantErr)
 		}
@@ -213,6 +217,47 @@ func TestCacheLifetimes(t *testing.T) {
 	f.down = nil
 	if _, err := a.Authenticate(t.Context(), fresh); err != nil {
 		t.Errorf("API server back: %v", err)
+	}
+}
+
+// TestRefreshAhead: a known caller's answer is renewed in the background
+// before it expires; while the API server does not answer, the cached
+// answer holds until it expires; a refusal replaces it at once.
+func TestRefreshAhead(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	f := newFake()
+	a := New(Options{Reviewer: f, Clock: clk})
+	tok := jwt("agent", []string{DefaultAudience}, t0.Add(time.Hour))
+	auth := func(at time.Duration) error {
+		clk.SetTime(t0.Add(at))
+		_, err := a.Authenticate(t.Context(), tok)
+		a.background.Wait()
+		return err
+	}
+	if err := auth(0); err != nil {
+		t.Fatal(err)
+	}
+	f.down = errors.New("connection refused")
+	for _, at := range []time.Duration{70 * time.Second, 80 * time.Second, 89 * time.Second} {
+		if err := auth(at); err != nil {
+			t.Errorf("at %v, API server down, answer cached until 90 s: %v", at, err)
+		}
+	}
+	if r, _ := f.counts(); r != 4 {
+		t.Errorf("%d TokenReviews, want 4: the first, then one try per request past the refresh point", r)
+	}
+	if err := auth(91 * time.Second); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("at 91 s, API server down, answer expired: err = %v, want ErrUnavailable", err)
+	}
+	f.down = nil
+	if err := auth(92 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC revoked: the background review's refusal replaces the answer.
+	delete(f.allowed, agentUser)
+	_ = auth(92*time.Second + 70*time.Second) // answered from the cache, refused in the background
+	if err := auth(92*time.Second + 71*time.Second); !errors.Is(err, ErrForbidden) {
+		t.Errorf("after the permission was revoked: err = %v, want ErrForbidden", err)
 	}
 }
 

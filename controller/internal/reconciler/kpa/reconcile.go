@@ -13,9 +13,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -124,10 +126,13 @@ func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) 
 }
 
 // SetupWithManager watches PodAutoscalers, their ServerlessServices, and
-// pokes.
+// pokes. A PodAutoscaler's own status writes do not wake it (only a new
+// generation does, a spec change): each write would otherwise bring its
+// next decision forward, a second write, and so on (at 100 targets, 75
+// decisions a second instead of 50); the tick comes every 2 s anyway.
 func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.PodAutoscaler{}).
+		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&v1alpha1.ServerlessService{}).
 		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{})).
 		Complete(r)

@@ -45,6 +45,13 @@ type PodAutoscaler struct {
 
 	mu      sync.Mutex
 	targets map[collector.Key]*targetState // by PodAutoscaler
+	// byCollected indexes targets by their collected key (the Deployment)
+	// for Poke: a batch's loaded targets are looked up, not searched for
+	// among all targets. With 10,000 targets and 5,000 agents' batches a
+	// second, each naming a few loaded targets, a scan would be 10,000
+	// map entries per loaded record under r.mu: tens of millions of steps
+	// a second, holding off every reconcile.
+	byCollected map[collector.Key]map[collector.Key]struct{}
 	// pokes carries PodAutoscalers to decide at once (Poke).
 	pokes chan event.GenericEvent
 }

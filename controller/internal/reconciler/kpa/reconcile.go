@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -42,6 +43,12 @@ type PodAutoscaler struct {
 	Prober Prober
 	// Events, if set, gets an Event per scaling and panic transition.
 	Events events.EventRecorder
+	// MaxConcurrentReconciles is how many PodAutoscalers are decided at
+	// once (0: controller-runtime's default, 1). controller-runtime never
+	// reconciles one key twice at once, so a target's carried state
+	// (targetState's decider and zero rules) has one writer; what targets
+	// share (targets, byCollected, lastDesired for Poke) is under mu.
+	MaxConcurrentReconciles int
 
 	mu      sync.Mutex
 	targets map[collector.Key]*targetState // by PodAutoscaler
@@ -137,5 +144,6 @@ func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.PodAutoscaler{}).
 		Owns(&v1alpha1.ServerlessService{}).
 		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }

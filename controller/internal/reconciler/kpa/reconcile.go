@@ -114,8 +114,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing,
 		time.Since(started).Seconds(), r.state(key).sinceDecided(started).Seconds())
-	fillStatus(status, pa.Generation, settings, o)
-	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, status)
+	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, tickStatus(&pa.Status, status, pa.Generation, settings, o))
 }
 
 // target returns the Deployment to scale, or why there is none.

@@ -281,6 +281,7 @@ func TestControllerDeployment(t *testing.T) {
 		"--leader-elect",
 		"--metrics-bind-address=:8080",
 		"--health-probe-bind-address=:8081",
+		"--concurrent-reconciles=8",
 		"--stats-bind-address=:8443",
 		"--autoscaler-config=" + namespace + "/" + autoscalerCM,
 		"--activator-port=8012",

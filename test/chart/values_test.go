@@ -145,6 +145,8 @@ func TestBadValues(t *testing.T) {
 		{"agent.ports.metrics=70000", []string{"/agent/ports/metrics", "maximum"}},
 		{"agent.cgroupRoot=sys/fs/cgroup", []string{"/agent/cgroupRoot"}},
 		{"agent.typo=1", []string{"/agent", "'typo' not allowed"}},
+		{"controller.concurrentReconciles=0", []string{"/controller/concurrentReconciles", "minimum"}},
+		{"controller.concurrentReconciles=2000", []string{"/controller/concurrentReconciles", "maximum"}},
 		{"controller.podDisruptionBudget.minAvailable=0", []string{"/controller/podDisruptionBudget/minAvailable"}},
 		{"autoscaler.stable-window=soon", []string{"/autoscaler/stable-window"}},
 		{"autoscaler.min-scale=-1", []string{"/autoscaler/min-scale", "minimum"}},

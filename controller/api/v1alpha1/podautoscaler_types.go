@@ -164,9 +164,16 @@ type PodAutoscalerStatus struct {
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
 	// StableValue and PanicValue are the metric's averages over the stable
-	// and panic windows, as decimal strings.
+	// and panic windows, as decimal strings. They are refreshed when one
+	// moved by more than 5 % (or to or from 0), or along with any other
+	// change of the status; smaller moves are not written (each target is
+	// decided every 2 s, and writing every drift would cost the API server
+	// a write per loaded target per tick). The controller's
+	// sockscale_controller_stable_value and _panic_value metrics carry
+	// every tick's values.
 	// +optional
 	StableValue string `json:"stableValue,omitempty"`
+	// PanicValue: see StableValue.
 	// +optional
 	PanicValue string `json:"panicValue,omitempty"`
 	// +optional

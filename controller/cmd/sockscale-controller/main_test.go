@@ -27,6 +27,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--metrics-cert-path=/nonexistent"}, `--metrics-cert-name="tls.crt" in --metrics-cert-path="/nonexistent"`},
 		{[]string{"--metrics-secure=false", "--metrics-cert-path=/etc"}, `--metrics-cert-path="/etc" needs --metrics-secure`},
 		{[]string{"--metrics-bind-address=8080"}, `--metrics-bind-address="8080": want [host]:port`},
+		{[]string{"--concurrent-reconciles=0"}, "--concurrent-reconciles=0: want 1..1024"},
+		{[]string{"--concurrent-reconciles=1025"}, "--concurrent-reconciles=1025: want 1..1024"},
 		{[]string{"--release-stop=ns/ctl"}, `--release-stop="ns/ctl" needs --release`},
 		{[]string{"--release", "--release-stop=ctl"}, `--release-stop="ctl": want namespace/name of the controller's Deployment`},
 	}
@@ -39,7 +41,7 @@ func TestFlagErrors(t *testing.T) {
 	f, err := parseFlags(nil)
 	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
 		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" ||
-		f.statsAudience != "sockscale-controller" || f.statsInsecure {
+		f.statsAudience != "sockscale-controller" || f.statsInsecure || f.concurrentReconciles != 8 {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--release", "--release-stop=ops/sockscale-controller"}); err != nil || !f.release || f.releaseStop == nil || f.releaseStop.String() != "ops/sockscale-controller" {

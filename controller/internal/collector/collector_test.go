@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -491,6 +492,19 @@ func TestConcurrentUse(t *testing.T) {
 // BenchmarkIngest5000Agents is one second of stats from 5,000 nodes with
 // 100 pods each, spread over 10,000 targets.
 func BenchmarkIngest5000Agents(b *testing.B) {
+	c, clk, batches := benchCollector(b)
+	for b.Loop() {
+		clk.Step(time.Second)
+		for _, bt := range batches {
+			c.RecordPods(bt)
+		}
+	}
+}
+
+// benchCollector watches 10,000 targets and returns 5,000 agents'
+// batches of 100 pods over them (as BenchmarkIngest5000Agents).
+func benchCollector(b *testing.B) (*Collector, *clocktesting.FakeClock, []*stats.Batch) {
+	b.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	c := New(clk)
 	s, _ := config.Effective(config.Defaults(), 0, nil, nil)
@@ -506,12 +520,53 @@ func BenchmarkIngest5000Agents(b *testing.B) {
 	for i := range 10000 {
 		_ = c.Watch(Key{"ns", "t" + strconv.Itoa(i)}, s)
 	}
-	for b.Loop() {
-		clk.Step(time.Second)
-		for _, bt := range batches {
-			c.RecordPods(bt)
+	return c, clk, batches
+}
+
+// BenchmarkIngestParallel is agents' batches (one per op) taken by
+// GOMAXPROCS stats handlers at once, as the stats server does.
+func BenchmarkIngestParallel(b *testing.B) {
+	c, _, batches := benchCollector(b)
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.RecordPods(batches[next.Add(1)%int64(len(batches))])
 		}
+	})
+}
+
+// BenchmarkValuesWhileIngesting is reconcilers reading targets' values
+// (one per op, on GOMAXPROCS workers) while one goroutine ingests
+// batches without pause: what a decision waits for the collector.
+func BenchmarkValuesWhileIngesting(b *testing.B) {
+	c, clk, batches := benchCollector(b)
+	for _, bt := range batches { // every target has data
+		c.RecordPods(bt)
 	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c.RecordPods(batches[n%len(batches)])
+		}
+	})
+	now := clk.Now()
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, _ = c.Values(Key{"ns", "t" + strconv.Itoa(int(next.Add(1)%10000))}, now)
+		}
+	})
+	b.StopTimer()
+	close(done)
+	wg.Wait()
 }
 
 // TestPodNodes: each record of a watched target is placed by the

@@ -20,12 +20,12 @@ import (
 // neither, second 21 expects d; both pods' load counts as reported.
 func (c *Collector) Expect(key Key, pods map[netip.Addr]string) {
 	now := c.clock.Now().Unix()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.targets[key]
-	if !ok {
+	t := c.target(key)
+	if t == nil {
 		return
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.told = true
 	ready := make(map[ipv4]string, len(pods))
 	for a, node := range pods {

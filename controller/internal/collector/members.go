@@ -18,10 +18,10 @@ func (c *Collector) Members(key Key, pods map[netip.Addr]string) {
 			m[ip] = node
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t, ok := c.targets[key]; ok {
+	if t := c.target(key); t != nil {
+		t.mu.Lock()
 		t.members = m
+		t.mu.Unlock()
 	}
 }
 
@@ -37,11 +37,11 @@ type PodNode struct {
 }
 
 // PodNodes returns, for each record, where its target has the pod (one
-// lock for the whole batch).
+// read lock of the targets map for the whole batch).
 func (c *Collector) PodNodes(pods []stats.PodStat) []PodNode {
 	out := make([]PodNode, len(pods))
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	for i := range pods {
 		p := &pods[i]
 		t, ok := c.targets[Key{p.Namespace, p.Workload}]
@@ -50,7 +50,9 @@ func (c *Collector) PodNodes(pods []stats.PodStat) []PodNode {
 		}
 		out[i].Watched = true
 		if ip, ok := ipv4Of(p.IP); ok {
+			t.mu.Lock()
 			out[i].Node = t.members[ip]
+			t.mu.Unlock()
 		}
 	}
 	return out

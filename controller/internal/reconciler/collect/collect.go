@@ -44,6 +44,10 @@ type Reconciler struct {
 	Collector *collector.Collector
 	// Config returns the cluster defaults in force.
 	Config func() *config.Config
+	// MaxConcurrentReconciles is how many PodAutoscalers are looked at
+	// at once (0: controller-runtime's default, 1); watched is under mu,
+	// the collector locks itself.
+	MaxConcurrentReconciles int
 
 	mu sync.Mutex
 	// watched maps each PodAutoscaler to the collector key it feeds (its
@@ -170,7 +174,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.byDeployment)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byPrivateService)).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
 

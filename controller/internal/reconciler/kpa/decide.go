@@ -105,8 +105,18 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 		t = &targetState{decider: decider.New(s, ready, now, log.Log.WithName("decider").WithValues("podautoscaler", key.String())), lastDesired: -1}
 		r.targets[key] = t
 	}
-	if t.collected != collected && t.collected != (collector.Key{}) {
-		r.Collector.Forget(t.collected) // the PodAutoscaler now points elsewhere
+	if t.collected != collected {
+		if t.collected != (collector.Key{}) {
+			r.Collector.Forget(t.collected) // the PodAutoscaler now points elsewhere
+			r.unindex(t.collected, key)
+		}
+		if r.byCollected == nil {
+			r.byCollected = make(map[collector.Key]map[collector.Key]struct{})
+		}
+		if r.byCollected[collected] == nil {
+			r.byCollected[collected] = make(map[collector.Key]struct{}, 1)
+		}
+		r.byCollected[collected][key] = struct{}{}
 	}
 	t.collected = collected
 	t.decider.Update(s)
@@ -126,6 +136,27 @@ func (r *PodAutoscaler) forget(key collector.Key) {
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {
 		r.Collector.Forget(t.collected)
+		r.unindex(t.collected, key)
 		delete(r.targets, key)
+	}
+}
+
+// unindex drops PodAutoscaler pa from byCollected[collected]; r.mu is
+// held.
+func (r *PodAutoscaler) unindex(collected, pa collector.Key) {
+	pas := r.byCollected[collected]
+	delete(pas, pa)
+	if len(pas) == 0 {
+		delete(r.byCollected, collected)
+	}
+}
+
+// setLastDesired records the count a valid decision led to, under r.mu:
+// Poke reads it from the stats server's goroutines.
+func (r *PodAutoscaler) setLastDesired(key collector.Key, want int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.targets[key]; ok {
+		t.lastDesired = want
 	}
 }

@@ -18,8 +18,8 @@ func (r *PodAutoscaler) Poke(loaded []collector.Key) {
 	r.mu.Lock()
 	var wake []collector.Key
 	for _, k := range loaded {
-		for pa, t := range r.targets {
-			if t.collected == k && t.lastDesired == 0 {
+		for pa := range r.byCollected[k] {
+			if t := r.targets[pa]; t != nil && t.lastDesired == 0 {
 				wake = append(wake, pa)
 			}
 		}

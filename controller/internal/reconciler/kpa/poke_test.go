@@ -1,26 +1,91 @@
 package kpa
 
 import (
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/controller/internal/collector"
+	"github.com/sockscale/sockscale/controller/internal/config"
 )
 
 // TestPokeWakesOnlyTargetsAtZero: load for a target whose last decision
 // was 0 pods queues it at once; a target with pods, or not decided yet,
 // waits for its tick.
 func TestPokeWakesOnlyTargetsAtZero(t *testing.T) {
-	r := &PodAutoscaler{targets: map[collector.Key]*targetState{
-		{Namespace: "default", Name: "idle-pa"}:  {collected: collector.Key{Namespace: "default", Name: "idle"}, lastDesired: 0},
-		{Namespace: "default", Name: "busy-pa"}:  {collected: collector.Key{Namespace: "default", Name: "busy"}, lastDesired: 3},
-		{Namespace: "default", Name: "fresh-pa"}: {collected: collector.Key{Namespace: "default", Name: "fresh"}, lastDesired: -1},
-	}}
+	r := newPokeTest(t)
+	r.track("idle-pa", "idle", 0)
+	r.track("busy-pa", "busy", 3)
+	r.track("fresh-pa", "fresh", -1)
 	r.Poke([]collector.Key{{Namespace: "default", Name: "idle"}, {Namespace: "default", Name: "busy"}, {Namespace: "default", Name: "fresh"}})
-	ch := r.pokeChannel()
-	if len(ch) != 1 {
-		t.Fatalf("%d pokes queued, want 1", len(ch))
+	if diff := cmp.Diff([]string{"default/idle-pa"}, r.poked()); diff != "" {
+		t.Errorf("pokes (-want +got):\n%s (the PodAutoscaler, not the Deployment)", diff)
 	}
-	if ev := <-ch; ev.Object.GetName() != "idle-pa" || ev.Object.GetNamespace() != "default" {
-		t.Errorf("poked %s/%s, want default/idle-pa (the PodAutoscaler, not the Deployment)", ev.Object.GetNamespace(), ev.Object.GetName())
+}
+
+// TestPokeFollowsTheIndex: the index Poke reads follows a PodAutoscaler
+// that moves to another Deployment and one that is deleted, and wakes
+// every PodAutoscaler of a shared Deployment.
+func TestPokeFollowsTheIndex(t *testing.T) {
+	r := newPokeTest(t)
+	r.track("a", "web", 0)
+	r.track("b", "web", 0)
+	r.track("c", "api", 0)
+	r.Poke([]collector.Key{{Namespace: "default", Name: "web"}})
+	if diff := cmp.Diff([]string{"default/a", "default/b"}, r.poked()); diff != "" {
+		t.Errorf("both PodAutoscalers of web (-want +got):\n%s", diff)
 	}
+
+	r.track("a", "api", 0) // a now scales api
+	r.forget(collector.Key{Namespace: "default", Name: "c"})
+	r.Poke([]collector.Key{{Namespace: "default", Name: "web"}})
+	if diff := cmp.Diff([]string{"default/b"}, r.poked()); diff != "" {
+		t.Errorf("after a moved (-want +got):\n%s", diff)
+	}
+	r.Poke([]collector.Key{{Namespace: "default", Name: "api"}})
+	if diff := cmp.Diff([]string{"default/a"}, r.poked()); diff != "" {
+		t.Errorf("after c was deleted (-want +got):\n%s", diff)
+	}
+
+	r.forget(collector.Key{Namespace: "default", Name: "a"})
+	r.forget(collector.Key{Namespace: "default", Name: "b"})
+	if len(r.byCollected) != 0 {
+		t.Errorf("index keeps %v after every PodAutoscaler was deleted", r.byCollected)
+	}
+}
+
+type pokeTest struct {
+	*PodAutoscaler
+	t *testing.T
+	s config.Settings
+}
+
+func newPokeTest(t *testing.T) pokeTest {
+	s, err := config.Effective(config.Defaults(), 0, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pokeTest{PodAutoscaler: &PodAutoscaler{Collector: collector.New(clock.RealClock{})}, t: t, s: s}
+}
+
+// track makes PodAutoscaler pa (in default) scale Deployment deploy, as
+// its tick does, with desired as its last decision.
+func (p pokeTest) track(pa, deploy string, desired int32) {
+	key := collector.Key{Namespace: "default", Name: pa}
+	p.decider(key, collector.Key{Namespace: "default", Name: deploy}, p.s, 0, time.Unix(0, 0))
+	p.setLastDesired(key, desired)
+}
+
+// poked drains the queued pokes, sorted.
+func (p pokeTest) poked() []string {
+	var got []string
+	for ch := p.pokeChannel(); len(ch) > 0; {
+		ev := <-ch
+		got = append(got, ev.Object.GetNamespace()+"/"+ev.Object.GetName())
+	}
+	slices.Sort(got)
+	return got
 }

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -44,9 +45,22 @@ type PodAutoscaler struct {
 	Prober Prober
 	// Events, if set, gets an Event per scaling and panic transition.
 	Events events.EventRecorder
+	// MaxConcurrentReconciles is how many PodAutoscalers are decided at
+	// once (0: controller-runtime's default, 1). controller-runtime never
+	// reconciles one key twice at once, so a target's carried state
+	// (targetState's decider and zero rules) has one writer; what targets
+	// share (targets, byCollected, lastDesired for Poke) is under mu.
+	MaxConcurrentReconciles int
 
 	mu      sync.Mutex
 	targets map[collector.Key]*targetState // by PodAutoscaler
+	// byCollected indexes targets by their collected key (the Deployment)
+	// for Poke: a batch's loaded targets are looked up, not searched for
+	// among all targets. With 10,000 targets and 5,000 agents' batches a
+	// second, each naming a few loaded targets, a scan would be 10,000
+	// map entries per loaded record under r.mu: tens of millions of steps
+	// a second, holding off every reconcile.
+	byCollected map[collector.Key]map[collector.Key]struct{}
 	// pokes carries PodAutoscalers to decide at once (Poke).
 	pokes chan event.GenericEvent
 }
@@ -102,8 +116,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing,
 		time.Since(started).Seconds(), r.state(key).sinceDecided(started).Seconds())
-	fillStatus(status, pa.Generation, settings, o)
-	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, status)
+	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, tickStatus(&pa.Status, status, pa.Generation, settings, o))
 }
 
 // target returns the Deployment to scale, or why there is none.
@@ -135,5 +148,6 @@ func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&v1alpha1.ServerlessService{}).
 		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }

@@ -37,7 +37,7 @@ func (r *PodAutoscaler) apply(ctx context.Context, key collector.Key, pa *v1alph
 		}
 	}
 	if o.dec.Valid {
-		r.state(key).lastDesired = o.want
+		r.setLastDesired(key, o.want)
 	}
 	return nil
 }

@@ -45,12 +45,26 @@ func nodes(ns []string) string {
 	return "nodes " + strings.Join(ns, ", ")
 }
 
-// fillStatus writes a tick's outcome into the PodAutoscaler's status.
-func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome) {
+// tickStatus is the status a tick writes: its outcome, with the stable
+// and panic values of this tick or, while they only drifted, those shown
+// before (settle).
+// status is the tick's status so far (old's copy, with the generation
+// observed).
+func tickStatus(old, status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome) *v1alpha1.PodAutoscalerStatus {
+	fresh, held := status.DeepCopy(), status.DeepCopy()
+	fillStatus(fresh, gen, s, o, strconv.FormatFloat(o.values.Stable, 'f', 3, 64), strconv.FormatFloat(o.values.Panic, 'f', 3, 64))
+	fillStatus(held, gen, s, o, old.StableValue, old.PanicValue)
+	return settle(old, held, fresh)
+}
+
+// fillStatus writes a tick's outcome into the PodAutoscaler's status,
+// showing the stable and panic values given (decimal strings): the
+// messages are made from the values shown, not the tick's raw ones.
+func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome, stable, panicValue string) {
 	status.DesiredScale = ptr(o.want)
 	status.ActualScale = ptr(o.ready)
-	status.StableValue = strconv.FormatFloat(o.values.Stable, 'f', 3, 64)
-	status.PanicValue = strconv.FormatFloat(o.values.Panic, 'f', 3, 64)
+	status.StableValue = stable
+	status.PanicValue = panicValue
 	status.Panicking = o.dec.Panicking
 	if o.dec.Valid {
 		status.ExcessBurstCapacity = ptr(o.dec.ExcessBurstCapacity)
@@ -86,7 +100,7 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 	case o.ready < o.want:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
 	default:
-		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %.3f", o.want, s.Metric, o.values.Stable))
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %s", o.want, s.Metric, stable))
 	}
 }
 

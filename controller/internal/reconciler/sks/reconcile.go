@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -65,6 +66,10 @@ type ServerlessService struct {
 	// leaves the condition out.
 	SocketLayer        *socketlayer.Tracker
 	SocketLayerChanged <-chan event.GenericEvent
+	// MaxConcurrentReconciles is how many ServerlessServices are
+	// reconciled at once (0: controller-runtime's default, 1). Reconcile
+	// keeps no state of its own; SocketLayer locks itself.
+	MaxConcurrentReconciles int
 }
 
 var _ reconcile.Reconciler = (*ServerlessService)(nil)
@@ -164,6 +169,7 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byServiceLabel)).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.byServiceName)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allForActivator)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
 

@@ -384,13 +384,21 @@ func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc,
 		mu.Lock()
 		waiting[coldName(k)] = ch
 		mu.Unlock()
+		// A refused poke is sent again at once (a real activator would
+		// wait for its next report): the time counts from the first.
 		t0 := time.Now()
-		code, err := post(ctx, hc, ctrl.statsURL, r)
-		if err != nil {
-			return nil, 0, fmt.Errorf("poke %s: %w", coldName(k), err)
-		}
-		if code/100 != 2 {
-			return nil, 0, fmt.Errorf("poke %s: status %d", coldName(k), code)
+		for {
+			code, err := post(ctx, hc, ctrl.statsURL, r)
+			if err != nil {
+				return nil, 0, fmt.Errorf("poke %s: %w", coldName(k), err)
+			}
+			if code/100 == 2 {
+				break
+			}
+			if time.Since(t0) > 10*time.Second {
+				return nil, 0, fmt.Errorf("poke %s: still status %d after 10 s", coldName(k), code)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		select {
 		case at := <-ch:

@@ -120,7 +120,7 @@ func printScale(rows []scaleRow) {
 		}
 		pokeMax := poke(1)
 		if r.pokeMissed > 0 {
-			pokeMax = fmt.Sprintf("%s (%d >10s)", pokeMax, r.pokeMissed)
+			pokeMax = fmt.Sprintf("%s (%d >%v)", pokeMax, r.pokeMissed, pokeWait)
 		}
 		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t<=%s\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
 			r.targets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
@@ -337,10 +337,18 @@ func waitSteady(ctx context.Context, c client.Client, s scaleShape, timeout time
 	}
 }
 
+// A poke that scales nothing within pokeWait counts as missed, and pokes
+// stop after pokePhase (a controller that cannot keep up would otherwise
+// make the phase last cold * pokeWait).
+const (
+	pokeWait  = 5 * time.Second
+	pokePhase = 2 * time.Minute
+)
+
 // pokeAll pokes each cold target once, one at a time, as activator 0, and
 // times each from just before its POST to the Deployment watch event
 // that shows spec.replicas >= 1. It returns the latencies and how many
-// got no such event within 10 s.
+// got no such event within pokeWait.
 func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc, s scaleShape, token string) ([]time.Duration, int, error) {
 	w, err := cs.AppsV1().Deployments(coldNamespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -369,7 +377,12 @@ func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc,
 	defer hc.CloseIdleConnections()
 	var lat []time.Duration
 	missed := 0
+	phaseEnd := time.Now().Add(pokePhase)
 	for k := range s.cold {
+		if time.Now().After(phaseEnd) {
+			fmt.Printf("  pokes: %d of %d tried within %v\n", k, s.cold, pokePhase)
+			break
+		}
 		r, err := activatorBatch(s, 0, token, k)
 		if err != nil {
 			return nil, 0, err
@@ -403,7 +416,7 @@ func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc,
 		select {
 		case at := <-ch:
 			lat = append(lat, at.Sub(t0))
-		case <-time.After(10 * time.Second):
+		case <-time.After(pokeWait):
 			missed++
 		}
 	}

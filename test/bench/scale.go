@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +47,10 @@ type scaleOptions struct {
 	controller string
 }
 
+// wantStable is a warm target's load: its stable value if every report
+// is counted once.
+const wantStable = podsPerTarget * perPodConcurrency
+
 // scaleRow is one scale point's results.
 type scaleRow struct {
 	targets, nodes            int
@@ -61,6 +67,9 @@ type scaleRow struct {
 	posts                     int
 	drops, dropSample         string
 	controllerLog             string
+	// stable is the median of the warm targets' stable values at the
+	// window's end (want wantStable).
+	stable float64
 	// notSteady says why the point never reached steady state ("": it did).
 	notSteady string
 }
@@ -106,7 +115,7 @@ func printScale(rows []scaleRow) {
 	fmt.Println("CPU in cores over the window (controller goal <= 2, RSS <= 2 GB); writes/s: the API server's write requests over the window (all the controller's);")
 	fmt.Println("ingest: round trip of the fleet's POSTs; drops: non-2xx by status, transport errors, skipped periods.")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "targets\tagents\tpods\tsetup\tsteady\tinterval p50\tp99\tmax\tdecisions/s\tdecide p99\tpoke p50\tp99\tmax\tctrl CPU\tctrl RSS (peak)\twrites/s\treviews/s\tingest p50\tp99\tmax\tposts\tdrops\tapiserver+etcd CPU\tfleet CPU\t")
+	fmt.Fprintf(w, "targets\tagents\tpods\tsetup\tsteady\tinterval p50\tp99\tmax\tdecisions/s\tdecide p99\tstable (want %.0f)\tpoke p50\tp99\tmax\tctrl CPU\tctrl RSS (peak)\twrites/s\treviews/s\tingest p50\tp99\tmax\tposts\tdrops\tapiserver+etcd CPU\tfleet CPU\t\n", wantStable)
 	for _, r := range rows {
 		poke := func(p float64) string {
 			if len(r.pokes) == 0 {
@@ -122,10 +131,10 @@ func printScale(rows []scaleRow) {
 		if r.pokeMissed > 0 {
 			pokeMax = fmt.Sprintf("%s (%d >%v)", pokeMax, r.pokeMissed, pokeWait)
 		}
-		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t<=%s\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
+		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t<=%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
 			r.targets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
 			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), r.interval.seconds(r.interval.max()),
-			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)),
+			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)), r.stable,
 			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
 			fmtMs(percentile(r.ingest, 0.5)), fmtMs(percentile(r.ingest, 0.99)), fmtMs(percentile(r.ingest, 1)), r.posts, r.drops,
 			r.apiCPU, r.fleetCPU)
@@ -258,6 +267,7 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	row.ctrlRSS, row.ctrlPeak = rssMax, processPeakRSS(ctrl.pid())
 	row.interval = histogramOf(m1, "sockscale_controller_decision_interval_seconds").sub(histogramOf(m0, "sockscale_controller_decision_interval_seconds"))
 	row.duration = histogramOf(m1, "sockscale_controller_decision_duration_seconds").sub(histogramOf(m0, "sockscale_controller_decision_duration_seconds"))
+	row.stable = medianStable(m1)
 	row.decisionsPerSec = (m1.value("sockscale_controller_decisions_total") - m0.value("sockscale_controller_decisions_total")) / elapsed.Seconds()
 	row.writes, row.reviews, row.writesBy = writeRates(apiRequests(a0), apiRequests(a1), elapsed)
 	fl.rec.mu.Lock()
@@ -277,12 +287,37 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	return row, err
 }
 
+// medianStable is the median of the warm targets' stable values in a
+// scrape of the controller.
+func medianStable(m promSamples) float64 {
+	var vs []float64
+	f := m["sockscale_controller_stable_value"]
+	if f == nil {
+		return math.NaN()
+	}
+	for _, s := range f.GetMetric() {
+		cold := false
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "namespace" && l.GetValue() == coldNamespace {
+				cold = true
+			}
+		}
+		if !cold {
+			vs = append(vs, s.GetGauge().GetValue())
+		}
+	}
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	sort.Float64s(vs)
+	return vs[len(vs)/2]
+}
+
 // waitSteady waits until, twice in a row, every warm target's status
-// says it was decided at its podsPerTarget pods on a stable value that
-// keeps them (out of panic) and its Deployment asks for them, and every
-// cold one was decided at zero in Proxy mode. Until the windows fill,
-// the first seconds' averages can leave the band (343..350] that keeps
-// 50 pods, and a scale-up then holds for a stable window.
+// says it was decided at its podsPerTarget pods, out of panic, on a
+// stable value within 5 % of the load (so its stats arrive) and its
+// Deployment asks for them, and every cold one was decided at zero in
+// Proxy mode.
 func waitSteady(ctx context.Context, c client.Client, s scaleShape, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	inRow := 0
@@ -312,8 +347,8 @@ func waitSteady(ctx context.Context, c client.Client, s scaleShape, timeout time
 				wrong[fmt.Sprintf("desired %d", d)]++
 			case pa.Status.Panicking:
 				wrong["panicking"]++
-			case stable <= (podsPerTarget-1)*targetConcurrency*0.7 || stable > podsPerTarget*targetConcurrency*0.7:
-				wrong["stable value out of band"]++
+			case math.Abs(stable/wantStable-1) > 0.05:
+				wrong["stable value 5 % or more off"]++
 			default:
 				warm++
 			}

@@ -235,6 +235,12 @@ func (sc *scaleCluster) createTarget(ctx context.Context, ns, name string, repli
 		pa.Spec.MinScale, pa.Spec.InitialScale = ptr.To[int32](0), ptr.To[int32](0)
 	} else {
 		// Never through the activator: the warm targets stay in Serve mode.
+		// Bounds at their pods: the load keeps desired = current only
+		// inside a band 1 pod (2 %) wide, and a bias of the windows (one
+		// was seen: docs/scale-bench.md) would otherwise make steady state
+		// a scaling storm. The decider still decides every tick; the bench
+		// reports the stable values apart.
+		pa.Spec.MinScale, pa.Spec.MaxScale = ptr.To(replicas), ptr.To(replicas)
 		pa.Spec.TargetBurstCapacity = ptr.To(0.0)
 	}
 	if err := sc.c.Create(ctx, pa); err != nil {

@@ -8,11 +8,13 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -169,6 +171,21 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	defer cp.stop()
+	// Interrupted (^C, or a timeout's SIGTERM), the point still stops its
+	// controller and control plane, which would outlive this process.
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(interrupted)
+	var ctrlOnExit atomic.Pointer[controllerProc]
+	go func() {
+		if _, ok := <-interrupted; ok {
+			if p := ctrlOnExit.Load(); p != nil {
+				p.stop()
+			}
+			cp.stop()
+			os.Exit(130)
+		}
+	}()
 	cfg := rest.CopyConfig(cp.cfg)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -196,6 +213,7 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	}
 	row.controllerLog = ctrl.log
 	defer ctrl.stop()
+	ctrlOnExit.Store(ctrl)
 	if err := sc.setupTargets(ctx); err != nil {
 		return row, err
 	}

@@ -218,7 +218,9 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	fmt.Printf("  + targets: %v\n", time.Since(start).Round(time.Second))
-	if err := sc.setupEndpoints(ctx, 5*time.Minute); err != nil {
+	// The controller makes the private Services at 7 to 12 a second
+	// (one ServerlessService worker): 3,000 took more than 5 minutes.
+	if err := sc.setupEndpoints(ctx, max(5*time.Minute, time.Duration(n)*200*time.Millisecond)); err != nil {
 		return row, err
 	}
 	row.setup = time.Since(start)

@@ -129,13 +129,17 @@ func printScale(rows []scaleRow) {
 		if r.notSteady != "" {
 			steady = "never"
 		}
+		intervalMax := r.interval.seconds(r.interval.max())
+		if !strings.HasPrefix(intervalMax, ">") && intervalMax != "-" {
+			intervalMax = "<=" + intervalMax // the highest bucket's bound
+		}
 		pokeMax := poke(1)
 		if r.pokeMissed > 0 {
 			pokeMax = fmt.Sprintf("%s (%d >%v)", pokeMax, r.pokeMissed, pokeWait)
 		}
-		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t<=%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
+		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
 			r.targets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
-			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), r.interval.seconds(r.interval.max()),
+			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), intervalMax,
 			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)), r.stable,
 			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
 			fmtMs(percentile(r.ingest, 0.5)), fmtMs(percentile(r.ingest, 0.99)), fmtMs(percentile(r.ingest, 1)), r.posts, r.drops,

@@ -88,6 +88,7 @@ func main() {
 		os.Exit(1)
 	}
 	b.activatorBin = *activatorBin
+	onInterrupt(b.close) // the scale part's processes, then the pod
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":

@@ -177,19 +177,13 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	defer cp.stop()
 	// Interrupted (^C, or a timeout's SIGTERM), the point still stops its
 	// controller and control plane, which would outlive this process.
-	interrupted := make(chan os.Signal, 1)
-	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(interrupted)
 	var ctrlOnExit atomic.Pointer[controllerProc]
-	go func() {
-		if _, ok := <-interrupted; ok {
-			if p := ctrlOnExit.Load(); p != nil {
-				p.stop()
-			}
-			cp.stop()
-			os.Exit(130)
+	defer atInterrupt(func() {
+		if p := ctrlOnExit.Load(); p != nil {
+			p.stop()
 		}
-	}()
+		cp.stop()
+	})()
 	cfg := rest.CopyConfig(cp.cfg)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -546,4 +540,48 @@ func (p *controllerProc) stop() {
 		_ = p.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// interruptCleanups run, latest first, when the bench is interrupted
+// (onInterrupt).
+var (
+	interruptMu       sync.Mutex
+	interruptCleanups = map[int]func(){}
+	interruptNext     int
+)
+
+// atInterrupt registers f to run if the bench is interrupted; the
+// returned func unregisters it.
+func atInterrupt(f func()) func() {
+	interruptMu.Lock()
+	defer interruptMu.Unlock()
+	id := interruptNext
+	interruptNext++
+	interruptCleanups[id] = f
+	return func() {
+		interruptMu.Lock()
+		defer interruptMu.Unlock()
+		delete(interruptCleanups, id)
+	}
+}
+
+// onInterrupt runs the registered cleanups, latest first, on SIGINT or
+// SIGTERM, then last and exits 130.
+func onInterrupt(last func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		interruptMu.Lock()
+		ids := make([]int, 0, len(interruptCleanups))
+		for id := range interruptCleanups {
+			ids = append(ids, id)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(ids)))
+		for _, id := range ids {
+			interruptCleanups[id]()
+		}
+		last()
+		os.Exit(130)
+	}()
 }

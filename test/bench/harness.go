@@ -35,11 +35,20 @@ type controlPlane struct {
 // startControlPlane starts etcd and kube-apiserver with the CRDs of
 // crdDirs installed; stop stops them and removes dir.
 func startControlPlane(user string, crdDirs ...string) (*controlPlane, error) {
+	return startControlPlaneArgs(user, nil, crdDirs...)
+}
+
+// startControlPlaneArgs is startControlPlane with kube-apiserver flags
+// (name without dashes: value) on top of envtest's.
+func startControlPlaneArgs(user string, apiServerArgs map[string]string, crdDirs ...string) (*controlPlane, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set (run through `make bench`, which builds etcd and kube-apiserver)")
 	}
 	crlog.SetLogger(logr.Discard()) // envtest logs through controller-runtime
 	env := &envtest.Environment{CRDDirectoryPaths: crdDirs, ErrorIfCRDPathMissing: len(crdDirs) > 0}
+	for k, v := range apiServerArgs {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start etcd and kube-apiserver: %w", err)

@@ -7,7 +7,9 @@
 //	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
 //	    [-connect-rounds 40] [-connect-block 5]
 //	    [-split-connects 20000]
-//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split]
+//	    [-scale-targets 1000,3000,10000] [-scale-cold 50] [-scale-warmup 20s] [-scale-duration 60s]
+//	    [-scale-steady-timeout 10m] [-scale-controller PATH]
+//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split,scale]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
 // the fake pods it creates in network namespaces on this machine, and to a
@@ -52,6 +54,12 @@ func main() {
 	connectRounds := flag.Int("connect-rounds", 40, "rounds per concurrency and load of the connect part (rounded down to whole blocks)")
 	connectBlock := flag.Int("connect-block", 5, "rounds per block of the connect part (one estimate per block)")
 	splitConnects := flag.Int("split-connects", 20000, "new connections per case of the split part")
+	scaleTargets := flag.String("scale-targets", "1000,3000,10000", "comma-separated PodAutoscaler counts of the scale part, one fresh control plane each (nodes = targets/2, 100 pods per node)")
+	scaleCold := flag.Int("scale-cold", 50, "targets at zero the scale part pokes once each")
+	scaleWarmup := flag.Duration("scale-warmup", 20*time.Second, "how long the scale part runs at steady state before its window")
+	scaleDuration := flag.Duration("scale-duration", 60*time.Second, "the scale part's measurement window")
+	scaleSteady := flag.Duration("scale-steady-timeout", 10*time.Minute, "how long the scale part waits for every target to be decided at its pods")
+	scaleController := flag.String("scale-controller", "", "sockscale-controller binary of the scale part (empty: build this tree's)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
@@ -69,12 +77,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -cold-probe-periods:", err)
 		os.Exit(2)
 	}
+	targets, err := parseTargets(*scaleTargets)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	b, err := newBench()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 	b.activatorBin = *activatorBin
+	onInterrupt(b.close) // the scale part's processes, then the pod
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
@@ -93,6 +107,8 @@ func main() {
 			err = b.connectCost(*slice, *connectRounds, *connectBlock, cs)
 		case "split":
 			err = b.splitShares(*splitConnects)
+		case "scale":
+			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady, controller: *scaleController})
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}
@@ -108,7 +124,7 @@ func main() {
 }
 
 // parts of the bench, in the order they run by default.
-var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect", "split"}
+var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect", "split", "scale"}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {

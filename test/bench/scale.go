@@ -1,0 +1,587 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/internal/stats"
+)
+
+// The scale part runs the real sockscale-controller against a real
+// kube-apiserver and etcd with N PodAutoscalers and a simulated fleet of
+// N/2 nodes' agents (100 pods each, 50 per target) and 3 activators
+// posting real, authenticated stats batches; docs/scale-bench.md says
+// what each number measures.
+
+// scaleOptions are the scale part's flags.
+type scaleOptions struct {
+	targets        []int
+	cold           int
+	warmup, window time.Duration
+	steadyTimeout  time.Duration
+	// controller is the sockscale-controller binary (empty: build this
+	// tree's).
+	controller string
+}
+
+// wantStable is a warm target's load: its stable value if every report
+// is counted once.
+const wantStable = podsPerTarget * perPodConcurrency
+
+// scaleRow is one scale point's results.
+type scaleRow struct {
+	targets, nodes            int
+	setup, steady             time.Duration
+	interval, duration        histogram
+	decisionsPerSec           float64
+	pokes                     []time.Duration
+	pokeMissed                int
+	ctrlCPU, apiCPU, fleetCPU float64 // cores
+	ctrlRSS, ctrlPeak         int64
+	writes, reviews           float64
+	writesBy                  string
+	ingest                    []time.Duration
+	posts                     int
+	drops, dropSample         string
+	controllerLog             string
+	// stable is the median of the warm targets' stable values at the
+	// window's end (want wantStable).
+	stable float64
+	// notSteady says why the point never reached steady state ("": it did).
+	notSteady string
+}
+
+// parseTargets reads -scale-targets.
+func parseTargets(flagValue string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(flagValue, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("-scale-targets %q: %q is not a target count; want integers >= 2 separated by commas, e.g. 1000,3000,10000", flagValue, f)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+func scale(o scaleOptions) error {
+	fmt.Printf("\nControl-plane scale: real sockscale-controller, kube-apiserver and etcd; per target %d pods on %d-pod nodes (nodes = targets/2),\n", podsPerTarget, podsPerNode)
+	fmt.Printf("each pod at concurrency %.1f (desired = current = %d); %d cold targets at zero poked once each after the window;\n", perPodConcurrency, podsPerTarget, o.cold)
+	fmt.Printf("agents and %d activators POST every 1 s over HTTPS with pod-bound tokens; warm-up %v, window %v.\n", scaleActivators, o.warmup, o.window)
+	var rows []scaleRow
+	var errs []error
+	for _, n := range o.targets {
+		row, err := scalePoint(n, o)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%d targets: %w", n, err))
+			fmt.Fprintf(os.Stderr, "bench: scale %d targets: %v\n", n, err)
+			continue
+		}
+		rows = append(rows, row)
+	}
+	printScale(rows)
+	return errors.Join(errs...)
+}
+
+func printScale(rows []scaleRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Println("\nDecision interval: time between two decisions of one target (goal p99 <= 2.2 s), from the controller's histogram over the window;")
+	fmt.Println("poke: an activator's first report for a target at zero -> Deployment watch shows spec.replicas >= 1 (goal p99 <= 50 ms);")
+	fmt.Println("CPU in cores over the window (controller goal <= 2, RSS <= 2 GB); writes/s: the API server's write requests over the window (all the controller's);")
+	fmt.Println("ingest: round trip of the fleet's POSTs; drops: non-2xx by status, transport errors, skipped periods.")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "targets\tagents\tpods\tsetup\tsteady\tinterval p50\tp99\tmax\tdecisions/s\tdecide p99\tstable (want %.0f)\tpoke p50\tp99\tmax\tctrl CPU\tctrl RSS (peak)\twrites/s\treviews/s\tingest p50\tp99\tmax\tposts\tdrops\tapiserver+etcd CPU\tfleet CPU\t\n", wantStable)
+	for _, r := range rows {
+		poke := func(p float64) string {
+			if len(r.pokes) == 0 {
+				return "-"
+			}
+			return fmtMs(percentile(r.pokes, p))
+		}
+		steady := r.steady.Round(time.Second).String()
+		if r.notSteady != "" {
+			steady = "never"
+		}
+		intervalMax := r.interval.seconds(r.interval.max())
+		if !strings.HasPrefix(intervalMax, ">") && intervalMax != "-" {
+			intervalMax = "<=" + intervalMax // the highest bucket's bound
+		}
+		pokeMax := poke(1)
+		if r.pokeMissed > 0 {
+			pokeMax = fmt.Sprintf("%s (%d >%v)", pokeMax, r.pokeMissed, pokeWait)
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
+			r.targets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
+			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), intervalMax,
+			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)), r.stable,
+			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
+			fmtMs(percentile(r.ingest, 0.5)), fmtMs(percentile(r.ingest, 0.99)), fmtMs(percentile(r.ingest, 1)), r.posts, r.drops,
+			r.apiCPU, r.fleetCPU)
+	}
+	_ = w.Flush()
+	for _, r := range rows {
+		fmt.Printf("%d targets: writes by resource: %s\n", r.targets, r.writesBy)
+		if r.dropSample != "" {
+			fmt.Printf("%d targets: transport errors, e.g.: %s\n", r.targets, r.dropSample)
+		}
+		if r.notSteady != "" {
+			fmt.Printf("%d targets: never steady: %s\n", r.targets, r.notSteady)
+		}
+		fmt.Printf("%d targets: controller log: %s\n", r.targets, r.controllerLog)
+	}
+}
+
+func fmtMs(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+func mib(b int64) string           { return fmt.Sprintf("%dMiB", b>>20) }
+
+// scalePoint runs one scale point on a fresh control plane and stops
+// everything it started, also on error.
+func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
+	shape := newScaleShape(n, o.cold)
+	row = scaleRow{targets: n, nodes: shape.nodes}
+	fmt.Printf("\n%d targets, %d nodes: starting etcd and kube-apiserver\n", n, shape.nodes)
+	// Every target has two Services with a cluster IP (public and
+	// private): envtest's default range, a /24, holds 254.
+	cp, err := startControlPlaneArgs("sockscale-controller", map[string]string{"service-cluster-ip-range": "10.96.0.0/12"},
+		filepath.Join(moduleDir(), "charts", "sockscale", "files", "crds"))
+	if err != nil {
+		return row, err
+	}
+	defer cp.stop()
+	// Interrupted (^C, or a timeout's SIGTERM), the point still stops its
+	// controller and control plane, which would outlive this process.
+	var ctrlOnExit atomic.Pointer[controllerProc]
+	defer atInterrupt(func() {
+		if p := ctrlOnExit.Load(); p != nil {
+			p.stop()
+		}
+		cp.stop()
+	})()
+	cfg := rest.CopyConfig(cp.cfg)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return row, err
+	}
+	scheme := kruntime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
+		return row, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return row, err
+	}
+	ctx := context.Background()
+	sc := &scaleCluster{shape: shape, cs: cs, c: c}
+	start := time.Now()
+	if err := sc.setupFleet(ctx); err != nil {
+		return row, err
+	}
+	fmt.Printf("  nodes, agents, activators and tokens: %v\n", time.Since(start).Round(time.Second))
+	ctrl, err := startController(cp, o.controller)
+	if err != nil {
+		return row, err
+	}
+	row.controllerLog = ctrl.log
+	defer ctrl.stop()
+	ctrlOnExit.Store(ctrl)
+	if err := sc.setupTargets(ctx); err != nil {
+		return row, err
+	}
+	fmt.Printf("  + targets: %v\n", time.Since(start).Round(time.Second))
+	// The controller makes the private Services at 7 to 12 a second
+	// (one ServerlessService worker): 3,000 took more than 5 minutes.
+	if err := sc.setupEndpoints(ctx, max(5*time.Minute, time.Duration(n)*200*time.Millisecond)); err != nil {
+		return row, err
+	}
+	row.setup = time.Since(start)
+	fmt.Printf("  + endpoints: %v; controller RSS %s\n", row.setup.Round(time.Second), mib(processRSS(ctrl.pid())))
+
+	reporters, err := agentBatches(shape, sc.agentTokens)
+	if err != nil {
+		return row, err
+	}
+	for k := range scaleActivators {
+		r, err := activatorBatch(shape, k, sc.activatorTokens[k], -1)
+		if err != nil {
+			return row, err
+		}
+		reporters = append(reporters, r)
+	}
+	fl := startFleet(ctrl.statsURL, ctrl.tls, reporters)
+	defer fl.stop()
+
+	steadyFrom := time.Now()
+	if err := waitSteady(ctx, c, shape, o.steadyTimeout); err != nil {
+		// Measured anyway: what a controller that cannot keep up does is
+		// the point of the part.
+		row.notSteady = err.Error()
+		fmt.Printf("  NOT steady, measuring anyway: %v\n", err)
+	} else {
+		row.steady = time.Since(steadyFrom)
+		fmt.Printf("  steady (every target decided at its pods, cold ones at zero in Proxy mode) after %v; warming up %v\n", row.steady.Round(time.Second), o.warmup)
+	}
+	time.Sleep(o.warmup)
+
+	// The window.
+	apiPIDs := childPIDs("kube-apiserver", "etcd")
+	m0, err := scrapeURL(ctrl.metricsURL)
+	if err != nil {
+		return row, err
+	}
+	a0, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return row, err
+	}
+	t0 := time.Now()
+	ctrlCPU0, apiCPU0, selfCPU0 := processCPU(ctrl.pid()), cpuOf(apiPIDs), processCPU(os.Getpid())
+	fl.rec.start()
+	rssMax := int64(0)
+	for end := t0.Add(o.window); time.Now().Before(end); {
+		time.Sleep(min(time.Second, time.Until(end)))
+		rssMax = max(rssMax, processRSS(ctrl.pid()))
+	}
+	fl.rec.stop()
+	elapsed := time.Since(t0)
+	ctrlCPU1, apiCPU1, selfCPU1 := processCPU(ctrl.pid()), cpuOf(apiPIDs), processCPU(os.Getpid())
+	m1, err := scrapeURL(ctrl.metricsURL)
+	if err != nil {
+		return row, err
+	}
+	a1, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return row, err
+	}
+	row.ctrlCPU = (ctrlCPU1 - ctrlCPU0).Seconds() / elapsed.Seconds()
+	row.apiCPU = (apiCPU1 - apiCPU0).Seconds() / elapsed.Seconds()
+	row.fleetCPU = (selfCPU1 - selfCPU0).Seconds() / elapsed.Seconds()
+	row.ctrlRSS, row.ctrlPeak = rssMax, processPeakRSS(ctrl.pid())
+	row.interval = histogramOf(m1, "sockscale_controller_decision_interval_seconds").sub(histogramOf(m0, "sockscale_controller_decision_interval_seconds"))
+	row.duration = histogramOf(m1, "sockscale_controller_decision_duration_seconds").sub(histogramOf(m0, "sockscale_controller_decision_duration_seconds"))
+	row.stable = medianStable(m1)
+	row.decisionsPerSec = (m1.value("sockscale_controller_decisions_total") - m0.value("sockscale_controller_decisions_total")) / elapsed.Seconds()
+	row.writes, row.reviews, row.writesBy = writeRates(apiRequests(a0), apiRequests(a1), elapsed)
+	fl.rec.mu.Lock()
+	row.ingest, row.posts = fl.rec.rtt, len(fl.rec.rtt)
+	if len(fl.rec.lastErrs) > 0 {
+		row.dropSample = strings.Join(fl.rec.lastErrs, "; ")
+	}
+	fl.rec.mu.Unlock()
+	row.drops = fl.rec.drops()
+	for _, count := range fl.rec.codes {
+		row.posts += count
+	}
+	fmt.Printf("  window done: controller %.2f cores, %s; decisions %.0f/s\n", row.ctrlCPU, mib(row.ctrlRSS), row.decisionsPerSec)
+
+	// Pokes, the fleet still posting.
+	row.pokes, row.pokeMissed, err = pokeAll(ctx, cs, ctrl, shape, sc.activatorTokens[0])
+	return row, err
+}
+
+// medianStable is the median of the warm targets' stable values in a
+// scrape of the controller.
+func medianStable(m promSamples) float64 {
+	var vs []float64
+	f := m["sockscale_controller_stable_value"]
+	if f == nil {
+		return math.NaN()
+	}
+	for _, s := range f.GetMetric() {
+		cold := false
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "namespace" && l.GetValue() == coldNamespace {
+				cold = true
+			}
+		}
+		if !cold {
+			vs = append(vs, s.GetGauge().GetValue())
+		}
+	}
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	sort.Float64s(vs)
+	return vs[len(vs)/2]
+}
+
+// waitSteady waits until, twice in a row, every warm target's status
+// says it was decided at its podsPerTarget pods, out of panic, on a
+// stable value within 5 % of the load (so its stats arrive) and its
+// Deployment asks for them, and every cold one was decided at zero in
+// Proxy mode.
+func waitSteady(ctx context.Context, c client.Client, s scaleShape, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	inRow := 0
+	for {
+		var list v1alpha1.PodAutoscalerList
+		if err := c.List(ctx, &list); err != nil {
+			return err
+		}
+		var deps appsv1.DeploymentList
+		if err := c.List(ctx, &deps); err != nil {
+			return err
+		}
+		warm, cold := 0, 0
+		wrong := map[string]int{}
+		for _, pa := range list.Items {
+			d := int32(-2)
+			if pa.Status.DesiredScale != nil {
+				d = *pa.Status.DesiredScale
+			}
+			stable, _ := strconv.ParseFloat(pa.Status.StableValue, 64)
+			switch {
+			case pa.Namespace == coldNamespace && d == 0 && pa.Status.Mode == v1alpha1.ModeProxy:
+				cold++
+			case pa.Namespace == coldNamespace:
+				wrong[fmt.Sprintf("cold desired %d mode %s", d, pa.Status.Mode)]++
+			case d != podsPerTarget:
+				wrong[fmt.Sprintf("desired %d", d)]++
+			case pa.Status.Panicking:
+				wrong["panicking"]++
+			case math.Abs(stable/wantStable-1) > 0.05:
+				wrong["stable value 5 % or more off"]++
+			default:
+				warm++
+			}
+		}
+		for _, d := range deps.Items {
+			if d.Namespace != coldNamespace && (d.Spec.Replicas == nil || *d.Spec.Replicas != podsPerTarget) {
+				wrong["deployment replicas not 50"]++
+			}
+		}
+		if warm == s.targets && cold == s.cold && len(wrong) == 0 {
+			if inRow++; inRow == 2 {
+				return nil
+			}
+		} else {
+			inRow = 0
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not steady after %v: %d/%d warm, %d/%d cold as wanted; others: %v", timeout, warm, s.targets, cold, s.cold, wrong)
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
+
+// A poke that scales nothing within pokeWait counts as missed, and pokes
+// stop after pokePhase (a controller that cannot keep up would otherwise
+// make the phase last cold * pokeWait).
+const (
+	pokeWait  = 5 * time.Second
+	pokePhase = 2 * time.Minute
+)
+
+// pokeAll pokes each cold target once, one at a time, as activator 0, and
+// times each from just before its POST to the Deployment watch event
+// that shows spec.replicas >= 1. It returns the latencies and how many
+// got no such event within pokeWait.
+func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc, s scaleShape, token string) ([]time.Duration, int, error) {
+	w, err := cs.AppsV1().Deployments(coldNamespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	waiting := map[string]chan time.Time{}
+	go func() {
+		for ev := range w.ResultChan() {
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok || ev.Type != watch.Modified || d.Spec.Replicas == nil || *d.Spec.Replicas < 1 {
+				continue
+			}
+			at := time.Now()
+			mu.Lock()
+			if ch := waiting[d.Name]; ch != nil {
+				ch <- at
+				delete(waiting, d.Name)
+			}
+			mu.Unlock()
+		}
+	}()
+	fl := &fleet{tlsCfg: ctrl.tls}
+	hc := fl.client()
+	defer hc.CloseIdleConnections()
+	var lat []time.Duration
+	missed := 0
+	phaseEnd := time.Now().Add(pokePhase)
+	for k := range s.cold {
+		if time.Now().After(phaseEnd) {
+			fmt.Printf("  pokes: %d of %d tried within %v\n", k, s.cold, pokePhase)
+			break
+		}
+		r, err := activatorBatch(s, 0, token, k)
+		if err != nil {
+			return nil, 0, err
+		}
+		// A warm connection, as an activator's is: the poke's own cost only.
+		if k == 0 {
+			if _, err := post(ctx, hc, ctrl.statsURL, reporter{token: token, body: mustActivatorBatch(s, token)}); err != nil {
+				return nil, 0, err
+			}
+		}
+		ch := make(chan time.Time, 1)
+		mu.Lock()
+		waiting[coldName(k)] = ch
+		mu.Unlock()
+		// A refused poke is sent again at once (a real activator would
+		// wait for its next report): the time counts from the first.
+		t0 := time.Now()
+		for {
+			code, err := post(ctx, hc, ctrl.statsURL, r)
+			if err != nil {
+				return nil, 0, fmt.Errorf("poke %s: %w", coldName(k), err)
+			}
+			if code/100 == 2 {
+				break
+			}
+			if time.Since(t0) > 10*time.Second {
+				return nil, 0, fmt.Errorf("poke %s: still status %d after 10 s", coldName(k), code)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		select {
+		case at := <-ch:
+			lat = append(lat, at.Sub(t0))
+		case <-time.After(pokeWait):
+			missed++
+		}
+	}
+	return lat, missed, nil
+}
+
+func mustActivatorBatch(s scaleShape, token string) []byte {
+	r, _ := activatorBatch(s, 0, token, -1)
+	return r.body
+}
+
+// controllerProc is a running sockscale-controller.
+type controllerProc struct {
+	cmd                  *exec.Cmd
+	statsURL, metricsURL string
+	tls                  *tls.Config
+	log                  string
+}
+
+func (p *controllerProc) pid() int { return p.cmd.Process.Pid }
+
+// startController runs bin (empty: this tree's controller, built) with
+// the control plane's admin kubeconfig, authentication on, stats over
+// HTTPS.
+func startController(cp *controlPlane, bin string) (*controllerProc, error) {
+	if bin == "" {
+		var err error
+		if bin, err = goBuild(cp.dir, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller"); err != nil {
+			return nil, err
+		}
+	}
+	certFile, keyFile, tlsCfg, err := selfSignedTLS(cp.dir)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.CreateTemp("", "sockscale-scale-controller-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	p := &controllerProc{statsURL: "https://" + addrs[2] + stats.Path, metricsURL: "http://" + addrs[0] + "/metrics", tls: tlsCfg, log: logFile.Name()}
+	p.cmd = exec.Command(bin, "--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1],
+		"--stats-bind-address="+addrs[2], "--stats-tls-cert-file="+certFile, "--stats-tls-key-file="+keyFile,
+		"--autoscaler-config="+scaleSystem+"/sockscale-autoscaler", "--activator-namespace="+scaleSystem)
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.kubeconfig, "POD_NAMESPACE="+scaleSystem)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	if err := waitHTTP("http://"+addrs[1]+"/readyz", 60*time.Second); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("controller not ready (log %s): %w", p.log, err)
+	}
+	return p, nil
+}
+
+func (p *controllerProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// interruptCleanups run, latest first, when the bench is interrupted
+// (onInterrupt).
+var (
+	interruptMu       sync.Mutex
+	interruptCleanups = map[int]func(){}
+	interruptNext     int
+)
+
+// atInterrupt registers f to run if the bench is interrupted; the
+// returned func unregisters it.
+func atInterrupt(f func()) func() {
+	interruptMu.Lock()
+	defer interruptMu.Unlock()
+	id := interruptNext
+	interruptNext++
+	interruptCleanups[id] = f
+	return func() {
+		interruptMu.Lock()
+		defer interruptMu.Unlock()
+		delete(interruptCleanups, id)
+	}
+}
+
+// onInterrupt runs the registered cleanups, latest first, on SIGINT or
+// SIGTERM, then last and exits 130.
+func onInterrupt(last func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		interruptMu.Lock()
+		ids := make([]int, 0, len(interruptCleanups))
+		for id := range interruptCleanups {
+			ids = append(ids, id)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(ids)))
+		for _, id := range ids {
+			interruptCleanups[id]()
+		}
+		last()
+		os.Exit(130)
+	}()
+}

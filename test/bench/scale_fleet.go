@@ -105,6 +105,11 @@ func (r *fleetRecorder) drops() string {
 type reporter struct {
 	token string
 	body  []byte
+	// agent, if set, is an agent's batch: run encodes it again for each
+	// post with the period since the previous read, as a real agent does,
+	// so that its periods follow on on its own clock (a skipped period
+	// leaves a gap, as an agent's dropped batch does).
+	agent *stats.Batch
 	// nodeState: an agent's node state header ("" for activators).
 	nodeState string
 }
@@ -146,6 +151,7 @@ func (f *fleet) run(ctx context.Context, r reporter) {
 	hc := f.client()
 	defer hc.CloseIdleConnections()
 	next := time.Now().Add(time.Duration(mrand.Int64N(int64(time.Second))))
+	read := next.Add(-time.Second) // the agent's previous read of its counters
 	timer := time.NewTimer(time.Until(next))
 	defer timer.Stop()
 	for {
@@ -155,6 +161,15 @@ func (f *fleet) run(ctx context.Context, r reporter) {
 		case <-timer.C:
 		}
 		t0 := time.Now()
+		if r.agent != nil {
+			r.agent.Start, r.agent.Period = read, t0.Sub(read)
+			read = t0
+			body, err := stats.Append(r.body[:0], r.agent)
+			if err != nil {
+				panic(err) // the batch encoded once already
+			}
+			r.body = body
+		}
 		code, err := post(ctx, hc, f.url, r)
 		rtt := time.Since(t0)
 		if ctx.Err() != nil {
@@ -164,6 +179,9 @@ func (f *fleet) run(ctx context.Context, r reporter) {
 		skipped := 0
 		for now := time.Now(); !next.After(now); next = next.Add(time.Second) {
 			skipped++
+		}
+		if skipped > 0 {
+			read = next.Add(-time.Second) // that read's batch was dropped
 		}
 		f.rec.record(rtt, code, err, skipped)
 		timer.Reset(time.Until(next))
@@ -209,7 +227,8 @@ func agentBatches(s scaleShape, tokens []string) ([]reporter, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[n] = reporter{token: tokens[n], body: body, nodeState: state}
+		out[n] = reporter{token: tokens[n], body: body, nodeState: state,
+			agent: &stats.Batch{Node: nodeName(n), Period: time.Second, Pods: pods[n]}}
 	}
 	return out, nil
 }

@@ -333,7 +333,7 @@ func medianStable(m promSamples) float64 {
 
 // waitSteady waits until, twice in a row, every warm target's status
 // says it was decided at its podsPerTarget pods, out of panic, on a
-// stable value within 5 % of the load (so its stats arrive) and its
+// stable value within 10 % of the load (so its stats arrive) and its
 // Deployment asks for them, and every cold one was decided at zero in
 // Proxy mode.
 func waitSteady(ctx context.Context, c client.Client, s scaleShape, timeout time.Duration) error {
@@ -365,8 +365,11 @@ func waitSteady(ctx context.Context, c client.Client, s scaleShape, timeout time
 				wrong[fmt.Sprintf("desired %d", d)]++
 			case pa.Status.Panicking:
 				wrong["panicking"]++
-			case math.Abs(stable/wantStable-1) > 0.05:
-				wrong["stable value 5 % or more off"]++
+			case math.Abs(stable/wantStable-1) > 0.1:
+				// The status refreshes its values only when they moved
+				// by more than 5 %, so one written while the windows
+				// filled may stay up to 5 % off the value of the moment.
+				wrong["stable value 10 % or more off"]++
 			default:
 				warm++
 			}

@@ -163,10 +163,58 @@ func (r *Reconciler) forget(pa client.ObjectKey) {
 	}
 }
 
+// Field indexes on PodAutoscalers (IndexFields): the map functions find
+// the PodAutoscalers of a Deployment or EndpointSlice event in the cache's
+// index, in O(matches), instead of listing the namespace's PodAutoscalers
+// and testing each: with 10,000 of them in one namespace and every
+// EndpointSlice of the cluster changing now and then (each pod start,
+// stop and readiness flip), a List per event would copy 10,000 objects.
+const (
+	// IndexDeployment is the name of the Deployment a PodAutoscaler
+	// scales (none for other kinds).
+	IndexDeployment = "spec.scaleTargetRef.deployment"
+	// IndexPrivateService is the name of its private Service.
+	IndexPrivateService = "spec.service.private"
+)
+
+// DeploymentIndex is IndexDeployment's value of a PodAutoscaler.
+func DeploymentIndex(o client.Object) []string {
+	pa, ok := o.(*v1alpha1.PodAutoscaler)
+	if !ok || pa.Spec.ScaleTargetRef.Kind != "Deployment" || pa.Spec.ScaleTargetRef.Name == "" {
+		return nil
+	}
+	return []string{pa.Spec.ScaleTargetRef.Name}
+}
+
+// PrivateServiceIndex is IndexPrivateService's value of a PodAutoscaler.
+func PrivateServiceIndex(o client.Object) []string {
+	pa, ok := o.(*v1alpha1.PodAutoscaler)
+	if !ok || pa.Spec.Service.Name == "" {
+		return nil
+	}
+	return []string{names.PrivateServiceName(pa.Spec.Service.Name)}
+}
+
+// IndexFields registers IndexDeployment and IndexPrivateService with the
+// manager's cache (before it starts).
+func IndexFields(ctx context.Context, fi client.FieldIndexer) error {
+	if err := fi.IndexField(ctx, &v1alpha1.PodAutoscaler{}, IndexDeployment, DeploymentIndex); err != nil {
+		return fmt.Errorf("index PodAutoscalers by Deployment: %w", err)
+	}
+	if err := fi.IndexField(ctx, &v1alpha1.PodAutoscaler{}, IndexPrivateService, PrivateServiceIndex); err != nil {
+		return fmt.Errorf("index PodAutoscalers by private Service: %w", err)
+	}
+	return nil
+}
+
 // SetupWithManager runs the reconciler on every replica (no leader
 // election) for PodAutoscalers, their Deployments and their private
-// Services' EndpointSlices.
+// Services' EndpointSlices, and registers the field indexes its map
+// functions read.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := IndexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("podautoscaler-collector").
 		// What it reads of a PodAutoscaler is its spec: the leader's status
@@ -180,9 +228,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // byDeployment maps a Deployment to the PodAutoscalers that scale it.
 func (r *Reconciler) byDeployment(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.matching(ctx, o.GetNamespace(), func(pa *v1alpha1.PodAutoscaler) bool {
-		return pa.Spec.ScaleTargetRef.Kind == "Deployment" && pa.Spec.ScaleTargetRef.Name == o.GetName()
-	})
+	return r.matching(ctx, o.GetNamespace(), IndexDeployment, o.GetName())
 }
 
 // byPrivateService maps an EndpointSlice to the PodAutoscalers whose
@@ -192,21 +238,19 @@ func (r *Reconciler) byPrivateService(ctx context.Context, o client.Object) []re
 	if service == "" {
 		return nil
 	}
-	return r.matching(ctx, o.GetNamespace(), func(pa *v1alpha1.PodAutoscaler) bool {
-		return names.PrivateServiceName(pa.Spec.Service.Name) == service
-	})
+	return r.matching(ctx, o.GetNamespace(), IndexPrivateService, service)
 }
 
-func (r *Reconciler) matching(ctx context.Context, ns string, match func(*v1alpha1.PodAutoscaler) bool) []reconcile.Request {
+// matching are the PodAutoscalers in ns whose field index has value.
+func (r *Reconciler) matching(ctx context.Context, ns, index, value string) []reconcile.Request {
 	var list v1alpha1.PodAutoscalerList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{index: value}); err != nil {
+		log.FromContext(ctx).Error(err, "list PodAutoscalers by index", "index", index, "value", value)
 		return nil
 	}
-	var out []reconcile.Request
+	out := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		if match(&list.Items[i]) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return out
 }

@@ -47,6 +47,14 @@ func pa(name, deployment, service string) *v1alpha1.PodAutoscaler {
 		}}
 }
 
+// statefulSetPA scales a StatefulSet named like a Deployment: its events
+// are not the Deployment's.
+func statefulSetPA(name, target string) *v1alpha1.PodAutoscaler {
+	p := pa(name, target, name)
+	p.Spec.ScaleTargetRef.APIVersion, p.Spec.ScaleTargetRef.Kind = "apps/v1", "StatefulSet"
+	return p
+}
+
 func deployment(name string, annotations map[string]string) *appsv1.Deployment {
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}}}
@@ -147,8 +155,9 @@ func TestReconcileFeedsTheCollector(t *testing.T) {
 func TestEventsMapToPodAutoscalers(t *testing.T) {
 	ctx := context.Background()
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(
-		pa("a", "web", "front"), pa("b", "web", "back"), pa("c", "api", "api"),
-	).Build()
+		pa("a", "web", "front"), pa("b", "web", "back"), pa("c", "api", "api"), statefulSetPA("d", "web"),
+	).WithIndex(&v1alpha1.PodAutoscaler{}, IndexDeployment, DeploymentIndex).
+		WithIndex(&v1alpha1.PodAutoscaler{}, IndexPrivateService, PrivateServiceIndex).Build()
 	r := &Reconciler{Client: c}
 	names := func(reqs []reconcile.Request) []string {
 		var out []string

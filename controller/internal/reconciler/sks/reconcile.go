@@ -158,6 +158,9 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // SetupWithManager watches ServerlessServices, the Services they name and
 // those Services' EndpointSlices, and the activator pods.
 func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ServerlessService{}, IndexService, ServiceIndex); err != nil {
+		return fmt.Errorf("index ServerlessServices by Service: %w", err)
+	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.SocketLayerChanged != nil {
 		b = b.WatchesRawSource(source.Channel(r.SocketLayerChanged, handler.EnqueueRequestsFromMapFunc(r.all)))
@@ -183,6 +186,21 @@ func (r *ServerlessService) byServiceName(ctx context.Context, o client.Object) 
 	return r.naming(ctx, o.GetNamespace(), o.GetName())
 }
 
+// IndexService is a field index of ServerlessServices: the names of
+// their public and private Services. Every Service and EndpointSlice
+// event of the cluster is mapped through it, in O(matches) rather than a
+// List of the namespace's ServerlessServices (10,000 at 10,000 targets).
+const IndexService = "spec.publicService.services"
+
+// ServiceIndex is IndexService's values of a ServerlessService.
+func ServiceIndex(o client.Object) []string {
+	s, ok := o.(*v1alpha1.ServerlessService)
+	if !ok || s.Spec.PublicService == "" {
+		return nil
+	}
+	return []string{s.Spec.PublicService, names.PrivateServiceName(s.Spec.PublicService)}
+}
+
 // naming lists the ServerlessServices in ns whose public or private
 // Service is service.
 func (r *ServerlessService) naming(ctx context.Context, ns, service string) []reconcile.Request {
@@ -190,14 +208,13 @@ func (r *ServerlessService) naming(ctx context.Context, ns, service string) []re
 		return nil
 	}
 	var list v1alpha1.ServerlessServiceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{IndexService: service}); err != nil {
+		log.FromContext(ctx).Error(err, "list ServerlessServices by Service", "service", service)
 		return nil
 	}
-	var out []reconcile.Request
-	for _, s := range list.Items {
-		if s.Spec.PublicService == service || names.PrivateServiceName(s.Spec.PublicService) == service {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
-		}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
@@ -136,5 +138,30 @@ func TestServerlessServiceSocketLayer(t *testing.T) {
 				t.Errorf("SocketLayer = %+v, want reason %s", cond, tt.wantReason)
 			}
 		})
+	}
+}
+
+// TestEventsMapToServerlessServices: a Service or EndpointSlice event
+// maps, through the IndexService index, to the ServerlessServices whose
+// public or private Service it concerns.
+func TestEventsMapToServerlessServices(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	sks := func(name, public string) *v1alpha1.ServerlessService {
+		return &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: v1alpha1.ServerlessServiceSpec{PublicService: public}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sks("a", "web"), sks("b", "api")).
+		WithIndex(&v1alpha1.ServerlessService{}, IndexService, ServiceIndex).Build()
+	r := &ServerlessService{Client: c}
+	for service, want := range map[string][]reconcile.Request{
+		"web":                           {{NamespacedName: types.NamespacedName{Namespace: "default", Name: "a"}}},
+		names.PrivateServiceName("api"): {{NamespacedName: types.NamespacedName{Namespace: "default", Name: "b"}}},
+		"other":                         {},
+	} {
+		got := r.byServiceName(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: service}})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Service %s (-want +got):\n%s", service, diff)
+		}
 	}
 }

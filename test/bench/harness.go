@@ -144,13 +144,17 @@ func processCPU(pid int) time.Duration {
 }
 
 // processRSS is a process's resident memory in bytes.
-func processRSS(pid int) int64 {
+func processRSS(pid int) int64 { return procStatusBytes(pid, "VmRSS:") }
+
+// procStatusBytes reads a "<field> <n> kB" line of /proc/<pid>/status in
+// bytes (0 if the process or the field is gone).
+func procStatusBytes(pid int, field string) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10
 		}

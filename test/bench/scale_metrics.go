@@ -263,16 +263,4 @@ func cpuOf(pids []int) time.Duration {
 }
 
 // processPeakRSS is a process's peak resident memory (VmHWM) in bytes.
-func processPeakRSS(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func processPeakRSS(pid int) int64 { return procStatusBytes(pid, "VmHWM:") }

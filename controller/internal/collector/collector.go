@@ -118,9 +118,9 @@ type target struct {
 	mu       sync.Mutex
 	settings config.Settings
 	ring     *window.Ring[second]
-	// pods by address and activators by name: where each one's reports
-	// have reached.
-	pods       map[ipv4]*source
+	// pods are what the target knows of each pod address (see podState), and
+	// activators where each one's reports have reached, by name.
+	pods       map[ipv4]*podState
 	activators map[string]*source
 	// poked is the arrival of the latest poke.
 	poked time.Time
@@ -129,18 +129,31 @@ type target struct {
 	since int64
 	// started is when the ring was first written.
 	started time.Time
-	// expected are the ready pods (Expect), and those that recently were:
-	// each counts as heard in the seconds it was expected. How many were
-	// expected in a second is base plus the changes from then or before
-	// (sorted by second).
-	expected map[ipv4]*expectedPod
-	base     int
-	changes  []change
+	// How many pods were expected (pod.expected) in a second is base
+	// plus the changes from then or before (sorted by second).
+	base    int
+	changes []change
 	// told: Expect was called; until then every pod is waited for.
 	told bool
-	// members are all the target's pods, ready or not, by address, with
-	// their nodes (Members).
-	members map[ipv4]string
+}
+
+// podState is one address of a target, in a single entry so that an agent's
+// record costs one lookup (5,000 agents send 500,000 records a second):
+// where its reports reached, the seconds it was expected in, and whether
+// it is a member now. An entry lives while any of the three matters
+// (prune).
+type podState struct {
+	// src is where its reports have reached (src.until == 0: none yet,
+	// or none within the window).
+	src source
+	// expected, when isExpected, is the ready pod (Expect), or one that
+	// recently was: it counts as heard in the seconds it was expected.
+	expected   expectedPod
+	isExpected bool
+	// member: the pod is one of the target's now, ready or not, on
+	// memberNode (Members).
+	member     bool
+	memberNode string
 }
 
 // expectedPod is a ready pod: its node, and the seconds it is expected in
@@ -148,6 +161,16 @@ type target struct {
 type expectedPod struct {
 	node        string
 	from, until int64
+}
+
+// podAt returns the entry of ip, made if there is none.
+func (t *target) podAt(ip ipv4) *podState {
+	p := t.pods[ip]
+	if p == nil {
+		p = &podState{}
+		t.pods[ip] = p
+	}
+	return p
 }
 
 // change: from second from on, delta more pods were expected.
@@ -221,8 +244,7 @@ func (c *Collector) Watch(key Key, s config.Settings) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if t = c.targets[key]; t == nil { // else another Watch made it meanwhile
-			c.targets[key] = &target{settings: s, ring: ring, pods: make(map[ipv4]*source), activators: make(map[string]*source),
-				expected: make(map[ipv4]*expectedPod)}
+			c.targets[key] = &target{settings: s, ring: ring, pods: make(map[ipv4]*podState), activators: make(map[string]*source)}
 			return nil
 		}
 	}
@@ -267,13 +289,14 @@ func (c *Collector) Forget(key Key) {
 // activator are left out: the activator reports them itself (RecordActivator),
 // and counting both would double them. It returns the watched targets that
 // had requests in flight in this batch, for the caller to poke deciders
-// whose last decision was zero pods.
+// whose last decision was zero pods: a target whose records are not next
+// to each other may be named more than once (deduplicating 100 records
+// per batch in a map cost more than the poke's lookups of the repeats).
 func (c *Collector) RecordPods(b *stats.Batch) []Key {
 	now := c.clock.Now()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var active []Key
-	var seen map[Key]bool
 	for i := range b.Pods {
 		p := &b.Pods[i]
 		key := Key{p.Namespace, p.Workload}
@@ -283,23 +306,15 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 			continue // pods of targets nobody autoscales (the wire carries IPv4 only)
 		}
 		t.mu.Lock()
-		src := t.pods[ip]
-		if src == nil {
-			src = &source{}
-			t.pods[ip] = src
-		}
+		entry := t.podAt(ip)
 		var exp *expectedPod
-		if t.told {
-			exp = t.expected[ip]
+		if t.told && entry.isExpected {
+			exp = &entry.expected
 		}
 		conc := max(0, p.Concurrency-p.ProxiedConcurrency)
-		t.spread(src, now, b.Period, src.follows(b.Start, b.Period), conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)), exp)
+		t.spread(&entry.src, now, b.Period, entry.src.follows(b.Start, b.Period), conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)), exp)
 		t.mu.Unlock()
-		if p.Concurrency > 0 && !seen[key] {
-			if seen == nil {
-				seen = make(map[Key]bool)
-			}
-			seen[key] = true
+		if p.Concurrency > 0 && (len(active) == 0 || active[len(active)-1] != key) {
 			active = append(active, key)
 		}
 	}

@@ -590,3 +590,43 @@ func TestPodNodes(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestPodEntriesLiveWhileTheyMatter: a pod's one entry (reports,
+// expectation, membership) outlives any one of them while another still
+// holds, and goes when none does, so the targets' maps do not grow with
+// every pod that ever ran.
+func TestPodEntriesLiveWhileTheyMatter(t *testing.T) {
+	r := newRig(t, nil)
+	a, b, gone := podIP("node-a", 0), podIP("node-b", 0), podIP("node-a", 1)
+	r.c.Members(hello, map[netip.Addr]string{a: "node-a", b: "node-b"})
+	r.c.Expect(hello, map[netip.Addr]string{a: "node-a"})
+	r.arrive(1, batch("node-a", pod{1, 0, 1, 0}, pod{2, 0, 2, 0})) // a, and gone (no member)
+	r.values(1000)                                                 // long after every report: pruned
+	place := func() []PodNode {
+		return r.c.PodNodes([]stats.PodStat{{IP: a, Namespace: "ns", Workload: "hello"}, {IP: b, Namespace: "ns", Workload: "hello"}})
+	}
+	if diff := cmp.Diff([]PodNode{{true, "node-a"}, {true, "node-b"}}, place()); diff != "" {
+		t.Errorf("members after their reports aged out (-want +got):\n%s", diff)
+	}
+	if v := r.values(1000); v.Expected != 1 || v.Missing != 1 {
+		t.Errorf("a, ready but silent: expected %d missing %d, want 1 and 1", v.Expected, v.Missing)
+	}
+	tg := r.c.target(hello)
+	if _, ok := tg.pods[ipv4Of4(gone)]; ok {
+		t.Error("a pod that is no member, not expected and silent for the window still has an entry")
+	}
+	// a stops being ready and b a member: both go once the window has
+	// passed a's last expected second.
+	r.clk.SetTime(at(1001))
+	r.c.Expect(hello, nil)
+	r.c.Members(hello, nil)
+	r.values(2000)
+	if n := len(tg.pods); n != 0 {
+		t.Errorf("%d entries left after every pod left, want 0", n)
+	}
+	if diff := cmp.Diff([]PodNode{{true, ""}, {true, ""}}, place()); diff != "" {
+		t.Errorf("pods that left (-want +got):\n%s", diff)
+	}
+}
+
+func ipv4Of4(a netip.Addr) ipv4 { ip, _ := ipv4Of(a); return ip }

@@ -33,18 +33,19 @@ func (c *Collector) Expect(key Key, pods map[netip.Addr]string) {
 			ready[ip] = node
 		}
 	}
-	for ip, e := range t.expected {
-		if _, ok := ready[ip]; !ok && e.until == math.MaxInt64 {
-			e.until = now - 1
+	for ip, p := range t.pods {
+		if _, ok := ready[ip]; !ok && p.isExpected && p.expected.until == math.MaxInt64 {
+			p.expected.until = now - 1
 			t.change(now, -1)
 		}
 	}
 	for ip, node := range ready {
-		if e := t.expected[ip]; e != nil && e.until == math.MaxInt64 {
-			e.node = node
+		p := t.podAt(ip)
+		if p.isExpected && p.expected.until == math.MaxInt64 {
+			p.expected.node = node
 			continue
 		}
-		t.expected[ip] = &expectedPod{node: node, from: now + 1, until: math.MaxInt64}
+		p.expected, p.isExpected = expectedPod{node: node, from: now + 1, until: math.MaxInt64}, true
 		t.change(now+1, +1)
 	}
 }
@@ -112,15 +113,16 @@ func sampleSize(n int) float64 {
 // agent may learn of it a moment after its endpoint shows.
 func (t *target) missing(now time.Time) Values {
 	var v Values
-	for ip, e := range t.expected {
-		if e.until != math.MaxInt64 {
+	for _, p := range t.pods {
+		e := &p.expected
+		if !p.isExpected || e.until != math.MaxInt64 {
 			continue
 		}
 		v.Expected++
 		if time.Unix(e.from, 0).Add(StaleAfter).After(now) {
 			continue
 		}
-		if s := t.pods[ip]; s == nil || now.UnixNano()-s.until > int64(StaleAfter) {
+		if now.UnixNano()-p.src.until > int64(StaleAfter) {
 			v.Missing++
 			if !slices.Contains(v.MissingNodes, e.node) {
 				v.MissingNodes = append(v.MissingNodes, e.node)

@@ -12,16 +12,20 @@ import (
 // checks agents' records against them (PodNodes). Unwatched targets are
 // ignored.
 func (c *Collector) Members(key Key, pods map[netip.Addr]string) {
-	m := make(map[ipv4]string, len(pods))
+	t := c.target(key)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.pods {
+		p.member, p.memberNode = false, ""
+	}
 	for a, node := range pods {
 		if ip, ok := ipv4Of(a); ok {
-			m[ip] = node
+			p := t.podAt(ip)
+			p.member, p.memberNode = true, node
 		}
-	}
-	if t := c.target(key); t != nil {
-		t.mu.Lock()
-		t.members = m
-		t.mu.Unlock()
 	}
 }
 
@@ -51,7 +55,9 @@ func (c *Collector) PodNodes(pods []stats.PodStat) []PodNode {
 		out[i].Watched = true
 		if ip, ok := ipv4Of(p.IP); ok {
 			t.mu.Lock()
-			out[i].Node = t.members[ip]
+			if p := t.pods[ip]; p != nil && p.member {
+				out[i].Node = p.memberNode
+			}
 			t.mu.Unlock()
 		}
 	}

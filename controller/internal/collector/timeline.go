@@ -92,9 +92,9 @@ func (t *target) newestComplete(now time.Time) int64 {
 			frontier = s.until
 		}
 	}
-	for ip, s := range t.pods {
-		if e := t.expected[ip]; !t.told || e != nil && e.until == math.MaxInt64 {
-			live(s)
+	for _, p := range t.pods {
+		if !t.told || p.isExpected && p.expected.until == math.MaxInt64 {
+			live(&p.src)
 		}
 	}
 	for _, s := range t.activators {
@@ -107,24 +107,26 @@ func (t *target) newestComplete(now time.Time) int64 {
 	return newest
 }
 
-// prune forgets sources silent for longer than the window: nothing they
-// said still counts.
+// prune forgets sources silent for longer than the window (nothing they
+// said still counts) and pods expected only before it, and drops the
+// entries of pods that are then neither reporting, expected nor members.
 func (t *target) prune(now time.Time) {
 	limit := time.Duration(t.ring.Len())*time.Second + StaleAfter
-	for ip, s := range t.pods {
-		if now.UnixNano()-s.until > int64(limit) {
+	oldest := now.Unix() - int64(t.ring.Len())
+	for ip, p := range t.pods {
+		if now.UnixNano()-p.src.until > int64(limit) {
+			p.src = source{}
+		}
+		if p.isExpected && p.expected.until < oldest {
+			p.expected, p.isExpected = expectedPod{}, false
+		}
+		if p.src.until == 0 && !p.isExpected && !p.member {
 			delete(t.pods, ip)
 		}
 	}
 	for name, s := range t.activators {
 		if now.UnixNano()-s.until > int64(limit) {
 			delete(t.activators, name)
-		}
-	}
-	oldest := now.Unix() - int64(t.ring.Len())
-	for ip, e := range t.expected {
-		if e.until < oldest {
-			delete(t.expected, ip)
 		}
 	}
 	// Changes before the ring's oldest second are in the base now.

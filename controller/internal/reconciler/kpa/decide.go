@@ -108,15 +108,11 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 	if t.collected != collected {
 		if t.collected != (collector.Key{}) {
 			r.Collector.Forget(t.collected) // the PodAutoscaler now points elsewhere
-			r.unindex(t.collected, key)
 		}
-		if r.byCollected == nil {
-			r.byCollected = make(map[collector.Key]map[collector.Key]struct{})
+		if t.lastDesired == 0 {
+			r.unmarkZero(t.collected, key)
+			r.markZero(collected, key)
 		}
-		if r.byCollected[collected] == nil {
-			r.byCollected[collected] = make(map[collector.Key]struct{}, 1)
-		}
-		r.byCollected[collected][key] = struct{}{}
 	}
 	t.collected = collected
 	t.decider.Update(s)
@@ -136,18 +132,39 @@ func (r *PodAutoscaler) forget(key collector.Key) {
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {
 		r.Collector.Forget(t.collected)
-		r.unindex(t.collected, key)
+		if t.lastDesired == 0 {
+			r.unmarkZero(t.collected, key)
+		}
 		delete(r.targets, key)
 	}
 }
 
-// unindex drops PodAutoscaler pa from byCollected[collected]; r.mu is
+// markZero adds PodAutoscaler pa, last decided at zero, to
+// atZero[collected]; r.mu is held.
+func (r *PodAutoscaler) markZero(collected, pa collector.Key) {
+	if r.atZero == nil {
+		r.atZero = make(map[collector.Key]map[collector.Key]struct{})
+	}
+	if r.atZero[collected] == nil {
+		r.atZero[collected] = make(map[collector.Key]struct{}, 1)
+	}
+	if _, ok := r.atZero[collected][pa]; !ok {
+		r.atZero[collected][pa] = struct{}{}
+		r.zeros.Add(1)
+	}
+}
+
+// unmarkZero drops PodAutoscaler pa from atZero[collected]; r.mu is
 // held.
-func (r *PodAutoscaler) unindex(collected, pa collector.Key) {
-	pas := r.byCollected[collected]
+func (r *PodAutoscaler) unmarkZero(collected, pa collector.Key) {
+	pas := r.atZero[collected]
+	if _, ok := pas[pa]; !ok {
+		return
+	}
 	delete(pas, pa)
+	r.zeros.Add(-1)
 	if len(pas) == 0 {
-		delete(r.byCollected, collected)
+		delete(r.atZero, collected)
 	}
 }
 
@@ -157,6 +174,12 @@ func (r *PodAutoscaler) setLastDesired(key collector.Key, want int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {
+		switch {
+		case want == 0 && t.lastDesired != 0:
+			r.markZero(t.collected, key)
+		case want != 0 && t.lastDesired == 0:
+			r.unmarkZero(t.collected, key)
+		}
 		t.lastDesired = want
 	}
 }

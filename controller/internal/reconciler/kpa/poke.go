@@ -1,6 +1,8 @@
 package kpa
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -12,14 +14,14 @@ import (
 // got load while their last desired scale was 0 (KPA.md "Timing"): a
 // request waiting in the activator should not wait for the next tick.
 func (r *PodAutoscaler) Poke(loaded []collector.Key) {
-	if len(loaded) == 0 {
+	if len(loaded) == 0 || r.zeros.Load() == 0 {
 		return
 	}
 	r.mu.Lock()
 	var wake []collector.Key
 	for _, k := range loaded {
-		for pa := range r.byCollected[k] {
-			if t := r.targets[pa]; t != nil && t.lastDesired == 0 {
+		for pa := range r.atZero[k] {
+			if !slices.Contains(wake, pa) { // loaded may name a target more than once
 				wake = append(wake, pa)
 			}
 		}

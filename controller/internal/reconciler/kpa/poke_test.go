@@ -52,8 +52,27 @@ func TestPokeFollowsTheIndex(t *testing.T) {
 
 	r.forget(collector.Key{Namespace: "default", Name: "a"})
 	r.forget(collector.Key{Namespace: "default", Name: "b"})
-	if len(r.byCollected) != 0 {
-		t.Errorf("index keeps %v after every PodAutoscaler was deleted", r.byCollected)
+	if len(r.atZero) != 0 || r.zeros.Load() != 0 {
+		t.Errorf("index keeps %v (count %d) after every PodAutoscaler was deleted", r.atZero, r.zeros.Load())
+	}
+}
+
+// TestPokeFollowsDecisions: a target leaves the index when a decision
+// gives it pods and comes back when one takes them all, and a batch that
+// names it many times wakes it once.
+func TestPokeFollowsDecisions(t *testing.T) {
+	r := newPokeTest(t)
+	web := collector.Key{Namespace: "default", Name: "web"}
+	r.track("a", "web", 0)
+	r.setLastDesired(collector.Key{Namespace: "default", Name: "a"}, 2)
+	r.Poke([]collector.Key{web})
+	if got := r.poked(); len(got) != 0 || r.zeros.Load() != 0 {
+		t.Errorf("a target decided at 2 pods was poked (%v) or still counted at zero (%d)", got, r.zeros.Load())
+	}
+	r.setLastDesired(collector.Key{Namespace: "default", Name: "a"}, 0)
+	r.Poke([]collector.Key{web, web, web})
+	if diff := cmp.Diff([]string{"default/a"}, r.poked()); diff != "" {
+		t.Errorf("back at zero (-want +got):\n%s", diff)
 	}
 }
 

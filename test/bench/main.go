@@ -8,7 +8,7 @@
 //	    [-connect-rounds 40] [-connect-block 5]
 //	    [-split-connects 20000]
 //	    [-scale-targets 1000,3000,10000] [-scale-cold 50] [-scale-warmup 20s] [-scale-duration 60s]
-//	    [-scale-steady-timeout 10m] [-scale-controller PATH]
+//	    [-scale-steady-timeout 10m] [-scale-controller PATH] [-scale-profile DIR]
 //	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split,scale]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
@@ -60,6 +60,7 @@ func main() {
 	scaleDuration := flag.Duration("scale-duration", 60*time.Second, "the scale part's measurement window")
 	scaleSteady := flag.Duration("scale-steady-timeout", 10*time.Minute, "how long the scale part waits for every target to be decided at its pods")
 	scaleController := flag.String("scale-controller", "", "sockscale-controller binary of the scale part (empty: build this tree's)")
+	scaleProfile := flag.String("scale-profile", "", "directory for the controller's CPU profile (the window's first 30 s) and heap profile (its end) per scale point (empty: none)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
@@ -108,7 +109,7 @@ func main() {
 		case "split":
 			err = b.splitShares(*splitConnects)
 		case "scale":
-			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady, controller: *scaleController})
+			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady, controller: *scaleController, profileDir: *scaleProfile})
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}

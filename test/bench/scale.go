@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -47,6 +49,9 @@ type scaleOptions struct {
 	// controller is the sockscale-controller binary (empty: build this
 	// tree's).
 	controller string
+	// profileDir receives the controller's CPU and heap profiles of each
+	// point (empty: none taken).
+	profileDir string
 }
 
 // wantStable is a warm target's load: its stable value if every report
@@ -205,7 +210,7 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	fmt.Printf("  nodes, agents, activators and tokens: %v\n", time.Since(start).Round(time.Second))
-	ctrl, err := startController(cp, o.controller)
+	ctrl, err := startController(cp, o.controller, o.profileDir != "")
 	if err != nil {
 		return row, err
 	}
@@ -263,6 +268,15 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	t0 := time.Now()
 	ctrlCPU0, apiCPU0, selfCPU0 := processCPU(ctrl.pid()), cpuOf(apiPIDs), processCPU(os.Getpid())
 	fl.rec.start()
+	profiled := make(chan error, 1)
+	if o.profileDir != "" {
+		go func() {
+			profiled <- ctrl.saveProfile(fmt.Sprintf("profile?seconds=%d", int(min(30*time.Second, o.window).Seconds())),
+				filepath.Join(o.profileDir, fmt.Sprintf("scale-%d-cpu.pprof", n)))
+		}()
+	} else {
+		profiled <- nil
+	}
 	rssMax := int64(0)
 	for end := t0.Add(o.window); time.Now().Before(end); {
 		time.Sleep(min(time.Second, time.Until(end)))
@@ -270,6 +284,14 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	}
 	fl.rec.stop()
 	elapsed := time.Since(t0)
+	if err := <-profiled; err != nil {
+		return row, err
+	}
+	if o.profileDir != "" {
+		if err := ctrl.saveProfile("heap", filepath.Join(o.profileDir, fmt.Sprintf("scale-%d-heap.pprof", n))); err != nil {
+			return row, err
+		}
+	}
 	ctrlCPU1, apiCPU1, selfCPU1 := processCPU(ctrl.pid()), cpuOf(apiPIDs), processCPU(os.Getpid())
 	m1, err := scrapeURL(ctrl.metricsURL)
 	if err != nil {
@@ -488,16 +510,18 @@ func mustActivatorBatch(s scaleShape, token string) []byte {
 type controllerProc struct {
 	cmd                  *exec.Cmd
 	statsURL, metricsURL string
-	tls                  *tls.Config
-	log                  string
+	// pprofURL is the controller's /debug/pprof/ ("": not served).
+	pprofURL string
+	tls      *tls.Config
+	log      string
 }
 
 func (p *controllerProc) pid() int { return p.cmd.Process.Pid }
 
 // startController runs bin (empty: this tree's controller, built) with
 // the control plane's admin kubeconfig, authentication on, stats over
-// HTTPS.
-func startController(cp *controlPlane, bin string) (*controllerProc, error) {
+// HTTPS; with pprof, its Go profiles served on loopback.
+func startController(cp *controlPlane, bin string, pprof bool) (*controllerProc, error) {
 	if bin == "" {
 		var err error
 		if bin, err = goBuild(cp.dir, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller"); err != nil {
@@ -508,7 +532,7 @@ func startController(cp *controlPlane, bin string) (*controllerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := freeAddrs(3)
+	addrs, err := freeAddrs(4)
 	if err != nil {
 		return nil, err
 	}
@@ -521,6 +545,10 @@ func startController(cp *controlPlane, bin string) (*controllerProc, error) {
 	p.cmd = exec.Command(bin, "--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1],
 		"--stats-bind-address="+addrs[2], "--stats-tls-cert-file="+certFile, "--stats-tls-key-file="+keyFile,
 		"--autoscaler-config="+scaleSystem+"/sockscale-autoscaler", "--activator-namespace="+scaleSystem)
+	if pprof {
+		p.pprofURL = "http://" + addrs[3] + "/debug/pprof/"
+		p.cmd.Args = append(p.cmd.Args, "--pprof-bind-address="+addrs[3])
+	}
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.kubeconfig, "POD_NAMESPACE="+scaleSystem)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
@@ -531,6 +559,34 @@ func startController(cp *controlPlane, bin string) (*controllerProc, error) {
 		return nil, fmt.Errorf("controller not ready (log %s): %w", p.log, err)
 	}
 	return p, nil
+}
+
+// saveProfile writes the controller's pprof profile (e.g. "heap",
+// "profile?seconds=30") to file.
+func (p *controllerProc) saveProfile(profile, file string) error {
+	if p.pprofURL == "" {
+		return fmt.Errorf("controller started without pprof")
+	}
+	resp, err := http.Get(p.pprofURL + profile)
+	if err != nil {
+		return fmt.Errorf("controller profile %s: %w", profile, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("controller profile %s: %s", profile, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("controller profile %s: %w", profile, err)
+	}
+	return f.Close()
 }
 
 func (p *controllerProc) stop() {

@@ -46,6 +46,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsauth"
 	"github.com/sockscale/sockscale/controller/internal/statsserver"
+	"github.com/sockscale/sockscale/internal/memlimit"
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
@@ -206,6 +207,14 @@ func main() {
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New())
+	// The informer caches and windows grow with the targets; with the
+	// runtime's limit under the container's, the heap is collected
+	// before the kernel kills the process.
+	if soft, err := memlimit.Set("/sys/fs/cgroup", "/proc/self/cgroup"); err != nil {
+		ctrl.Log.Error(err, "Go memory limit left unset")
+	} else if soft > 0 {
+		ctrl.Log.Info("Go memory limit set to 90 % of the container's", "bytes", soft)
+	}
 	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
 		ctrl.Log.Error(err, "controller failed")
 		os.Exit(1)
@@ -272,7 +281,13 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		// this needs.
 		LeaderElectionReleaseOnCancel: true,
 		// Of all pods, only the activators are watched (and cached).
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: f.activatorSelector}}},
+		// No reconciler reads managedFields: dropping them from the cache
+		// saves their bytes on every cached object (4.5 % of the heap at
+		// 3,000 targets, most of it the EndpointSlices').
+		Cache: cache.Options{
+			ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: f.activatorSelector}},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -2,6 +2,8 @@ package kpa
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -150,7 +152,7 @@ func (r *PodAutoscaler) markZero(collected, pa collector.Key) {
 	}
 	if _, ok := r.atZero[collected][pa]; !ok {
 		r.atZero[collected][pa] = struct{}{}
-		r.zeros.Add(1)
+		r.publishZeros()
 	}
 }
 
@@ -162,10 +164,19 @@ func (r *PodAutoscaler) unmarkZero(collected, pa collector.Key) {
 		return
 	}
 	delete(pas, pa)
-	r.zeros.Add(-1)
 	if len(pas) == 0 {
 		delete(r.atZero, collected)
 	}
+	r.publishZeros()
+}
+
+// publishZeros copies atZero for Poke; r.mu is held.
+func (r *PodAutoscaler) publishZeros() {
+	idx := make(map[collector.Key][]collector.Key, len(r.atZero))
+	for collected, pas := range r.atZero {
+		idx[collected] = slices.Collect(maps.Keys(pas))
+	}
+	r.zeroIndex.Store(&idx)
 }
 
 // setLastDesired records the count a valid decision led to, under r.mu:

@@ -14,19 +14,18 @@ import (
 // got load while their last desired scale was 0 (KPA.md "Timing"): a
 // request waiting in the activator should not wait for the next tick.
 func (r *PodAutoscaler) Poke(loaded []collector.Key) {
-	if len(loaded) == 0 || r.zeros.Load() == 0 {
+	idx := r.zeroIndex.Load()
+	if len(loaded) == 0 || idx == nil || len(*idx) == 0 {
 		return
 	}
-	r.mu.Lock()
 	var wake []collector.Key
 	for _, k := range loaded {
-		for pa := range r.atZero[k] {
+		for _, pa := range (*idx)[k] {
 			if !slices.Contains(wake, pa) { // loaded may name a target more than once
 				wake = append(wake, pa)
 			}
 		}
 	}
-	r.mu.Unlock()
 	for _, pa := range wake {
 		select {
 		case r.pokeChannel() <- event.GenericEvent{Object: &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}}:

@@ -52,8 +52,8 @@ func TestPokeFollowsTheIndex(t *testing.T) {
 
 	r.forget(collector.Key{Namespace: "default", Name: "a"})
 	r.forget(collector.Key{Namespace: "default", Name: "b"})
-	if len(r.atZero) != 0 || r.zeros.Load() != 0 {
-		t.Errorf("index keeps %v (count %d) after every PodAutoscaler was deleted", r.atZero, r.zeros.Load())
+	if idx := r.zeroIndex.Load(); len(r.atZero) != 0 || len(*idx) != 0 {
+		t.Errorf("index keeps %v (Poke's copy %v) after every PodAutoscaler was deleted", r.atZero, *idx)
 	}
 }
 
@@ -66,8 +66,8 @@ func TestPokeFollowsDecisions(t *testing.T) {
 	r.track("a", "web", 0)
 	r.setLastDesired(collector.Key{Namespace: "default", Name: "a"}, 2)
 	r.Poke([]collector.Key{web})
-	if got := r.poked(); len(got) != 0 || r.zeros.Load() != 0 {
-		t.Errorf("a target decided at 2 pods was poked (%v) or still counted at zero (%d)", got, r.zeros.Load())
+	if got := r.poked(); len(got) != 0 || len(*r.zeroIndex.Load()) != 0 {
+		t.Errorf("a target decided at 2 pods was poked (%v) or still in Poke's index (%v)", got, *r.zeroIndex.Load())
 	}
 	r.setLastDesired(collector.Key{Namespace: "default", Name: "a"}, 0)
 	r.Poke([]collector.Key{web, web, web})

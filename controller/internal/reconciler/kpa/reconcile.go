@@ -59,10 +59,14 @@ type PodAutoscaler struct {
 	// their collected key (the Deployment), for Poke: only those are
 	// woken by load. 5,000 agents' batches a second each name up to 100
 	// loaded targets; looking each up among all targets took a tenth of
-	// the controller's CPU at 3,000 targets, and zeros lets a batch skip
-	// even the lock while no target is at zero.
+	// the controller's CPU at 3,000 targets.
 	atZero map[collector.Key]map[collector.Key]struct{}
-	zeros  atomic.Int64
+	// zeroIndex is a copy of atZero that Poke reads without mu, made
+	// anew on each change (targets reach or leave zero a few times a
+	// second at most): with mu, the stats handlers queued on it behind
+	// the reconcilers and each other, 127 of them at once at 3,000
+	// targets, and posts timed out.
+	zeroIndex atomic.Pointer[map[collector.Key][]collector.Key]
 	// pokes carries PodAutoscalers to decide at once (Poke).
 	pokes chan event.GenericEvent
 }

@@ -135,6 +135,10 @@ type target struct {
 	changes []change
 	// told: Expect was called; until then every pod is waited for.
 	told bool
+	// owners are the PodAutoscalers that watch the target (Watch); the
+	// last one's Forget drops it and sets forgotten.
+	owners    map[Key]struct{}
+	forgotten bool
 }
 
 // podState is one address of a target, in a single entry so that an agent's
@@ -232,29 +236,43 @@ func New(clk clock.PassiveClock) *Collector {
 	return &Collector{clock: clk, targets: make(map[Key]*target)}
 }
 
-// Watch starts (or updates) collecting for a target with these settings:
-// its windows are as long as its stable window.
-func (c *Collector) Watch(key Key, s config.Settings) error {
-	t := c.target(key)
-	if t == nil {
-		ring, err := window.New[second](ringLength(s))
+// Watch starts (or updates) collecting for a target with these settings
+// on behalf of by (its PodAutoscaler): its windows are as long as its
+// stable window. Several PodAutoscalers may watch one target (one
+// Deployment); the latest Watch's settings apply, and the windows stay
+// until the last of them forgets it.
+func (c *Collector) Watch(key, by Key, s config.Settings) error {
+	for {
+		t := c.target(key)
+		if t == nil {
+			ring, err := window.New[second](ringLength(s))
+			if err != nil {
+				return fmt.Errorf("watch %s: %w", key, err)
+			}
+			c.mu.Lock()
+			if c.targets[key] == nil { // else another Watch made it meanwhile
+				c.targets[key] = &target{settings: s, ring: ring, pods: make(map[ipv4]*podState), activators: make(map[string]*source),
+					owners: map[Key]struct{}{by: {}}}
+				c.mu.Unlock()
+				return nil
+			}
+			c.mu.Unlock()
+			continue
+		}
+		t.mu.Lock()
+		if t.forgotten { // its last watcher forgot it meanwhile: make it anew
+			t.mu.Unlock()
+			continue
+		}
+		t.owners[by] = struct{}{}
+		t.settings = s
+		err := t.ring.Resize(ringLength(s))
+		t.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", key, err)
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if t = c.targets[key]; t == nil { // else another Watch made it meanwhile
-			c.targets[key] = &target{settings: s, ring: ring, pods: make(map[ipv4]*podState), activators: make(map[string]*source)}
-			return nil
-		}
+		return nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.settings = s
-	if err := t.ring.Resize(ringLength(s)); err != nil {
-		return fmt.Errorf("watch %s: %w", key, err)
-	}
-	return nil
 }
 
 // ringLength is how many seconds a target's ring keeps: its stable
@@ -278,11 +296,22 @@ func (c *Collector) target(key Key) *target {
 	return c.targets[key]
 }
 
-// Forget stops collecting for a target and drops its windows.
-func (c *Collector) Forget(key Key) {
+// Forget stops collecting for a target on behalf of by, and drops its
+// windows when no one else watches it.
+func (c *Collector) Forget(key, by Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.targets, key)
+	t := c.targets[key]
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.owners, by)
+	if len(t.owners) == 0 {
+		t.forgotten = true
+		delete(c.targets, key)
+	}
 }
 
 // RecordPods adds an agent's batch. A pod's requests that came through an

@@ -65,7 +65,7 @@ type rig struct {
 func newRig(t *testing.T, spec *config.Overrides) *rig {
 	clk := clocktesting.NewFakeClock(t0)
 	c := New(clk)
-	if err := c.Watch(hello, settings(t, spec)); err != nil {
+	if err := c.Watch(hello, hello, settings(t, spec)); err != nil {
 		t.Fatal(err)
 	}
 	return &rig{t: t, clk: clk, c: c}
@@ -232,7 +232,7 @@ func TestProxiedRequestsAreNotCountedTwice(t *testing.T) {
 	if v := r.values(1); !near(v.Stable, 4) {
 		t.Errorf("stable %v, want 4", v.Stable)
 	}
-	_ = r.c.Watch(hello, settings(t, &config.Overrides{Metric: ptr(config.MetricRPS)}))
+	_ = r.c.Watch(hello, hello, settings(t, &config.Overrides{Metric: ptr(config.MetricRPS)}))
 	if v := r.values(1); !near(v.Stable, 40) {
 		t.Errorf("rps %v, want 10 direct + 30 through the activator = 40", v.Stable)
 	}
@@ -246,7 +246,7 @@ func ptr[T any](v T) *T { return &v }
 func TestRecordTargetsReportsHeldLoad(t *testing.T) {
 	r := newRig(t, nil)
 	idle := Key{Namespace: hello.Namespace, Name: "idle"}
-	_ = r.c.Watch(idle, settings(t, nil))
+	_ = r.c.Watch(idle, idle, settings(t, nil))
 	got := r.c.RecordTargets(&stats.Batch{Node: "activator-0", Period: time.Second, Targets: []stats.TargetStat{
 		{Namespace: hello.Namespace, Workload: hello.Name, Concurrency: 1},
 		{Namespace: idle.Namespace, Workload: idle.Name, Concurrency: 0, Requests: 2},
@@ -518,7 +518,7 @@ func benchCollector(b *testing.B) (*Collector, *clocktesting.FakeClock, []*stats
 		batches[n] = bt
 	}
 	for i := range 10000 {
-		_ = c.Watch(Key{"ns", "t" + strconv.Itoa(i)}, s)
+		_ = c.Watch(Key{"ns", "t" + strconv.Itoa(i)}, Key{"ns", "pa" + strconv.Itoa(i)}, s)
 	}
 	return c, clk, batches
 }
@@ -575,7 +575,7 @@ func BenchmarkValuesWhileIngesting(b *testing.B) {
 func TestPodNodes(t *testing.T) {
 	c := New(clocktesting.NewFakeClock(time.Unix(1700000000, 0)))
 	hello := Key{"default", "hello"}
-	if err := c.Watch(hello, settings(t, nil)); err != nil {
+	if err := c.Watch(hello, hello, settings(t, nil)); err != nil {
 		t.Fatal(err)
 	}
 	c.Members(hello, map[netip.Addr]string{netip.MustParseAddr("10.1.0.1"): "node-a", netip.MustParseAddr("10.1.0.2"): "node-b"})
@@ -630,3 +630,36 @@ func TestPodEntriesLiveWhileTheyMatter(t *testing.T) {
 }
 
 func ipv4Of4(a netip.Addr) ipv4 { ip, _ := ipv4Of(a); return ip }
+
+// TestTwoPodAutoscalersShareATarget: the windows of a Deployment that two
+// PodAutoscalers watch outlive the first one's Forget (its data still
+// counts for the other) and go with the second's.
+func TestTwoPodAutoscalersShareATarget(t *testing.T) {
+	r := newRig(t, nil) // hello watched by PodAutoscaler hello
+	other := Key{"ns", "other-pa"}
+	if err := r.c.Watch(hello, other, settings(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	for s := 1; s <= 10; s++ {
+		r.arrive(float64(s), batch("node-a", pod{4, 0, 4, 0}))
+	}
+	r.c.Forget(hello, hello)
+	if v, err := r.c.Values(hello, at(10)); err != nil || !v.HasData {
+		t.Fatalf("after one of two watchers forgot it: %+v, %v; want the windows kept", v, err)
+	}
+	r.c.Forget(hello, hello) // twice: still one watcher left
+	if r.c.Len() != 1 {
+		t.Fatalf("a repeated Forget dropped the target")
+	}
+	r.c.Forget(hello, other)
+	if _, err := r.c.Values(hello, at(10)); err == nil || r.c.Len() != 0 {
+		t.Errorf("after both forgot it: err %v, %d targets; want it gone", err, r.c.Len())
+	}
+	// Watched again, it starts empty.
+	if err := r.c.Watch(hello, other, settings(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := r.c.Values(hello, at(10)); v.HasData {
+		t.Errorf("a target watched anew kept the old windows: %+v", v)
+	}
+}

@@ -116,7 +116,7 @@ func TestIntegrationStatsAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := col.Watch(hello, s); err != nil {
+	if err := col.Watch(hello, hello, s); err != nil {
 		t.Fatal(err)
 	}
 	col.Members(hello, map[netip.Addr]string{netip.MustParseAddr("10.1.0.1"): "node-a", netip.MustParseAddr("10.1.0.2"): "node-b"})

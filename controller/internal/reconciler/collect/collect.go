@@ -94,7 +94,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	key := collector.Key{Namespace: pa.Namespace, Name: d.Name}
 	r.remember(req.NamespacedName, key)
-	if err := r.Collector.Watch(key, settings); err != nil {
+	if err := r.Collector.Watch(key, paKey(req.NamespacedName), settings); err != nil {
 		return ctrl.Result{}, err
 	}
 	ready, all, err := Endpoints(ctx, r.Client, pa.Namespace, names.PrivateServiceName(pa.Spec.Service.Name))
@@ -149,16 +149,21 @@ func (r *Reconciler) remember(pa client.ObjectKey, key collector.Key) {
 		r.watched = make(map[client.ObjectKey]collector.Key)
 	}
 	if old, ok := r.watched[pa]; ok && old != key {
-		r.Collector.Forget(old) // the PodAutoscaler now points elsewhere
+		r.Collector.Forget(old, paKey(pa)) // the PodAutoscaler now points elsewhere
 	}
 	r.watched[pa] = key
+}
+
+// paKey names a PodAutoscaler as the collector's watcher.
+func paKey(pa client.ObjectKey) collector.Key {
+	return collector.Key{Namespace: pa.Namespace, Name: pa.Name}
 }
 
 func (r *Reconciler) forget(pa client.ObjectKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if key, ok := r.watched[pa]; ok {
-		r.Collector.Forget(key)
+		r.Collector.Forget(key, paKey(pa))
 		delete(r.watched, pa)
 	}
 }

@@ -61,7 +61,7 @@ type outcome struct {
 func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, settings config.Settings, now time.Time, status *v1alpha1.PodAutoscalerStatus) (outcome, error) {
 	// The collector keys targets by their Deployment, as agents report pods.
 	tkey := collector.Key{Namespace: pa.Namespace, Name: deploy.Name}
-	if err := r.Collector.Watch(tkey, settings); err != nil {
+	if err := r.Collector.Watch(tkey, key, settings); err != nil {
 		return outcome{}, err
 	}
 	o := outcome{ready: deploy.Status.ReadyReplicas, current: 1}
@@ -109,7 +109,7 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 	}
 	if t.collected != collected {
 		if t.collected != (collector.Key{}) {
-			r.Collector.Forget(t.collected) // the PodAutoscaler now points elsewhere
+			r.Collector.Forget(t.collected, key) // the PodAutoscaler now points elsewhere
 		}
 		if t.lastDesired == 0 {
 			r.unmarkZero(t.collected, key)
@@ -133,7 +133,7 @@ func (r *PodAutoscaler) forget(key collector.Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {
-		r.Collector.Forget(t.collected)
+		r.Collector.Forget(t.collected, key)
 		if t.lastDesired == 0 {
 			r.unmarkZero(t.collected, key)
 		}

@@ -28,6 +28,9 @@ type targetState struct {
 	// decidedAt is the wall time of the latest decision (for the
 	// decision-interval metric).
 	decidedAt time.Time
+	// messagesAt is when the status last got its conditions' messages of
+	// the moment (settle).
+	messagesAt time.Time
 }
 
 // sinceDecided returns the time since the previous decision (0 before the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -122,7 +123,12 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing,
 		time.Since(started).Seconds(), r.state(key).sinceDecided(started).Seconds())
-	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, tickStatus(&pa.Status, status, pa.Generation, settings, o))
+	st := r.state(key)
+	next := tickStatus(&pa.Status, status, pa.Generation, settings, o, now.Sub(st.messagesAt) >= messageRefresh)
+	if !equality.Semantic.DeepEqual(&pa.Status, next) {
+		st.messagesAt = now // what is written shows the messages of now
+	}
+	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, next)
 }
 
 // target returns the Deployment to scale, or why there is none.

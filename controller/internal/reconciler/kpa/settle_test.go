@@ -41,7 +41,7 @@ func TestSettle(t *testing.T) {
 		{"a condition changed: the values come along", st("70.000", "70.000", 1, "m"), st("70.000", "70.000", 1, "other"), st("71.000", "70.000", 1, "other"), true},
 	}
 	for _, tt := range tests {
-		got := settle(tt.old, tt.held, tt.fresh)
+		got := settle(tt.old, tt.held, tt.fresh, true)
 		if want := map[bool]*v1alpha1.PodAutoscalerStatus{true: tt.fresh, false: tt.held}[tt.wantFresh]; got != want {
 			t.Errorf("%s: got %+v, want the %s status", tt.name, *got, map[bool]string{true: "fresh", false: "held"}[tt.wantFresh])
 		}
@@ -60,7 +60,7 @@ func TestTickStatusMessageShowsTheWrittenValue(t *testing.T) {
 		o := outcome{dec: decider.Decision{Valid: true, DesiredScale: 1}, values: collector.Values{Stable: stable, Panic: stable, HasData: true},
 			want: 1, ready: 1, initialized: true, reach: reach{ok: true, reason: ReasonReachable}, zero: zeroOutcome{pods: 1, active: true, reason: ReasonActive},
 			sks: &v1alpha1.ServerlessService{Status: v1alpha1.ServerlessServiceStatus{Mode: v1alpha1.ModeServe}}}
-		return tickStatus(old, old.DeepCopy(), 1, s, o)
+		return tickStatus(old, old.DeepCopy(), 1, s, o, true)
 	}
 	first := tick(&v1alpha1.PodAutoscalerStatus{}, 70)
 	ready := func(st *v1alpha1.PodAutoscalerStatus) string {
@@ -74,5 +74,32 @@ func TestTickStatusMessageShowsTheWrittenValue(t *testing.T) {
 	}
 	if moved := tick(first, 74); moved.StableValue != "74.000" || ready(moved) != "1 pods for a stable concurrency of 74.000" {
 		t.Errorf("a +5.7 %% move: stable %q, Ready %q", moved.StableValue, ready(moved))
+	}
+}
+
+// TestMessagesRefreshInTime: between two refreshes a status whose only
+// change is a condition's message (same status and reason) is not
+// written; a new reason is written at once, and any write shows the
+// messages of the moment.
+func TestMessagesRefreshInTime(t *testing.T) {
+	st := func(desired int32, reason, msg string) *v1alpha1.PodAutoscalerStatus {
+		return &v1alpha1.PodAutoscalerStatus{DesiredScale: ptr(desired), StableValue: "70.000", PanicValue: "70.000",
+			Conditions: []metav1.Condition{{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: msg}}}
+	}
+	old := st(5, ReasonPartialStats, "no stats from 1 of the 5 ready pods")
+	moreMissing := st(5, ReasonPartialStats, "no stats from 2 of the 5 ready pods")
+	if got := settle(old, moreMissing, moreMissing, false); !equality.Semantic.DeepEqual(old, got) {
+		t.Errorf("a message-only change before its refresh was written: %+v", got.Conditions)
+	}
+	if got := settle(old, moreMissing, moreMissing, true); got != moreMissing {
+		t.Errorf("a message-only change at its refresh was not written: %+v", got.Conditions)
+	}
+	newReason := st(5, "Scaled", "5 pods for a stable concurrency of 70.000")
+	if got := settle(old, newReason, newReason, false); got != newReason {
+		t.Errorf("a new reason waited for the refresh: %+v", got.Conditions)
+	}
+	scaled := st(6, ReasonPartialStats, "no stats from 2 of the 5 ready pods")
+	if got := settle(old, scaled, scaled, false); got != scaled {
+		t.Errorf("a new desired scale did not bring the message of the moment: %+v", got)
 	}
 }

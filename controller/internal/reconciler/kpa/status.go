@@ -50,11 +50,11 @@ func nodes(ns []string) string {
 // before (settle).
 // status is the tick's status so far (old's copy, with the generation
 // observed).
-func tickStatus(old, status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome) *v1alpha1.PodAutoscalerStatus {
+func tickStatus(old, status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome, messagesDue bool) *v1alpha1.PodAutoscalerStatus {
 	fresh, held := status.DeepCopy(), status.DeepCopy()
 	fillStatus(fresh, gen, s, o, strconv.FormatFloat(o.values.Stable, 'f', 3, 64), strconv.FormatFloat(o.values.Panic, 'f', 3, 64))
 	fillStatus(held, gen, s, o, old.StableValue, old.PanicValue)
-	return settle(old, held, fresh)
+	return settle(old, held, fresh, messagesDue)
 }
 
 // fillStatus writes a tick's outcome into the PodAutoscaler's status,

@@ -183,7 +183,9 @@ type PodAutoscalerStatus struct {
 	// Activators in the target's path when in Proxy mode.
 	// +optional
 	Activators []string `json:"activators,omitempty"`
-	// Conditions: Ready, Active, ScaleTargetInitialized.
+	// Conditions: Ready, Active, ScaleTargetInitialized. A message that
+	// changes alone (same status and reason, such as a count of pods not
+	// heard) is refreshed at most every 30 s.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -118,7 +118,7 @@ type target struct {
 	mu       sync.Mutex
 	settings config.Settings
 	ring     *window.Ring[second]
-	// pods are what the target knows of each pod address (see podState), and
+	// pods are what the target knows of each pod address (podState), and
 	// activators where each one's reports have reached, by name.
 	pods       map[ipv4]*podState
 	activators map[string]*source
@@ -129,7 +129,7 @@ type target struct {
 	since int64
 	// started is when the ring was first written.
 	started time.Time
-	// How many pods were expected (pod.expected) in a second is base
+	// How many pods were expected (podState.expected) in a second is base
 	// plus the changes from then or before (sorted by second).
 	base    int
 	changes []change

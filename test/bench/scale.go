@@ -108,6 +108,14 @@ func scale(o scaleOptions) error {
 			continue
 		}
 		rows = append(rows, row)
+		if len(o.targets) > 1 {
+			// The next point takes minutes (10,000 targets: half an
+			// hour of setup): a run stopped there keeps this one.
+			printScale([]scaleRow{row})
+		}
+	}
+	if len(rows) > 1 {
+		fmt.Println("\nAll points:")
 	}
 	printScale(rows)
 	return errors.Join(errs...)

@@ -83,8 +83,7 @@ type flags struct {
 }
 
 // maxConcurrentReconciles bounds --concurrent-reconciles: beyond a
-// thousand workers the API server's client-side rate limit, not the
-// workers, sets the pace.
+// thousand workers more would only queue at the API server.
 const maxConcurrentReconciles = 1024
 
 func parseFlags(args []string) (*flags, error) {

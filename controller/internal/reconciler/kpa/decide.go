@@ -182,8 +182,8 @@ func (r *PodAutoscaler) publishZeros() {
 	r.zeroIndex.Store(&idx)
 }
 
-// setLastDesired records the count a valid decision led to, under r.mu:
-// Poke reads it from the stats server's goroutines.
+// setLastDesired records the count a valid decision led to and keeps
+// atZero, Poke's index, in step (under r.mu).
 func (r *PodAutoscaler) setLastDesired(key collector.Key, want int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -51,7 +51,7 @@ type PodAutoscaler struct {
 	// once (0: controller-runtime's default, 1). controller-runtime never
 	// reconciles one key twice at once, so a target's carried state
 	// (targetState's decider and zero rules) has one writer; what targets
-	// share (targets, atZero, lastDesired for Poke) is under mu.
+	// share (targets, atZero and the copy of it Poke reads) is under mu.
 	MaxConcurrentReconciles int
 
 	mu      sync.Mutex

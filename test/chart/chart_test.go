@@ -381,7 +381,8 @@ func TestControllerClusterRoleIsGenerated(t *testing.T) {
 	}
 }
 
-// The namespaced Role: leader election and the one ConfigMap, nothing else.
+// The namespaced Role: leader election (and with buckets, their
+// balancing) and the one ConfigMap, nothing else.
 func TestControllerRole(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.Role](t, objs, "Role", controllerName)
@@ -392,6 +393,16 @@ func TestControllerRole(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("controller Role rules (-want +got):\n%s", diff)
+	}
+	// With buckets, the balancer lists the Leases and deletes member ones.
+	bucketed := render(t, "--set", "controller.buckets=4")
+	role = get[rbacv1.Role](t, bucketed, "Role", controllerName)
+	want[0].Verbs = []string{"get", "list", "create", "update", "delete"}
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("controller Role rules with controller.buckets=4 (-want +got):\n%s", diff)
+	}
+	if d := get[appsv1.Deployment](t, bucketed, "Deployment", controllerName); !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--buckets=4") {
+		t.Errorf("controller args %q lack --buckets=4", d.Spec.Template.Spec.Containers[0].Args)
 	}
 	rb := get[rbacv1.RoleBinding](t, objs, "RoleBinding", controllerName)
 	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != controllerName || len(rb.Subjects) != 1 || rb.Subjects[0].Name != controllerName {

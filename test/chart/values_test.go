@@ -147,6 +147,8 @@ func TestBadValues(t *testing.T) {
 		{"agent.typo=1", []string{"/agent", "'typo' not allowed"}},
 		{"controller.concurrentReconciles=0", []string{"/controller/concurrentReconciles", "minimum"}},
 		{"controller.concurrentReconciles=2000", []string{"/controller/concurrentReconciles", "maximum"}},
+		{"controller.buckets=0", []string{"/controller/buckets", "minimum"}},
+		{"controller.buckets=65", []string{"/controller/buckets", "maximum"}},
 		{"controller.podDisruptionBudget.minAvailable=0", []string{"/controller/podDisruptionBudget/minAvailable"}},
 		{"autoscaler.stable-window=soon", []string{"/autoscaler/stable-window"}},
 		{"autoscaler.min-scale=-1", []string{"/autoscaler/min-scale", "minimum"}},
@@ -175,6 +177,7 @@ func TestBadValues(t *testing.T) {
 		// Rules across keys, checked by the templates.
 		{"agent.bpffs.mountPropagation=Bidirectional", []string{"agent.bpffs.mountPropagation", "agent.privileged=true"}},
 		{"controller.leaderElect=false", []string{"controller.leaderElect", "controller.replicas > 1"}},
+		{"controller.replicas=1,controller.leaderElect=false,controller.buckets=4", []string{"controller.buckets (4)", "controller.leaderElect=true"}},
 		{"activator.enabled=true,activator.ports.metrics=8012", []string{"activator.ports", "must differ"}},
 		{"activator.enabled=true,activator.probePeriod=0s", []string{"activator.probePeriod", "positive"}},
 		{"activator.enabled=true,activator.autoscaling.enabled=true,activator.autoscaling.minReplicas=5,activator.autoscaling.maxReplicas=3",

@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +34,7 @@ import (
 
 	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/bucket"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/configwatch"
@@ -80,6 +83,11 @@ type flags struct {
 	// concurrentReconciles is how many PodAutoscalers (and collector
 	// views, and ServerlessServices) are reconciled at once.
 	concurrentReconciles int
+	// buckets splits the targets among the replicas (1: the leader
+	// decides them all); bucketNamespace holds the buckets' Leases:
+	// POD_NAMESPACE, else sockscale-system.
+	buckets         int
+	bucketNamespace string
 }
 
 // maxConcurrentReconciles bounds --concurrent-reconciles: beyond a
@@ -124,10 +132,18 @@ func parseFlags(args []string) (*flags, error) {
 	// on the API server (a /scale, a status write: a few ms) would make
 	// every other target late. Eight workers overlap those waits.
 	fs.IntVar(&f.concurrentReconciles, "concurrent-reconciles", 8, "PodAutoscalers, collector views and ServerlessServices reconciled at once, each kind (1..1024)")
+	fs.IntVar(&f.buckets, "buckets", 1, fmt.Sprintf("split the targets into this many buckets, one Lease each, among the replicas (1..%d; 1: the leader decides every target); with more than 1, every replica decides the targets of the buckets it holds, and --leader-elect is needed", bucket.MaxCount))
+	f.bucketNamespace = ns
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var errs []error
+	switch {
+	case f.buckets < 1 || f.buckets > bucket.MaxCount:
+		errs = append(errs, fmt.Errorf("--buckets=%d: want 1..%d", f.buckets, bucket.MaxCount))
+	case f.buckets > 1 && !f.leaderElect:
+		errs = append(errs, fmt.Errorf("--buckets=%d needs --leader-elect: the serving API's reconcilers still run on one leader", f.buckets))
+	}
 	if f.concurrentReconciles < 1 || f.concurrentReconciles > maxConcurrentReconciles {
 		errs = append(errs, fmt.Errorf("--concurrent-reconciles=%d: want 1..%d", f.concurrentReconciles, maxConcurrentReconciles))
 	}
@@ -308,7 +324,11 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		Name: "sockscale_controller_collected_targets",
 		Help: "PodAutoscalers whose windows this replica keeps, leader or not: on a warm standby it equals the leader's.",
 	}, func() float64 { return float64(col.Len()) }))
-	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load,
+	buckets, err := newBuckets(mgr, f)
+	if err != nil {
+		return err
+	}
+	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load, Buckets: buckets,
 		Metrics:                 kpa.NewMetrics(crmetrics.Registry),
 		Prober:                  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:                  mgr.GetEventRecorder("sockscale-controller"),
@@ -351,7 +371,7 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	}
 	ss := &sks.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,
 		ActivatorSelector: f.activatorSelector, ActivatorPort: int32(f.activatorPort),
-		SocketLayer: nodes, SocketLayerChanged: nodesChanged, MaxConcurrentReconciles: f.concurrentReconciles}
+		SocketLayer: nodes, SocketLayerChanged: nodesChanged, MaxConcurrentReconciles: f.concurrentReconciles, Buckets: buckets}
 	if err := ss.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ServerlessService controller: %w", err)
 	}
@@ -388,4 +408,32 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// newBuckets makes and adds to mgr the elections of --buckets, or returns
+// nil (the leader decides every target) for --buckets=1. A replica is
+// named in the Leases by its pod's name (POD_NAME), else by its host
+// name and a random suffix, as controller-runtime names its leader.
+func newBuckets(mgr ctrl.Manager, f *flags) (*bucket.Set, error) {
+	if f.buckets == 1 {
+		return nil, nil
+	}
+	id := os.Getenv("POD_NAME")
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("name this replica in the bucket Leases: %w", err)
+		}
+		id = host + "_" + string(uuid.NewUUID())
+	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("bucket Lease client: %w", err)
+	}
+	set, err := bucket.New(bucket.Options{Count: f.buckets, Namespace: f.bucketNamespace, Identity: id,
+		Leases: cs.CoordinationV1(), Log: ctrl.Log.WithName("buckets"), Registerer: crmetrics.Registry})
+	if err != nil {
+		return nil, err
+	}
+	return set, mgr.Add(set)
 }

@@ -29,6 +29,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--metrics-bind-address=8080"}, `--metrics-bind-address="8080": want [host]:port`},
 		{[]string{"--concurrent-reconciles=0"}, "--concurrent-reconciles=0: want 1..1024"},
 		{[]string{"--concurrent-reconciles=1025"}, "--concurrent-reconciles=1025: want 1..1024"},
+		{[]string{"--buckets=0"}, "--buckets=0: want 1..64"},
+		{[]string{"--leader-elect", "--buckets=65"}, "--buckets=65: want 1..64"},
+		{[]string{"--buckets=4"}, "--buckets=4 needs --leader-elect"},
 		{[]string{"--release-stop=ns/ctl"}, `--release-stop="ns/ctl" needs --release`},
 		{[]string{"--release", "--release-stop=ctl"}, `--release-stop="ctl": want namespace/name of the controller's Deployment`},
 	}
@@ -41,11 +44,14 @@ func TestFlagErrors(t *testing.T) {
 	f, err := parseFlags(nil)
 	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
 		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" ||
-		f.statsAudience != "sockscale-controller" || f.statsInsecure || f.concurrentReconciles != 8 {
+		f.statsAudience != "sockscale-controller" || f.statsInsecure || f.concurrentReconciles != 8 || f.buckets != 1 || f.bucketNamespace != "ops" {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--release", "--release-stop=ops/sockscale-controller"}); err != nil || !f.release || f.releaseStop == nil || f.releaseStop.String() != "ops/sockscale-controller" {
 		t.Errorf("--release --release-stop=ops/sockscale-controller: %+v, %v", f, err)
+	}
+	if f, err := parseFlags([]string{"--leader-elect", "--buckets=8"}); err != nil || f.buckets != 8 {
+		t.Errorf("--leader-elect --buckets=8: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--gateway=gateway-system/public"}); err != nil || f.gateway == nil || f.gateway.String() != "gateway-system/public" {
 		t.Errorf("--gateway=gateway-system/public: %+v, %v", f, err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/bucket"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
@@ -53,6 +55,10 @@ type PodAutoscaler struct {
 	// (targetState's decider and zero rules) has one writer; what targets
 	// share (targets, atZero and the copy of it Poke reads) is under mu.
 	MaxConcurrentReconciles int
+	// Buckets, if set, are the targets this replica decides (its other
+	// replicas decide the rest): the reconciler then runs on every
+	// replica, leader or not. Nil: every target, on the leader.
+	Buckets *bucket.Set
 
 	mu      sync.Mutex
 	targets map[collector.Key]*targetState // by PodAutoscaler
@@ -86,6 +92,15 @@ var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
 // Reconcile decides one target and scales it.
 func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := collector.Key{Namespace: req.Namespace, Name: req.Name}
+	if !r.Buckets.Owns(req.Namespace, req.Name) {
+		// Its bucket is another replica's now (a tick queued before it
+		// was lost brings it here once): drop what this replica carried
+		// for it, so that a bucket won back starts from a new decider,
+		// as after a failover.
+		r.forget(key)
+		r.Metrics.forget(req.Namespace, req.Name)
+		return ctrl.Result{}, nil
+	}
 	var pa v1alpha1.PodAutoscaler
 	if err := r.Client.Get(ctx, req.NamespacedName, &pa); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -155,11 +170,30 @@ func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) 
 // generation does, a spec change): each write would otherwise bring its
 // next decision forward, a second write, and so on (at 100 targets, 75
 // decisions a second instead of 50); the tick comes every 2 s anyway.
+// With buckets, only the owned targets' events are queued, and a won
+// bucket queues its targets at once.
 func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&v1alpha1.ServerlessService{}).
-		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
-		Complete(r)
+	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, r.Buckets.Predicate())).
+		Owns(&v1alpha1.ServerlessService{}, builder.WithPredicates(r.Buckets.Predicate())).
+		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{}))
+	if r.Buckets != nil {
+		opts.NeedLeaderElection = ptr(false)
+		b = b.WatchesRawSource(r.Buckets.Resync(r.listKeys, mgr.GetLogger().WithName("podautoscaler")))
+	}
+	return b.WithOptions(opts).Complete(r)
+}
+
+// listKeys names every PodAutoscaler in the cache.
+func (r *PodAutoscaler) listKeys(ctx context.Context) ([]types.NamespacedName, error) {
+	var list v1alpha1.PodAutoscalerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	keys := make([]types.NamespacedName, len(list.Items))
+	for i := range list.Items {
+		keys[i] = client.ObjectKeyFromObject(&list.Items[i])
+	}
+	return keys, nil
 }

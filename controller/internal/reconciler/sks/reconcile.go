@@ -10,7 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/bucket"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
@@ -70,6 +73,11 @@ type ServerlessService struct {
 	// reconciled at once (0: controller-runtime's default, 1). Reconcile
 	// keeps no state of its own; SocketLayer locks itself.
 	MaxConcurrentReconciles int
+	// Buckets, if set, are the targets whose ServerlessServices this
+	// replica reconciles (a ServerlessService has its PodAutoscaler's
+	// name): the reconciler then runs on every replica, leader or not.
+	// Nil: every one, on the leader.
+	Buckets *bucket.Set
 }
 
 var _ reconcile.Reconciler = (*ServerlessService)(nil)
@@ -83,6 +91,9 @@ var _ reconcile.Reconciler = (*ServerlessService)(nil)
 
 // Reconcile puts one ServerlessService's mode in place.
 func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.Buckets.Owns(req.Namespace, req.Name) {
+		return ctrl.Result{}, nil // another replica's bucket now
+	}
 	var sks v1alpha1.ServerlessService
 	if err := r.Client.Get(ctx, req.NamespacedName, &sks); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -161,19 +172,37 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ServerlessService{}, IndexService, ServiceIndex); err != nil {
 		return fmt.Errorf("index ServerlessServices by Service: %w", err)
 	}
+	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.SocketLayerChanged != nil {
 		b = b.WatchesRawSource(source.Channel(r.SocketLayerChanged, handler.EnqueueRequestsFromMapFunc(r.all)))
 	}
+	if r.Buckets != nil {
+		opts.NeedLeaderElection = ptr(false)
+		b = b.WatchesRawSource(r.Buckets.Resync(r.listKeys, mgr.GetLogger().WithName("serverlessservice")))
+	}
 	return b.
-		For(&v1alpha1.ServerlessService{}).
+		For(&v1alpha1.ServerlessService{}, builder.WithPredicates(r.Buckets.Predicate())).
 		// What it owns is found by name: the private Service and the
 		// public Service's slices map back through naming.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byServiceLabel)).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.byServiceName)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allForActivator)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(opts).
 		Complete(r)
+}
+
+// listKeys names every ServerlessService in the cache.
+func (r *ServerlessService) listKeys(ctx context.Context) ([]types.NamespacedName, error) {
+	var list v1alpha1.ServerlessServiceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	keys := make([]types.NamespacedName, len(list.Items))
+	for i := range list.Items {
+		keys[i] = client.ObjectKeyFromObject(&list.Items[i])
+	}
+	return keys, nil
 }
 
 // byServiceLabel maps an EndpointSlice to the ServerlessServices whose
@@ -214,7 +243,9 @@ func (r *ServerlessService) naming(ctx context.Context, ns, service string) []re
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		if r.Buckets.Owns(list.Items[i].Namespace, list.Items[i].Name) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
 	}
 	return out
 }
@@ -236,7 +267,9 @@ func (r *ServerlessService) all(ctx context.Context, _ client.Object) []reconcil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
 	for _, s := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
+		if r.Buckets.Owns(s.Namespace, s.Name) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
+		}
 	}
 	return out
 }

@@ -59,30 +59,8 @@ func TestIntegrationFailover(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "sockscale-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build controller: %v: %s", err, out)
-	}
-	start := func(name string) *replica {
-		r := &replica{name: name, stats: freeAddr(t), metrics: freeAddr(t), logs: &bytes.Buffer{}, exited: make(chan struct{})}
-		// The replicas take stats from a made-up agent (no pod-bound token):
-		// authentication has tests of its own (internal/statsauth).
-		r.cmd = exec.Command(bin, "--leader-elect", "--stats-insecure-skip-auth", "--stats-bind-address="+r.stats, "--metrics-bind-address="+r.metrics, "--metrics-secure=false", "--health-probe-bind-address="+freeAddr(t))
-		r.cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig, "POD_NAMESPACE=default")
-		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = r.cmd.Wait(); close(r.exited) }()
-		t.Cleanup(func() {
-			_ = r.cmd.Process.Kill()
-			<-r.exited
-			if t.Failed() {
-				t.Logf("%s log:\n%s", name, r.logs.String())
-			}
-		})
-		return r
-	}
+	bin := buildController(t)
+	start := func(name string) *replica { return startReplica(t, cl, bin, name) }
 
 	// The agent: one pod of hello with load in flight, reported every
 	// second to every replica (as an agent resolving the headless Service).
@@ -173,6 +151,43 @@ func TestIntegrationFailover(t *testing.T) {
 		}
 		return got == 6
 	})
+}
+
+// buildController builds the controller's binary for the test.
+func buildController(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sockscale-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build controller: %v: %s", err, out)
+	}
+	return bin
+}
+
+// startReplica starts a replica named name (its POD_NAME) with leader
+// election, taking stats unauthenticated, and extra flags; it is killed
+// when t ends, and its log printed if t failed.
+func startReplica(t *testing.T, cl *testenv.Cluster, bin, name string, extra ...string) *replica {
+	t.Helper()
+	r := &replica{name: name, stats: freeAddr(t), metrics: freeAddr(t), logs: &bytes.Buffer{}, exited: make(chan struct{})}
+	// The replicas take stats from a made-up agent (no pod-bound token):
+	// authentication has tests of its own (internal/statsauth).
+	args := append([]string{"--leader-elect", "--stats-insecure-skip-auth", "--stats-bind-address=" + r.stats, "--metrics-bind-address=" + r.metrics,
+		"--metrics-secure=false", "--health-probe-bind-address=" + freeAddr(t)}, extra...)
+	r.cmd = exec.Command(bin, args...)
+	r.cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig, "POD_NAMESPACE=default", "POD_NAME="+name)
+	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs // one writer: exec serializes its writes
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.cmd.Wait(); close(r.exited) }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, r.logs.String())
+		}
+	})
+	return r
 }
 
 // metric is the value of the first series of name on the replica's

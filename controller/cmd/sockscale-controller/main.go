@@ -349,6 +349,9 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		},
 		Metrics: statsserver.NewMetrics(crmetrics.Registry),
 		Log:     statsserver.NewRateLimitedLog(ctrl.Log.WithName("stats"), clock.RealClock{}),
+		// With buckets, each answer tells the reporter which targets'
+		// records this replica wants.
+		Buckets: buckets.Header,
 	}
 	if f.statsInsecure {
 		ctrl.Log.Info("WARNING: --stats-insecure-skip-auth is set: the stats endpoint takes batches from anyone, so any pod in the cluster can scale any target; use it for development only")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,28 +17,23 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
 // MaxCount bounds --buckets: every replica renews a Lease per bucket it
 // holds every RetryPeriod, and the held set is one 64-bit word.
-const MaxCount = 64
+const MaxCount = stats.MaxBuckets
 
-// Of is the bucket of the target namespace/name among count buckets:
-// FNV-1a of "namespace/name", modulo count. It never changes for a
-// target's life, so moving a bucket moves whole targets. Everything of
-// a target that is split (its PodAutoscaler, its ServerlessService)
-// has the target's name.
-func Of(namespace, name string, count int) int {
-	h := fnv.New32a()
-	h.Write([]byte(namespace))
-	h.Write([]byte{'/'})
-	h.Write([]byte(name))
-	return int(h.Sum32() % uint32(count))
-}
+// Of is the bucket of a target among count: stats.BucketOf its
+// namespace and the name of what it scales (the Deployment), which is
+// what the agents' records name, so that they can be routed to the
+// bucket's holder. It is fixed for the target's life, so moving a bucket
+// moves whole targets; PodAutoscalers that scale one Deployment share a
+// bucket, as they share its windows.
+func Of(namespace, target string, count int) int { return stats.BucketOf(namespace, target, count) }
 
 // LeaseName is bucket i's Lease among count.
 func LeaseName(i, count int) string {
@@ -167,14 +161,23 @@ func (s *Set) Count() int {
 	return s.opts.Count
 }
 
-// Owns tells whether the target namespace/name is this replica's to
-// decide now. It is cheap (a hash and an atomic load): pokes and every
-// enqueue ask it.
-func (s *Set) Owns(namespace, name string) bool {
+// Owns tells whether the target namespace/target (the Deployment) is
+// this replica's to decide now. It is cheap (a hash and an atomic load):
+// pokes and every enqueue ask it.
+func (s *Set) Owns(namespace, target string) bool {
 	if s == nil {
 		return true
 	}
-	return s.Holds(Of(namespace, name, s.opts.Count))
+	return s.Holds(Of(namespace, target, s.opts.Count))
+}
+
+// Header is this replica's stats.HeaderBuckets value, or "" for a nil
+// Set (every record is for it).
+func (s *Set) Header() string {
+	if s == nil {
+		return ""
+	}
+	return stats.Buckets{Count: s.opts.Count, Held: s.held.Load()}.String()
 }
 
 // Holds tells whether bucket i is held.
@@ -376,8 +379,8 @@ func (s *Set) announce() {
 }
 
 // Resync is a controller-runtime source that, each time a bucket is won,
-// queues every key list returns that this replica now owns. A nil Set
-// never signals.
+// queues the keys list returns: the objects of the targets this replica
+// owns now. A nil Set never signals.
 func (s *Set) Resync(list func(ctx context.Context) ([]types.NamespacedName, error), log logr.Logger) source.Source {
 	gained := s.Gained()
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
@@ -396,18 +399,10 @@ func (s *Set) Resync(list func(ctx context.Context) ([]types.NamespacedName, err
 					continue
 				}
 				for _, k := range keys {
-					if s.Owns(k.Namespace, k.Name) {
-						q.Add(reconcile.Request{NamespacedName: k})
-					}
+					q.Add(reconcile.Request{NamespacedName: k})
 				}
 			}
 		}()
 		return nil
 	})
-}
-
-// Predicate lets through only the events of objects (named as their
-// target) this replica owns.
-func (s *Set) Predicate() predicate.Predicate {
-	return predicate.NewPredicateFuncs(func(o client.Object) bool { return s.Owns(o.GetNamespace(), o.GetName()) })
 }

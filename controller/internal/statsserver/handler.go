@@ -56,6 +56,11 @@ type Options struct {
 	// Log receives refusals, at most one line per reason every
 	// logInterval (nil: none).
 	Log *RateLimitedLog
+	// Buckets, if set, gives the stats.HeaderBuckets value of each
+	// accepted batch's answer (bucket.Set.Header): the buckets of targets
+	// this replica decides, so that reporters send it only their records.
+	// "" leaves the header out (every record is for this replica).
+	Buckets func() string
 }
 
 // Handler authenticates each POST, then decodes its batch and hands it to
@@ -131,6 +136,11 @@ func Handler(o Options) http.Handler {
 		if err := o.Accept(b); err != nil {
 			http.Error(w, "stats: "+err.Error(), http.StatusServiceUnavailable)
 			return
+		}
+		if o.Buckets != nil {
+			if v := o.Buckets(); v != "" {
+				w.Header().Set(stats.HeaderBuckets, v)
+			}
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -115,3 +115,21 @@ func TestHandlerNodeState(t *testing.T) {
 		t.Errorf("unreadable state arrived as %+v with %d pods, want %q naming the value and 2 pods", ns, len(got[2].Pods), NodeStateUnreadable)
 	}
 }
+
+func TestHandlerAnswersWithItsBuckets(t *testing.T) {
+	held := "4;0,2"
+	srv := httptest.NewServer(Handler(Options{Accept: func(*stats.Batch) error { return nil }, Buckets: func() string { return held }}))
+	defer srv.Close()
+	data, _ := stats.Append(nil, batchOf(1))
+	for _, want := range []string{"4;0,2", ""} {
+		held = want
+		resp, err := http.Post(srv.URL+stats.Path, stats.ContentType, bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, ok := resp.Header[stats.HeaderBuckets]; resp.StatusCode != http.StatusNoContent || (want == "") != !ok || (ok && got[0] != want) {
+			t.Errorf("answer %d with %s %q, want 204 with %q (none when empty)", resp.StatusCode, stats.HeaderBuckets, got, want)
+		}
+	}
+}

@@ -20,8 +20,11 @@ func (r *PodAutoscaler) Poke(loaded []collector.Key) {
 	}
 	var wake []collector.Key
 	for _, k := range loaded {
+		if !r.Buckets.Owns(k.Namespace, k.Name) {
+			continue // another replica's to wake
+		}
 		for _, pa := range (*idx)[k] {
-			if !slices.Contains(wake, pa) && r.Buckets.Owns(pa.Namespace, pa.Name) { // loaded may name a target more than once
+			if !slices.Contains(wake, pa) { // loaded may name a target more than once
 				wake = append(wake, pa)
 			}
 		}

@@ -55,9 +55,10 @@ type PodAutoscaler struct {
 	// (targetState's decider and zero rules) has one writer; what targets
 	// share (targets, atZero and the copy of it Poke reads) is under mu.
 	MaxConcurrentReconciles int
-	// Buckets, if set, are the targets this replica decides (its other
-	// replicas decide the rest): the reconciler then runs on every
-	// replica, leader or not. Nil: every target, on the leader.
+	// Buckets, if set, are the targets (by the Deployment they scale)
+	// this replica decides, its other replicas deciding the rest: the
+	// reconciler then runs on every replica, leader or not. Nil: every
+	// target, on the leader.
 	Buckets *bucket.Set
 
 	mu      sync.Mutex
@@ -92,15 +93,6 @@ var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
 // Reconcile decides one target and scales it.
 func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := collector.Key{Namespace: req.Namespace, Name: req.Name}
-	if !r.Buckets.Owns(req.Namespace, req.Name) {
-		// Its bucket is another replica's now (a tick queued before it
-		// was lost brings it here once): drop what this replica carried
-		// for it, so that a bucket won back starts from a new decider,
-		// as after a failover.
-		r.forget(key)
-		r.Metrics.forget(req.Namespace, req.Name)
-		return ctrl.Result{}, nil
-	}
 	var pa v1alpha1.PodAutoscaler
 	if err := r.Client.Get(ctx, req.NamespacedName, &pa); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -109,6 +101,15 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
+	}
+	if !r.owns(&pa) {
+		// Its bucket is another replica's now (a tick queued before it
+		// was lost brings it here once): drop what this replica carried
+		// for it, so that a bucket won back starts from a new decider,
+		// as after a failover.
+		r.forget(key)
+		r.Metrics.forget(req.Namespace, req.Name)
+		return ctrl.Result{}, nil
 	}
 	now := r.Clock.Now()
 	started := time.Now() // the decision's latency is wall time, whatever Clock says
@@ -170,30 +171,42 @@ func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) 
 // generation does, a spec change): each write would otherwise bring its
 // next decision forward, a second write, and so on (at 100 targets, 75
 // decisions a second instead of 50); the tick comes every 2 s anyway.
-// With buckets, only the owned targets' events are queued, and a won
-// bucket queues its targets at once.
+// With buckets, only the owned PodAutoscalers' events are queued (and
+// Reconcile checks again: a ServerlessService's event, a tick), and a
+// won bucket queues its PodAutoscalers at once.
 func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
+	owned := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		pa, ok := o.(*v1alpha1.PodAutoscaler)
+		return ok && r.owns(pa)
+	})
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, r.Buckets.Predicate())).
-		Owns(&v1alpha1.ServerlessService{}, builder.WithPredicates(r.Buckets.Predicate())).
+		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, owned)).
+		Owns(&v1alpha1.ServerlessService{}).
 		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{}))
 	if r.Buckets != nil {
 		opts.NeedLeaderElection = ptr(false)
-		b = b.WatchesRawSource(r.Buckets.Resync(r.listKeys, mgr.GetLogger().WithName("podautoscaler")))
+		b = b.WatchesRawSource(r.Buckets.Resync(r.ownedKeys, mgr.GetLogger().WithName("podautoscaler")))
 	}
 	return b.WithOptions(opts).Complete(r)
 }
 
-// listKeys names every PodAutoscaler in the cache.
-func (r *PodAutoscaler) listKeys(ctx context.Context) ([]types.NamespacedName, error) {
+// owns tells whether pa's target is in a bucket this replica holds.
+func (r *PodAutoscaler) owns(pa *v1alpha1.PodAutoscaler) bool {
+	return r.Buckets.Owns(pa.Namespace, pa.Spec.ScaleTargetRef.Name)
+}
+
+// ownedKeys names the PodAutoscalers in the cache that this replica owns.
+func (r *PodAutoscaler) ownedKeys(ctx context.Context) ([]types.NamespacedName, error) {
 	var list v1alpha1.PodAutoscalerList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, err
 	}
-	keys := make([]types.NamespacedName, len(list.Items))
+	var keys []types.NamespacedName
 	for i := range list.Items {
-		keys[i] = client.ObjectKeyFromObject(&list.Items[i])
+		if r.owns(&list.Items[i]) {
+			keys = append(keys, client.ObjectKeyFromObject(&list.Items[i]))
+		}
 	}
 	return keys, nil
 }

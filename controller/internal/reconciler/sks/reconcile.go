@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -73,16 +74,17 @@ type ServerlessService struct {
 	// reconciled at once (0: controller-runtime's default, 1). Reconcile
 	// keeps no state of its own; SocketLayer locks itself.
 	MaxConcurrentReconciles int
-	// Buckets, if set, are the targets whose ServerlessServices this
-	// replica reconciles (a ServerlessService has its PodAutoscaler's
-	// name): the reconciler then runs on every replica, leader or not.
-	// Nil: every one, on the leader.
+	// Buckets, if set, are the targets (by the Deployment they scale)
+	// whose ServerlessServices this replica reconciles: the reconciler
+	// then runs on every replica, leader or not. Nil: every one, on the
+	// leader.
 	Buckets *bucket.Set
 }
 
 var _ reconcile.Reconciler = (*ServerlessService)(nil)
 
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sockscale.dev,resources=podautoscalers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices/status,verbs=update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
@@ -91,7 +93,7 @@ var _ reconcile.Reconciler = (*ServerlessService)(nil)
 
 // Reconcile puts one ServerlessService's mode in place.
 func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if !r.Buckets.Owns(req.Namespace, req.Name) {
+	if !r.owns(ctx, req.Namespace, req.Name) {
 		return ctrl.Result{}, nil // another replica's bucket now
 	}
 	var sks v1alpha1.ServerlessService
@@ -179,10 +181,12 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Buckets != nil {
 		opts.NeedLeaderElection = ptr(false)
-		b = b.WatchesRawSource(r.Buckets.Resync(r.listKeys, mgr.GetLogger().WithName("serverlessservice")))
+		b = b.WatchesRawSource(r.Buckets.Resync(r.ownedKeys, mgr.GetLogger().WithName("serverlessservice")))
 	}
 	return b.
-		For(&v1alpha1.ServerlessService{}, builder.WithPredicates(r.Buckets.Predicate())).
+		For(&v1alpha1.ServerlessService{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return r.owns(context.Background(), o.GetNamespace(), o.GetName())
+		}))).
 		// What it owns is found by name: the private Service and the
 		// public Service's slices map back through naming.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byServiceLabel)).
@@ -192,15 +196,32 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// listKeys names every ServerlessService in the cache.
-func (r *ServerlessService) listKeys(ctx context.Context) ([]types.NamespacedName, error) {
+// owns tells whether the ServerlessService namespace/name is this
+// replica's: whether it holds the bucket of the Deployment that its
+// PodAutoscaler (of the same name) scales. Without the PodAutoscaler
+// (being deleted, the ServerlessService with it), its own name stands in.
+func (r *ServerlessService) owns(ctx context.Context, namespace, name string) bool {
+	if r.Buckets == nil {
+		return true
+	}
+	var pa v1alpha1.PodAutoscaler
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pa); err == nil {
+		return r.Buckets.Owns(namespace, pa.Spec.ScaleTargetRef.Name)
+	}
+	return r.Buckets.Owns(namespace, name)
+}
+
+// ownedKeys names the ServerlessServices in the cache this replica owns.
+func (r *ServerlessService) ownedKeys(ctx context.Context) ([]types.NamespacedName, error) {
 	var list v1alpha1.ServerlessServiceList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, err
 	}
-	keys := make([]types.NamespacedName, len(list.Items))
+	var keys []types.NamespacedName
 	for i := range list.Items {
-		keys[i] = client.ObjectKeyFromObject(&list.Items[i])
+		if r.owns(ctx, list.Items[i].Namespace, list.Items[i].Name) {
+			keys = append(keys, client.ObjectKeyFromObject(&list.Items[i]))
+		}
 	}
 	return keys, nil
 }
@@ -243,7 +264,7 @@ func (r *ServerlessService) naming(ctx context.Context, ns, service string) []re
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		if r.Buckets.Owns(list.Items[i].Namespace, list.Items[i].Name) {
+		if r.owns(ctx, list.Items[i].Namespace, list.Items[i].Name) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}
@@ -267,7 +288,7 @@ func (r *ServerlessService) all(ctx context.Context, _ client.Object) []reconcil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
 	for _, s := range list.Items {
-		if r.Buckets.Owns(s.Namespace, s.Name) {
+		if r.owns(ctx, s.Namespace, s.Name) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
 		}
 	}

@@ -57,7 +57,7 @@ func New(reg prometheus.Registerer, latest func() *sampler.Sample, status func()
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_errors_total",
-			Help: "Errors of the agent, by stage: snapshot, events, report, token (the ServiceAccount token file for the controller is unreadable).",
+			Help: "Errors of the agent, by stage: snapshot, events, report, token (the ServiceAccount token file for the controller is unreadable), buckets (a controller named its buckets unreadably: it gets every record).",
 		}, []string{"stage"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_reports_total",

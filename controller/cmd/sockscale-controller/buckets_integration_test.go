@@ -2,14 +2,17 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,14 +24,16 @@ import (
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/bucket"
 	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/internal/stats/report"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 // TestIntegrationBucketsSplitTargets runs two replicas with --buckets=4
-// against a real kube-apiserver, eight targets under load reported to
-// both. The replicas hold two buckets each and each target is decided
-// by one of them only (its per-target series are on the owner's
-// /metrics, not the other's); every target is scaled to its load. When
+// against a real kube-apiserver, eight targets under load reported by
+// the agents' reporter. The replicas hold two buckets each and each
+// target is decided by one of them only (its per-target series are on
+// the owner's /metrics, not the other's); every target is scaled to its
+// load; the reporter sends each replica only its targets' records. When
 // one replica stops, the other holds all four buckets within seconds
 // and acts on the next change of load of every target.
 func TestIntegrationBucketsSplitTargets(t *testing.T) {
@@ -53,15 +58,30 @@ func TestIntegrationBucketsSplitTargets(t *testing.T) {
 		}
 	}
 	bin := buildController(t)
-	start := func(id string) *replica {
-		return startReplica(t, cl, bin, id, "--buckets=4")
+	// The replicas listen on one port at two loopback addresses, as two
+	// pods behind the stats Service would, and the agent is the agents'
+	// own reporter, resolving the Service to the replicas running.
+	port := sharedPort(t, "127.0.0.2", "127.0.0.3")
+	start := func(id, ip string) *replica {
+		r := startReplica(t, cl, bin, id, "--buckets=4", "--stats-bind-address="+net.JoinHostPort(ip, port))
+		r.stats = net.JoinHostPort(ip, port)
+		return r
 	}
 
 	// The agent: one pod per target, each with load in flight, reported
-	// every second to every replica.
+	// every second.
 	var mu sync.Mutex
 	load := 200.0 // ceil(200/70) = 3 pods at the default target of 70
-	var replicas []*replica
+	running := []string{"127.0.0.2", "127.0.0.3"}
+	agent, err := report.New("sockscale-controller-stats:"+port, 2*time.Second, &posts{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.SetResolver(func(context.Context, string) ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(running), nil
+	})
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -79,21 +99,12 @@ func TestIntegrationBucketsSplitTargets(t *testing.T) {
 				b.Pods = append(b.Pods, stats.PodStat{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)}), Namespace: "default",
 					Pod: name(i) + "-abc", Workload: name(i), Concurrency: load, Requests: uint64(load * 10)})
 			}
-			to := append([]*replica(nil), replicas...)
 			mu.Unlock()
-			body, _ := stats.Append(nil, b)
-			for _, r := range to {
-				if resp, err := http.Post("http://"+r.stats+stats.Path, stats.ContentType, bytes.NewReader(body)); err == nil {
-					resp.Body.Close()
-				}
-			}
+			agent.Send(context.Background(), b)
 		}
 	}()
 
-	a, b := start("replica-a"), start("replica-b")
-	mu.Lock()
-	replicas = []*replica{a, b}
-	mu.Unlock()
+	a, b := start("replica-a", "127.0.0.2"), start("replica-b", "127.0.0.3")
 	allAt := func(want int32) func() (bool, string) {
 		return func() (bool, string) {
 			var got []string
@@ -126,6 +137,30 @@ func TestIntegrationBucketsSplitTargets(t *testing.T) {
 		}
 	}
 
+	// The agent sends each replica only the records of its buckets: over
+	// 4 s, each takes its own targets' records and no others.
+	own := map[*replica]int{}
+	for i := range targets {
+		if a.metricSeries(fmt.Sprintf(`sockscale_controller_bucket_held{bucket="%d"}`, bucket.Of("default", name(i), 4))) == 1 {
+			own[a]++
+		} else {
+			own[b]++
+		}
+	}
+	records := func(r *replica) float64 {
+		return r.metricSeries(`sockscale_controller_stats_records_total{kind="pod"}`)
+	}
+	a0, b0 := records(a), records(b)
+	time.Sleep(4 * time.Second)
+	for r, n0 := range map[*replica]float64{a: a0, b: b0} {
+		took := records(r) - n0
+		// 4 or 5 posts in 4 s, each with the replica's own targets only.
+		if took < float64(4*own[r]) || took > float64(5*own[r]) {
+			t.Errorf("%s took %v pod records in 4 s, want those of its %d targets only (%d to %d; every target's would be %d)",
+				r.name, took, own[r], 4*own[r], 5*own[r], 4*targets)
+		}
+	}
+
 	// replica-a stops (a rollout): replica-b takes its buckets at once.
 	stopped := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -133,7 +168,7 @@ func TestIntegrationBucketsSplitTargets(t *testing.T) {
 	}
 	<-a.exited
 	mu.Lock()
-	replicas = []*replica{b}
+	running = []string{"127.0.0.3"}
 	mu.Unlock()
 	testenv.Eventually(t, 30*time.Second, "replica-b to hold every bucket", func() (bool, string) {
 		for i := range targets { // the windows were warm: no scale-down at the handover
@@ -154,6 +189,46 @@ func TestIntegrationBucketsSplitTargets(t *testing.T) {
 	mu.Unlock()
 	testenv.Eventually(t, 60*time.Second, "every target scaled to 6 by replica-b", allAt(6))
 }
+
+// sharedPort is a TCP port free on every one of ips.
+func sharedPort(t *testing.T, ips ...string) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		free := true
+		for _, ip := range ips[1:] {
+			l2, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+			if err != nil {
+				free = false
+				break
+			}
+			l2.Close()
+		}
+		l.Close()
+		if free {
+			return port
+		}
+	}
+	t.Fatalf("no port free on all of %v", ips)
+	return ""
+}
+
+// posts counts the agent's posts (report.Recorder).
+type posts struct{ ok, failed, refused atomic.Int64 }
+
+func (p *posts) Report(ok bool) {
+	if ok {
+		p.ok.Add(1)
+	} else {
+		p.failed.Add(1)
+	}
+}
+func (p *posts) Refused()     { p.refused.Add(1) }
+func (p *posts) Error(string) {}
 
 // metricSeries is the value of the series named exactly so (name and
 // labels as /metrics prints them), or -1.

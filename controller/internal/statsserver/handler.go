@@ -137,6 +137,7 @@ func Handler(o Options) http.Handler {
 			http.Error(w, "stats: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		o.Metrics.took(b)
 		if o.Buckets != nil {
 			if v := o.Buckets(); v != "" {
 				w.Header().Set(stats.HeaderBuckets, v)

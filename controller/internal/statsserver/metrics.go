@@ -7,12 +7,17 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/internal/stats"
 )
 
-// Metrics counts what the stats handler refused.
+// Metrics counts what the stats handler took and refused.
 type Metrics struct {
 	refusedTotal  *prometheus.CounterVec
 	rejectedTotal *prometheus.CounterVec
+	// podRecords and targetRecords count the records handed to the
+	// collector: agents' and activators'.
+	podRecords, targetRecords prometheus.Counter
 }
 
 // NewMetrics registers the handler's counters with reg.
@@ -28,8 +33,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Pod records dropped from agents' batches, by reason: unknown_pod (not an endpoint of its target), wrong_node (a pod of another node).",
 		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.refusedTotal, m.rejectedTotal)
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sockscale_controller_stats_records_total",
+		Help: "Records of accepted batches taken into the windows, by kind: pod (agents'), target (activators'). With --buckets, agents send a replica only its buckets' pod records.",
+	}, []string{"kind"})
+	m.podRecords, m.targetRecords = records.WithLabelValues("pod"), records.WithLabelValues("target")
+	reg.MustRegister(m.refusedTotal, m.rejectedTotal, records)
 	return m
+}
+
+func (m *Metrics) took(b *stats.Batch) {
+	if m != nil {
+		m.podRecords.Add(float64(len(b.Pods)))
+		m.targetRecords.Add(float64(len(b.Targets)))
+	}
 }
 
 func (m *Metrics) refused(reason string) {

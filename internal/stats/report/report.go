@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,12 @@ type Reporter struct {
 	// tls is set by SetCAFile: HTTPS, with the CA reloaded when its file
 	// changes.
 	tls *caTrust
+
+	mu sync.Mutex
+	// routes holds, by address, the buckets each replica said it decides
+	// in its last answer (stats.HeaderBuckets); a replica without an
+	// entry gets every record.
+	routes map[string]stats.Buckets
 }
 
 // New returns a reporter for target ("host:port"; the host is typically the
@@ -56,6 +63,13 @@ func New(target string, timeout time.Duration, rec Recorder, log *slog.Logger) (
 		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}},
 		queue:   make(chan *stats.Batch, 1),
 	}, nil
+}
+
+// SetResolver replaces DNS (net.DefaultResolver.LookupHost) as the way
+// the target's host becomes the replicas' addresses, e.g. a fixed list.
+// Call it before Run.
+func (r *Reporter) SetResolver(resolve func(ctx context.Context, host string) ([]string, error)) {
+	r.resolve = resolve
 }
 
 // SetTokenFile makes every post carry the token in path as
@@ -92,21 +106,39 @@ func (r *Reporter) Run(ctx context.Context) {
 	}
 }
 
-// Send posts b to every replica and waits for all answers.
+// Send posts b to every replica and waits for all answers. A replica
+// that splits targets into buckets with the others (it said so in its
+// last answer) gets only the pod records of its buckets, and the records
+// no replica claims (a bucket changing hands); the rest, the node state
+// and any target records, go to every replica.
 func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	body, err := stats.Append(nil, b)
-	if err != nil {
-		r.rec.Error("report")
-		r.log.Error("encode stats", "err", err)
-		return
-	}
 	addrs, err := r.resolve(ctx, r.host)
 	if err != nil || len(addrs) == 0 {
 		r.rec.Report(false)
 		r.log.Warn("no controller to report to", "host", r.host, "err", err)
 		return
+	}
+	parts := r.split(addrs, b)
+	bodies := make([][]byte, len(addrs))
+	var whole []byte // b's encoding, made once for every replica that takes all
+	for i, part := range parts {
+		switch {
+		case part == b && whole != nil:
+		case part == b:
+			whole, err = stats.Append(nil, b)
+		default:
+			bodies[i], err = stats.Append(nil, part)
+		}
+		if err != nil {
+			r.rec.Error("report")
+			r.log.Error("encode stats", "err", err)
+			return
+		}
+		if part == b {
+			bodies[i] = whole
+		}
 	}
 	h := http.Header{"Content-Type": {stats.ContentType}}
 	if b.NodeState != nil {
@@ -131,9 +163,10 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 		scheme = "https"
 	}
 	var wg sync.WaitGroup
-	for _, a := range addrs {
+	for i, a := range addrs {
 		wg.Go(func() {
-			err := r.post(ctx, client, scheme+"://"+net.JoinHostPort(a, r.port)+stats.Path, body, h)
+			buckets, err := r.post(ctx, client, scheme+"://"+net.JoinHostPort(a, r.port)+stats.Path, bodies[i], h)
+			r.route(a, buckets, err)
 			var refused *RefusedError
 			switch {
 			case errors.As(err, &refused):
@@ -149,6 +182,83 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 		})
 	}
 	wg.Wait()
+	r.forgetRoutes(addrs)
+}
+
+// split returns the batch to post to each of addrs: b itself for a
+// replica with no known buckets (it takes every record), else a copy
+// with the pod records of the buckets it holds and those no replica
+// among addrs claims.
+func (r *Reporter) split(addrs []string, b *stats.Batch) []*stats.Batch {
+	out := make([]*stats.Batch, len(addrs))
+	routes := make([]stats.Buckets, len(addrs))
+	splitting := false
+	r.mu.Lock()
+	for i, a := range addrs {
+		routes[i] = r.routes[a]
+		splitting = splitting || routes[i].Count > 0
+	}
+	r.mu.Unlock()
+	for i := range addrs {
+		if routes[i].Count == 0 {
+			out[i] = b
+		}
+	}
+	if !splitting {
+		return out
+	}
+	pods := make([][]stats.PodStat, len(addrs))
+	for _, p := range b.Pods {
+		claimed := false
+		for i, rt := range routes {
+			if rt.Count > 0 && rt.Holds(stats.BucketOf(p.Namespace, p.Workload, rt.Count)) {
+				pods[i], claimed = append(pods[i], p), true
+			}
+		}
+		if claimed {
+			continue
+		}
+		for i, rt := range routes {
+			if rt.Count > 0 {
+				pods[i] = append(pods[i], p)
+			}
+		}
+	}
+	for i, rt := range routes {
+		if rt.Count > 0 {
+			part := *b
+			part.Pods = pods[i]
+			out[i] = &part
+		}
+	}
+	return out
+}
+
+// route records what replica a answered: its buckets, or none (it takes
+// every record: it splits nothing, or it did not answer, so nothing is
+// known of it).
+func (r *Reporter) route(a string, buckets stats.Buckets, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil || buckets.Count == 0 {
+		delete(r.routes, a)
+		return
+	}
+	if r.routes == nil {
+		r.routes = map[string]stats.Buckets{}
+	}
+	r.routes[a] = buckets
+}
+
+// forgetRoutes drops the routes of replicas no longer resolved.
+func (r *Reporter) forgetRoutes(addrs []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a := range r.routes {
+		if !slices.Contains(addrs, a) {
+			delete(r.routes, a)
+		}
+	}
 }
 
 // RefusedError is a replica's 401 or 403, with its message.
@@ -161,24 +271,38 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("controller answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
 
-func (r *Reporter) post(ctx context.Context, client *http.Client, url string, body []byte, h http.Header) error {
+// post sends body to url and returns the buckets the replica answered
+// with (none: it takes every record).
+func (r *Reporter) post(ctx context.Context, client *http.Client, url string, body []byte, h http.Header) (stats.Buckets, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return stats.Buckets{}, err
 	}
 	req.Header = h.Clone()
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return stats.Buckets{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		var msg [512]byte
 		n, _ := io.ReadFull(resp.Body, msg[:])
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-			return &RefusedError{Status: resp.StatusCode, Message: string(bytes.TrimSpace(msg[:n]))}
+			return stats.Buckets{}, &RefusedError{Status: resp.StatusCode, Message: string(bytes.TrimSpace(msg[:n]))}
 		}
-		return fmt.Errorf("controller answered %s: %s", resp.Status, bytes.TrimSpace(msg[:n]))
+		return stats.Buckets{}, fmt.Errorf("controller answered %s: %s", resp.Status, bytes.TrimSpace(msg[:n]))
 	}
-	return nil
+	v := resp.Header.Get(stats.HeaderBuckets)
+	if v == "" {
+		return stats.Buckets{}, nil
+	}
+	buckets, err := stats.ParseBuckets(v)
+	if err != nil {
+		// The batch was taken; the replica gets every record until it
+		// answers with a header that parses.
+		r.rec.Error("buckets")
+		r.log.Warn("the controller's answer names its buckets unreadably: sending it every record", "controller", req.URL.Host, "err", err)
+		return stats.Buckets{}, nil
+	}
+	return buckets, nil
 }

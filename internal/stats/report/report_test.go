@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -181,5 +182,105 @@ func TestSendCarriesTheTokenReadAgain(t *testing.T) {
 	r.Send(t.Context(), batch)
 	if len(seen) != 3 {
 		t.Errorf("a batch went out without its token: %q", seen)
+	}
+}
+
+// TestSendRoutesRecordsToTheirBuckets: two replicas on one port (two
+// loopback addresses). Until they have answered, each gets every record;
+// once each has named its buckets, each gets only its buckets' records,
+// and the node state and target records still reach both. A standby
+// (no buckets) gets only records no one claims; a replica that stops
+// naming buckets, or names them unreadably, gets everything again.
+func TestSendRoutesRecordsToTheirBuckets(t *testing.T) {
+	l1, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no second loopback address to listen on: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(l1.Addr().String())
+	l2, err := net.Listen("tcp", "127.0.0.3:"+port)
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.3:%s beside 127.0.0.2: %v", port, err)
+	}
+	var mu sync.Mutex
+	answer := map[string]string{"127.0.0.2": "2;0", "127.0.0.3": "2;1"}
+	got := map[string]*stats.Batch{}
+	serve := func(l net.Listener, addr string) {
+		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			mu.Lock()
+			if v := answer[addr]; v != "" {
+				w.Header().Set(stats.HeaderBuckets, v)
+			}
+			mu.Unlock()
+			replica(func(b *stats.Batch) {
+				mu.Lock()
+				defer mu.Unlock()
+				got[addr] = b
+			}).ServeHTTP(w, req)
+		})}}
+		srv.Start()
+		t.Cleanup(srv.Close)
+	}
+	serve(l1, "127.0.0.2")
+	serve(l2, "127.0.0.3")
+
+	rec := &counts{}
+	r, err := New("controller-stats:"+port, time.Second, rec, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetResolver(func(context.Context, string) ([]string, error) { return []string{"127.0.0.2", "127.0.0.3"}, nil })
+	batch := &stats.Batch{Node: "n", Start: time.Now(), Period: time.Second,
+		NodeState: &stats.NodeState{SocketRedirect: stats.RedirectActive},
+		Targets:   []stats.TargetStat{{Namespace: "default", Workload: "held", Concurrency: 1}}}
+	wantOf := map[string][]string{}
+	for i := range 20 {
+		w := fmt.Sprintf("w-%d", i)
+		batch.Pods = append(batch.Pods, stats.PodStat{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Namespace: "default", Pod: w + "-0", Workload: w, Concurrency: 1})
+		addr := []string{"127.0.0.2", "127.0.0.3"}[stats.BucketOf("default", w, 2)]
+		wantOf[addr] = append(wantOf[addr], w)
+	}
+	all := func() []string {
+		var ws []string
+		for _, p := range batch.Pods {
+			ws = append(ws, p.Workload)
+		}
+		return ws
+	}()
+	check := func(step string, want map[string][]string) {
+		t.Helper()
+		r.Send(t.Context(), batch)
+		mu.Lock()
+		defer mu.Unlock()
+		for addr, b := range got {
+			var ws []string
+			for _, p := range b.Pods {
+				ws = append(ws, p.Workload)
+			}
+			if diff := cmp.Diff(want[addr], ws); diff != "" {
+				t.Errorf("%s: workloads posted to %s (-want +got):\n%s", step, addr, diff)
+			}
+			if b.NodeState == nil || len(b.Targets) != 1 {
+				t.Errorf("%s: %s got node state %v and %d target records, want both", step, addr, b.NodeState, len(b.Targets))
+			}
+		}
+		clear(got)
+	}
+	check("before any answer", map[string][]string{"127.0.0.2": all, "127.0.0.3": all})
+	if len(wantOf["127.0.0.2"]) == 0 || len(wantOf["127.0.0.3"]) == 0 {
+		t.Fatalf("20 workloads fell into one bucket: %v", wantOf)
+	}
+	check("both named their buckets", wantOf)
+	mu.Lock()
+	answer["127.0.0.3"] = "2;" // gives bucket 1 up; no one claims it yet
+	mu.Unlock()
+	check("one named its buckets again", wantOf) // routed by the last answers
+	check("bucket 1 unclaimed", map[string][]string{"127.0.0.2": all, "127.0.0.3": wantOf["127.0.0.3"]})
+	mu.Lock()
+	answer["127.0.0.3"] = "2;7"
+	mu.Unlock()
+	check("before the unreadable answer", map[string][]string{"127.0.0.2": all, "127.0.0.3": wantOf["127.0.0.3"]})
+	check("after the unreadable answer", map[string][]string{"127.0.0.2": all, "127.0.0.3": all})
+	if rec.fail != 0 || rec.ok != 2*6 {
+		t.Errorf("ok=%d fail=%d, want every post taken", rec.ok, rec.fail)
 	}
 }

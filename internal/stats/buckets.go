@@ -79,3 +79,49 @@ func ParseBuckets(v string) (Buckets, error) {
 	}
 	return b, nil
 }
+
+// Split returns the batch to post to each replica, given the buckets each
+// named in its last answer (a zero Buckets: none named, it takes every
+// record): b itself for a replica that takes every record, else a copy
+// with the pod records of the buckets it holds and those no replica
+// claims (a bucket changing hands), so that routing drops no record.
+// Target records and the node state stay in every copy.
+func Split(b *Batch, routes []Buckets) []*Batch {
+	out := make([]*Batch, len(routes))
+	splitting := false
+	for i, rt := range routes {
+		if rt.Count == 0 {
+			out[i] = b
+		} else {
+			splitting = true
+		}
+	}
+	if !splitting {
+		return out
+	}
+	pods := make([][]PodStat, len(routes))
+	for _, p := range b.Pods {
+		claimed := false
+		for i, rt := range routes {
+			if rt.Count > 0 && rt.Holds(BucketOf(p.Namespace, p.Workload, rt.Count)) {
+				pods[i], claimed = append(pods[i], p), true
+			}
+		}
+		if claimed {
+			continue
+		}
+		for i, rt := range routes {
+			if rt.Count > 0 {
+				pods[i] = append(pods[i], p)
+			}
+		}
+	}
+	for i, rt := range routes {
+		if rt.Count > 0 {
+			part := *b
+			part.Pods = pods[i]
+			out[i] = &part
+		}
+	}
+	return out
+}

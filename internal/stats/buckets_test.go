@@ -2,8 +2,11 @@ package stats
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestBucketOfIsPinnedAndSpreads(t *testing.T) {
@@ -64,5 +67,55 @@ func TestBucketsHeader(t *testing.T) {
 		if _, err := ParseBuckets(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("ParseBuckets(%q) = %v, want an error with %q", bad.in, err, bad.want)
 		}
+	}
+}
+
+func TestSplit(t *testing.T) {
+	b := &Batch{Node: "n", Targets: []TargetStat{{Namespace: "default", Workload: "held"}}}
+	byBucket := map[int][]string{}
+	for i := range 12 {
+		w := fmt.Sprintf("w-%d", i)
+		b.Pods = append(b.Pods, PodStat{Namespace: "default", Workload: w})
+		byBucket[BucketOf("default", w, 3)] = append(byBucket[BucketOf("default", w, 3)], w)
+	}
+	all := append(append(append([]string(nil), byBucket[0]...), byBucket[1]...), byBucket[2]...)
+	workloads := func(p *Batch) []string {
+		var ws []string
+		for _, r := range p.Pods {
+			ws = append(ws, r.Workload)
+		}
+		slices.Sort(ws)
+		return ws
+	}
+	sorted := func(ws ...[]string) []string {
+		out := slices.Concat(ws...)
+		slices.Sort(out)
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		routes []Buckets
+		want   [][]string
+	}{
+		{"nobody splits: b itself to each", []Buckets{{}, {}}, [][]string{sorted(all), sorted(all)}},
+		{"two split, one takes all", []Buckets{{Count: 3, Held: 0b001}, {Count: 3, Held: 0b110}, {}},
+			[][]string{sorted(byBucket[0]), sorted(byBucket[1], byBucket[2]), sorted(all)}},
+		{"bucket 2 unclaimed: to every splitting replica", []Buckets{{Count: 3, Held: 0b001}, {Count: 3, Held: 0b010}},
+			[][]string{sorted(byBucket[0], byBucket[2]), sorted(byBucket[1], byBucket[2])}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parts := Split(b, c.routes)
+			for i, p := range parts {
+				if diff := cmp.Diff(c.want[i], workloads(p)); diff != "" {
+					t.Errorf("replica %d's records (-want +got):\n%s", i, diff)
+				}
+				if len(p.Targets) != 1 || p.Node != "n" {
+					t.Errorf("replica %d lost the batch's node or target records: %+v", i, p)
+				}
+				if c.routes[i].Count == 0 && p != b {
+					t.Errorf("replica %d takes every record but got a copy", i)
+				}
+			}
+		})
 	}
 }

@@ -185,53 +185,16 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 	r.forgetRoutes(addrs)
 }
 
-// split returns the batch to post to each of addrs: b itself for a
-// replica with no known buckets (it takes every record), else a copy
-// with the pod records of the buckets it holds and those no replica
-// among addrs claims.
+// split returns the batch to post to each of addrs (stats.Split by the
+// buckets each named last).
 func (r *Reporter) split(addrs []string, b *stats.Batch) []*stats.Batch {
-	out := make([]*stats.Batch, len(addrs))
 	routes := make([]stats.Buckets, len(addrs))
-	splitting := false
 	r.mu.Lock()
 	for i, a := range addrs {
 		routes[i] = r.routes[a]
-		splitting = splitting || routes[i].Count > 0
 	}
 	r.mu.Unlock()
-	for i := range addrs {
-		if routes[i].Count == 0 {
-			out[i] = b
-		}
-	}
-	if !splitting {
-		return out
-	}
-	pods := make([][]stats.PodStat, len(addrs))
-	for _, p := range b.Pods {
-		claimed := false
-		for i, rt := range routes {
-			if rt.Count > 0 && rt.Holds(stats.BucketOf(p.Namespace, p.Workload, rt.Count)) {
-				pods[i], claimed = append(pods[i], p), true
-			}
-		}
-		if claimed {
-			continue
-		}
-		for i, rt := range routes {
-			if rt.Count > 0 {
-				pods[i] = append(pods[i], p)
-			}
-		}
-	}
-	for i, rt := range routes {
-		if rt.Count > 0 {
-			part := *b
-			part.Pods = pods[i]
-			out[i] = &part
-		}
-	}
-	return out
+	return stats.Split(b, routes)
 }
 
 // route records what replica a answered: its buckets, or none (it takes

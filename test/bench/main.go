@@ -9,6 +9,7 @@
 //	    [-split-connects 20000]
 //	    [-scale-targets 1000,3000,10000] [-scale-cold 50] [-scale-warmup 20s] [-scale-duration 60s]
 //	    [-scale-steady-timeout 10m] [-scale-controller PATH] [-scale-profile DIR]
+//	    [-scale-replicas 1,2] [-scale-buckets 0]
 //	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split,scale]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/sockscale/sockscale/bpf"
+	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
@@ -60,6 +62,8 @@ func main() {
 	scaleDuration := flag.Duration("scale-duration", 60*time.Second, "the scale part's measurement window")
 	scaleSteady := flag.Duration("scale-steady-timeout", 10*time.Minute, "how long the scale part waits for every target to be decided at its pods")
 	scaleController := flag.String("scale-controller", "", "sockscale-controller binary of the scale part (empty: build this tree's)")
+	scaleReplicas := flag.String("scale-replicas", "1", "comma-separated controller replica counts each scale point runs with (more than 1: leader election and --buckets, the agents routing records to their buckets' replicas)")
+	scaleBuckets := flag.Int("scale-buckets", 0, "--buckets of the scale part's controllers when more than one replica runs (0: twice the replicas)")
 	scaleProfile := flag.String("scale-profile", "", "directory for the controller's CPU profile (the window's first 30 s) and heap profile (its end) per scale point (empty: none)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
@@ -79,6 +83,14 @@ func main() {
 		os.Exit(2)
 	}
 	targets, err := parseTargets(*scaleTargets)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	replicas, err := parseCounts("-scale-replicas", *scaleReplicas, 1, "1,2")
+	if err == nil && (*scaleBuckets < 0 || *scaleBuckets == 1 || *scaleBuckets > stats.MaxBuckets) {
+		err = fmt.Errorf("-scale-buckets %d: want 0 (twice the replicas) or 2..%d", *scaleBuckets, stats.MaxBuckets)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -109,7 +121,8 @@ func main() {
 		case "split":
 			err = b.splitShares(*splitConnects)
 		case "scale":
-			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady, controller: *scaleController, profileDir: *scaleProfile})
+			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady,
+				controller: *scaleController, profileDir: *scaleProfile, replicas: replicas, buckets: *scaleBuckets})
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}

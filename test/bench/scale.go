@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,8 +51,13 @@ type scaleOptions struct {
 	// tree's).
 	controller string
 	// profileDir receives the controller's CPU and heap profiles of each
-	// point (empty: none taken).
+	// point (empty: none taken; of the first replica when several).
 	profileDir string
+	// replicas are the controller replica counts each target count is
+	// measured with; with more than one, they split the targets into
+	// buckets (0: twice the replicas).
+	replicas []int
+	buckets  int
 }
 
 // wantStable is a warm target's load: its stable value if every report
@@ -61,19 +67,23 @@ const wantStable = podsPerTarget * perPodConcurrency
 // scaleRow is one scale point's results.
 type scaleRow struct {
 	targets, nodes            int
+	replicas, buckets         int
 	setup, steady             time.Duration
 	interval, duration        histogram
 	decisionsPerSec           float64
 	pokes                     []time.Duration
 	pokeMissed                int
-	ctrlCPU, apiCPU, fleetCPU float64 // cores
-	ctrlRSS, ctrlPeak         int64
-	writes, reviews           float64
-	writesBy                  string
-	ingest                    []time.Duration
-	posts                     int
-	drops, dropSample         string
-	controllerLog             string
+	ctrlCPU, apiCPU, fleetCPU float64 // cores; ctrlCPU of every replica
+	// ctrlCPUMax is the busiest replica's CPU; ctrlRSS and ctrlPeak are
+	// the largest replica's.
+	ctrlCPUMax        float64
+	ctrlRSS, ctrlPeak int64
+	writes, reviews   float64
+	writesBy          string
+	ingest            []time.Duration
+	posts             int
+	drops, dropSample string
+	controllerLog     string
 	// stable is the median of the warm targets' stable values at the
 	// window's end (want wantStable).
 	stable float64
@@ -83,11 +93,16 @@ type scaleRow struct {
 
 // parseTargets reads -scale-targets.
 func parseTargets(flagValue string) ([]int, error) {
+	return parseCounts("-scale-targets", flagValue, 2, "1000,3000,10000")
+}
+
+// parseCounts reads a comma-separated list of integers >= least.
+func parseCounts(flagName, flagValue string, least int, example string) ([]int, error) {
 	var ns []int
 	for _, f := range strings.Split(flagValue, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 2 {
-			return nil, fmt.Errorf("-scale-targets %q: %q is not a target count; want integers >= 2 separated by commas, e.g. 1000,3000,10000", flagValue, f)
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%s %q: %q is not a count; want integers >= %d separated by commas, e.g. %s", flagName, flagValue, f, least, example)
 		}
 		ns = append(ns, n)
 	}
@@ -101,17 +116,19 @@ func scale(o scaleOptions) error {
 	var rows []scaleRow
 	var errs []error
 	for _, n := range o.targets {
-		row, err := scalePoint(n, o)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%d targets: %w", n, err))
-			fmt.Fprintf(os.Stderr, "bench: scale %d targets: %v\n", n, err)
-			continue
-		}
-		rows = append(rows, row)
-		if len(o.targets) > 1 {
-			// The next point takes minutes (10,000 targets: half an
-			// hour of setup): a run stopped there keeps this one.
-			printScale([]scaleRow{row})
+		for _, replicas := range o.replicas {
+			row, err := scalePoint(n, replicas, o)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%d targets, %d replicas: %w", n, replicas, err))
+				fmt.Fprintf(os.Stderr, "bench: scale %d targets, %d replicas: %v\n", n, replicas, err)
+				continue
+			}
+			rows = append(rows, row)
+			if len(o.targets)*len(o.replicas) > 1 {
+				// The next point takes minutes (10,000 targets: half an
+				// hour of setup): a run stopped there keeps this one.
+				printScale([]scaleRow{row})
+			}
 		}
 	}
 	if len(rows) > 1 {
@@ -127,10 +144,10 @@ func printScale(rows []scaleRow) {
 	}
 	fmt.Println("\nDecision interval: time between two decisions of one target (goal p99 <= 2.2 s), from the controller's histogram over the window;")
 	fmt.Println("poke: an activator's first report for a target at zero -> Deployment watch shows spec.replicas >= 1 (goal p99 <= 50 ms);")
-	fmt.Println("CPU in cores over the window (controller goal <= 2, RSS <= 2 GB); writes/s: the API server's write requests over the window (all the controller's);")
+	fmt.Println("CPU in cores over the window (controller goal <= 2 a replica, RSS <= 2 GB): all replicas and the busiest; writes/s: the API server's write requests over the window (all the controller's);")
 	fmt.Println("ingest: round trip of the fleet's POSTs; drops: non-2xx by status, transport errors, skipped periods.")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "targets\tagents\tpods\tsetup\tsteady\tinterval p50\tp99\tmax\tdecisions/s\tdecide p99\tstable (want %.0f)\tpoke p50\tp99\tmax\tctrl CPU\tctrl RSS (peak)\twrites/s\treviews/s\tingest p50\tp99\tmax\tposts\tdrops\tapiserver+etcd CPU\tfleet CPU\t\n", wantStable)
+	fmt.Fprintf(w, "targets\treplicas (buckets)\tagents\tpods\tsetup\tsteady\tinterval p50\tp99\tmax\tdecisions/s\tdecide p99\tstable (want %.0f)\tpoke p50\tp99\tmax\tctrl CPU (busiest)\tctrl RSS (peak)\twrites/s\treviews/s\tingest p50\tp99\tmax\tposts\tdrops\tapiserver+etcd CPU\tfleet CPU\t\n", wantStable)
 	for _, r := range rows {
 		poke := func(p float64) string {
 			if len(r.pokes) == 0 {
@@ -150,11 +167,11 @@ func printScale(rows []scaleRow) {
 		if r.pokeMissed > 0 {
 			pokeMax = fmt.Sprintf("%s (%d >%v)", pokeMax, r.pokeMissed, pokeWait)
 		}
-		fmt.Fprintf(w, "%d\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
-			r.targets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
+		fmt.Fprintf(w, "%d\t%d (%d)\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f (%.2f)\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
+			r.targets, r.replicas, r.buckets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
 			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), intervalMax,
 			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)), r.stable,
-			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
+			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, r.ctrlCPUMax, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
 			fmtMs(percentile(r.ingest, 0.5)), fmtMs(percentile(r.ingest, 0.99)), fmtMs(percentile(r.ingest, 1)), r.posts, r.drops,
 			r.apiCPU, r.fleetCPU)
 	}
@@ -167,7 +184,7 @@ func printScale(rows []scaleRow) {
 		if r.notSteady != "" {
 			fmt.Printf("%d targets: never steady: %s\n", r.targets, r.notSteady)
 		}
-		fmt.Printf("%d targets: controller log: %s\n", r.targets, r.controllerLog)
+		fmt.Printf("%d targets, %d replicas: controller log: %s\n", r.targets, r.replicas, r.controllerLog)
 	}
 }
 
@@ -176,10 +193,16 @@ func mib(b int64) string           { return fmt.Sprintf("%dMiB", b>>20) }
 
 // scalePoint runs one scale point on a fresh control plane and stops
 // everything it started, also on error.
-func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
+func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	shape := newScaleShape(n, o.cold)
-	row = scaleRow{targets: n, nodes: shape.nodes}
-	fmt.Printf("\n%d targets, %d nodes: starting etcd and kube-apiserver\n", n, shape.nodes)
+	buckets := 1
+	if replicas > 1 {
+		if buckets = o.buckets; buckets == 0 {
+			buckets = 2 * replicas
+		}
+	}
+	row = scaleRow{targets: n, nodes: shape.nodes, replicas: replicas, buckets: buckets}
+	fmt.Printf("\n%d targets, %d nodes, %d controller replicas (%d buckets): starting etcd and kube-apiserver\n", n, shape.nodes, replicas, buckets)
 	// Every target has two Services with a cluster IP (public and
 	// private): envtest's default range, a /24, holds 254.
 	cp, err := startControlPlaneArgs("sockscale-controller", map[string]string{"service-cluster-ip-range": "10.96.0.0/12"},
@@ -190,10 +213,12 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	defer cp.stop()
 	// Interrupted (^C, or a timeout's SIGTERM), the point still stops its
 	// controller and control plane, which would outlive this process.
-	var ctrlOnExit atomic.Pointer[controllerProc]
+	var ctrlOnExit atomic.Pointer[[]*controllerProc]
 	defer atInterrupt(func() {
-		if p := ctrlOnExit.Load(); p != nil {
-			p.stop()
+		if ps := ctrlOnExit.Load(); ps != nil {
+			for _, p := range *ps {
+				p.stop()
+			}
 		}
 		cp.stop()
 	})()
@@ -218,13 +243,18 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	fmt.Printf("  nodes, agents, activators and tokens: %v\n", time.Since(start).Round(time.Second))
-	ctrl, err := startController(cp, o.controller, o.profileDir != "")
+	ctrls, err := startControllers(cp, o.controller, o.profileDir != "", replicas, buckets)
 	if err != nil {
 		return row, err
 	}
-	row.controllerLog = ctrl.log
-	defer ctrl.stop()
-	ctrlOnExit.Store(ctrl)
+	ctrl := ctrls[0] // the profiled one
+	var logs []string
+	for _, c := range ctrls {
+		logs = append(logs, c.log)
+		defer c.stop()
+	}
+	row.controllerLog = strings.Join(logs, " ")
+	ctrlOnExit.Store(&ctrls)
 	if err := sc.setupTargets(ctx); err != nil {
 		return row, err
 	}
@@ -236,6 +266,10 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	}
 	row.setup = time.Since(start)
 	fmt.Printf("  + endpoints: %v; controller RSS %s\n", row.setup.Round(time.Second), mib(processRSS(ctrl.pid())))
+	var statsURLs []string
+	for _, c := range ctrls {
+		statsURLs = append(statsURLs, c.statsURL)
+	}
 
 	reporters, err := agentBatches(shape, sc.agentTokens)
 	if err != nil {
@@ -248,7 +282,7 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 		}
 		reporters = append(reporters, r)
 	}
-	fl := startFleet(ctrl.statsURL, ctrl.tls, reporters)
+	fl := startFleet(statsURLs, ctrl.tls, reporters)
 	defer fl.stop()
 
 	steadyFrom := time.Now()
@@ -265,7 +299,7 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 
 	// The window.
 	apiPIDs := childPIDs("kube-apiserver", "etcd")
-	m0, err := scrapeURL(ctrl.metricsURL)
+	m0, err := scrapeAll(ctrls)
 	if err != nil {
 		return row, err
 	}
@@ -274,7 +308,7 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	t0 := time.Now()
-	ctrlCPU0, apiCPU0, selfCPU0 := processCPU(ctrl.pid()), cpuOf(apiPIDs), processCPU(os.Getpid())
+	ctrlCPU0, apiCPU0, selfCPU0 := cpuEach(ctrls), cpuOf(apiPIDs), processCPU(os.Getpid())
 	fl.rec.start()
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
@@ -288,7 +322,9 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	rssMax := int64(0)
 	for end := t0.Add(o.window); time.Now().Before(end); {
 		time.Sleep(min(time.Second, time.Until(end)))
-		rssMax = max(rssMax, processRSS(ctrl.pid()))
+		for _, c := range ctrls {
+			rssMax = max(rssMax, processRSS(c.pid()))
+		}
 	}
 	fl.rec.stop()
 	elapsed := time.Since(t0)
@@ -300,8 +336,8 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 			return row, err
 		}
 	}
-	ctrlCPU1, apiCPU1, selfCPU1 := processCPU(ctrl.pid()), cpuOf(apiPIDs), processCPU(os.Getpid())
-	m1, err := scrapeURL(ctrl.metricsURL)
+	ctrlCPU1, apiCPU1, selfCPU1 := cpuEach(ctrls), cpuOf(apiPIDs), processCPU(os.Getpid())
+	m1, err := scrapeAll(ctrls)
 	if err != nil {
 		return row, err
 	}
@@ -309,10 +345,17 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	if err != nil {
 		return row, err
 	}
-	row.ctrlCPU = (ctrlCPU1 - ctrlCPU0).Seconds() / elapsed.Seconds()
+	for k := range ctrls {
+		c := (ctrlCPU1[k] - ctrlCPU0[k]).Seconds() / elapsed.Seconds()
+		row.ctrlCPU += c
+		row.ctrlCPUMax = max(row.ctrlCPUMax, c)
+	}
 	row.apiCPU = (apiCPU1 - apiCPU0).Seconds() / elapsed.Seconds()
 	row.fleetCPU = (selfCPU1 - selfCPU0).Seconds() / elapsed.Seconds()
-	row.ctrlRSS, row.ctrlPeak = rssMax, processPeakRSS(ctrl.pid())
+	row.ctrlRSS = rssMax
+	for _, c := range ctrls {
+		row.ctrlPeak = max(row.ctrlPeak, processPeakRSS(c.pid()))
+	}
 	row.interval = histogramOf(m1, "sockscale_controller_decision_interval_seconds").sub(histogramOf(m0, "sockscale_controller_decision_interval_seconds"))
 	row.duration = histogramOf(m1, "sockscale_controller_decision_duration_seconds").sub(histogramOf(m0, "sockscale_controller_decision_duration_seconds"))
 	row.stable = medianStable(m1)
@@ -328,10 +371,10 @@ func scalePoint(n int, o scaleOptions) (row scaleRow, err error) {
 	for _, count := range fl.rec.codes {
 		row.posts += count
 	}
-	fmt.Printf("  window done: controller %.2f cores, %s; decisions %.0f/s\n", row.ctrlCPU, mib(row.ctrlRSS), row.decisionsPerSec)
+	fmt.Printf("  window done: controller %.2f cores (busiest replica %.2f), %s; decisions %.0f/s\n", row.ctrlCPU, row.ctrlCPUMax, mib(row.ctrlRSS), row.decisionsPerSec)
 
 	// Pokes, the fleet still posting.
-	row.pokes, row.pokeMissed, err = pokeAll(ctx, cs, ctrl, shape, sc.activatorTokens[0])
+	row.pokes, row.pokeMissed, err = pokeAll(ctx, cs, ctrls, shape, sc.activatorTokens[0])
 	return row, err
 }
 
@@ -435,7 +478,7 @@ const (
 // times each from just before its POST to the Deployment watch event
 // that shows spec.replicas >= 1. It returns the latencies and how many
 // got no such event within pokeWait.
-func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc, s scaleShape, token string) ([]time.Duration, int, error) {
+func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrls []*controllerProc, s scaleShape, token string) ([]time.Duration, int, error) {
 	w, err := cs.AppsV1().Deployments(coldNamespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, 0, err
@@ -458,9 +501,27 @@ func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc,
 			mu.Unlock()
 		}
 	}()
-	fl := &fleet{tlsCfg: ctrl.tls}
-	hc := fl.client()
-	defer hc.CloseIdleConnections()
+	// An activator posts to every replica, at once.
+	fl := &fleet{tlsCfg: ctrls[0].tls}
+	hcs := make([]*http.Client, len(ctrls))
+	for k := range ctrls {
+		hcs[k] = fl.client()
+		defer hcs[k].CloseIdleConnections()
+	}
+	postAll := func(r reporter) (int, error) {
+		codes, errs := make([]int, len(ctrls)), make([]error, len(ctrls))
+		var wg sync.WaitGroup
+		for k, c := range ctrls {
+			wg.Go(func() { codes[k], _, errs[k] = post(ctx, hcs[k], c.statsURL, r) })
+		}
+		wg.Wait()
+		for k := range ctrls {
+			if errs[k] != nil || codes[k]/100 != 2 {
+				return codes[k], errs[k]
+			}
+		}
+		return codes[0], nil
+	}
 	var lat []time.Duration
 	missed := 0
 	phaseEnd := time.Now().Add(pokePhase)
@@ -475,7 +536,7 @@ func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc,
 		}
 		// A warm connection, as an activator's is: the poke's own cost only.
 		if k == 0 {
-			if _, err := post(ctx, hc, ctrl.statsURL, reporter{token: token, body: mustActivatorBatch(s, token)}); err != nil {
+			if _, err := postAll(reporter{token: token, body: mustActivatorBatch(s, token)}); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -487,7 +548,7 @@ func pokeAll(ctx context.Context, cs kubernetes.Interface, ctrl *controllerProc,
 		// wait for its next report): the time counts from the first.
 		t0 := time.Now()
 		for {
-			code, err := post(ctx, hc, ctrl.statsURL, r)
+			code, err := postAll(r)
 			if err != nil {
 				return nil, 0, fmt.Errorf("poke %s: %w", coldName(k), err)
 			}
@@ -526,38 +587,68 @@ type controllerProc struct {
 
 func (p *controllerProc) pid() int { return p.cmd.Process.Pid }
 
-// startController runs bin (empty: this tree's controller, built) with
-// the control plane's admin kubeconfig, authentication on, stats over
-// HTTPS; with pprof, its Go profiles served on loopback.
-func startController(cp *controlPlane, bin string, pprof bool) (*controllerProc, error) {
+// startControllers runs replicas of bin (empty: this tree's controller,
+// built) with the control plane's admin kubeconfig, authentication on,
+// stats over HTTPS; with pprof, the first one's Go profiles served on
+// loopback. Several replicas elect a leader and split the targets into
+// buckets; their stats endpoints share a port on 127.0.0.2, .3, ...,
+// as the pods behind a Service would.
+func startControllers(cp *controlPlane, bin string, pprof bool, replicas, buckets int) ([]*controllerProc, error) {
 	if bin == "" {
 		var err error
 		if bin, err = goBuild(cp.dir, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller"); err != nil {
 			return nil, err
 		}
 	}
-	certFile, keyFile, tlsCfg, err := selfSignedTLS(cp.dir)
+	var ips []net.IP
+	for k := range replicas {
+		ips = append(ips, net.IPv4(127, 0, 0, byte(2+k)))
+	}
+	certFile, keyFile, tlsCfg, err := selfSignedTLS(cp.dir, ips)
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := freeAddrs(4)
+	port, err := sharedPort(ips)
 	if err != nil {
 		return nil, err
 	}
-	logFile, err := os.CreateTemp("", "sockscale-scale-controller-*.log")
+	var ps []*controllerProc
+	for k := range replicas {
+		p, err := startController(cp, bin, pprof && k == 0, k, net.JoinHostPort(ips[k].String(), port), certFile, keyFile, tlsCfg, replicas, buckets)
+		if err != nil {
+			for _, p := range ps {
+				p.stop()
+			}
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// startController runs replica k, its stats endpoint on statsAddr.
+func startController(cp *controlPlane, bin string, pprof bool, k int, statsAddr, certFile, keyFile string, tlsCfg *tls.Config, replicas, buckets int) (*controllerProc, error) {
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.CreateTemp("", fmt.Sprintf("sockscale-scale-controller-%d-*.log", k))
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	p := &controllerProc{statsURL: "https://" + addrs[2] + stats.Path, metricsURL: "http://" + addrs[0] + "/metrics", tls: tlsCfg, log: logFile.Name()}
+	p := &controllerProc{statsURL: "https://" + statsAddr + stats.Path, metricsURL: "http://" + addrs[0] + "/metrics", tls: tlsCfg, log: logFile.Name()}
 	p.cmd = exec.Command(bin, "--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1],
-		"--stats-bind-address="+addrs[2], "--stats-tls-cert-file="+certFile, "--stats-tls-key-file="+keyFile,
+		"--stats-bind-address="+statsAddr, "--stats-tls-cert-file="+certFile, "--stats-tls-key-file="+keyFile,
 		"--autoscaler-config="+scaleSystem+"/sockscale-autoscaler", "--activator-namespace="+scaleSystem)
-	if pprof {
-		p.pprofURL = "http://" + addrs[3] + "/debug/pprof/"
-		p.cmd.Args = append(p.cmd.Args, "--pprof-bind-address="+addrs[3])
+	if replicas > 1 {
+		p.cmd.Args = append(p.cmd.Args, "--leader-elect", fmt.Sprintf("--buckets=%d", buckets))
 	}
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.kubeconfig, "POD_NAMESPACE="+scaleSystem)
+	if pprof {
+		p.pprofURL = "http://" + addrs[2] + "/debug/pprof/"
+		p.cmd.Args = append(p.cmd.Args, "--pprof-bind-address="+addrs[2])
+	}
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.kubeconfig, "POD_NAMESPACE="+scaleSystem, fmt.Sprintf("POD_NAME=sockscale-controller-%d", k))
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start controller: %w", err)
@@ -567,6 +658,60 @@ func startController(cp *controlPlane, bin string, pprof bool) (*controllerProc,
 		return nil, fmt.Errorf("controller not ready (log %s): %w", p.log, err)
 	}
 	return p, nil
+}
+
+// sharedPort is a TCP port free on every one of ips.
+func sharedPort(ips []net.IP) (string, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ips[0].String(), "0"))
+		if err != nil {
+			return "", err
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		free := true
+		for _, ip := range ips[1:] {
+			l2, err := net.Listen("tcp", net.JoinHostPort(ip.String(), port))
+			if err != nil {
+				free = false
+				break
+			}
+			_ = l2.Close()
+		}
+		_ = l.Close()
+		if free {
+			return port, nil
+		}
+	}
+	return "", fmt.Errorf("no port free on all of %v", ips)
+}
+
+// scrapeAll reads every replica's /metrics as one: each series of every
+// replica, so counters and histograms add up.
+func scrapeAll(ctrls []*controllerProc) (promSamples, error) {
+	all := promSamples{}
+	for _, c := range ctrls {
+		m, err := scrapeURL(c.metricsURL)
+		if err != nil {
+			return nil, err
+		}
+		for name, f := range m {
+			if have := all[name]; have != nil {
+				have.Metric = append(have.Metric, f.Metric...)
+			} else {
+				all[name] = f
+			}
+		}
+	}
+	return all, nil
+}
+
+// cpuEach is each replica's CPU time so far.
+func cpuEach(ctrls []*controllerProc) []time.Duration {
+	out := make([]time.Duration, len(ctrls))
+	for k, c := range ctrls {
+		out[k] = processCPU(c.pid())
+	}
+	return out
 }
 
 // saveProfile writes the controller's pprof profile (e.g. "heap",

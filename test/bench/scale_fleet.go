@@ -115,18 +115,20 @@ type reporter struct {
 }
 
 // fleet posts every reporter's batch once a second, each at its own
-// random phase, until stopped.
+// random phase, to every controller replica, until stopped. An agent
+// sends a replica that names its buckets only their pod records, as the
+// agents' reporter does (stats.Split).
 type fleet struct {
-	url    string
+	urls   []string
 	tlsCfg *tls.Config
 	rec    *fleetRecorder
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func startFleet(url string, tlsCfg *tls.Config, reporters []reporter) *fleet {
+func startFleet(urls []string, tlsCfg *tls.Config, reporters []reporter) *fleet {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fleet{url: url, tlsCfg: tlsCfg, rec: &fleetRecorder{codes: map[int]int{}}, cancel: cancel}
+	f := &fleet{urls: urls, tlsCfg: tlsCfg, rec: &fleetRecorder{codes: map[int]int{}}, cancel: cancel}
 	for _, r := range reporters {
 		f.wg.Go(func() { f.run(ctx, r) })
 	}
@@ -144,12 +146,19 @@ func (f *fleet) client() *http.Client {
 		MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, IdleConnTimeout: time.Minute}}
 }
 
-// run posts r's batch every second from a random phase on. A post still
-// in flight when the next is due skips that period, as a real agent's
-// reporter replaces a queued batch by the fresh one.
+// run posts r's batch every second from a random phase on, to every
+// replica at once, each post recorded. A post still in flight when the
+// next is due skips that period, as a real agent's reporter replaces a
+// queued batch by the fresh one.
 func (f *fleet) run(ctx context.Context, r reporter) {
-	hc := f.client()
-	defer hc.CloseIdleConnections()
+	hcs := make([]*http.Client, len(f.urls))
+	for k := range f.urls {
+		hcs[k] = f.client()
+		defer hcs[k].CloseIdleConnections()
+	}
+	routes := make([]stats.Buckets, len(f.urls)) // what each replica named last
+	bodies := make([][]byte, len(f.urls))
+	codes, errs, rtts := make([]int, len(f.urls)), make([]error, len(f.urls)), make([]time.Duration, len(f.urls))
 	next := time.Now().Add(time.Duration(mrand.Int64N(int64(time.Second))))
 	read := next.Add(-time.Second) // the agent's previous read of its counters
 	timer := time.NewTimer(time.Until(next))
@@ -164,14 +173,35 @@ func (f *fleet) run(ctx context.Context, r reporter) {
 		if r.agent != nil {
 			r.agent.Start, r.agent.Period = read, t0.Sub(read)
 			read = t0
-			body, err := stats.Append(r.body[:0], r.agent)
-			if err != nil {
-				panic(err) // the batch encoded once already
+			// Each replica's body in a buffer of its own, reused from
+			// period to period.
+			for k, part := range stats.Split(r.agent, routes) {
+				body, err := stats.Append(bodies[k][:0], part)
+				if err != nil {
+					panic(err) // the batch encoded once already
+				}
+				bodies[k] = body
 			}
-			r.body = body
+		} else {
+			for k := range bodies {
+				bodies[k] = r.body // an activator's: never changes
+			}
 		}
-		code, err := post(ctx, hc, f.url, r)
-		rtt := time.Since(t0)
+		var wg sync.WaitGroup
+		for k, url := range f.urls {
+			wg.Go(func() {
+				one := r
+				one.body = bodies[k]
+				var named string
+				codes[k], named, errs[k] = post(ctx, hcs[k], url, one)
+				rtts[k] = time.Since(t0)
+				routes[k] = stats.Buckets{}
+				if named != "" {
+					routes[k], _ = stats.ParseBuckets(named)
+				}
+			})
+		}
+		wg.Wait()
 		if ctx.Err() != nil {
 			return
 		}
@@ -183,16 +213,20 @@ func (f *fleet) run(ctx context.Context, r reporter) {
 		if skipped > 0 {
 			read = next.Add(-time.Second) // that read's batch was dropped
 		}
-		f.rec.record(rtt, code, err, skipped)
+		for k := range f.urls {
+			f.rec.record(rtts[k], codes[k], errs[k], skipped)
+			skipped = 0 // counted once per period
+		}
 		timer.Reset(time.Until(next))
 	}
 }
 
-// post sends one batch and returns the answer's status.
-func post(ctx context.Context, hc *http.Client, url string, r reporter) (int, error) {
+// post sends one batch and returns the answer's status and the buckets
+// the replica named (stats.HeaderBuckets, "" if none).
+func post(ctx context.Context, hc *http.Client, url string, r reporter) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(r.body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	req.Header.Set("Content-Type", stats.ContentType)
 	req.Header.Set("Authorization", "Bearer "+r.token)
@@ -201,11 +235,11 @@ func post(ctx context.Context, hc *http.Client, url string, r reporter) (int, er
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header.Get(stats.HeaderBuckets), nil
 }
 
 // agentBatches are the agents' batches: node n's agent reports its
@@ -251,9 +285,9 @@ func activatorBatch(s scaleShape, k int, token string, poke int) (reporter, erro
 	return reporter{token: token, body: body}, err
 }
 
-// selfSignedTLS writes a certificate and key for 127.0.0.1 into dir and
+// selfSignedTLS writes a certificate and key for ips into dir and
 // returns their paths and a client configuration that trusts it.
-func selfSignedTLS(dir string) (certFile, keyFile string, cfg *tls.Config, err error) {
+func selfSignedTLS(dir string, ips []net.IP) (certFile, keyFile string, cfg *tls.Config, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", nil, err
@@ -261,7 +295,7 @@ func selfSignedTLS(dir string) (certFile, keyFile string, cfg *tls.Config, err e
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sockscale-controller"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, BasicConstraintsValid: true, IsCA: true}
+		IPAddresses: ips, BasicConstraintsValid: true, IsCA: true}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return "", "", nil, err

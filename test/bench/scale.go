@@ -73,6 +73,9 @@ type scaleRow struct {
 	decisionsPerSec           float64
 	pokes                     []time.Duration
 	pokeMissed                int
+	// scaleWrite is the API server's duration of the /scale writes while
+	// the pokes ran (apiserver_request_duration_seconds).
+	scaleWrite histogram
 	ctrlCPU, apiCPU, fleetCPU float64 // cores; ctrlCPU of every replica
 	// ctrlCPUMax is the busiest replica's CPU; ctrlRSS and ctrlPeak are
 	// the largest replica's.
@@ -183,6 +186,10 @@ func printScale(rows []scaleRow) {
 		}
 		if r.notSteady != "" {
 			fmt.Printf("%d targets: never steady: %s\n", r.targets, r.notSteady)
+		}
+		if n := r.scaleWrite.total(); n > 0 {
+			fmt.Printf("%d targets: during the pokes the API server took p50 %s, p99 %s for %.0f /scale writes (of each poke's time)\n",
+				r.targets, r.scaleWrite.seconds(r.scaleWrite.quantile(0.5)), r.scaleWrite.seconds(r.scaleWrite.quantile(0.99)), n)
 		}
 		fmt.Printf("%d targets, %d replicas: controller log: %s\n", r.targets, r.replicas, r.controllerLog)
 	}
@@ -373,9 +380,24 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	}
 	fmt.Printf("  window done: controller %.2f cores (busiest replica %.2f), %s; decisions %.0f/s\n", row.ctrlCPU, row.ctrlCPUMax, mib(row.ctrlRSS), row.decisionsPerSec)
 
-	// Pokes, the fleet still posting.
+	// Pokes, the fleet still posting; with the API server's own time for
+	// the /scale writes they make, the part of a poke the controller does
+	// not control.
+	p0, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return row, err
+	}
 	row.pokes, row.pokeMissed, err = pokeAll(ctx, cs, ctrls, shape, sc.activatorTokens[0])
-	return row, err
+	if err != nil {
+		return row, err
+	}
+	p1, err := scrapeAPIServer(ctx, cs)
+	if err != nil {
+		return row, err
+	}
+	scaleWrites := []string{"verb", "PUT", "resource", "deployments", "subresource", "scale"}
+	row.scaleWrite = histogramOf(p1, "apiserver_request_duration_seconds", scaleWrites...).sub(histogramOf(p0, "apiserver_request_duration_seconds", scaleWrites...))
+	return row, nil
 }
 
 // medianStable is the median of the warm targets' stable values in a

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -24,8 +25,9 @@ type histogram struct {
 	counts []float64
 }
 
-// histogramOf is the sum of histogram name's series in s (empty if none).
-func histogramOf(s promSamples, name string) histogram {
+// histogramOf is the sum of histogram name's series in s that carry
+// every label name/value pair of labels (empty if none).
+func histogramOf(s promSamples, name string, labels ...string) histogram {
 	var h histogram
 	f := s[name]
 	if f == nil {
@@ -33,7 +35,7 @@ func histogramOf(s promSamples, name string) histogram {
 	}
 	for _, m := range f.GetMetric() {
 		ph := m.GetHistogram()
-		if ph == nil {
+		if ph == nil || !hasLabels(m.GetLabel(), labels) {
 			continue
 		}
 		if h.bounds == nil {
@@ -52,6 +54,22 @@ func histogramOf(s promSamples, name string) histogram {
 		h.counts[len(h.bounds)] += float64(ph.GetSampleCount())
 	}
 	return h
+}
+
+// hasLabels tells whether have holds every name/value pair of want.
+func hasLabels(have []*dto.LabelPair, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		found := false
+		for _, l := range have {
+			if l.GetName() == want[i] && l.GetValue() == want[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // sub is what h counted since old, an earlier scrape of the same series.

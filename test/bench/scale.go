@@ -66,16 +66,16 @@ const wantStable = podsPerTarget * perPodConcurrency
 
 // scaleRow is one scale point's results.
 type scaleRow struct {
-	targets, nodes            int
-	replicas, buckets         int
-	setup, steady             time.Duration
-	interval, duration        histogram
-	decisionsPerSec           float64
-	pokes                     []time.Duration
-	pokeMissed                int
+	targets, nodes     int
+	replicas, buckets  int
+	setup, steady      time.Duration
+	interval, duration histogram
+	decisionsPerSec    float64
+	pokes              []time.Duration
+	pokeMissed         int
 	// scaleWrite is the API server's duration of the /scale writes while
 	// the pokes ran (apiserver_request_duration_seconds).
-	scaleWrite histogram
+	scaleWrite                histogram
 	ctrlCPU, apiCPU, fleetCPU float64 // cores; ctrlCPU of every replica
 	// ctrlCPUMax is the busiest replica's CPU; ctrlRSS and ctrlPeak are
 	// the largest replica's.

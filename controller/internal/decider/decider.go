@@ -41,8 +41,12 @@ type Decision struct {
 
 // Decider is one target's autoscaling state.
 type Decider struct {
-	s   config.Settings
-	log logr.Logger
+	s config.Settings
+	// log is shared by every decider, and target names this one's
+	// target in its lines: a logger made per target with WithValues
+	// kept an encoder buffer each, 37.5 MB at 10,000 targets.
+	log    logr.Logger
+	target string
 
 	// panicSince is when the target was last over the panic threshold;
 	// zero when not panicking.
@@ -62,8 +66,9 @@ type sample struct {
 // New returns a decider for a target that has readyPods ready now. A target
 // with more than one ready pod starts in panic at that count, so a
 // controller restart never scales a busy target down on its first ticks.
-func New(s config.Settings, readyPods int32, now time.Time, log logr.Logger) *Decider {
-	d := &Decider{s: s, log: log}
+// Its panic transitions are logged to log with target as "podautoscaler".
+func New(s config.Settings, readyPods int32, now time.Time, log logr.Logger, target string) *Decider {
+	d := &Decider{s: s, log: log, target: target}
 	if readyPods > 1 {
 		d.panicSince = now
 		d.maxPanicPods = readyPods
@@ -110,7 +115,7 @@ func (d *Decider) Decide(now time.Time, in Inputs) Decision {
 	over := rawPanic/ready >= s.PanicThreshold
 	switch {
 	case over && d.panicSince.IsZero():
-		d.log.Info("PANICKING", "panicPods", rawPanic, "readyPods", ready, "threshold", s.PanicThreshold, "panicValue", in.Panic)
+		d.log.Info("PANICKING", "podautoscaler", d.target, "panicPods", rawPanic, "readyPods", ready, "threshold", s.PanicThreshold, "panicValue", in.Panic)
 		d.panicSince = now
 	case over:
 		d.panicSince = now // still over: the panic lasts a stable window from now
@@ -118,7 +123,7 @@ func (d *Decider) Decide(now time.Time, in Inputs) Decision {
 		// Strictly more than a stable window since the last tick over the
 		// threshold (Knative's rule): over at 6 s, a 60 s window, still
 		// panicking at 66 s, out at the first tick after.
-		d.log.Info("Un-panicking", "stablePods", stablePods, "readyPods", ready, "overSince", d.panicSince)
+		d.log.Info("Un-panicking", "podautoscaler", d.target, "stablePods", stablePods, "readyPods", ready, "overSince", d.panicSince)
 		d.panicSince = time.Time{}
 		d.maxPanicPods = 0
 	}

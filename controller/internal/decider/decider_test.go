@@ -53,7 +53,7 @@ func TestOneDecision(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := New(tt.s, 0, t0, logr.Discard())
+			d := New(tt.s, 0, t0, logr.Discard(), "default/hello")
 			got := d.Decide(t0, tt.in)
 			if !got.Valid || got.DesiredScale != tt.want {
 				t.Errorf("desired %d (valid %v), want %d", got.DesiredScale, got.Valid, tt.want)
@@ -81,7 +81,7 @@ func TestNoDataNoDecision(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := settings(t, tt.cc, tt.spec)
-			got := New(s, 0, t0, logr.Discard()).Decide(t0, Inputs{ReadyPods: 0})
+			got := New(s, 0, t0, logr.Discard(), "default/hello").Decide(t0, Inputs{ReadyPods: 0})
 			want := Decision{DesiredScale: -1, ExcessBurstCapacity: tt.wantEBC, Activators: Activators(s, 0)}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -105,7 +105,7 @@ func TestExcessBurstCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)}) // total 10
-		got := New(s, 0, t0, logr.Discard()).Decide(t0, in(tt.ready, tt.panic, tt.panic))
+		got := New(s, 0, t0, logr.Discard(), "default/hello").Decide(t0, in(tt.ready, tt.panic, tt.panic))
 		if got.ExcessBurstCapacity != tt.want {
 			t.Errorf("TBC %v ready %d panic %v: EBC %d, want %d", tt.tbc, tt.ready, tt.panic, got.ExcessBurstCapacity, tt.want)
 		}
@@ -135,7 +135,7 @@ func TestActivators(t *testing.T) {
 
 func TestPanicTimeline(t *testing.T) {
 	s := settings(t, 0, nil) // target 70, threshold 2, stable window 60s
-	d := New(s, 1, t0, logr.Discard())
+	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 	steps := []struct {
 		at        int
@@ -164,12 +164,12 @@ func TestPanicTimeline(t *testing.T) {
 
 func TestRestartStartsInPanic(t *testing.T) {
 	s := settings(t, 0, nil)
-	d := New(s, 5, t0, logr.Discard()) // a busy target when the controller starts
+	d := New(s, 5, t0, logr.Discard(), "default/hello") // a busy target when the controller starts
 	// Quiet first windows (a fresh collector) must not scale it down.
 	if got := d.Decide(t0.Add(2*time.Second), in(5, 10, 10)); got.DesiredScale != 5 || !got.Panicking {
 		t.Errorf("first decision after a restart: %d panicking %v, want 5 true", got.DesiredScale, got.Panicking)
 	}
-	if got := New(s, 1, t0, logr.Discard()).Decide(t0, in(1, 10, 10)); got.Panicking {
+	if got := New(s, 1, t0, logr.Discard(), "default/hello").Decide(t0, in(1, 10, 10)); got.Panicking {
 		t.Error("a target with one ready pod starts panicking")
 	}
 }
@@ -177,7 +177,7 @@ func TestRestartStartsInPanic(t *testing.T) {
 func TestScaleDownDelay(t *testing.T) {
 	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr(30 * time.Second)})
 	s.MaxScaleDownRate = 1000 // let the delay alone hold the count
-	d := New(s, 1, t0, logr.Discard())
+	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 	steps := []struct {
 		at   int
@@ -202,7 +202,7 @@ func TestScaleDownDelay(t *testing.T) {
 // are not remembered by it.
 func TestScaleDownDelaySkippedWhileUnreachable(t *testing.T) {
 	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr(30 * time.Second)})
-	d := New(s, 1, t0, logr.Discard())
+	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 	unreachable := func(ready int32, v float64) Inputs {
 		return Inputs{ReadyPods: ready, Stable: v, Panic: v, HasData: true}
@@ -230,7 +230,7 @@ func TestScaleDownDelaySkippedWhileUnreachable(t *testing.T) {
 // ceil(ceil(target/u) * 1.1)] at every check (here with target 10, u 0.7).
 func TestStepLoadStaysInBand(t *testing.T) {
 	s := settings(t, 0, &config.Overrides{Target: ptr(10.0)}) // target value 7
-	d := New(s, 1, t0, logr.Discard())
+	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	ready := int32(1)
 	now := t0
 	for _, offered := range []float64{7, 14, 21, 28} {
@@ -253,7 +253,7 @@ func TestStepLoadStaysInBand(t *testing.T) {
 // load needing 2 pods settles at exactly 2, with a positive EBC.
 func TestBurstCapacitySettlesAtTwo(t *testing.T) {
 	s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(7.0)}) // target value 7
-	d := New(s, 1, t0, logr.Discard())
+	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	ready := int32(1)
 	var got Decision
 	for i := range 60 {
@@ -271,7 +271,7 @@ func BenchmarkDecide10000(b *testing.B) {
 	s := settings(b, 0, nil)
 	ds := make([]*Decider, 10000)
 	for i := range ds {
-		ds[i] = New(s, 3, t0, logr.Discard())
+		ds[i] = New(s, 3, t0, logr.Discard(), "default/hello")
 	}
 	now := t0
 	for b.Loop() {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -97,6 +98,15 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	return o, nil
 }
 
+// deciderLog is every decider's logger, made on first use (after main
+// has set the logger); r.mu is held.
+func (r *PodAutoscaler) deciderLog() logr.Logger {
+	if r.decisionLog.GetSink() == nil {
+		r.decisionLog = log.Log.WithName("decider")
+	}
+	return r.decisionLog
+}
+
 // decider returns the PodAutoscaler's decider, made on its first tick (a
 // busy target starts in panic, see decider.New).
 func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings, ready int32, now time.Time) *decider.Decider {
@@ -107,7 +117,7 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 	}
 	t, ok := r.targets[key]
 	if !ok {
-		t = &targetState{decider: decider.New(s, ready, now, log.Log.WithName("decider").WithValues("podautoscaler", key.String())), lastDesired: -1}
+		t = &targetState{decider: decider.New(s, ready, now, r.deciderLog(), key.String()), lastDesired: -1}
 		r.targets[key] = t
 	}
 	if t.collected != collected {

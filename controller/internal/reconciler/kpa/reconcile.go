@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,6 +78,8 @@ type PodAutoscaler struct {
 	zeroIndex atomic.Pointer[map[collector.Key][]collector.Key]
 	// pokes carries PodAutoscalers to decide at once (Poke).
 	pokes chan event.GenericEvent
+	// decisionLog is shared by every decider (deciderLog).
+	decisionLog logr.Logger
 }
 
 var _ reconcile.Reconciler = (*PodAutoscaler)(nil)

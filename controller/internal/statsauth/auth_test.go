@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -353,5 +354,48 @@ func BenchmarkAuthenticateCached(b *testing.B) {
 		if _, err := a.Authenticate(context.Background(), tok); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPermissionsSharedByUser: the tokens of many agents (one
+// ServiceAccount, each bound to its own pod and node) cost one
+// TokenReview each but one SubjectAccessReview per resource between
+// them; the answers are asked again after a third of SuccessTTL (a
+// refusal after FailureTTL), so a revoked permission takes effect.
+func TestPermissionsSharedByUser(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	f := newFake()
+	for i := range 100 {
+		f.users[fmt.Sprintf("agent-%d", i)] = authnv1.UserInfo{Username: agentUser,
+			Extra: map[string]authnv1.ExtraValue{ExtraPodName: {fmt.Sprintf("sockscale-agent-%d", i)}, ExtraNodeName: {fmt.Sprintf("node-%d", i)}}}
+	}
+	a := New(Options{Reviewer: f, Clock: clk})
+	for i := range 100 {
+		c, err := a.Authenticate(t.Context(), jwt(fmt.Sprintf("agent-%d", i), []string{DefaultAudience}, t0.Add(time.Hour)))
+		if err != nil || !c.Agent || c.Node != fmt.Sprintf("node-%d", i) {
+			t.Fatalf("agent %d: %+v, %v", i, c, err)
+		}
+	}
+	if reviews, sars := f.counts(); reviews != 100 || sars != 2 {
+		t.Errorf("100 agents: %d TokenReviews and %d SubjectAccessReviews, want 100 and 2 (nodestats and targetstats, once)", reviews, sars)
+	}
+	// The agents' permission is revoked; 31 s on, a new agent's token is
+	// reviewed with the question asked again.
+	f.mu.Lock()
+	f.allowed[agentUser] = nil
+	f.mu.Unlock()
+	clk.SetTime(t0.Add(31 * time.Second))
+	if _, err := a.Authenticate(t.Context(), jwt("agent", []string{DefaultAudience}, t0.Add(time.Hour))); !errors.Is(err, ErrForbidden) {
+		t.Errorf("after the permission was revoked and 31 s: err = %v, want ErrForbidden", err)
+	}
+	if _, sars := f.counts(); sars != 4 {
+		t.Errorf("%d SubjectAccessReviews, want 4: the cached answers expired after 30 s", sars)
+	}
+	// The refusal is shared too, for FailureTTL.
+	if _, err := a.Authenticate(t.Context(), jwt("agent-0", []string{DefaultAudience}, t0.Add(2*time.Hour))); !errors.Is(err, ErrForbidden) {
+		t.Errorf("another agent's new token: err = %v, want ErrForbidden", err)
+	}
+	if _, sars := f.counts(); sars != 4 {
+		t.Errorf("%d SubjectAccessReviews, want still 4 (the refusal is cached)", sars)
 	}
 }

@@ -332,7 +332,10 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		Metrics:                 kpa.NewMetrics(crmetrics.Registry),
 		Prober:                  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:                  mgr.GetEventRecorder("sockscale-controller"),
-		MaxConcurrentReconciles: f.concurrentReconciles}
+		MaxConcurrentReconciles: f.concurrentReconciles,
+		// As many status writers as deciders: a decision no longer waits
+		// for its status write, and the writes keep pace with changes.
+		StatusWriters: f.concurrentReconciles}
 	nodes := socketlayer.NewTracker(clock.RealClock{})
 	nodesChanged := make(chan event.GenericEvent, 1)
 	if err := mgr.Add(&socketlayer.Notifier{Tracker: nodes, C: nodesChanged, Object: &v1alpha1.ServerlessService{}}); err != nil {

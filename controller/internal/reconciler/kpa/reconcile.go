@@ -56,6 +56,10 @@ type PodAutoscaler struct {
 	// (targetState's decider and zero rules) has one writer; what targets
 	// share (targets, atZero and the copy of it Poke reads) is under mu.
 	MaxConcurrentReconciles int
+	// StatusWriters, if above 0, write statuses apart from the decisions,
+	// the latest of each target (statusWriter); 0 writes each in its
+	// Reconcile.
+	StatusWriters int
 	// Buckets, if set, are the targets (by the Deployment they scale)
 	// this replica decides, its other replicas deciding the rest: the
 	// reconciler then runs on every replica, leader or not. Nil: every
@@ -80,6 +84,8 @@ type PodAutoscaler struct {
 	pokes chan event.GenericEvent
 	// decisionLog is shared by every decider (deciderLog).
 	decisionLog logr.Logger
+	// writer writes statuses when StatusWriters > 0.
+	writer *statusWriter
 }
 
 var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
@@ -190,6 +196,12 @@ func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Buckets != nil {
 		opts.NeedLeaderElection = ptr(false)
 		b = b.WatchesRawSource(r.Buckets.Resync(r.ownedKeys, mgr.GetLogger().WithName("podautoscaler")))
+	}
+	if r.StatusWriters > 0 {
+		r.writer = newStatusWriter(r.Client, r.StatusWriters)
+		if err := mgr.Add(r.writer); err != nil {
+			return err
+		}
 	}
 	return b.WithOptions(opts).Complete(r)
 }

@@ -105,12 +105,17 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 }
 
 // writeStatus writes status if it changed: every target ticks every 2 s,
-// and an idle one should not cost the API server a write each time.
+// and an idle one should not cost the API server a write each time. With
+// status writers (StatusWriters), it hands the write to them and returns.
 func (r *PodAutoscaler) writeStatus(ctx context.Context, pa *v1alpha1.PodAutoscaler, status *v1alpha1.PodAutoscalerStatus) error {
 	if equality.Semantic.DeepEqual(&pa.Status, status) {
 		return nil
 	}
 	pa.Status = *status
+	if r.writer != nil {
+		r.writer.write(pa)
+		return nil
+	}
 	if err := r.Client.Status().Update(ctx, pa); err != nil && !apierrors.IsConflict(err) {
 		return fmt.Errorf("update status of %s: %w", pa.Name, err)
 	}

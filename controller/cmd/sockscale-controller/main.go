@@ -81,7 +81,8 @@ type flags struct {
 	release     bool
 	releaseStop *types.NamespacedName
 	// concurrentReconciles is how many PodAutoscalers (and collector
-	// views, and ServerlessServices) are reconciled at once.
+	// views, and ServerlessServices) are reconciled at once, and how many
+	// PodAutoscaler statuses are written at once.
 	concurrentReconciles int
 	// buckets splits the targets among the replicas (1: the leader
 	// decides them all); bucketNamespace holds the buckets' Leases:

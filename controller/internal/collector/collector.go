@@ -296,6 +296,28 @@ func (c *Collector) target(key Key) *target {
 	return c.targets[key]
 }
 
+// Restart drops what a target's windows hold, as at a cold start: its
+// values average only the seconds reported from now on, and until a
+// source reports it has no data (the decider then holds its scale). What
+// it was told of its pods (Expect, Members) stays. A replica that wins a
+// bucket calls it for the bucket's targets: it got none of their records
+// while another replica held them, and the seconds between what it kept
+// from before and now would otherwise read as zeros.
+func (c *Collector) Restart(key Key) {
+	t := c.target(key)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ring.Reset()
+	for _, p := range t.pods {
+		p.src = source{}
+	}
+	t.activators = make(map[string]*source)
+	t.poked, t.since, t.started = time.Time{}, 0, time.Time{}
+}
+
 // Forget stops collecting for a target on behalf of by, and drops its
 // windows when no one else watches it.
 func (c *Collector) Forget(key, by Key) {

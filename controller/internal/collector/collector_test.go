@@ -663,3 +663,30 @@ func TestTwoPodAutoscalersShareATarget(t *testing.T) {
 		t.Errorf("a target watched anew kept the old windows: %+v", v)
 	}
 }
+
+// TestRestartForgetsTheGap: a replica kept a target's windows while it
+// held its bucket (load 10), then got no reports for 30 s while another
+// replica held it. Read as they are, the windows would average 30 s of
+// 10 over 60 s, about 5: half the load. Restarted when the bucket comes back,
+// they have no data until the next report, and then average only the
+// seconds reported since: 20, the load of now.
+func TestRestartForgetsTheGap(t *testing.T) {
+	r := newRig(t, nil)
+	for k := 0.5; k < 30; k++ {
+		r.arrive(k, batch("node-a", pod{10, 0, 10, 0}))
+	}
+	if got := r.values(60).Stable; got < 4.5 || got > 5.5 {
+		t.Fatalf("without a restart the gap reads as zeros: stable %v, want about 5 (the case Restart is for)", got)
+	}
+	r.c.Restart(hello)
+	if got := r.values(60.2); got.HasData {
+		t.Errorf("right after Restart: %+v, want no data", got)
+	}
+	for k := 60.5; k < 64; k++ {
+		r.arrive(k, batch("node-a", pod{20, 0, 20, 0}))
+	}
+	if diff := cmp.Diff(Values{Stable: 20, Panic: 20, HasData: true}, r.values(64)); diff != "" {
+		t.Errorf("after Restart and 3 s of reports (-want +got):\n%s", diff)
+	}
+	r.c.Restart(Key{"ns", "unwatched"}) // nothing to restart: no effect
+}

@@ -87,8 +87,11 @@ func (r *Ring[T]) Get(sec int64) (T, bool) {
 	return r.buckets[r.slot(sec)], true
 }
 
-// Written reports whether anything was ever written.
+// Written reports whether anything was written since New or Reset.
 func (r *Ring[T]) Written() bool { return r.written }
+
+// Reset empties the ring: the next write is its first.
+func (r *Ring[T]) Reset() { r.written = false }
 
 // Resize changes how many seconds the ring holds, keeping the newest
 // that still fit.

@@ -119,6 +119,13 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 	if !ok {
 		t = &targetState{decider: decider.New(s, ready, now, r.deciderLog(), key.String()), lastDesired: -1}
 		r.targets[key] = t
+		if r.Buckets != nil {
+			// Its bucket was just won (or the target is new): what the
+			// windows kept from before is old, and the records went to
+			// another replica since; they start afresh, so that the
+			// decision holds until this replica's first reports.
+			r.Collector.Restart(collected)
+		}
 	}
 	if t.collected != collected {
 		if t.collected != (collector.Key{}) {

@@ -31,10 +31,6 @@ func MemberLeaseName(identity string) string {
 	return fmt.Sprintf("sockscale-controller-member-%016x", h.Sum64())
 }
 
-func metaOf(namespace, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: namespace, Name: name}
-}
-
 // assign is the buckets a replica should bid for: those the live
 // members, sorted, take in turn (bucket i to members[i mod len]), so the
 // shares differ by one bucket at most; and orphans, buckets no one has

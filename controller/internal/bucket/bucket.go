@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection"
@@ -249,7 +250,7 @@ func (s *Set) elect(ctx context.Context, i int, term uint64, b *bid) {
 	log := s.opts.Log.WithValues("bucket", i, "of", s.opts.Count)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metaOf(s.opts.Namespace, LeaseName(i, s.opts.Count)),
+			LeaseMeta:  metav1.ObjectMeta{Namespace: s.opts.Namespace, Name: LeaseName(i, s.opts.Count)},
 			Client:     s.opts.Leases,
 			LockConfig: resourcelock.ResourceLockConfig{Identity: s.opts.Identity},
 		},

@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -27,8 +31,9 @@ import (
 // for both), then
 //   - 100 concurrent requests arriving at zero for a target with
 //     containerConcurrency 1 and max-scale 10 are all answered 200 by at
-//     most 10 pods, and no pod has more than 1 at once (the activators
-//     in the path share each pod's one slot);
+//     most 10 pods, and no pod has more than 1 at once (one activator in
+//     the path: a pod's one slot cannot be split, and an activator
+//     without any would hold its requests for good at max-scale);
 //   - one request at zero for a target with activation-scale 5 brings
 //     exactly 5 pods.
 func TestE2EActivatorColdStarts(t *testing.T) {
@@ -73,6 +78,7 @@ func hundredAtZero(t *testing.T, s *stack.Stack, name string) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+	timeline := watchActivators(watchCtx, s, name)
 	c := oneShotClient(2 * time.Minute)
 	answers := make([]answer, n)
 	start := time.Now()
@@ -100,9 +106,13 @@ func hundredAtZero(t *testing.T, s *stack.Stack, name string) {
 	if got := maxWanted.Load(); got > 10 {
 		t.Errorf("%d pods wanted, above max-scale 10", got)
 	}
-	// containerConcurrency 1 holds across the activators in the path: each
-	// pod's slot belongs to one of them, whatever pods each has seen ready
-	// so far. Answers of one pod from one stream of requests end at least a
+	if pa, err := s.PA(ctx, appNS, name); err != nil {
+		t.Error(err)
+	} else if len(pa.Status.Activators) != 1 {
+		t.Errorf("activators in the path %v, want 1 (containerConcurrency 1)", pa.Status.Activators)
+	}
+	// containerConcurrency 1 holds, whatever pods the activator has seen
+	// ready so far. Answers of one pod from one stream of requests end at least a
 	// request's work apart, so k answers ending within half of it (the
 	// clients' jitter allowed) mean k requests at that pod at once.
 	for pod, ends := range byPod {
@@ -124,6 +134,103 @@ func hundredAtZero(t *testing.T, s *stack.Stack, name string) {
 	}
 	slices.Sort(counts)
 	t.Logf("answers per pod: %v", counts)
+	t.Logf("the activators' view of %s, a line per change (per activator: held, at pods, ready pods, assigned pods, forwarded, unreachable):\n%s", name, strings.Join(timeline(), "\n"))
+	if t.Failed() {
+		t.Logf("the activators' warnings and errors since the requests were sent:\n%s", activatorWarnings(t, start))
+	}
+}
+
+// activatorWarnings is the activators' log lines above INFO written since
+// from (the last 40), read from the cluster's pod logs.
+func activatorWarnings(t *testing.T, from time.Time) string {
+	logs, _ := filepath.Glob(filepath.Join(shared.LogDir(), "pods", stack.Namespace+"_*activator*", "*.log"))
+	var lines []string
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Log(err)
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			var entry struct {
+				Time  time.Time
+				Level string
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Time.After(from) && entry.Level != "INFO" && entry.Level != "DEBUG" {
+				lines = append(lines, filepath.Base(filepath.Dir(path))+" "+strings.TrimSpace(line))
+			}
+		}
+	}
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// watchActivators scrapes every activator's series of the target each
+// 500 ms until ctx ends, and returns what they said: a line per change,
+// for a failure's message (a stall shows where requests waited).
+func watchActivators(ctx context.Context, s *stack.Stack, name string) (timeline func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	var done sync.WaitGroup
+	start := time.Now()
+	done.Go(func() {
+		last := ""
+		for ctx.Err() == nil {
+			if line := activatorsLine(ctx, s, name); line != last {
+				mu.Lock()
+				lines = append(lines, fmt.Sprintf("%6.1fs %s", time.Since(start).Seconds(), line))
+				mu.Unlock()
+				last = line
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	})
+	return func() []string {
+		done.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+}
+
+// activatorsLine is each activator's state for the target: held, at
+// pods, ready pods, assigned pods, forwarded and unreachable so far.
+func activatorsLine(ctx context.Context, s *stack.Stack, name string) string {
+	acts, err := s.Activators(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	target := map[string]string{"namespace": appNS, "name": name}
+	with := func(k, v string) map[string]string {
+		m := maps.Clone(target)
+		m[k] = v
+		return m
+	}
+	for _, a := range acts {
+		if !a.IP.IsValid() {
+			continue
+		}
+		m, err := stack.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s: %v", a.Name, err))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s: %v %v %v %v %v %v", a.Name,
+			stack.Sum(m, "sockscale_activator_requests_in_flight", with("state", "held")),
+			stack.Sum(m, "sockscale_activator_requests_in_flight", with("state", "forwarded")),
+			stack.Sum(m, "sockscale_activator_pods", with("state", "ready")),
+			stack.Sum(m, "sockscale_activator_pods", with("state", "assigned")),
+			stack.Sum(m, "sockscale_activator_hold_results_total", with("result", "forwarded")),
+			stack.Sum(m, "sockscale_activator_hold_results_total", with("result", "pod_unreachable"))))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
 }
 
 func activationScale(t *testing.T, s *stack.Stack, name string, scale int32) {

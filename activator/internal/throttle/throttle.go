@@ -510,14 +510,12 @@ func (q *queue) assign() {
 // requests at once (1-7 per 100 cold-start requests in the e2e test with
 // 2 activators).
 //
-// The price is balance: with fewer slots than activators at each pod (cc
-// < n) whole slots go by hash, so an activator may have none while pods
-// are few (cc = 1, 2 pods, 2 activators: one chance in two). Its requests
-// wait, and what it reports as held makes the decider add pods (one held
-// plus one at the pod is concurrency 2, so ceil(2/0.7) = 3 pods at the
-// default utilization); each new pod is its own with probability 1/n.
-// Only if max-scale * cc < n can it wait for good: the controller puts no
-// more activators in the path than that.
+// With fewer slots than activators at a pod (cc < n) whole slots would go
+// by hash, and an activator could have none at any pod: at max-scale its
+// requests would wait for good while the pods' slots sit with the others.
+// The controller therefore puts at most cc activators in a target's path
+// (decider.Activators), so that each has at least cc/n >= 1 slot at every
+// pod. (An activator outside the path uses every pod: see assign.)
 //
 // cc = 0 has no limit to share: every activator balances over every pod.
 func share(cc int, addr netip.AddrPort, activators []string, self string) int {

@@ -213,12 +213,24 @@ func initialEBC(s config.Settings) int32 {
 
 // Activators is how many activators to put in a target's path: 2 when TBC
 // is 0, else enough for the ready pods' capacity plus the burst capacity,
-// at least 2. Example: 5 pods of 10, TBC 211, capacity 100 =>
+// at least 2 (KPA.md). Example: 5 pods of 10, TBC 211, capacity 100 =>
 // ceil((50 + 211) / 100) = 3.
+//
+// Never more than the containerConcurrency, when it has one (a departure
+// from Knative, which relies on queue-proxy to queue what its activators
+// oversubscribe): the activators in the path split each pod's CC slots
+// among them, so with more activators than slots some activator has none
+// at a pod, and if it has none at any pod its requests wait for good once
+// the target is at max-scale. With at most CC activators each owns at
+// least one slot at every pod. Example: CC 1 => 1 activator.
 func Activators(s config.Settings, readyPods int32) int32 {
-	if s.TargetBurstCapacity == 0 {
-		return 2
+	n := int32(2)
+	if s.TargetBurstCapacity != 0 {
+		need := math.Ceil((float64(readyPods)*s.Total + math.Max(s.TargetBurstCapacity, 0)) / s.ActivatorCapacity)
+		n = int32(math.Max(2, need))
 	}
-	need := math.Ceil((float64(readyPods)*s.Total + math.Max(s.TargetBurstCapacity, 0)) / s.ActivatorCapacity)
-	return int32(math.Max(2, need))
+	if cc := s.ContainerConcurrency; cc > 0 && n > cc {
+		n = cc
+	}
+	return n
 }

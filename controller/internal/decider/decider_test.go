@@ -114,21 +114,27 @@ func TestExcessBurstCapacity(t *testing.T) {
 
 func TestActivators(t *testing.T) {
 	tests := []struct {
+		cc    int32
 		tbc   float64
 		ready int32
 		want  int32
 	}{
-		{0, 50, 2},     // TBC 0: always 2
-		{211, 0, 3},    // ceil(211/100)
-		{211, 5, 3},    // ceil((50+211)/100)
-		{211, 100, 13}, // ceil((1000+211)/100)
-		{-1, 100, 10},  // ceil(1000/100)
-		{-1, 0, 2},     // at least 2
+		{10, 0, 50, 2},     // TBC 0: always 2
+		{10, 211, 0, 3},    // ceil(211/100)
+		{10, 211, 5, 3},    // ceil((50+211)/100)
+		{10, 211, 100, 10}, // ceil((1000+211)/100) = 13, at most CC 10
+		{0, 211, 100, 103}, // no CC, no cap: ceil((100 x 100 + 211)/100)
+		{10, -1, 100, 10},  // ceil(1000/100)
+		{10, -1, 0, 2},     // at least 2
+		{1, 211, 0, 1},     // CC 1: one activator owns every pod's slot
+		{1, 0, 5, 1},       // ... even with TBC 0
+		{2, 211, 0, 2},     // CC 2: a slot each at every pod
+		{3, 211, 3, 3},     // ceil((3 x 2.1 + 211)/100) = 3, CC 3
 	}
 	for _, tt := range tests {
-		s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)})
+		s := settings(t, tt.cc, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)})
 		if got := Activators(s, tt.ready); got != tt.want {
-			t.Errorf("TBC %v ready %d: %d activators, want %d", tt.tbc, tt.ready, got, tt.want)
+			t.Errorf("CC %d TBC %v ready %d: %d activators, want %d", tt.cc, tt.tbc, tt.ready, got, tt.want)
 		}
 	}
 }

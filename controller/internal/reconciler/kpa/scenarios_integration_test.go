@@ -144,6 +144,18 @@ func TestIntegrationScenarios(t *testing.T) {
 		r.expectPublic(v1alpha1.ModeProxy, 2)
 	})
 
+	t.Run("CC 1 puts one activator in the path", func(t *testing.T) {
+		r := newRig(t, cl, "cc1", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.ContainerConcurrency = 1
+			s.MinScale = ptr(int32(2))
+		})
+		r.offered = 1
+		r.run(20 * time.Second)
+		// TBC 211 wants ceil((2 x 0.7 + 211) / 100) = 3 of the 3 ready
+		// activators; each pod has one slot, so one activator owns them all.
+		r.expectPublic(v1alpha1.ModeProxy, 1)
+	})
+
 	t.Run("an agent that stops reporting does not read as idle", func(t *testing.T) {
 		// target 10 x 70 % = 7 per pod; 28 in flight => 4 pods, 2 on each node.
 		r := newRig(t, cl, "agent-down", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })

@@ -76,6 +76,7 @@ type Options struct {
 // assign); it gives away, releasing the Lease, a bucket assigned to
 // another live replica. A target is this replica's to decide only while
 // Owns says so: a bucket stops being owned before its Lease is released
+// (and, given away, only once the work that entered it has left: Enter)
 // or can have expired (RenewDeadline < LeaseDuration), so no target is
 // scaled by two replicas at once.
 //
@@ -85,6 +86,9 @@ type Set struct {
 	opts  Options
 	held  atomic.Uint64 // bit i: bucket i is held
 	clock clock.WithTicker
+	// inFlight[i] counts the work on bucket i's targets between Enter
+	// and its leave: a bucket given away keeps its Lease until it is 0.
+	inFlight [MaxCount]atomic.Int64
 
 	heldGauge *prometheus.GaugeVec
 	members   prometheus.Gauge
@@ -170,6 +174,30 @@ func (s *Set) Owns(namespace, target string) bool {
 		return true
 	}
 	return s.Holds(Of(namespace, target, s.opts.Count))
+}
+
+// Enter tells whether the target namespace/target is this replica's now
+// and, if it is, holds its bucket here until leave is called: a bucket
+// given away meanwhile is not owned any more (Owns says no, Enter too),
+// but its Lease is released only once every holder has left, so that
+// the replica taking it over never writes for a target while this one
+// still does. Work that writes for a target (a reconcile) runs between
+// Enter and leave; it should be short, as a handover waits for it (at
+// most RenewDeadline). A nil Set owns everything.
+func (s *Set) Enter(namespace, target string) (leave func(), ok bool) {
+	if s == nil {
+		return func() {}, true
+	}
+	i := Of(namespace, target, s.opts.Count)
+	// Counted first, checked second; stopBid clears first and waits
+	// second: either the give-away sees this count, or this sees the
+	// bucket gone.
+	s.inFlight[i].Add(1)
+	if !s.Holds(i) {
+		s.inFlight[i].Add(-1)
+		return nil, false
+	}
+	return func() { s.inFlight[i].Add(-1) }, true
 }
 
 // Header is this replica's stats.HeaderBuckets value, or "" for a nil
@@ -320,8 +348,9 @@ func (s *Set) startBid(ctx context.Context, i int) {
 	go s.elect(bctx, i, s.term[i], b)
 }
 
-// stopBid gives bucket i up: it is not owned from this moment, then its
-// election ends and releases the Lease. s.mu is held.
+// stopBid gives bucket i up: it is not owned from this moment; once the
+// work that entered it has left (see Enter), its election ends and
+// releases the Lease. s.mu is held; the wait is not.
 func (s *Set) stopBid(i int) *bid {
 	b := s.bids[i]
 	if b == nil {
@@ -329,8 +358,28 @@ func (s *Set) stopBid(i int) *bid {
 	}
 	s.term[i]++ // a late OnStartedLeading of this election marks nothing
 	s.mark(i, false)
-	b.cancel()
+	go func() {
+		s.drain(i)
+		b.cancel()
+	}()
 	return b
+}
+
+// drainPoll is how often a bucket given away looks for its work to end.
+const drainPoll = 5 * time.Millisecond
+
+// drain waits until no work holds bucket i (Enter), at most RenewDeadline:
+// the Lease is still renewed meanwhile, so nobody else takes the bucket.
+// Work still in after that is logged and left to overlap.
+func (s *Set) drain(i int) {
+	deadline := s.clock.Now().Add(s.opts.RenewDeadline)
+	for s.inFlight[i].Load() > 0 {
+		if !s.clock.Now().Before(deadline) {
+			s.opts.Log.Info("bucket handed over with work still in it", "bucket", i, "of", s.opts.Count, "inFlight", s.inFlight[i].Load(), "waited", s.opts.RenewDeadline)
+			return
+		}
+		<-s.clock.After(drainPoll)
+	}
 }
 
 // endBid forgets bid b of bucket i when its election ends (a lost

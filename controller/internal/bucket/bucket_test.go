@@ -3,8 +3,11 @@ package bucket
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestAssignSpreadsEvenlyAndTakesOrphans(t *testing.T) {
@@ -56,5 +59,67 @@ func TestNewRejectsBadCounts(t *testing.T) {
 		} else if want := fmt.Sprintf("buckets %d: want 2..%d", count, MaxCount); err.Error()[:len(want)] != want {
 			t.Errorf("New(Count=%d) = %q, want it to start %q", count, err, want)
 		}
+	}
+}
+
+// TestGiveAwayWaitsForWorkInTheBucket: a bucket given away is not owned
+// at once (Owns and Enter say no), but its Lease is released only when
+// the work that entered before has left, or after RenewDeadline.
+func TestGiveAwayWaitsForWorkInTheBucket(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		leave bool // the work leaves after 100 ms; else never
+	}{{"released when the work leaves", true}, {"released after RenewDeadline when it does not", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			const renew = 400 * time.Millisecond
+			s, err := New(Options{Count: 2, Namespace: "ns", Identity: "me", Leases: fake.NewClientset().CoordinationV1(), Log: logr.Discard(), RenewDeadline: renew})
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := "t0"
+			for i := 1; Of("ns", target, 2) != 0; i++ {
+				target = fmt.Sprintf("t%d", i)
+			}
+			released := make(chan struct{})
+			s.mu.Lock()
+			s.bids[0] = &bid{cancel: func() { close(released) }, done: make(chan struct{})}
+			s.mark(0, true)
+			s.mu.Unlock()
+
+			leave, ok := s.Enter("ns", target)
+			if !ok {
+				t.Fatal("Enter: a target of a held bucket is not owned")
+			}
+			start := time.Now()
+			s.mu.Lock()
+			s.stopBid(0)
+			s.mu.Unlock()
+			if s.Owns("ns", target) {
+				t.Error("Owns: a bucket given away is still owned")
+			}
+			if _, ok := s.Enter("ns", target); ok {
+				t.Error("Enter: a bucket given away can still be entered")
+			}
+			select {
+			case <-released:
+				t.Fatal("the Lease was released with work still in the bucket")
+			case <-time.After(100 * time.Millisecond):
+			}
+			if c.leave {
+				leave()
+			}
+			select {
+			case <-released:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the Lease was not released")
+			}
+			waited := time.Since(start)
+			if !c.leave && waited < renew {
+				t.Errorf("released after %v, before RenewDeadline %v with the work still in", waited, renew)
+			}
+			if c.leave && waited >= renew {
+				t.Errorf("released after %v: the work left after 100 ms", waited)
+			}
+		})
 	}
 }

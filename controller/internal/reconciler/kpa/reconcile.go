@@ -111,7 +111,8 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		}
 		return ctrl.Result{}, err
 	}
-	if !r.owns(&pa) {
+	leave, owned := r.Buckets.Enter(pa.Namespace, pa.Spec.ScaleTargetRef.Name)
+	if !owned {
 		// Its bucket is another replica's now (a tick queued before it
 		// was lost brings it here once): drop what this replica carried
 		// for it, so that a bucket won back starts from a new decider,
@@ -120,6 +121,8 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		r.Metrics.forget(req.Namespace, req.Name)
 		return ctrl.Result{}, nil
 	}
+	// Until the decision is written, the bucket is not handed over.
+	defer leave()
 	now := r.Clock.Now()
 	started := time.Now() // the decision's latency is wall time, whatever Clock says
 	status := pa.Status.DeepCopy()

@@ -93,9 +93,11 @@ var _ reconcile.Reconciler = (*ServerlessService)(nil)
 
 // Reconcile puts one ServerlessService's mode in place.
 func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if !r.owns(ctx, req.Namespace, req.Name) {
+	leave, owned := r.Buckets.Enter(req.Namespace, r.scaleTarget(ctx, req.Namespace, req.Name))
+	if !owned {
 		return ctrl.Result{}, nil // another replica's bucket now
 	}
+	defer leave() // the bucket is not handed over while this writes
 	var sks v1alpha1.ServerlessService
 	if err := r.Client.Get(ctx, req.NamespacedName, &sks); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -197,18 +199,32 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // owns tells whether the ServerlessService namespace/name is this
-// replica's: whether it holds the bucket of the Deployment that its
-// PodAutoscaler (of the same name) scales. Without the PodAutoscaler
-// (being deleted, the ServerlessService with it), its own name stands in.
+// replica's: whether it holds the bucket of its scale target.
 func (r *ServerlessService) owns(ctx context.Context, namespace, name string) bool {
 	if r.Buckets == nil {
 		return true
 	}
-	var pa v1alpha1.PodAutoscaler
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pa); err == nil {
-		return r.Buckets.Owns(namespace, pa.Spec.ScaleTargetRef.Name)
+	return r.Buckets.Owns(namespace, r.scaleTarget(ctx, namespace, name))
+}
+
+// noDeepCopy reads an object from the cache without copying it: for a
+// field read and nothing else (an activator pod's change asks for every
+// ServerlessService's owner).
+var noDeepCopy = &client.GetOptions{UnsafeDisableDeepCopy: ptr(true)}
+
+// scaleTarget names the Deployment whose bucket the ServerlessService
+// namespace/name is in: the one its PodAutoscaler (of the same name)
+// scales. Without the PodAutoscaler (being deleted, the ServerlessService
+// with it), its own name stands in. "" without buckets (not needed).
+func (r *ServerlessService) scaleTarget(ctx context.Context, namespace, name string) string {
+	if r.Buckets == nil {
+		return ""
 	}
-	return r.Buckets.Owns(namespace, name)
+	var pa v1alpha1.PodAutoscaler
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pa, noDeepCopy); err == nil {
+		return pa.Spec.ScaleTargetRef.Name
+	}
+	return name
 }
 
 // ownedKeys names the ServerlessServices in the cache this replica owns.

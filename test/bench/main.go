@@ -64,7 +64,7 @@ func main() {
 	scaleController := flag.String("scale-controller", "", "sockscale-controller binary of the scale part (empty: build this tree's)")
 	scaleReplicas := flag.String("scale-replicas", "1", "comma-separated controller replica counts each scale point runs with (more than 1: leader election and --buckets, the agents routing records to their buckets' replicas)")
 	scaleBuckets := flag.Int("scale-buckets", 0, "--buckets of the scale part's controllers when more than one replica runs (0: twice the replicas)")
-	scaleProfile := flag.String("scale-profile", "", "directory for the controller's CPU profile (the window's first 30 s) and heap profile (its end) per scale point (empty: none)")
+	scaleProfile := flag.String("scale-profile", "", "directory for every controller replica's and the API server's CPU profile (the window's first 30 s) and the replicas' heap profiles (its end), per scale point: scale-<targets>[x<replicas>]-{r<k>-cpu,r<k>-heap,apiserver-cpu}.pprof (empty: none)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()

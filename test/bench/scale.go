@@ -50,8 +50,9 @@ type scaleOptions struct {
 	// controller is the sockscale-controller binary (empty: build this
 	// tree's).
 	controller string
-	// profileDir receives the controller's CPU and heap profiles of each
-	// point (empty: none taken; of the first replica when several).
+	// profileDir receives each point's CPU profiles of every controller
+	// replica and of the API server, and the replicas' heap profiles
+	// (empty: none taken; see profileFile).
 	profileDir string
 	// replicas are the controller replica counts each target count is
 	// measured with; with more than one, they split the targets into
@@ -254,7 +255,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	if err != nil {
 		return row, err
 	}
-	ctrl := ctrls[0] // the profiled one
+	ctrl := ctrls[0]
 	var logs []string
 	for _, c := range ctrls {
 		logs = append(logs, c.log)
@@ -319,10 +320,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	fl.rec.start()
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
-		go func() {
-			profiled <- ctrl.saveProfile(fmt.Sprintf("profile?seconds=%d", int(min(30*time.Second, o.window).Seconds())),
-				filepath.Join(o.profileDir, fmt.Sprintf("scale-%d-cpu.pprof", n)))
-		}()
+		go func() { profiled <- saveCPUProfiles(ctx, cs, ctrls, min(30*time.Second, o.window), o.profileDir, n) }()
 	} else {
 		profiled <- nil
 	}
@@ -339,8 +337,10 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	if o.profileDir != "" {
-		if err := ctrl.saveProfile("heap", filepath.Join(o.profileDir, fmt.Sprintf("scale-%d-heap.pprof", n))); err != nil {
-			return row, err
+		for k, c := range ctrls {
+			if err := c.saveProfile("heap", profileFile(o.profileDir, n, len(ctrls), fmt.Sprintf("r%d-heap", k))); err != nil {
+				return row, err
+			}
 		}
 	}
 	ctrlCPU1, apiCPU1, selfCPU1 := cpuEach(ctrls), cpuOf(apiPIDs), processCPU(os.Getpid())
@@ -611,8 +611,7 @@ func (p *controllerProc) pid() int { return p.cmd.Process.Pid }
 
 // startControllers runs replicas of bin (empty: this tree's controller,
 // built) with the control plane's admin kubeconfig, authentication on,
-// stats over HTTPS; with pprof, the first one's Go profiles served on
-// loopback. Several replicas elect a leader and split the targets into
+// stats over HTTPS; with pprof, their Go profiles served on loopback. Several replicas elect a leader and split the targets into
 // buckets; their stats endpoints share a port on 127.0.0.2, .3, ...,
 // as the pods behind a Service would.
 func startControllers(cp *controlPlane, bin string, pprof bool, replicas, buckets int) ([]*controllerProc, error) {
@@ -636,7 +635,7 @@ func startControllers(cp *controlPlane, bin string, pprof bool, replicas, bucket
 	}
 	var ps []*controllerProc
 	for k := range replicas {
-		p, err := startController(cp, bin, pprof && k == 0, k, net.JoinHostPort(ips[k].String(), port), certFile, keyFile, tlsCfg, replicas, buckets)
+		p, err := startController(cp, bin, pprof, k, net.JoinHostPort(ips[k].String(), port), certFile, keyFile, tlsCfg, replicas, buckets)
 		if err != nil {
 			for _, p := range ps {
 				p.stop()
@@ -734,6 +733,45 @@ func cpuEach(ctrls []*controllerProc) []time.Duration {
 		out[k] = processCPU(c.pid())
 	}
 	return out
+}
+
+// profileFile is where a profile of the point of n targets on replicas
+// goes: scale-<n>-<what>.pprof for one replica (r0-cpu, r0-heap,
+// apiserver-cpu), scale-<n>x<replicas>-<what>.pprof for more.
+func profileFile(dir string, n, replicas int, what string) string {
+	point := fmt.Sprint(n)
+	if replicas > 1 {
+		point = fmt.Sprintf("%dx%d", n, replicas)
+	}
+	return filepath.Join(dir, fmt.Sprintf("scale-%s-%s.pprof", point, what))
+}
+
+// saveCPUProfiles profiles every controller replica and the API server
+// for d, at once, into dir.
+func saveCPUProfiles(ctx context.Context, cs kubernetes.Interface, ctrls []*controllerProc, d time.Duration, dir string, n int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	secs := int(d.Seconds())
+	errs := make([]error, len(ctrls)+1)
+	var wg sync.WaitGroup
+	for k, c := range ctrls {
+		wg.Go(func() {
+			errs[k] = c.saveProfile(fmt.Sprintf("profile?seconds=%d", secs), profileFile(dir, n, len(ctrls), fmt.Sprintf("r%d-cpu", k)))
+		})
+	}
+	wg.Go(func() {
+		b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(secs)).
+			Timeout(d + 30*time.Second).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(profileFile(dir, n, len(ctrls), "apiserver-cpu"), b, 0o644)
+		}
+		if err != nil {
+			errs[len(ctrls)] = fmt.Errorf("API server profile: %w", err)
+		}
+	})
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // saveProfile writes the controller's pprof profile (e.g. "heap",

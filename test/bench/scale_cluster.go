@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -15,7 +16,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -52,6 +55,9 @@ const (
 	statsAudience = "sockscale-controller"
 	statsGroup    = "sockscale.dev"
 	privateSuffix = "-private"
+	// privateServiceLabel is on the private Services the controller makes
+	// (sks.LabelServerlessService, internal to the controller).
+	privateServiceLabel = "sockscale.dev/serverlessservice"
 )
 
 // scaleShape names a point's objects.
@@ -252,51 +258,89 @@ func (sc *scaleCluster) createTarget(ctx context.Context, ns, name string, repli
 // setupEndpoints waits for the private Service of every warm target (the
 // controller makes them) and writes its EndpointSlice, as Kubernetes'
 // EndpointSlice controller would: the Service's labels, podsPerTarget
-// ready pods each with its node.
+// ready pods each with its node. It follows the private Services through
+// one watch (an informer on the controller's label): listing every
+// Service every second was itself a load on the API server at 10,000
+// targets.
 func (sc *scaleCluster) setupEndpoints(ctx context.Context, timeout time.Duration) error {
 	s := sc.shape
-	done := make([]bool, s.targets)
-	left := s.targets
-	deadline := time.Now().Add(timeout)
-	for left > 0 {
-		var found []int
-		var labels []map[string]string
-		var ports [][]corev1.ServicePort
-		for first := 0; first < s.targets; first += targetsPerNamespace {
-			list, err := sc.cs.CoreV1().Services(targetNamespace(first)).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			for _, svc := range list.Items {
-				public, ok := strings.CutSuffix(svc.Name, privateSuffix)
-				var i int
-				if !ok {
-					continue
-				}
-				if _, err := fmt.Sscanf(public, "t-%d", &i); err != nil || i < 0 || i >= s.targets || done[i] {
-					continue
-				}
-				found, labels, ports = append(found, i), append(labels, svc.Labels), append(ports, svc.Spec.Ports)
-			}
-		}
-		if err := parallel(ctx, len(found), func(ctx context.Context, k int) error {
-			return sc.createSlice(ctx, found[k], labels[k], ports[k])
-		}); err != nil {
-			return err
-		}
-		for _, i := range found {
-			done[i] = true
-			left--
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d private Services still missing after %v", left, s.targets, timeout)
-		}
-		time.Sleep(time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type private struct {
+		i      int
+		labels map[string]string
+		ports  []corev1.ServicePort
 	}
-	return nil
+	found := make(chan private, s.targets)
+	var mu sync.Mutex
+	seen := make([]bool, s.targets)
+	factory := informers.NewSharedInformerFactoryWithOptions(sc.cs, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = privateServiceLabel }))
+	onService := func(obj any) {
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			return
+		}
+		public, ok := strings.CutSuffix(svc.Name, privateSuffix)
+		var i int
+		if !ok {
+			return
+		}
+		if _, err := fmt.Sscanf(public, "t-%d", &i); err != nil || i < 0 || i >= s.targets || svc.Namespace != targetNamespace(i) {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[i] {
+			seen[i] = true
+			found <- private{i, svc.Labels, svc.Spec.Ports}
+		}
+	}
+	if _, err := factory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    onService,
+		UpdateFunc: func(_, obj any) { onService(obj) },
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer func() {
+		cancel() // Shutdown waits for the informer, which stops with ctx
+		factory.Shutdown()
+	}()
+
+	created := make(chan struct{}, s.targets)
+	workers, stop := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(workers)
+	for range setupWorkers {
+		g.Go(func() error {
+			for {
+				select {
+				case <-gctx.Done():
+					return nil
+				case p := <-found:
+					if err := sc.createSlice(gctx, p.i, p.labels, p.ports); err != nil {
+						return err
+					}
+					created <- struct{}{}
+				}
+			}
+		})
+	}
+	var missing error
+	for n := range s.targets {
+		select {
+		case <-created:
+			continue
+		case <-gctx.Done(): // the timeout, or a worker failed (its error below)
+			missing = fmt.Errorf("%d of %d private Services still missing after %v", s.targets-n, s.targets, timeout)
+		}
+		break
+	}
+	stop()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return missing
 }
 
 func (sc *scaleCluster) createSlice(ctx context.Context, i int, svcLabels map[string]string, svcPorts []corev1.ServicePort) error {

@@ -1,10 +1,16 @@
 package kpa
 
 import (
+	"context"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
@@ -35,6 +41,31 @@ func (r *PodAutoscaler) Poke(loaded []collector.Key) {
 		default: // a poke is already queued; the tick comes anyway
 		}
 	}
+}
+
+// Priorities in the PodAutoscaler queue. A poke goes before the ticks
+// that are due: a request is waiting in an activator. Every tick (and a
+// not-ready target's retry) is queued at tickPriority, whatever brought
+// the target in last:
+// controller-runtime requeues at the priority of the item it took,
+// which was LowPriority (-100) for targets listed at start, 0 for those
+// created later (and would be a poke's for good), so that under load
+// the targets made after a restart would be decided before the others.
+const (
+	tickPriority = 0
+	pokePriority = 10
+)
+
+// pokeHandler queues a poked PodAutoscaler at pokePriority.
+var pokeHandler = handler.TypedFuncs[client.Object, reconcile.Request]{
+	GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr(pokePriority)}, req)
+			return
+		}
+		q.Add(req)
+	},
 }
 
 // pokeChannel is the source of pokes, made on first use by Poke or

@@ -1,12 +1,22 @@
 package kpa
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
@@ -107,4 +117,31 @@ func (p pokeTest) poked() []string {
 	}
 	slices.Sort(got)
 	return got
+}
+
+// TestPokeGoesBeforeDueTicks: in the controller's priority queue a poked
+// PodAutoscaler is handed out before ticks that were due earlier (the
+// requeue at tickPriority is checked by the scenarios' rig).
+func TestPokeGoesBeforeDueTicks(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("poke-test")
+	defer q.ShutDown()
+	for i := range 5 {
+		q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr(tickPriority)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("tick-%d", i)}})
+	}
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr(handler.LowPriority)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "listed-at-start"}})
+	pokeHandler.Generic(context.Background(), event.GenericEvent{Object: &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "poked"}}}, q)
+	got, priority, _ := q.GetWithPriority()
+	if got.Name != "poked" || priority != pokePriority {
+		t.Errorf("first out: %s at priority %d, want poked at %d (5 ticks were due before it)", got.Name, priority, pokePriority)
+	}
+	q.Done(got)
+	var order []string
+	for range 6 {
+		r, _, _ := q.GetWithPriority()
+		order = append(order, r.Name)
+		q.Done(r)
+	}
+	if order[5] != "listed-at-start" {
+		t.Errorf("order %v: the LowPriority item should come last", order)
+	}
 }

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -131,7 +130,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	deploy, reason, msg := r.target(ctx, &pa)
 	if deploy == nil {
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, reason, msg)
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.writeStatus(ctx, &pa, status)
+		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	settings, err := config.ForPodAutoscaler(r.Config(), &pa, deploy)
 	if err != nil {
@@ -141,7 +140,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
 	if errors.Is(err, errSKSNotOwned) {
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, names.ReasonNotOwned, err.Error())
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, r.writeStatus(ctx, &pa, status)
+		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -156,7 +155,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !equality.Semantic.DeepEqual(&pa.Status, next) {
 		st.messagesAt = now // what is written shows the messages of now
 	}
-	return ctrl.Result{RequeueAfter: TickPeriod}, r.writeStatus(ctx, &pa, next)
+	return ctrl.Result{RequeueAfter: TickPeriod, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, next)
 }
 
 // target returns the Deployment to scale, or why there is none.
@@ -195,7 +194,7 @@ func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, owned)).
 		Owns(&v1alpha1.ServerlessService{}).
-		WatchesRawSource(source.Channel(r.pokeChannel(), &handler.EnqueueRequestForObject{}))
+		WatchesRawSource(source.Channel(r.pokeChannel(), pokeHandler))
 	if r.Buckets != nil {
 		opts.NeedLeaderElection = ptr(false)
 		b = b.WatchesRawSource(r.Buckets.Resync(r.ownedKeys, mgr.GetLogger().WithName("podautoscaler")))

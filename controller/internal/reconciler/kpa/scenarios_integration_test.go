@@ -395,8 +395,15 @@ func (r *rig) reconcile() {
 	if _, err := r.colRec.Reconcile(ctx, req); err != nil {
 		r.t.Fatalf("reconcile the collector's view: %v", err)
 	}
-	if _, err := r.paRec.Reconcile(ctx, req); err != nil {
+	res, err := r.paRec.Reconcile(ctx, req)
+	if err != nil {
 		r.t.Fatalf("reconcile PodAutoscaler: %v", err)
+	}
+	// The next tick is queued at the tick priority, whatever brought this
+	// one (a poke's priority, or LowPriority for a target listed at start,
+	// would otherwise stick to the target's every tick).
+	if res.RequeueAfter <= 0 || res.Priority == nil || *res.Priority != 0 {
+		r.t.Fatalf("reconcile PodAutoscaler: requeue after %v at priority %v, want a tick at 0 (the tick priority)", res.RequeueAfter, res.Priority)
 	}
 	r.becomeReady()
 	if _, err := r.sksRec.Reconcile(ctx, req); err != nil {

@@ -156,6 +156,21 @@ func TestIntegrationScenarios(t *testing.T) {
 		r.expectPublic(v1alpha1.ModeProxy, 1)
 	})
 
+	t.Run("the private Service is headless", func(t *testing.T) {
+		r := newRig(t, cl, "headless", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale = ptr(int32(1)) })
+		r.run(4 * time.Second)
+		var svc corev1.Service
+		if err := cl.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: names.PrivateServiceName("headless")}, &svc); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing dials it; a cluster IP would cost an address and an IP
+		// allocation in the API server per target.
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector["app"] != "headless" || len(svc.Spec.Ports) == 0 {
+			t.Errorf("private Service clusterIP %q selector %v ports %v: want headless, selecting the target's pods, with the public ports",
+				svc.Spec.ClusterIP, svc.Spec.Selector, svc.Spec.Ports)
+		}
+	})
+
 	t.Run("an agent that stops reporting does not read as idle", func(t *testing.T) {
 		// target 10 x 70 % = 7 per pod; 28 in flight => 4 pods, 2 on each node.
 		r := newRig(t, cl, "agent-down", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })

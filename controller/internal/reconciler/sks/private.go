@@ -18,8 +18,19 @@ import (
 // ensurePrivate creates or updates the private Service: the public one's
 // ports with the target's selector. It returns a message instead when a
 // Service of that name belongs to someone else.
+//
+// A new private Service is headless (clusterIP None): nothing dials it,
+// the activators and the controller read its EndpointSlices, which the
+// EndpointSlice controller writes for a headless Service with a
+// selector as for any other. Without a cluster IP a target takes one
+// address of the Service range instead of two and kube-proxy programs
+// one Service instead of two; and creating it costs the API server no
+// IP allocation, which at 10,000 targets was 61 % of its CPU while the
+// private Services were made (docs/scale-bench.md). A cluster IP cannot
+// be removed from a Service, so private Services made before keep
+// theirs (they work the same).
 func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service) (string, error) {
-	want := corev1.ServiceSpec{Selector: sks.Spec.Selector}
+	want := corev1.ServiceSpec{Selector: sks.Spec.Selector, ClusterIP: corev1.ClusterIPNone}
 	for _, p := range public.Spec.Ports {
 		want.Ports = append(want.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, AppProtocol: p.AppProtocol})
 	}

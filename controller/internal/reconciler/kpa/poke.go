@@ -46,11 +46,10 @@ func (r *PodAutoscaler) Poke(loaded []collector.Key) {
 // Priorities in the PodAutoscaler queue. A poke goes before the ticks
 // that are due: a request is waiting in an activator. Every tick (and a
 // not-ready target's retry) is queued at tickPriority, whatever brought
-// the target in last:
-// controller-runtime requeues at the priority of the item it took,
-// which was LowPriority (-100) for targets listed at start, 0 for those
-// created later (and would be a poke's for good), so that under load
-// the targets made after a restart would be decided before the others.
+// the target in last: controller-runtime requeues at the priority of the
+// item it took, which was LowPriority (-100) for targets listed at
+// start, 0 for those created later (and would be a poke's for good), so
+// that under load the targets made after a restart went first.
 const (
 	tickPriority = 0
 	pokePriority = 10

@@ -112,9 +112,9 @@ func hundredAtZero(t *testing.T, s *stack.Stack, name string) {
 		t.Errorf("activators in the path %v, want 1 (containerConcurrency 1)", pa.Status.Activators)
 	}
 	// containerConcurrency 1 holds, whatever pods the activator has seen
-	// ready so far. Answers of one pod from one stream of requests end at least a
-	// request's work apart, so k answers ending within half of it (the
-	// clients' jitter allowed) mean k requests at that pod at once.
+	// ready so far. Answers of one pod from one stream of requests end at
+	// least a request's work apart, so k answers ending within half of it
+	// (the clients' jitter allowed) mean k requests at that pod at once.
 	for pod, ends := range byPod {
 		slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
 		for i := range ends {

@@ -41,9 +41,10 @@ func TestIntegrationControllerScalesFromAgentStats(t *testing.T) {
 }
 
 // postUntilScaled sends an agent's report every second, as an agent
-// would: default/hello's pod has 210 requests in flight, 3 pods' worth at
-// the default target of 70; it returns once the Deployment's replicas are
-// as wanted and fails the test after 30 s.
+// would: default/hello's pod has 200 requests in flight, 2.9 pods' worth
+// at the default target of 70 (so 3 pods, and not at a boundary where a
+// rounding would make it 4); it returns once the Deployment's replicas
+// are as wanted and fails the test after 30 s.
 func postUntilScaled(t *testing.T, cl *testenv.Cluster, statsAddr string, wanted func(replicas int32) bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -51,7 +52,7 @@ func postUntilScaled(t *testing.T, cl *testenv.Cluster, statsAddr string, wanted
 	for {
 		if period := time.Now().Truncate(time.Second).Add(-time.Second); period.After(sent) {
 			body, _ := stats.Append(nil, &stats.Batch{Node: "node-a", Start: period, Period: time.Second,
-				Pods: []stats.PodStat{{IP: netip.MustParseAddr("10.0.0.5"), Namespace: "default", Pod: "hello-abc", Workload: "hello", Concurrency: 210, Requests: 2100}}})
+				Pods: []stats.PodStat{{IP: netip.MustParseAddr("10.0.0.5"), Namespace: "default", Pod: "hello-abc", Workload: "hello", Concurrency: 200, Requests: 2000}}})
 			if resp, err := http.Post("http://"+statsAddr+stats.Path, stats.ContentType, bytes.NewReader(body)); err == nil {
 				resp.Body.Close()
 				sent = period
@@ -62,7 +63,7 @@ func postUntilScaled(t *testing.T, cl *testenv.Cluster, statsAddr string, wanted
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the Deployment has %d replicas, not as wanted after the agent's reports (3 pods' worth)", got)
+			t.Fatalf("the Deployment has %d replicas, not as wanted after the agent's reports (2.9 pods' worth)", got)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

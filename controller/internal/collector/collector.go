@@ -55,15 +55,18 @@ const pokeMaxPeriod = 100 * time.Millisecond
 // Reports are placed on the collector's own clock, where they arrive, not
 // by the reporter's wall clock (agents' clocks differ, and a clock ahead
 // or behind would put its pods' load into seconds the others do not fill).
-// A report of period p arriving at t covers [t-p, t); what it says (the
-// time integral of concurrency, the requests) is spread over the seconds
-// it covers in proportion to the overlap. A source's reports tile its
-// timeline: a report starts where the source's previous one ended if that
-// is later than t-p, so jitter in arrival moves no load between seconds
-// twice or not at all. Example: reports of 10 in flight arriving at 10.5 s
-// and 11.5 s: the first covers [9.5, 10.5) and puts 5 into second 9 and 5
-// into second 10, the second 5 into second 10 and 5 into second 11, so
-// second 10 holds 10.
+// A source's first report of period p arriving at t covers [t-p, t);
+// what it says (the time integral of concurrency, the requests) is spread
+// over the seconds it covers in proportion to the overlap. Its reports
+// tile its timeline: one that follows on from the previous one on the
+// reporter's clock covers the next p after it (never past its own
+// arrival), so jitter in arrival moves no load between seconds; one after
+// a gap starts at t-p or where the previous one ended, whichever is
+// later. Example: three periods of 10 in flight, one after the other,
+// arriving at 10.5 s, 11.7 s and 12.5 s: the first covers [9.5, 10.5) and
+// puts 5 into second 9 and 5 into second 10, the second (late)
+// [10.5, 11.5), the third [11.5, 12.5), so seconds 10 and 11 hold 10
+// each.
 //
 // # Complete seconds
 //
@@ -198,14 +201,22 @@ func ipv4Of(a netip.Addr) (ipv4, bool) {
 // source is one reporter of a target's load.
 type source struct {
 	// until is the end of what it reported, on the collector's clock, in
-	// Unix nanoseconds; 0 before its first report.
-	until int64
+	// Unix nanoseconds; 0 before its first report. It is at or before
+	// heard, its last report's arrival (see spread).
+	until, heard int64
 	// reporterEnd is the end of its last report's period on the
 	// reporter's own clock (Start + Period), in Unix nanoseconds: a
 	// report that starts there follows on without a gap, however late it
 	// arrives.
 	reporterEnd int64
 }
+
+// lagCreep and maxLag bound how far behind its arrivals a source's
+// timeline may sit (see spread).
+const (
+	lagCreep = time.Millisecond
+	maxLag   = time.Second
+)
 
 // contiguousSlack is how far a report's start may be from the end of the
 // same reporter's previous one and still follow on from it (the wire
@@ -381,7 +392,7 @@ func (c *Collector) RecordTargets(b *stats.Batch) []Key {
 	for i := range b.Targets {
 		t := &b.Targets[i]
 		key := Key{t.Namespace, t.Workload}
-		if c.RecordActivator(key, b.Node, b.Period, t.Concurrency, t.Requests) && t.Concurrency > 0 {
+		if c.RecordActivator(key, b.Node, b.Start, b.Period, t.Concurrency, t.Requests) && t.Concurrency > 0 {
 			active = append(active, key)
 		}
 	}
@@ -389,10 +400,11 @@ func (c *Collector) RecordTargets(b *stats.Batch) []Key {
 }
 
 // RecordActivator adds what an activator (named by its batches' Node)
-// saw for a target over a period that ends now: the requests it held or
-// proxied. A period shorter than pokeMaxPeriod is a poke (see Collector).
-// It reports whether the target is watched.
-func (c *Collector) RecordActivator(key Key, activator string, period time.Duration, concurrency float64, requests uint64) bool {
+// saw for a target over the period [start, start+period) of its own clock,
+// which ended when the report arrived: the requests it held or proxied. A
+// period shorter than pokeMaxPeriod is a poke (see Collector). It reports
+// whether the target is watched.
+func (c *Collector) RecordActivator(key Key, activator string, start time.Time, period time.Duration, concurrency float64, requests uint64) bool {
 	if period <= 0 {
 		return false
 	}
@@ -416,7 +428,7 @@ func (c *Collector) RecordActivator(key Key, activator string, period time.Durat
 		src = &source{}
 		t.activators[activator] = src
 	}
-	t.spread(src, now, period, false, max(0, concurrency), float64(requests), nil)
+	t.spread(src, now, period, src.follows(start, period), max(0, concurrency), float64(requests), nil)
 	return true
 }
 

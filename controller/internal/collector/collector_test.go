@@ -156,12 +156,13 @@ func TestReportsAreKeyedOnTheCollectorsClock(t *testing.T) {
 // 1 on node-b, each at 10 in flight; node-b's reports come late by up to
 // 0.4 s and then on time again (an overloaded controller or network),
 // each still saying "10 over the last second". A late report must cover
-// the time since the one before it, not leave a gap that reads as an
+// the time after the one before it, not leave a gap that reads as an
 // unheard pod: the gap's second would be extrapolated from the pods heard
 // and the next report's squeezed second would count node-b again, 6 %
 // too much with these delays (the scale bench saw 15 % at 1,000
-// targets). Every window reads 50, off by no more than the jitter moves
-// between the panic window's edges.
+// targets). Nor may it stretch over the delay: every second reads 50,
+// off by no more than the timeline's creep toward the arrivals
+// (lagCreep: 1 ms of node-b's 10).
 func TestDeliveryJitterIsNotExtrapolated(t *testing.T) {
 	r := newRig(t, nil)
 	ready := map[netip.Addr]string{podIP("node-b", 0): "node-b"}
@@ -170,21 +171,84 @@ func TestDeliveryJitterIsNotExtrapolated(t *testing.T) {
 	}
 	r.c.Expect(hello, ready)
 	delays := []float64{0, 0.4, 0, 0.25, 0.1, 0, 0.3}
-	// Each agent's periods follow on, on its own clock (an hour off).
-	period := func(b *stats.Batch, k int) *stats.Batch {
-		b.Start = at(float64(k - 1)).Add(time.Hour)
-		return b
-	}
 	for k := 1; k <= 130; k++ {
-		r.arrive(float64(k), period(batch("node-a", pod{10, 0, 10, 0}, pod{10, 0, 10, 0}, pod{10, 0, 10, 0}, pod{10, 0, 10, 0}), k))
-		r.arrive(float64(k)+0.5+delays[k%len(delays)], period(batch("node-b", pod{10, 0, 10, 0}), k))
-		if k < 70 {
+		r.arrive(float64(k), following(batch("node-a", pod{10, 0, 10, 0}, pod{10, 0, 10, 0}, pod{10, 0, 10, 0}, pod{10, 0, 10, 0}), k))
+		r.arrive(float64(k)+0.5+delays[k%len(delays)], following(batch("node-b", pod{10, 0, 10, 0}), k))
+		if k < 8 {
 			continue
 		}
 		v := r.values(float64(k) + 0.2)
-		if math.Abs(v.Stable-50) > 0.1 || math.Abs(v.Panic-50) > 10.0/6 {
+		if math.Abs(v.Stable-50) > 0.01 || math.Abs(v.Panic-50) > 0.01 {
 			t.Fatalf("at %d.2: stable %.3f panic %.3f, want 50", k, v.Stable, v.Panic)
 		}
+	}
+}
+
+// following makes b the agent's k-th period, [k-1, k) on its own clock
+// (an hour off the collector's), following on from its (k-1)-th.
+func following(b *stats.Batch, k int) *stats.Batch {
+	b.Start = at(float64(k - 1)).Add(time.Hour)
+	return b
+}
+
+// TestAJitteryStartReadsTheLoad: one pod at 210 in flight (3.0 pods' worth
+// at a target of 70), its agent's reports delivered 0 to 0.2 s after each
+// period ends. From the first complete second on, every window reads 210:
+// each report covers its own second, however late it came. Placed up to
+// its arrival instead, a report 0.15 s late spread its second over 1.15 s
+// and the next, prompt one crowded its second into 0.85 s: the windows of
+// the first seconds read up to 217.9 here (3.11 pods' worth: 4 pods).
+func TestAJitteryStartReadsTheLoad(t *testing.T) {
+	r := newRig(t, nil)
+	delays := []float64{0, 0.15, 0, 0.2, 0.05, 0, 0.18}
+	for k := 1; k <= 40; k++ {
+		r.arrive(float64(k)+delays[k%len(delays)], following(batch("node-a", pod{210, 0, 210, 0}), k))
+		if k < 3 {
+			continue
+		}
+		v := r.values(float64(k) + 0.25)
+		if !v.HasData || math.Abs(v.Stable-210) > 0.5 || math.Abs(v.Panic-210) > 0.5 {
+			t.Fatalf("at %d.25: stable %.3f panic %.3f (has data %v), want 210", k, v.Stable, v.Panic, v.HasData)
+		}
+	}
+}
+
+// TestASlowReporterClockIsCaughtUp: an agent whose clock runs slow
+// reports periods of less than a second of its time that take a second of
+// ours, so each report arrives later after the previous one than the
+// period it covers. Its timeline creeps toward the arrivals (lagCreep a
+// report): a clock 0.05 % slow stays within 2 ms of them; one 1 % slow,
+// faster than the creep, is held to maxLag behind them. Either way the
+// seconds it holds back keep completing and read the pod's 10 in flight
+// (what the agent measured per second of its own clock).
+func TestASlowReporterClockIsCaughtUp(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		period time.Duration // of the agent's clock, a second of ours
+		maxLag time.Duration
+		reads  float64
+	}{
+		{"0.05 % slow", 999500 * time.Microsecond, 2 * time.Millisecond, 9.995},
+		{"1 % slow", 990 * time.Millisecond, maxLag, 9.9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, nil)
+			for k := 1; k <= 300; k++ {
+				b := batch("node-a", pod{10, 0, 10, 0})
+				b.Start, b.Period = t0.Add(time.Duration(k-1)*tt.period), tt.period
+				r.arrive(float64(k)+0.5, b)
+				src := r.c.targets[hello].pods[ipv4Of4(podIP("node-a", 0))].src
+				if lag := time.Duration(src.heard - src.until); lag > tt.maxLag {
+					t.Fatalf("report %d: the timeline is %v behind the arrivals, want <= %v", k, lag, tt.maxLag)
+				}
+				if k < 200 {
+					continue
+				}
+				if v := r.values(float64(k) + 0.6); !v.HasData || math.Abs(v.Stable-10) > 0.002 {
+					t.Fatalf("at %d.6: stable %.4f (has data %v), want 10", k, v.Stable, v.HasData)
+				}
+			}
+		})
 	}
 }
 
@@ -405,7 +469,7 @@ func TestTheLastPodGoes(t *testing.T) {
 	r.c.Expect(hello, nil)
 	for k := 31.0; k <= 32; k++ {
 		r.clk.SetTime(at(k))
-		r.c.RecordActivator(hello, "activator-0", time.Second, 3, 3)
+		r.c.RecordActivator(hello, "activator-0", time.Time{}, time.Second, 3, 3)
 	}
 	// Seconds 30 and 31 hold the activator's 3; the panic window is 1 s.
 	if diff := cmp.Diff(Values{Stable: 0.6, Panic: 3, HasData: true}, r.values(32)); diff != "" {

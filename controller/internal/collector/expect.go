@@ -122,7 +122,7 @@ func (t *target) missing(now time.Time) Values {
 		if time.Unix(e.from, 0).Add(StaleAfter).After(now) {
 			continue
 		}
-		if now.UnixNano()-p.src.until > int64(StaleAfter) {
+		if now.UnixNano()-p.src.heard > int64(StaleAfter) {
 			v.Missing++
 			if !slices.Contains(v.MissingNodes, e.node) {
 				v.MissingNodes = append(v.MissingNodes, e.node)

@@ -7,35 +7,56 @@ import (
 
 // spread places one report of src, of period p arriving at now, on the
 // timeline (see Collector): concurrency*p of area and the requests over
-// [max(src.until, now-p), now), each second getting its share. For an
-// expected pod (exp not nil) the seconds it is expected in also count
-// what it covered as heard.
+// the interval it covers, each second getting its share. For an expected
+// pod (exp not nil) the seconds it is expected in also count what it
+// covered as heard.
 //
-// A report that follows on from the source's previous one on the
-// reporter's own clock (follows) but arrives late covers all the time
-// since that one arrived, [src.until, now), as long as the source was
-// not yet missing (StaleAfter): its lateness is delivery, not a gap in
-// what the reporter measured. Left as a gap, the late second would read
-// as a pod unheard and be extrapolated from the others while the next,
-// prompt report crowds its whole period into less than a second, so the
-// pod would count about 1 + delay times (an agent 0.3 s late every other
-// second on a 5-pod target: +3 %). A report after a real gap (a lost
-// post, a restart) leaves the gap to the missing-data rules.
+// A report that does not follow on from the source's previous one (its
+// first, or one after a gap: a lost post, a restart) covers
+// [max(src.until, now-p), now), and the gap goes to the missing-data
+// rules.
+//
+// A report that follows on from the previous one on the reporter's own
+// clock (follows) covers the next p of the source's timeline,
+// [src.until, src.until+p), whenever it arrives, as long as the source
+// was not yet missing (StaleAfter). So the source's reports sit at their
+// reporter's own spacing, shifted by the smallest delivery delay seen so
+// far, and jitter in delivery moves no load between seconds. Covering up
+// to the arrival instead, a report 0.15 s late stretched its second over
+// 1.15 s and the next, prompt one crowded its second into 0.85 s: in a CI
+// run whose test agent posts up to a few hundred ms after each second, a
+// pod at a steady 210 in flight (3.0 pods' worth) read 248.6 in the first
+// seconds and its target went to 4 pods. What a report covers reads its
+// concurrency and its requests' rate, whatever the length, and three
+// bounds keep it next to the arrivals:
+//   - it cannot end after it arrived: a delay smaller than any before
+//     moves the shift down, and that report covers less than its period
+//     (the time it would cover twice);
+//   - one that ends before its arrival moves up by at most lagCreep, so a
+//     delay that grew for good, or a reporter's clock slower than ours,
+//     is caught up on slowly (lagCreep a second is 0.1 %);
+//   - it ends no more than maxLag before its arrival, so a source never
+//     holds back the seconds others complete by more than that.
 func (t *target) spread(src *source, at time.Time, p time.Duration, follows bool, concurrency, requests float64, exp *expectedPod) {
 	// Nanoseconds since 1970 throughout: this runs for every pod of every
 	// agent every second.
 	const second = int64(time.Second)
 	now := at.UnixNano()
 	fresh := src.until == 0
-	from := max(now-int64(p), src.until)
-	if follows && !fresh && now-src.until <= int64(StaleAfter) {
+	from, end := max(now-int64(p), src.until), now
+	area, span := concurrency*p.Seconds(), float64(0)
+	if follows && !fresh && now-src.heard <= int64(StaleAfter) {
 		from = src.until
+		end = max(min(from+int64(p)+int64(lagCreep), now), now-int64(maxLag))
+		span = float64(p) // its rates, over however long it covers
 	}
-	if from >= now { // a second report at the same instant
-		from = now - 1
+	if from >= end { // a second report at the same instant
+		from = end - 1
 	}
-	src.until = now
-	area, span := concurrency*p.Seconds(), float64(now-from)
+	if span == 0 {
+		span = float64(end - from) // all it says, within what it covers
+	}
+	src.until, src.heard = end, now
 	first := floorDiv(from, second)
 	if !t.ring.Written() {
 		t.started = at
@@ -52,10 +73,10 @@ func (t *target) spread(src *source, at time.Time, p time.Duration, follows bool
 		t.since = max(t.since, whole)
 	}
 	// Seconds older than the ring cannot be written (At returns nil).
-	last := floorDiv(now-1, second)
+	last := floorDiv(end-1, second)
 	first = max(first, last-int64(t.ring.Len()))
 	for sec := first; sec <= last; sec++ {
-		overlap := float64(min(now, (sec+1)*second) - max(from, sec*second))
+		overlap := float64(min(end, (sec+1)*second) - max(from, sec*second))
 		b := t.ring.At(sec)
 		if b == nil || overlap <= 0 {
 			continue
@@ -88,7 +109,7 @@ func floorDiv(a, b int64) int64 {
 func (t *target) newestComplete(now time.Time) int64 {
 	frontier := now.UnixNano()
 	live := func(s *source) {
-		if now.UnixNano()-s.until <= int64(StaleAfter) && s.until < frontier {
+		if now.UnixNano()-s.heard <= int64(StaleAfter) && s.until < frontier {
 			frontier = s.until
 		}
 	}
@@ -114,18 +135,18 @@ func (t *target) prune(now time.Time) {
 	limit := time.Duration(t.ring.Len())*time.Second + StaleAfter
 	oldest := now.Unix() - int64(t.ring.Len())
 	for ip, p := range t.pods {
-		if now.UnixNano()-p.src.until > int64(limit) {
+		if now.UnixNano()-p.src.heard > int64(limit) {
 			p.src = source{}
 		}
 		if p.isExpected && p.expected.until < oldest {
 			p.expected, p.isExpected = expectedPod{}, false
 		}
-		if p.src.until == 0 && !p.isExpected && !p.member {
+		if p.src.heard == 0 && !p.isExpected && !p.member {
 			delete(t.pods, ip)
 		}
 	}
 	for name, s := range t.activators {
-		if now.UnixNano()-s.until > int64(limit) {
+		if now.UnixNano()-s.heard > int64(limit) {
 			delete(t.activators, name)
 		}
 	}

@@ -398,7 +398,7 @@ func (r *rig) record() {
 		}
 		r.paRec.Poke(r.col.RecordPods(b))
 	}
-	if r.activatorLoad > 0 && r.col.RecordActivator(collector.Key{Namespace: "default", Name: r.name}, "activator-0", time.Second, r.activatorLoad, 1) {
+	if r.activatorLoad > 0 && r.col.RecordActivator(collector.Key{Namespace: "default", Name: r.name}, "activator-0", time.Time{}, time.Second, r.activatorLoad, 1) {
 		r.paRec.Poke([]collector.Key{{Namespace: "default", Name: r.name}})
 	}
 }

@@ -75,8 +75,10 @@ type scaleRow struct {
 	pokes              []time.Duration
 	pokeMissed         int
 	// scaleWrite is the API server's duration of the /scale writes while
-	// the pokes ran (apiserver_request_duration_seconds).
-	scaleWrite                histogram
+	// the pokes ran (apiserver_request_duration_seconds); pokeDecided the
+	// controllers' own account of the pokes, from the poke's arrival to
+	// the end of the decision it woke (its /scale write included).
+	scaleWrite, pokeDecided   histogram
 	ctrlCPU, apiCPU, fleetCPU float64 // cores; ctrlCPU of every replica
 	// ctrlCPUMax is the busiest replica's CPU; ctrlRSS and ctrlPeak are
 	// the largest replica's.
@@ -191,6 +193,10 @@ func printScale(rows []scaleRow) {
 		if n := r.scaleWrite.total(); n > 0 {
 			fmt.Printf("%d targets: during the pokes the API server took p50 %s, p99 %s for %.0f /scale writes (of each poke's time)\n",
 				r.targets, r.scaleWrite.seconds(r.scaleWrite.quantile(0.5)), r.scaleWrite.seconds(r.scaleWrite.quantile(0.99)), n)
+		}
+		if n := r.pokeDecided.total(); n > 0 {
+			fmt.Printf("%d targets: the controller's part of the pokes (arrival -> decision written): p50 %s, p99 %s of %.0f\n",
+				r.targets, r.pokeDecided.seconds(r.pokeDecided.quantile(0.5)), r.pokeDecided.seconds(r.pokeDecided.quantile(0.99)), n)
 		}
 		fmt.Printf("%d targets, %d replicas: controller log: %s\n", r.targets, r.replicas, r.controllerLog)
 	}
@@ -387,6 +393,10 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	if err != nil {
 		return row, err
 	}
+	c0, err := scrapeAll(ctrls)
+	if err != nil {
+		return row, err
+	}
 	row.pokes, row.pokeMissed, err = pokeAll(ctx, cs, ctrls, shape, sc.activatorTokens[0])
 	if err != nil {
 		return row, err
@@ -395,8 +405,13 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	if err != nil {
 		return row, err
 	}
+	c1, err := scrapeAll(ctrls)
+	if err != nil {
+		return row, err
+	}
 	scaleWrites := []string{"verb", "PUT", "resource", "deployments", "subresource", "scale"}
 	row.scaleWrite = histogramOf(p1, "apiserver_request_duration_seconds", scaleWrites...).sub(histogramOf(p0, "apiserver_request_duration_seconds", scaleWrites...))
+	row.pokeDecided = histogramOf(c1, "sockscale_controller_poke_duration_seconds").sub(histogramOf(c0, "sockscale_controller_poke_duration_seconds"))
 	return row, nil
 }
 

@@ -148,8 +148,9 @@ func (r *PodAutoscaler) state(key collector.Key) *targetState {
 	return r.targets[key]
 }
 
-// forget drops a deleted PodAutoscaler's state.
+// forget drops a deleted (or no longer owned) PodAutoscaler's state.
 func (r *PodAutoscaler) forget(key collector.Key) {
+	r.pokedAt.Delete(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {

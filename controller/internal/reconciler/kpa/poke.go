@@ -3,6 +3,7 @@ package kpa
 import (
 	"context"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -35,7 +36,9 @@ func (r *PodAutoscaler) Poke(loaded []collector.Key) {
 			}
 		}
 	}
+	now := time.Now()
 	for _, pa := range wake {
+		r.pokedAt.LoadOrStore(pa, now) // the first load is when the wait began
 		select {
 		case r.pokeChannel() <- event.GenericEvent{Object: &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}}:
 		default: // a poke is already queued; the tick comes anyway

@@ -81,6 +81,9 @@ type PodAutoscaler struct {
 	zeroIndex atomic.Pointer[map[collector.Key][]collector.Key]
 	// pokes carries PodAutoscalers to decide at once (Poke).
 	pokes chan event.GenericEvent
+	// pokedAt holds, by PodAutoscaler, when a poke woke it (wall time)
+	// until a decision ends, for Metrics' poke duration.
+	pokedAt sync.Map
 	// decisionLog is shared by every decider (deciderLog).
 	decisionLog logr.Logger
 	// writer writes statuses when StatusWriters > 0.
@@ -147,6 +150,9 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	if err := r.apply(ctx, key, &pa, deploy, settings, o); err != nil {
 		return ctrl.Result{}, err
+	}
+	if at, ok := r.pokedAt.LoadAndDelete(key); ok {
+		r.Metrics.poked(time.Since(at.(time.Time)))
 	}
 	r.Metrics.record(pa.Namespace, pa.Name, o.want, o.values.Stable, o.values.Panic, o.dec.ExcessBurstCapacity, o.dec.Panicking, o.values.Missing,
 		time.Since(started).Seconds(), r.state(key).sinceDecided(started).Seconds())

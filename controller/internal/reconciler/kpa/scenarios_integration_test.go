@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -275,11 +276,19 @@ func TestIntegrationScenarios(t *testing.T) {
 		assertCondition(t, cl.Client, "zero", kpa.ConditionActive, kpa.ReasonNoTraffic)
 
 		// A request arrives at the activator: it reports at once, the
-		// target is poked and scales from zero.
+		// target is poked and scales from zero, and the poke's duration
+		// is observed once (later load finds the target no longer at zero).
+		if n := r.pokes(); n != 0 {
+			t.Fatalf("%d pokes observed before any load", n)
+		}
 		r.activatorLoad = 3
 		r.run(2 * time.Second)
 		if got := r.replicas(); got != 1 {
 			t.Fatalf("after the activator's report: %d pods, want 1", got)
+		}
+		r.run(4 * time.Second)
+		if n := r.pokes(); n != 1 {
+			t.Errorf("%d poke durations observed, want 1 (the scale from zero)", n)
 		}
 	})
 }
@@ -302,6 +311,24 @@ type rig struct {
 	offered, activatorLoad float64
 	// nodeBDown: the agent of node-b (odd pods) does not report.
 	nodeBDown bool
+	// metrics has paRec's metrics.
+	metrics *prometheus.Registry
+}
+
+// pokes is how many poke durations paRec has observed.
+func (r *rig) pokes() uint64 {
+	r.t.Helper()
+	families, err := r.metrics.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "sockscale_controller_poke_duration_seconds" {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	r.t.Fatal("no sockscale_controller_poke_duration_seconds")
+	return 0
 }
 
 type fakeProber struct {
@@ -339,9 +366,10 @@ func newRig(t *testing.T, cl *testenv.Cluster, name string, spec func(*v1alpha1.
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	col := collector.New(clk)
 	prober := &fakeProber{}
+	reg := prometheus.NewRegistry()
 	r := &rig{
-		t: t, cl: cl, name: name, clk: clk, start: clk.Now(), col: col, prober: prober,
-		paRec: &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Prober: prober},
+		t: t, cl: cl, name: name, clk: clk, start: clk.Now(), col: col, prober: prober, metrics: reg,
+		paRec: &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Prober: prober, Metrics: kpa.NewMetrics(reg)},
 		sksRec: &sks.ServerlessService{Client: c, ActivatorNamespace: activatorNS,
 			ActivatorSelector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "activator"}), ActivatorPort: 8012},
 		colRec: &collect.Reconciler{Client: c, Collector: col, Config: config.Defaults},

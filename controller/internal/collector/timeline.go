@@ -50,8 +50,8 @@ func (t *target) spread(src *source, at time.Time, p time.Duration, follows bool
 		end = max(min(from+int64(p)+int64(lagCreep), now), now-int64(maxLag))
 		span = float64(p) // its rates, over however long it covers
 	}
-	if from >= end { // a second report at the same instant
-		from = end - 1
+	if from >= end { // a second report at the same instant, or our clock stepped back
+		from, span = end-1, 0
 	}
 	if span == 0 {
 		span = float64(end - from) // all it says, within what it covers

@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		poke: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sockscale_controller_poke_duration_seconds",
 			Help: "Time from load reaching a target whose last decision was zero pods (an activator's poke, or an agent's batch) to the end of the decision it woke, " +
-				"its /scale write included: the controller's part of a cold start (goal p99 <= 50 ms).",
+				"its /scale write included: the controller's part of a cold start (goal p99 <= 50 ms). A target that cannot be decided (no Deployment, invalid settings) is not counted.",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5},
 		}),
 	}

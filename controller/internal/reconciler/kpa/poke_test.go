@@ -8,9 +8,16 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -143,4 +150,66 @@ func TestPokeGoesBeforeDueTicks(t *testing.T) {
 	if order[5] != "listed-at-start" {
 		t.Errorf("order %v: the LowPriority item should come last", order)
 	}
+}
+
+// TestAPokeThatCannotBeDecidedIsNotTimed: a poked PodAutoscaler whose
+// Deployment is missing cannot be decided; when the Deployment comes, the
+// decision it gets is no poke's, and the poke duration observes nothing
+// (before, it observed the whole wait for the Deployment).
+func TestAPokeThatCannotBeDecidedIsNotTimed(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	pa := &v1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-web"},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+			Service:        v1alpha1.ServiceRef{Name: "web"},
+		},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.PodAutoscaler{}).WithObjects(pa).Build()
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	reg := prometheus.NewRegistry()
+	r := &PodAutoscaler{Client: c, Collector: collector.New(clk), Clock: clk, Config: config.Defaults, Metrics: NewMetrics(reg)}
+	ctx := context.Background()
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "web"}}
+	key := collector.Key{Namespace: "default", Name: "web"}
+
+	r.pokedAt.Store(key, time.Now().Add(-time.Minute)) // as Poke stores it
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	if err := c.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec:       appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+		Status:     appsv1.DeploymentStatus{ReadyReplicas: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n := histogramCount(t, reg, "sockscale_controller_decision_duration_seconds"); n != 1 {
+		t.Fatalf("%d decisions recorded, want 1 (the test needs a full decision)", n)
+	}
+	if n := histogramCount(t, reg, "sockscale_controller_poke_duration_seconds"); n != 0 {
+		t.Errorf("the poke duration observed %d pokes, want 0: the decision after the Deployment came was no poke's", n)
+	}
+}
+
+// histogramCount is how many observations reg's histogram name holds.
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatal("no " + name)
+	return 0
 }

@@ -132,16 +132,19 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	deploy, reason, msg := r.target(ctx, &pa)
 	if deploy == nil {
+		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	settings, err := config.ForPodAutoscaler(r.Config(), &pa, deploy)
 	if err != nil {
+		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
 		return ctrl.Result{}, r.writeStatus(ctx, &pa, status)
 	}
 	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
 	if errors.Is(err, errSKSNotOwned) {
+		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, names.ReasonNotOwned, err.Error())
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
@@ -163,6 +166,13 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	return ctrl.Result{RequeueAfter: TickPeriod, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, next)
 }
+
+// unpoke drops the time a poke woke pa when the reconcile it woke cannot
+// decide (no Deployment, invalid settings, a ServerlessService it does not
+// own): the wait for a fix is no poke's latency, and the next decision
+// would otherwise observe all of it. An error that is retried keeps it:
+// the retry is part of the poke's time.
+func (r *PodAutoscaler) unpoke(pa collector.Key) { r.pokedAt.Delete(pa) }
 
 // target returns the Deployment to scale, or why there is none.
 func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) (*appsv1.Deployment, string, string) {

@@ -9,7 +9,7 @@
 //	    [-split-connects 20000]
 //	    [-scale-targets 1000,3000,10000] [-scale-cold 50] [-scale-warmup 20s] [-scale-duration 60s]
 //	    [-scale-steady-timeout 10m] [-scale-controller PATH] [-scale-profile DIR]
-//	    [-scale-replicas 1,2] [-scale-buckets 0]
+//	    [-scale-replicas 1,2] [-scale-buckets 0] [-scale-others 0]
 //	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split,scale]
 //
 // It needs root (network namespaces, cgroups, BPF). Traffic goes only to
@@ -64,6 +64,7 @@ func main() {
 	scaleController := flag.String("scale-controller", "", "sockscale-controller binary of the scale part (empty: build this tree's)")
 	scaleReplicas := flag.String("scale-replicas", "1", "comma-separated controller replica counts each scale point runs with (more than 1: leader election and --buckets, the agents routing records to their buckets' replicas)")
 	scaleBuckets := flag.Int("scale-buckets", 0, "--buckets of the scale part's controllers when more than one replica runs (0: twice the replicas)")
+	scaleOthers := flag.Int("scale-others", 0, "other workloads the scale part's cluster also runs, each a Deployment as users write them and a 100-pod EndpointSlice, in namespace "+othersNamespace+" (what the rest of a cluster costs the controller's caches)")
 	scaleProfile := flag.String("scale-profile", "", "directory for every controller replica's and the API server's CPU profile (the window's first 30 s) and the replicas' heap profiles (its end), per scale point: scale-<targets>[x<replicas>]-{r<k>-cpu,r<k>-heap,apiserver-cpu}.pprof (empty: none)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
@@ -90,6 +91,9 @@ func main() {
 	replicas, err := parseCounts("-scale-replicas", *scaleReplicas, 1, "1,2")
 	if err == nil && (*scaleBuckets < 0 || *scaleBuckets == 1 || *scaleBuckets > stats.MaxBuckets) {
 		err = fmt.Errorf("-scale-buckets %d: want 0 (twice the replicas) or 2..%d", *scaleBuckets, stats.MaxBuckets)
+	}
+	if err == nil && (*scaleOthers < 0 || *scaleOthers > maxOthers) {
+		err = fmt.Errorf("-scale-others %d: want 0..%d other workloads", *scaleOthers, maxOthers)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -122,7 +126,7 @@ func main() {
 			err = b.splitShares(*splitConnects)
 		case "scale":
 			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady,
-				controller: *scaleController, profileDir: *scaleProfile, replicas: replicas, buckets: *scaleBuckets})
+				controller: *scaleController, profileDir: *scaleProfile, replicas: replicas, buckets: *scaleBuckets, others: *scaleOthers})
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}

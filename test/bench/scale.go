@@ -59,6 +59,9 @@ type scaleOptions struct {
 	// buckets (0: twice the replicas).
 	replicas []int
 	buckets  int
+	// others is how many other workloads (a Deployment and an
+	// EndpointSlice each, setupOthers) the cluster also runs.
+	others int
 }
 
 // wantStable is a warm target's load: its stable value if every report
@@ -68,6 +71,7 @@ const wantStable = podsPerTarget * perPodConcurrency
 // scaleRow is one scale point's results.
 type scaleRow struct {
 	targets, nodes     int
+	others             int
 	replicas, buckets  int
 	setup, steady      time.Duration
 	interval, duration histogram
@@ -173,8 +177,12 @@ func printScale(rows []scaleRow) {
 		if r.pokeMissed > 0 {
 			pokeMax = fmt.Sprintf("%s (%d >%v)", pokeMax, r.pokeMissed, pokeWait)
 		}
-		fmt.Fprintf(w, "%d\t%d (%d)\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f (%.2f)\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
-			r.targets, r.replicas, r.buckets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
+		targets := strconv.Itoa(r.targets)
+		if r.others > 0 {
+			targets += fmt.Sprintf(" (+%d others)", r.others)
+		}
+		fmt.Fprintf(w, "%s\t%d (%d)\t%d\t%d\t%v\t%v\t%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%.2f (%.2f)\t%s (%s)\t%.2f\t%.2f\t%s\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t\n",
+			targets, r.replicas, r.buckets, r.nodes, r.targets*podsPerTarget, r.setup.Round(time.Second), steady,
 			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), intervalMax,
 			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)), r.stable,
 			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, r.ctrlCPUMax, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
@@ -215,7 +223,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 			buckets = 2 * replicas
 		}
 	}
-	row = scaleRow{targets: n, nodes: shape.nodes, replicas: replicas, buckets: buckets}
+	row = scaleRow{targets: n, nodes: shape.nodes, replicas: replicas, buckets: buckets, others: o.others}
 	fmt.Printf("\n%d targets, %d nodes, %d controller replicas (%d buckets): starting etcd and kube-apiserver\n", n, shape.nodes, replicas, buckets)
 	// Every target has two Services with a cluster IP (public and
 	// private): envtest's default range, a /24, holds 254.
@@ -257,6 +265,12 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	fmt.Printf("  nodes, agents, activators and tokens: %v\n", time.Since(start).Round(time.Second))
+	if err := sc.setupOthers(ctx, o.others); err != nil {
+		return row, err
+	}
+	if o.others > 0 {
+		fmt.Printf("  + %d other workloads (a Deployment and a %d-pod EndpointSlice each): %v\n", o.others, otherSlicePods, time.Since(start).Round(time.Second))
+	}
 	ctrls, err := startControllers(cp, o.controller, o.profileDir != "", replicas, buckets)
 	if err != nil {
 		return row, err

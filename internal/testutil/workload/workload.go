@@ -14,7 +14,7 @@ import (
 )
 
 // Deployment is a Deployment as users write them: three containers with
-// ten env vars each, probes, resources and a config mount, applied with
+// ten env vars each, a port each, probes, resources and a config mount, applied with
 // kubectl (so its last-applied-configuration annotation repeats the
 // object), with managed fields and a status; its pod template asks for
 // min-scale 1 and target 20 in Knative's annotations.
@@ -23,14 +23,14 @@ func Deployment(namespace, name string) *appsv1.Deployment {
 	for c := range 3 {
 		ctr := corev1.Container{
 			Name: fmt.Sprintf("c%d", c), Image: fmt.Sprintf("registry.example/team/%s-%d:v1.2.3@sha256:%064d", name, c, c),
-			Args:  []string{"--listen=:8080", "--log-level=info", "--config=/etc/app/config.yaml"},
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			Args:  []string{fmt.Sprintf("--listen=:%d", 8080+c), "--log-level=info", "--config=/etc/app/config.yaml"},
+			Ports: []corev1.ContainerPort{{Name: fmt.Sprintf("http-%d", c), ContainerPort: int32(8080 + c)}},
 			Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 			},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 5},
-			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 10},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(8080 + c))}}, PeriodSeconds: 5},
+			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(int32(8080 + c))}}, PeriodSeconds: 10},
 			VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/etc/app"}},
 		}
 		for e := range 10 {

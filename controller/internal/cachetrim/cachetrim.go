@@ -33,7 +33,9 @@ import (
 // controller updates a Deployment or EndpointSlice it does not control
 // (the Revision reconciler checks control before it corrects a
 // Deployment, and the ServerlessService reconciler only deletes foreign
-// slices), and the objects it does control are kept whole.
+// slices), and the objects it does control are kept whole. Services are
+// cached whole for that reason: the ServerlessService reconciler updates
+// the user's public Service (its selector, on hand-back) from the cache.
 
 // Options are the controller manager's cache options: managed fields
 // dropped from every object, Pods limited to the activators (the only

@@ -1,6 +1,7 @@
 package cachetrim
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func TestIntegrationTheCacheKeepsWhatTheControllerReads(t *testing.T) {
 		t.Helper()
 		testenv.Eventually(t, 30*time.Second, "the cache has "+name, func() (bool, string) {
 			err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: name}, o)
-			return err == nil, errString(err)
+			return err == nil, fmt.Sprint(err)
 		})
 	}
 
@@ -93,13 +94,6 @@ func TestIntegrationTheCacheKeepsWhatTheControllerReads(t *testing.T) {
 	if err := c.List(ctx, &pods); err != nil || len(pods.Items) != 1 || pods.Items[0].Name != "activator" {
 		t.Errorf("cached pods: %v (err %v), want only the activator", podNames(pods.Items), err)
 	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 func podNames(pods []corev1.Pod) []string {

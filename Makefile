@@ -34,8 +34,8 @@ deps: ## Install the Debian packages the build and tests need (only those missin
 .PHONY: generate
 generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (bpf2go), deepcopy, CRDs and each component's RBAC (controller-gen).
 	cd bpf && $(GO) generate ./...
-	$(CONTROLLER_GEN) object paths=./controller/api/...
-	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./controller/api/... output:crd:artifacts:config=charts/sockscale/files/crds
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./api/... output:crd:artifacts:config=charts/sockscale/files/crds
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-controller paths=./controller/... output:rbac:artifacts:config=charts/sockscale/files/rbac
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent 'paths=./agent/internal/podwatch/...;./agent/internal/lifecycle/...;./agent/cmd/...' output:rbac:artifacts:config=charts/sockscale/files/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent-redirect paths=./agent/internal/redirect/... output:rbac:artifacts:config=charts/sockscale/files/rbac/agent-redirect
@@ -43,8 +43,8 @@ generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (
 
 .PHONY: verify
 verify: generate ## Regenerate everything and fail if the tree differs from what is committed; go.mod tidy.
-	@if [ -n "$$(git status --porcelain -- bpf controller/api charts/sockscale/files/crds charts/sockscale/files/rbac)" ]; then \
-	  git status --porcelain -- bpf controller/api charts/sockscale/files/crds charts/sockscale/files/rbac; git diff --stat -- bpf controller/api charts/sockscale/files/crds charts/sockscale/files/rbac; \
+	@if [ -n "$$(git status --porcelain -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac)" ]; then \
+	  git status --porcelain -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac; git diff --stat -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac; \
 	  echo "verify: generated files are out of date; run 'make generate' and commit" >&2; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "verify: go.mod/go.sum are not tidy; run 'go mod tidy' and commit" >&2; exit 1; }
 

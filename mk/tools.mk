@@ -54,7 +54,7 @@ $(KUBECTL):
 $(ETCD):
 	cd hack/tools/etcd && $(GO) build -trimpath -ldflags '-s -w' -o $@ .
 
-# controller-gen: CRDs and deepcopy for controller/api.
+# controller-gen: CRDs and deepcopy for api/.
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(CACHE_DIR)/bin/controller-gen-$(CONTROLLER_GEN_VERSION).d/controller-gen
 

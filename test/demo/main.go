@@ -15,10 +15,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
@@ -202,7 +203,7 @@ Look around (the cluster keeps running):
 func autoscaleScenes(ctx context.Context, s *stack.Stack, wc client.WithWatch, f *flags, tl *timeline, say func(string, ...any)) (string, error) {
 	say("deploying %s/%s: the autoscale app, its public Service and a PodAutoscaler (target 10 per pod at 70%%, min 0, max 10, stable window 10s, burst capacity 0: the activator is in the path only at zero)", appNS, appName)
 	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: appName, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(10.0), ptr(int32(0)), ptr(int32(10)), ptr(0.0)
+		p.Target, p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr.To(10.0), ptr.To(int32(0)), ptr.To(int32(10)), ptr.To(0.0)
 		p.Window = &metav1.Duration{Duration: 10 * time.Second}
 	}}); err != nil { // Up started a fresh cluster: nothing of the app exists yet
 		return "", err
@@ -273,5 +274,3 @@ func waitReady(ctx context.Context, s *stack.Stack) (string, error) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/test/stack"
 )
 

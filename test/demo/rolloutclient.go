@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/test/cluster"
@@ -254,7 +255,7 @@ func clientPod(node string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: clientPodPrefix + "-" + node, Labels: map[string]string{"app": clientPodPrefix}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			Containers: []corev1.Container{{
 				Name: "app", Image: stack.AppImage, Args: []string{"--port=8080", "--shutdown-delay=0s"},
 			}},

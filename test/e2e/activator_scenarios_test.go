@@ -20,9 +20,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/test/stack"
 )
@@ -42,11 +43,11 @@ func TestE2EActivatorColdStarts(t *testing.T) {
 	// burst capacity (211) keeps the activator in the path.
 	window := &metav1.Duration{Duration: 6 * time.Second}
 	deploy(t, s, "cold1", func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Window, p.ContainerConcurrency, p.MaxScale = window, 1, ptr(int32(10))
+		p.Window, p.ContainerConcurrency, p.MaxScale = window, 1, ptr.To(int32(10))
 	})
 	removeAtEnd(t, s, "cold1")
 	deploy(t, s, "act5", func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Window, p.ActivationScale, p.MaxScale = window, ptr(int32(5)), ptr(int32(10))
+		p.Window, p.ActivationScale, p.MaxScale = window, ptr.To(int32(5)), ptr.To(int32(10))
 	})
 	removeAtEnd(t, s, "act5")
 	waitAtZero(t, s, 3*time.Minute, "cold1", "act5")
@@ -286,7 +287,7 @@ func TestE2EActivatorAlwaysInPath(t *testing.T) {
 	ctx := context.Background()
 	const name = "inpath"
 	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
-		p.TargetBurstCapacity, p.MinScale, p.MaxScale = ptr(-1.0), ptr(int32(1)), ptr(int32(3))
+		p.TargetBurstCapacity, p.MinScale, p.MaxScale = ptr.To(-1.0), ptr.To(int32(1)), ptr.To(int32(3))
 	})
 	removeAtEnd(t, s, name)
 	forwarded := map[string]string{"namespace": appNS, "name": name, "result": "forwarded"}
@@ -380,7 +381,7 @@ func TestE2EActivatorBurstCapacity7(t *testing.T) {
 	ctx := context.Background()
 	const name = "tbc7"
 	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
-		p.ContainerConcurrency, p.TargetBurstCapacity, p.MaxScale = 10, ptr(7.0), ptr(int32(5))
+		p.ContainerConcurrency, p.TargetBurstCapacity, p.MaxScale = 10, ptr.To(7.0), ptr.To(int32(5))
 	})
 	removeAtEnd(t, s, name)
 	// A new connection per request, so traffic follows the public
@@ -426,7 +427,7 @@ func TestE2EActivatorDeadline(t *testing.T) {
 	s := up(t)
 	const name = "never"
 	url := deployUnready(t, s, stack.App{Name: name, Image: unknownImage, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
-		p.TimeoutSeconds = ptr(int32(2))
+		p.TimeoutSeconds = ptr.To(int32(2))
 	}})
 	a := get(oneShotClient(time.Minute), url)
 	t.Logf("a request for %s/%s (image %s, timeoutSeconds 2): %s after %s", appNS, name, unknownImage, a, a.took.Round(time.Millisecond))
@@ -465,7 +466,7 @@ func TestE2EActivatorQueueFull(t *testing.T) {
 	act := readyActivators(t, s, 2, 2*time.Minute)[0]
 	t.Logf("activators restarted with --queue-depth=%d in %s", depth, time.Since(start).Round(100*time.Millisecond))
 	deployUnready(t, s, stack.App{Name: name, Image: unknownImage, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
-		p.TimeoutSeconds = ptr(int32(5))
+		p.TimeoutSeconds = ptr.To(int32(5))
 	}})
 	localRoute(t, act.IP)
 	proxy := netip.AddrPortFrom(act.IP, stack.ActivatorProxyPort)
@@ -517,7 +518,7 @@ func TestE2EActivatorRefuses(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
 	const name = "refuse"
-	deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale, p.MaxScale = ptr(int32(1)), ptr(int32(1)) })
+	deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale, p.MaxScale = ptr.To(int32(1)), ptr.To(int32(1)) })
 	removeAtEnd(t, s, name)
 	act := readyActivators(t, s, 2, time.Minute)[0]
 	localRoute(t, act.IP)

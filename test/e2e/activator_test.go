@@ -11,8 +11,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
 // TestE2EScaleToZeroAndBack: an idle target goes to Proxy mode, the
@@ -27,7 +28,7 @@ func TestE2EScaleToZeroAndBack(t *testing.T) {
 	// (211) keeps the activator in the path while one pod serves.
 	url := deploy(t, s, "zero", func(p *v1alpha1.PodAutoscalerSpec) {
 		p.Window = &metav1.Duration{Duration: 10 * time.Second}
-		p.MaxScale = ptr(int32(3))
+		p.MaxScale = ptr.To(int32(3))
 	})
 	atZero := func(what string) {
 		t.Helper()

@@ -19,9 +19,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 	"github.com/sockscale/sockscale/test/cluster"
@@ -173,7 +174,7 @@ func poll(t *testing.T, timeout, step time.Duration, what string, f func() error
 func TestE2EAgentCountsMatchTheLoad(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
-	url := deploy(t, s, "count", func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale, p.MaxScale = ptr(int32(1)), ptr(int32(1)) })
+	url := deploy(t, s, "count", func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale, p.MaxScale = ptr.To(int32(1)), ptr.To(int32(1)) })
 	series := func() *stack.PodSeries {
 		m, err := s.AgentMetrics(ctx)
 		if err != nil {
@@ -227,8 +228,8 @@ func TestE2EStepLoad(t *testing.T) {
 	// target 10 x 70 % = 7 requests in flight per pod; TBC 0 keeps the
 	// pods themselves behind the public Service (Serve).
 	url := deploy(t, s, "step", func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale = ptr(10.0), ptr(int32(1)), ptr(int32(10))
-		p.TargetBurstCapacity = ptr(0.0)
+		p.Target, p.MinScale, p.MaxScale = ptr.To(10.0), ptr.To(int32(1)), ptr.To(int32(10))
+		p.TargetBurstCapacity = ptr.To(0.0)
 	})
 	var loads []*loadgen.Load
 	defer func() {
@@ -282,8 +283,8 @@ func TestE2EPanic(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
 	url := deploy(t, s, "burst", func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale = ptr(10.0), ptr(int32(1)), ptr(int32(8))
-		p.TargetBurstCapacity = ptr(0.0)
+		p.Target, p.MinScale, p.MaxScale = ptr.To(10.0), ptr.To(int32(1)), ptr.To(int32(8))
+		p.TargetBurstCapacity = ptr.To(0.0)
 	})
 	// 35 in flight on one pod: the panic window alone wants 5 pods, 5/1 >= 200 %.
 	l := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 35, KeepAlive: true})
@@ -336,7 +337,7 @@ func TestE2EBadPodAutoscalerRejected(t *testing.T) {
 		Spec: v1alpha1.PodAutoscalerSpec{
 			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "bad"},
 			Service:        v1alpha1.ServiceRef{Name: "bad"},
-			MinScale:       ptr(int32(5)), MaxScale: ptr(int32(2)),
+			MinScale:       ptr.To(int32(5)), MaxScale: ptr.To(int32(2)),
 		},
 	}
 	err := s.Client.Create(context.Background(), pa)
@@ -430,5 +431,3 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
-
-func ptr[T any](v T) *T { return &v }

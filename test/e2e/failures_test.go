@@ -14,9 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/test/stack"
 )
@@ -28,8 +29,8 @@ import (
 func steadyTarget(t *testing.T, s *stack.Stack, name string) *loadgen.Load {
 	t.Helper()
 	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale = ptr(10.0), ptr(int32(1)), ptr(int32(10))
-		p.TargetBurstCapacity = ptr(0.0)
+		p.Target, p.MinScale, p.MaxScale = ptr.To(10.0), ptr.To(int32(1)), ptr.To(int32(10))
+		p.TargetBurstCapacity = ptr.To(0.0)
 	})
 	removeAtEnd(t, s, name)
 	load := loadgen.Start(context.Background(), loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 18, KeepAlive: true})

@@ -27,9 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
@@ -78,7 +79,7 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 		probeEvery = 5 * time.Millisecond
 	)
 	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
-		p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr(int32(1)), ptr(int32(1)), ptr(0.0)
+		p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr.To(int32(1)), ptr.To(int32(1)), ptr.To(0.0)
 	})
 	removeAtEnd(t, s, name)
 	svc := netip.MustParseAddrPort(strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"))
@@ -156,7 +157,7 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 			t.Fatal(err)
 		}
 		patch := client.MergeFrom(pa.DeepCopy())
-		pa.Spec.TargetBurstCapacity = ptr(tbc)
+		pa.Spec.TargetBurstCapacity = ptr.To(tbc)
 		patched := time.Now()
 		if err := s.Client.Patch(ctx, pa, patch); err != nil {
 			t.Fatal(err)
@@ -811,7 +812,7 @@ func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConf
 		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: innodeClientPod + "-" + node, Labels: map[string]string{"app": innodeClientPod}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			Containers: []corev1.Container{{
 				Name: "app", Image: stack.AppImage, Args: []string{"--port=8080", "--shutdown-delay=0s"},
 			}},

@@ -26,10 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
@@ -487,7 +488,7 @@ func newClientSandbox(t *testing.T, s *stack.Stack, prefix, node string) *client
 		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: prefix + "-" + node, Labels: map[string]string{"app": prefix}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			Containers: []corev1.Container{{
 				Name: "app", Image: stack.AppImage, Args: []string{"--port=8080", "--shutdown-delay=0s"},
 			}},

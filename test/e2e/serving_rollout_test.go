@@ -13,10 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -366,8 +367,8 @@ func TestE2EServingTags(t *testing.T) {
 	waitLatestReady(t, s, name, v2Name, 3*time.Minute)
 	updateService(t, s, name, func(cur *servingv1alpha1.Service) {
 		cur.Spec.Traffic = []servingv1alpha1.TrafficTarget{
-			{Tag: "current", LatestRevision: ptr(true), Percent: ptr(int64(100))},
-			{Tag: "old", RevisionName: v1Name, Percent: ptr(int64(0))},
+			{Tag: "current", LatestRevision: ptr.To(true), Percent: ptr.To(int64(100))},
+			{Tag: "old", RevisionName: v1Name, Percent: ptr.To(int64(0))},
 		}
 	})
 	waitRouteTraffic(t, s, name, "current:"+v2Name+" 100%, old:"+v1Name+" 0%", time.Minute)

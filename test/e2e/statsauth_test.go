@@ -20,9 +20,10 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/test/stack"
 )
@@ -40,7 +41,7 @@ func TestE2EForgedStatsRefused(t *testing.T) {
 	ctx := context.Background()
 	const name = "forged"
 	deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
-		p.MinScale, p.MaxScale = ptr(int32(1)), ptr(int32(5))
+		p.MinScale, p.MaxScale = ptr.To(int32(1)), ptr.To(int32(5))
 	})
 	removeAtEnd(t, s, name)
 	var pods corev1.PodList

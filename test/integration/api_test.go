@@ -7,8 +7,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -30,10 +31,10 @@ func TestIntegrationAPIValidation(t *testing.T) {
 		}
 	}
 	good := valid()
-	good.Spec.MinScale, good.Spec.MaxScale = ptr(int32(1)), ptr(int32(5))
+	good.Spec.MinScale, good.Spec.MaxScale = ptr.To(int32(1)), ptr.To(int32(5))
 	good.Spec.Window = &metav1.Duration{Duration: 30 * time.Second}
-	good.Spec.TargetBurstCapacity = ptr(-1.0)
-	good.Spec.TimeoutSeconds = ptr(int32(600))
+	good.Spec.TargetBurstCapacity = ptr.To(-1.0)
+	good.Spec.TimeoutSeconds = ptr.To(int32(600))
 	if err := c.Create(ctx, good); err != nil {
 		t.Fatalf("a valid PodAutoscaler was refused: %v", err)
 	}
@@ -48,32 +49,32 @@ func TestIntegrationAPIValidation(t *testing.T) {
 		mutate func(*v1alpha1.PodAutoscaler)
 		want   []string
 	}{
-		{"min above max", func(p *v1alpha1.PodAutoscaler) { p.Spec.MinScale, p.Spec.MaxScale = ptr(int32(5)), ptr(int32(3)) },
+		{"min above max", func(p *v1alpha1.PodAutoscaler) { p.Spec.MinScale, p.Spec.MaxScale = ptr.To(int32(5)), ptr.To(int32(3)) },
 			[]string{"minScale must not exceed maxScale"}},
 		{"activation above max", func(p *v1alpha1.PodAutoscaler) {
-			p.Spec.ActivationScale, p.Spec.MaxScale = ptr(int32(5)), ptr(int32(3))
+			p.Spec.ActivationScale, p.Spec.MaxScale = ptr.To(int32(5)), ptr.To(int32(3))
 		}, []string{"activationScale must not exceed maxScale"}},
-		{"activation below 2", func(p *v1alpha1.PodAutoscaler) { p.Spec.ActivationScale = ptr(int32(1)) },
+		{"activation below 2", func(p *v1alpha1.PodAutoscaler) { p.Spec.ActivationScale = ptr.To(int32(1)) },
 			[]string{"spec.activationScale", "should be greater than or equal to 2"}},
 		{"window too short", func(p *v1alpha1.PodAutoscaler) { p.Spec.Window = &metav1.Duration{Duration: 5 * time.Second} },
 			[]string{"spec.window", "window must be whole seconds from 6s to 1h"}},
 		{"window not whole seconds", func(p *v1alpha1.PodAutoscaler) { p.Spec.Window = &metav1.Duration{Duration: 6500 * time.Millisecond} },
 			[]string{"window must be whole seconds from 6s to 1h"}},
-		{"burst capacity -2", func(p *v1alpha1.PodAutoscaler) { p.Spec.TargetBurstCapacity = ptr(-2.0) },
+		{"burst capacity -2", func(p *v1alpha1.PodAutoscaler) { p.Spec.TargetBurstCapacity = ptr.To(-2.0) },
 			[]string{"spec.targetBurstCapacity", "must be -1 (activator always in the path), 0, or positive"}},
 		{"unknown metric", func(p *v1alpha1.PodAutoscaler) { p.Spec.Metric = "cpu" },
 			[]string{"spec.metric", `Unsupported value: "cpu"`, `"concurrency", "rps"`}},
-		{"panic threshold 50", func(p *v1alpha1.PodAutoscaler) { p.Spec.PanicThresholdPercentage = ptr(50.0) },
+		{"panic threshold 50", func(p *v1alpha1.PodAutoscaler) { p.Spec.PanicThresholdPercentage = ptr.To(50.0) },
 			[]string{"spec.panicThresholdPercentage", "should be greater than or equal to 110"}},
-		{"utilization 150", func(p *v1alpha1.PodAutoscaler) { p.Spec.TargetUtilizationPercentage = ptr(150.0) },
+		{"utilization 150", func(p *v1alpha1.PodAutoscaler) { p.Spec.TargetUtilizationPercentage = ptr.To(150.0) },
 			[]string{"spec.targetUtilizationPercentage", "should be less than or equal to 100"}},
-		{"target 0", func(p *v1alpha1.PodAutoscaler) { p.Spec.Target = ptr(0.0) },
+		{"target 0", func(p *v1alpha1.PodAutoscaler) { p.Spec.Target = ptr.To(0.0) },
 			[]string{"spec.target", "target must be at least 0.01"}},
 		{"scale down delay 2h", func(p *v1alpha1.PodAutoscaler) { p.Spec.ScaleDownDelay = &metav1.Duration{Duration: 2 * time.Hour} },
 			[]string{"scaleDownDelay must be from 0s to 1h"}},
-		{"timeout 601", func(p *v1alpha1.PodAutoscaler) { p.Spec.TimeoutSeconds = ptr(int32(601)) },
+		{"timeout 601", func(p *v1alpha1.PodAutoscaler) { p.Spec.TimeoutSeconds = ptr.To(int32(601)) },
 			[]string{"spec.timeoutSeconds", "should be less than or equal to 600"}},
-		{"timeout 0", func(p *v1alpha1.PodAutoscaler) { p.Spec.TimeoutSeconds = ptr(int32(0)) },
+		{"timeout 0", func(p *v1alpha1.PodAutoscaler) { p.Spec.TimeoutSeconds = ptr.To(int32(0)) },
 			[]string{"spec.timeoutSeconds", "should be greater than or equal to 1"}},
 		{"no target name", func(p *v1alpha1.PodAutoscaler) { p.Spec.ScaleTargetRef.Name = "" },
 			[]string{"spec.scaleTargetRef.name"}},
@@ -94,5 +95,3 @@ func TestIntegrationAPIValidation(t *testing.T) {
 		})
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -24,11 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/imagebuild"
 	"github.com/sockscale/sockscale/test/cluster"
 )
@@ -356,11 +357,11 @@ func (s *Stack) AgentIP(ctx context.Context) (string, error) {
 // admission plugin).
 func AppPodSpec(image string) corev1.PodSpec {
 	return corev1.PodSpec{
-		TerminationGracePeriodSeconds: ptr(int64(30)),
+		TerminationGracePeriodSeconds: ptr.To(int64(30)),
 		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptr(true),
-			RunAsUser:      ptr(int64(65532)),
-			RunAsGroup:     ptr(int64(65532)),
+			RunAsNonRoot:   ptr.To(true),
+			RunAsUser:      ptr.To(int64(65532)),
+			RunAsGroup:     ptr.To(int64(65532)),
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		Containers: []corev1.Container{{
@@ -375,7 +376,7 @@ func AppPodSpec(image string) corev1.PodSpec {
 				PeriodSeconds: 1,
 			},
 			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr(false),
+				AllowPrivilegeEscalation: ptr.To(false),
 				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			},
 		}},
@@ -384,5 +385,3 @@ func AppPodSpec(image string) corev1.PodSpec {
 
 // HelmFromEnv is $HELM, the pinned helm the Makefile builds and exports.
 func HelmFromEnv() string { return os.Getenv("HELM") }
-
-func ptr[T any](v T) *T { return &v }

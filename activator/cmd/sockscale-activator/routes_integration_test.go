@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 

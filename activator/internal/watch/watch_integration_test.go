@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -25,7 +26,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -71,7 +72,7 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	p := pa("hello", "hello", 0)
 	p.CreationTimestamp = metav1.Time{}
 	p.Spec.ContainerConcurrency = 2
-	p.Spec.TimeoutSeconds = ptr(int32(30))
+	p.Spec.TimeoutSeconds = ptr.To(int32(30))
 	private := slice("hello-private-abcde", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true})
 	for _, o := range []client.Object{svc, p, private} {
 		if err := c.Create(ctx, o); err != nil {

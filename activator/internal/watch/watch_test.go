@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -23,8 +24,8 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // sinks records what the watcher tells the table, throttle and prober.
@@ -118,16 +119,14 @@ func slice(name, service string, ports map[string]int32, eps ...ep) *discoveryv1
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
 	for n, p := range ports {
-		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(n), Port: ptr(p), Protocol: ptr(corev1.ProtocolTCP)})
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(n), Port: ptr.To(p), Protocol: ptr.To(corev1.ProtocolTCP)})
 	}
 	for _, e := range eps {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(e.ready), Terminating: ptr(e.terminating)}})
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Terminating: ptr.To(e.terminating)}})
 	}
 	return s
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func scheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
@@ -164,7 +163,7 @@ var hello = target.Key{Namespace: "team", Name: "hello"}
 func TestSyncBuildsTheTarget(t *testing.T) {
 	p := pa("hello", "hello", 100)
 	p.Spec.ContainerConcurrency = 4
-	p.Spec.TimeoutSeconds = ptr(int32(42))
+	p.Spec.TimeoutSeconds = ptr.To(int32(42))
 	objs := []client.Object{
 		p,
 		service("hello", corev1.ServicePort{Name: "metrics", Port: 9090}, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}),
@@ -272,7 +271,7 @@ func ingress(name string, defaultBackend string, rules ...networkingv1.IngressRu
 func rule(host string, services ...string) networkingv1.IngressRule {
 	r := networkingv1.IngressRule{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{}}}
 	for _, s := range services {
-		r.HTTP.Paths = append(r.HTTP.Paths, networkingv1.HTTPIngressPath{Path: "/" + s, PathType: ptr(networkingv1.PathTypePrefix),
+		r.HTTP.Paths = append(r.HTTP.Paths, networkingv1.HTTPIngressPath{Path: "/" + s, PathType: ptr.To(networkingv1.PathTypePrefix),
 			Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: s, Port: networkingv1.ServiceBackendPort{Number: 80}}}})
 	}
 	return r

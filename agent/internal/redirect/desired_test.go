@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 )
 
 // sksBuilder makes ServerlessServices for tests:

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )

@@ -35,8 +35,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	bpfredirect "github.com/sockscale/sockscale/bpf/redirect"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -255,7 +256,7 @@ func TestASlowReporterClockIsCaughtUp(t *testing.T) {
 // TestALateSourceHoldsTheWindowBack: a live source's unreported time is
 // waited for; once it is silent for StaleAfter the window moves on.
 func TestALateSourceHoldsTheWindowBack(t *testing.T) {
-	r := newRig(t, &config.Overrides{Window: ptr(6 * time.Second)})
+	r := newRig(t, &config.Overrides{Window: ptr.To(6 * time.Second)})
 	for k := 1.0; k <= 20; k++ {
 		r.arrive(k, batch("node-a", pod{5, 0, 5, 0}))
 		r.arrive(k+0.5, batch("node-b", pod{5, 0, 5, 0}))
@@ -296,13 +297,11 @@ func TestProxiedRequestsAreNotCountedTwice(t *testing.T) {
 	if v := r.values(1); !near(v.Stable, 4) {
 		t.Errorf("stable %v, want 4", v.Stable)
 	}
-	_ = r.c.Watch(hello, hello, settings(t, &config.Overrides{Metric: ptr(config.MetricRPS)}))
+	_ = r.c.Watch(hello, hello, settings(t, &config.Overrides{Metric: ptr.To(config.MetricRPS)}))
 	if v := r.values(1); !near(v.Stable, 40) {
 		t.Errorf("rps %v, want 10 direct + 30 through the activator = 40", v.Stable)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestRecordTargetsReportsHeldLoad: an activator's batch names the watched
 // targets with requests held, for the caller to poke; idle and unwatched
@@ -325,7 +324,7 @@ func TestRecordTargetsReportsHeldLoad(t *testing.T) {
 // a 1 ms period) arrives mid-second and the decider reads at once: the
 // poke's second counts although it is not over.
 func TestAPokeCountsAtOnce(t *testing.T) {
-	r := newRig(t, &config.Overrides{Window: ptr(10 * time.Second)})
+	r := newRig(t, &config.Overrides{Window: ptr.To(10 * time.Second)})
 	// Idle for a while: the last pod's agent reported zeros until 20.
 	for k := 11.0; k <= 20; k++ {
 		r.arrive(k, batch("node-a", pod{0, 0, 0, 0}))
@@ -417,7 +416,7 @@ func TestMissingDataIsNotZeroLoad(t *testing.T) {
 // pod 2 stops being ready (it drains and is reported at 0 until it goes
 // at 25 s), at 40.5 s a new pod 3 becomes ready.
 func TestReadyPodsComeAndGo(t *testing.T) {
-	r := newRig(t, &config.Overrides{Window: ptr(6 * time.Second)})
+	r := newRig(t, &config.Overrides{Window: ptr.To(6 * time.Second)})
 	ready := func(ips ...int) map[netip.Addr]string {
 		m := make(map[netip.Addr]string)
 		for _, i := range ips {
@@ -460,7 +459,7 @@ func TestReadyPodsComeAndGo(t *testing.T) {
 // holding requests: that second counts the activator's load, and is no
 // hole left by the pod that is gone.
 func TestTheLastPodGoes(t *testing.T) {
-	r := newRig(t, &config.Overrides{Window: ptr(10 * time.Second)})
+	r := newRig(t, &config.Overrides{Window: ptr.To(10 * time.Second)})
 	r.c.Expect(hello, map[netip.Addr]string{podIP("node-a", 0): "node-a"})
 	for k := 1.0; k <= 30; k++ {
 		r.arrive(k, batch("node-a", pod{0, 0, 0, 0}))

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func ptr[T any](v T) *T { return &v }
+	"k8s.io/utils/ptr"
+)
 
 func TestEffectiveTargetValue(t *testing.T) {
 	c := Defaults()
@@ -19,11 +19,11 @@ func TestEffectiveTargetValue(t *testing.T) {
 	}{
 		{"defaults: 100 * 70% = 70", 0, nil, 100, 70},
 		{"containerConcurrency 10: 10 * 70% = 7", 10, nil, 10, 7},
-		{"target 50 under CC 10: min(50, 10) * 70% = 7", 10, &Overrides{Target: ptr(50.0)}, 10, 7},
-		{"target 5 under CC 10: 5 * 70% = 3.5", 10, &Overrides{Target: ptr(5.0)}, 5, 3.5},
-		{"rps default: 200 * 70% = 140", 0, &Overrides{Metric: ptr(MetricRPS)}, 200, 140},
-		{"rps target 10 at 50%: 5", 0, &Overrides{Metric: ptr(MetricRPS), Target: ptr(10.0), TargetUtilizationPercentage: ptr(50.0)}, 10, 5},
-		{"never below 0.01", 0, &Overrides{Target: ptr(0.01), TargetUtilizationPercentage: ptr(1.0)}, 0.01, 0.01},
+		{"target 50 under CC 10: min(50, 10) * 70% = 7", 10, &Overrides{Target: ptr.To(50.0)}, 10, 7},
+		{"target 5 under CC 10: 5 * 70% = 3.5", 10, &Overrides{Target: ptr.To(5.0)}, 5, 3.5},
+		{"rps default: 200 * 70% = 140", 0, &Overrides{Metric: ptr.To(MetricRPS)}, 200, 140},
+		{"rps target 10 at 50%: 5", 0, &Overrides{Metric: ptr.To(MetricRPS), Target: ptr.To(10.0), TargetUtilizationPercentage: ptr.To(50.0)}, 10, 5},
+		{"never below 0.01", 0, &Overrides{Target: ptr.To(0.01), TargetUtilizationPercentage: ptr.To(1.0)}, 0.01, 0.01},
 	}
 	for _, tt := range tests {
 		s, err := Effective(c, tt.cc, nil, tt.spec)
@@ -51,8 +51,8 @@ func TestRPSUtilizationIgnoresTheConcurrencyPercentage(t *testing.T) {
 		want float64
 	}{
 		{"concurrency: 100 * 50%", nil, 50},
-		{"rps: 200 * 70%, the percentage does not apply", &Overrides{Metric: ptr(MetricRPS)}, 140},
-		{"rps with target-utilization-percentage 90: 200 * 90%", &Overrides{Metric: ptr(MetricRPS), TargetUtilizationPercentage: ptr(90.0)}, 180},
+		{"rps: 200 * 70%, the percentage does not apply", &Overrides{Metric: ptr.To(MetricRPS)}, 140},
+		{"rps with target-utilization-percentage 90: 200 * 90%", &Overrides{Metric: ptr.To(MetricRPS), TargetUtilizationPercentage: ptr.To(90.0)}, 180},
 	}
 	for _, tt := range tests {
 		s, err := Effective(c, 0, nil, tt.spec)
@@ -84,7 +84,7 @@ func TestEffectivePrecedenceAndWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Effective(c, 0, ann, &Overrides{MaxScale: ptr(int32(5))})
+	s, err := Effective(c, 0, ann, &Overrides{MaxScale: ptr.To(int32(5))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +131,14 @@ func TestEffectiveCrossKeyRules(t *testing.T) {
 		spec *Overrides
 		want string
 	}{
-		{Defaults(), 0, &Overrides{MinScale: ptr(int32(4)), MaxScale: ptr(int32(3))}, "min-scale 4 is above max-scale 3"},
-		{Defaults(), 0, &Overrides{ActivationScale: ptr(int32(5)), MaxScale: ptr(int32(3))}, "activation-scale 5 is above max-scale 3"},
-		{limited, 0, &Overrides{MaxScale: ptr(int32(20))}, "max-scale 20: the cluster's max-scale-limit 10 allows 1 to 10"},
-		{limited, 0, &Overrides{MaxScale: ptr(int32(0))}, "max-scale 0: the cluster's max-scale-limit 10"},
-		{Defaults(), 0, &Overrides{InitialScale: ptr(int32(0))}, "initial-scale 0 needs the cluster's allow-zero-initial-scale: true"},
+		{Defaults(), 0, &Overrides{MinScale: ptr.To(int32(4)), MaxScale: ptr.To(int32(3))}, "min-scale 4 is above max-scale 3"},
+		{Defaults(), 0, &Overrides{ActivationScale: ptr.To(int32(5)), MaxScale: ptr.To(int32(3))}, "activation-scale 5 is above max-scale 3"},
+		{limited, 0, &Overrides{MaxScale: ptr.To(int32(20))}, "max-scale 20: the cluster's max-scale-limit 10 allows 1 to 10"},
+		{limited, 0, &Overrides{MaxScale: ptr.To(int32(0))}, "max-scale 0: the cluster's max-scale-limit 10"},
+		{Defaults(), 0, &Overrides{InitialScale: ptr.To(int32(0))}, "initial-scale 0 needs the cluster's allow-zero-initial-scale: true"},
 		{Defaults(), -1, nil, "containerConcurrency -1: must be 0 (no limit) or more"},
 		// Knative: activation-scale must be within min..max.
-		{Defaults(), 0, &Overrides{MinScale: ptr(int32(4)), ActivationScale: ptr(int32(3))}, "min-scale 4 is above activation-scale 3"},
+		{Defaults(), 0, &Overrides{MinScale: ptr.To(int32(4)), ActivationScale: ptr.To(int32(3))}, "min-scale 4 is above activation-scale 3"},
 	}
 	for _, tt := range tests {
 		if _, err := Effective(tt.c, tt.cc, nil, tt.spec); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -149,14 +149,14 @@ func TestEffectiveCrossKeyRules(t *testing.T) {
 	// min-scale set for the target is held against its activation scale.
 	high := Defaults()
 	high.MinScale = 5
-	if _, err := Effective(high, 0, nil, &Overrides{ActivationScale: ptr(int32(3))}); err != nil {
+	if _, err := Effective(high, 0, nil, &Overrides{ActivationScale: ptr.To(int32(3))}); err != nil {
 		t.Errorf("cluster min-scale 5 with activation-scale 3: %v", err)
 	}
 	ann, err := ParseAnnotations(map[string]string{AnnotationPrefix + "min-scale": "4"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Effective(Defaults(), 0, ann, &Overrides{ActivationScale: ptr(int32(3))}); err == nil || !strings.Contains(err.Error(), "min-scale 4 is above activation-scale 3") {
+	if _, err := Effective(Defaults(), 0, ann, &Overrides{ActivationScale: ptr.To(int32(3))}); err == nil || !strings.Contains(err.Error(), "min-scale 4 is above activation-scale 3") {
 		t.Errorf("annotation min-scale 4, spec activation-scale 3: err = %v", err)
 	}
 }

@@ -7,13 +7,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/sockscale/sockscale/controller/internal/config"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
-
-func ptr[T any](v T) *T { return &v }
 
 // settings builds a target's settings from the defaults and a spec.
 func settings(t testing.TB, cc int32, spec *config.Overrides) config.Settings {
@@ -44,12 +43,12 @@ func TestOneDecision(t *testing.T) {
 		{"idle and reachable: ready 4 may drop to floor(4/2) = 2", def, in(4, 0, 0), 2},
 		{"idle and unreachable: straight to 0", def, Inputs{ReadyPods: 4, HasData: true}, 0},
 		{"scale up rate 2 caps ready 3 at ceil(2*3) = 6", limited, in(3, 70*10, 70*3), 6},
-		{"activation scale 5 lifts 1 to 5", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), in(0, 10, 10), 5},
-		{"activation scale leaves 0 alone", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), Inputs{HasData: true}, 0},
+		{"activation scale 5 lifts 1 to 5", settings(t, 0, &config.Overrides{ActivationScale: ptr.To(int32(5))}), in(0, 10, 10), 5},
+		{"activation scale leaves 0 alone", settings(t, 0, &config.Overrides{ActivationScale: ptr.To(int32(5))}), Inputs{HasData: true}, 0},
 		// Idle with 5 ready: the rate limit keeps floor(5/2) = 2, which is
 		// not an activation (the raw count is 0) and must not be lifted
 		// back to 5, or the target never scales down.
-		{"activation scale lets an idle target scale down", settings(t, 0, &config.Overrides{ActivationScale: ptr(int32(5))}), in(5, 0, 0), 2},
+		{"activation scale lets an idle target scale down", settings(t, 0, &config.Overrides{ActivationScale: ptr.To(int32(5))}), in(5, 0, 0), 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,10 +72,10 @@ func TestNoDataNoDecision(t *testing.T) {
 		wantEBC int32
 	}{
 		{"defaults: 1 x 100 - 211", 0, nil, -111},
-		{"initial scale 3 of CC 10, TBC 7: 30 - 7", 10, &config.Overrides{InitialScale: ptr(int32(3)), TargetBurstCapacity: ptr(7.0)}, 23},
-		{"TBC 0", 0, &config.Overrides{TargetBurstCapacity: ptr(0.0)}, 0},
-		{"TBC -1", 0, &config.Overrides{TargetBurstCapacity: ptr(-1.0)}, -1},
-		{"target 10.5, TBC 11: -0.5 truncates to 0", 0, &config.Overrides{Target: ptr(10.5), TargetBurstCapacity: ptr(11.0)}, 0},
+		{"initial scale 3 of CC 10, TBC 7: 30 - 7", 10, &config.Overrides{InitialScale: ptr.To(int32(3)), TargetBurstCapacity: ptr.To(7.0)}, 23},
+		{"TBC 0", 0, &config.Overrides{TargetBurstCapacity: ptr.To(0.0)}, 0},
+		{"TBC -1", 0, &config.Overrides{TargetBurstCapacity: ptr.To(-1.0)}, -1},
+		{"target 10.5, TBC 11: -0.5 truncates to 0", 0, &config.Overrides{Target: ptr.To(10.5), TargetBurstCapacity: ptr.To(11.0)}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,7 +103,7 @@ func TestExcessBurstCapacity(t *testing.T) {
 		{211, 10, 0, -111}, // default TBC with 10 pods of 10: 100 - 211
 	}
 	for _, tt := range tests {
-		s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)}) // total 10
+		s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr.To(tt.tbc)}) // total 10
 		got := New(s, 0, t0, logr.Discard(), "default/hello").Decide(t0, in(tt.ready, tt.panic, tt.panic))
 		if got.ExcessBurstCapacity != tt.want {
 			t.Errorf("TBC %v ready %d panic %v: EBC %d, want %d", tt.tbc, tt.ready, tt.panic, got.ExcessBurstCapacity, tt.want)
@@ -132,7 +131,7 @@ func TestActivators(t *testing.T) {
 		{3, 211, 3, 3},     // ceil((3 x 2.1 + 211)/100) = 3, CC 3
 	}
 	for _, tt := range tests {
-		s := settings(t, tt.cc, &config.Overrides{TargetBurstCapacity: ptr(tt.tbc)})
+		s := settings(t, tt.cc, &config.Overrides{TargetBurstCapacity: ptr.To(tt.tbc)})
 		if got := Activators(s, tt.ready); got != tt.want {
 			t.Errorf("CC %d TBC %v ready %d: %d activators, want %d", tt.cc, tt.tbc, tt.ready, got, tt.want)
 		}
@@ -181,7 +180,7 @@ func TestRestartStartsInPanic(t *testing.T) {
 }
 
 func TestScaleDownDelay(t *testing.T) {
-	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr(30 * time.Second)})
+	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr.To(30 * time.Second)})
 	s.MaxScaleDownRate = 1000 // let the delay alone hold the count
 	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
@@ -207,7 +206,7 @@ func TestScaleDownDelay(t *testing.T) {
 // traffic can reach is not held by the scale-down delay, and its ticks
 // are not remembered by it.
 func TestScaleDownDelaySkippedWhileUnreachable(t *testing.T) {
-	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr(30 * time.Second)})
+	s := settings(t, 0, &config.Overrides{ScaleDownDelay: ptr.To(30 * time.Second)})
 	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 	unreachable := func(ready int32, v float64) Inputs {
@@ -235,7 +234,7 @@ func TestScaleDownDelaySkippedWhileUnreachable(t *testing.T) {
 // steps up and the pod count follows, within [floor(c/u) - 1,
 // ceil(ceil(target/u) * 1.1)] at every check (here with target 10, u 0.7).
 func TestStepLoadStaysInBand(t *testing.T) {
-	s := settings(t, 0, &config.Overrides{Target: ptr(10.0)}) // target value 7
+	s := settings(t, 0, &config.Overrides{Target: ptr.To(10.0)}) // target value 7
 	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	ready := int32(1)
 	now := t0
@@ -258,7 +257,7 @@ func TestStepLoadStaysInBand(t *testing.T) {
 // TestBurstCapacitySettlesAtTwo is KPA.md's TBC=7, CC=10 scenario: steady
 // load needing 2 pods settles at exactly 2, with a positive EBC.
 func TestBurstCapacitySettlesAtTwo(t *testing.T) {
-	s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr(7.0)}) // target value 7
+	s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr.To(7.0)}) // target value 7
 	d := New(s, 1, t0, logr.Discard(), "default/hello")
 	ready := int32(1)
 	var got Decision

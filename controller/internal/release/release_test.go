@@ -15,11 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 )
 
@@ -93,7 +94,7 @@ func TestReleaseAndTakeBack(t *testing.T) {
 		},
 		// The controller, scaled to zero first so it does not take back.
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "sockscale-system", Name: "sockscale-controller"},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(2))}},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(2))}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "mine"},
 			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "users-own"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
 	}
@@ -171,5 +172,3 @@ func TestReleaseAndTakeBack(t *testing.T) {
 		t.Errorf("the Endpoints object Kubernetes left: %v; want it deleted (or it is mirrored again)", err)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -23,11 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 	"github.com/sockscale/sockscale/test/cluster"
@@ -110,11 +111,11 @@ func TestE2EUpgradeAndUninstall(t *testing.T) {
 		return
 	}
 	steady := deploy(t, s, "steady", func(p *v1alpha1.PodAutoscalerSpec) {
-		p.Target, p.MinScale, p.MaxScale = ptr(10.0), ptr(int32(1)), ptr(int32(10))
-		p.TargetBurstCapacity = ptr(0.0)
+		p.Target, p.MinScale, p.MaxScale = ptr.To(10.0), ptr.To(int32(1)), ptr.To(int32(10))
+		p.TargetBurstCapacity = ptr.To(0.0)
 	})
 	// Left alone from here: at zero, in Proxy mode, by the uninstall.
-	deploy(t, s, "idle", func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale = ptr(int32(0)) })
+	deploy(t, s, "idle", func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale = ptr.To(int32(0)) })
 	t.Run("agents roll under load", func(t *testing.T) { agentsRoll(t, s, cl, steady) })
 	if t.Failed() {
 		return
@@ -659,5 +660,3 @@ func deref[T any](p *T) T {
 	}
 	return *p
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -16,6 +16,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -23,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 )
@@ -132,9 +133,9 @@ func TestPokeGoesBeforeDueTicks(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("poke-test")
 	defer q.ShutDown()
 	for i := range 5 {
-		q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr(tickPriority)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("tick-%d", i)}})
+		q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(tickPriority)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("tick-%d", i)}})
 	}
-	q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr(handler.LowPriority)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "listed-at-start"}})
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "listed-at-start"}})
 	pokeHandler.Generic(context.Background(), event.GenericEvent{Object: &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "poked"}}}, q)
 	got, priority, _ := q.GetWithPriority()
 	if got.Name != "poked" || priority != pokePriority {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/bucket"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
@@ -134,7 +135,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if deploy == nil {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, reason, msg)
-		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, status)
+		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	settings, err := config.ForPodAutoscaler(r.Config(), &pa, deploy)
 	if err != nil {
@@ -146,7 +147,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if errors.Is(err, errSKSNotOwned) {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, names.ReasonNotOwned, err.Error())
-		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, status)
+		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -164,7 +165,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !equality.Semantic.DeepEqual(&pa.Status, next) {
 		st.messagesAt = now // what is written shows the messages of now
 	}
-	return ctrl.Result{RequeueAfter: TickPeriod, Priority: ptr(tickPriority)}, r.writeStatus(ctx, &pa, next)
+	return ctrl.Result{RequeueAfter: TickPeriod, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, next)
 }
 
 // unpoke drops the time a poke woke pa when the reconcile it woke cannot
@@ -212,7 +213,7 @@ func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha1.ServerlessService{}).
 		WatchesRawSource(source.Channel(r.pokeChannel(), pokeHandler))
 	if r.Buckets != nil {
-		opts.NeedLeaderElection = ptr(false)
+		opts.NeedLeaderElection = ptr.To(false)
 		b = b.WatchesRawSource(r.Buckets.Resync(r.ownedKeys, mgr.GetLogger().WithName("podautoscaler")))
 	}
 	if r.StatusWriters > 0 {

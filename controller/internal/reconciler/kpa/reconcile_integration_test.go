@@ -15,10 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
@@ -38,7 +39,7 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 		Spec: v1alpha1.PodAutoscalerSpec{
 			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello"},
 			Service:        v1alpha1.ServiceRef{Name: "hello"},
-			MaxScale:       ptr(int32(10)),
+			MaxScale:       ptr.To(int32(10)),
 		},
 	}
 	if err := c.Create(ctx, pa); err != nil {
@@ -132,5 +133,3 @@ func assertCondition(t *testing.T, c client.Client, name, typ, reason string) me
 	}
 	return *cond
 }
-
-func ptr[T any](v T) *T { return &v }

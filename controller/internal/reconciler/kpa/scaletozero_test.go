@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/config"
 )
 

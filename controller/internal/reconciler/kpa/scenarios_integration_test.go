@@ -19,10 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
@@ -46,7 +47,7 @@ func TestIntegrationScenarios(t *testing.T) {
 
 	t.Run("step load follows 1-2-3-4 pods within the band", func(t *testing.T) {
 		// target 10 x 70 % = 7 concurrent requests per pod.
-		r := newRig(t, cl, "step", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })
+		r := newRig(t, cl, "step", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr.To(10.0); s.MinScale = ptr.To(int32(1)) })
 		for _, offered := range []float64{7, 14, 21, 28} {
 			r.offered = offered
 			for range 45 { // 90 s per step
@@ -67,7 +68,7 @@ func TestIntegrationScenarios(t *testing.T) {
 	})
 
 	t.Run("a burst panics and panic never scales down", func(t *testing.T) {
-		r := newRig(t, cl, "burst", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })
+		r := newRig(t, cl, "burst", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr.To(10.0); s.MinScale = ptr.To(int32(1)) })
 		r.offered = 7
 		r.run(70 * time.Second)
 		if got := r.replicas(); got != 1 {
@@ -95,8 +96,8 @@ func TestIntegrationScenarios(t *testing.T) {
 
 	t.Run("scale-down delay holds the count", func(t *testing.T) {
 		r := newRig(t, cl, "delay", func(s *v1alpha1.PodAutoscalerSpec) {
-			s.Target = ptr(10.0)
-			s.MinScale = ptr(int32(1))
+			s.Target = ptr.To(10.0)
+			s.MinScale = ptr.To(int32(1))
 			s.ScaleDownDelay = &metav1.Duration{Duration: 30 * time.Second}
 			s.Window = &metav1.Duration{Duration: 6 * time.Second}
 		})
@@ -122,8 +123,8 @@ func TestIntegrationScenarios(t *testing.T) {
 	t.Run("TBC 7 with CC 10 settles at 2 pods served directly", func(t *testing.T) {
 		r := newRig(t, cl, "tbc", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.ContainerConcurrency = 10
-			s.TargetBurstCapacity = ptr(7.0)
-			s.MinScale = ptr(int32(1))
+			s.TargetBurstCapacity = ptr.To(7.0)
+			s.MinScale = ptr.To(int32(1))
 		})
 		// 12 in flight: ceil(12/7) = 2 pods; EBC = 2*10 - 7 - 12 = 1 >= 0.
 		r.offered = 12
@@ -136,8 +137,8 @@ func TestIntegrationScenarios(t *testing.T) {
 
 	t.Run("TBC -1 keeps the activators in the path", func(t *testing.T) {
 		r := newRig(t, cl, "always-proxy", func(s *v1alpha1.PodAutoscalerSpec) {
-			s.TargetBurstCapacity = ptr(-1.0)
-			s.MinScale = ptr(int32(2))
+			s.TargetBurstCapacity = ptr.To(-1.0)
+			s.MinScale = ptr.To(int32(2))
 		})
 		r.offered = 1
 		r.run(20 * time.Second)
@@ -148,7 +149,7 @@ func TestIntegrationScenarios(t *testing.T) {
 	t.Run("CC 1 puts one activator in the path", func(t *testing.T) {
 		r := newRig(t, cl, "cc1", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.ContainerConcurrency = 1
-			s.MinScale = ptr(int32(2))
+			s.MinScale = ptr.To(int32(2))
 		})
 		r.offered = 1
 		r.run(20 * time.Second)
@@ -158,7 +159,7 @@ func TestIntegrationScenarios(t *testing.T) {
 	})
 
 	t.Run("the private Service is headless", func(t *testing.T) {
-		r := newRig(t, cl, "headless", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale = ptr(int32(1)) })
+		r := newRig(t, cl, "headless", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale = ptr.To(int32(1)) })
 		r.run(4 * time.Second)
 		var svc corev1.Service
 		if err := cl.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: names.PrivateServiceName("headless")}, &svc); err != nil {
@@ -174,7 +175,7 @@ func TestIntegrationScenarios(t *testing.T) {
 
 	t.Run("an agent that stops reporting does not read as idle", func(t *testing.T) {
 		// target 10 x 70 % = 7 per pod; 28 in flight => 4 pods, 2 on each node.
-		r := newRig(t, cl, "agent-down", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr(10.0); s.MinScale = ptr(int32(1)) })
+		r := newRig(t, cl, "agent-down", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr.To(10.0); s.MinScale = ptr.To(int32(1)) })
 		r.offered = 28
 		r.run(90 * time.Second)
 		if got := r.replicas(); got != 4 {
@@ -206,7 +207,7 @@ func TestIntegrationScenarios(t *testing.T) {
 
 	t.Run("a target no traffic can reach is held by neither min-scale nor the delay", func(t *testing.T) {
 		r := newRig(t, cl, "unreachable", func(s *v1alpha1.PodAutoscalerSpec) {
-			s.MinScale = ptr(int32(3))
+			s.MinScale = ptr.To(int32(3))
 			s.ScaleDownDelay = &metav1.Duration{Duration: 5 * time.Minute}
 			s.Window = &metav1.Duration{Duration: 6 * time.Second}
 		})
@@ -245,8 +246,8 @@ func TestIntegrationScenarios(t *testing.T) {
 	t.Run("up, down to zero through the activator, up again", func(t *testing.T) {
 		r := newRig(t, cl, "zero", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.Service.Port = 80
-			s.Target = ptr(10.0)
-			s.TargetBurstCapacity = ptr(0.0) // no burst capacity: Serve whenever pods are wanted
+			s.Target = ptr.To(10.0)
+			s.TargetBurstCapacity = ptr.To(0.0) // no burst capacity: Serve whenever pods are wanted
 			s.Window = &metav1.Duration{Duration: 10 * time.Second}
 		})
 		r.offered = 14
@@ -472,11 +473,11 @@ func (r *rig) becomeReady() {
 	exists := err == nil
 	slice.Labels = map[string]string{discoveryv1.LabelServiceName: private, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}
 	slice.AddressType = discoveryv1.AddressTypeIPv4
-	slice.Ports = []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}}
+	slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(corev1.ProtocolTCP)}}
 	slice.Endpoints = nil
 	for i := range n {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{podIP(i).String()}, NodeName: ptr(nodeOf(i)),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: podName(r.name, i)}})
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{podIP(i).String()}, NodeName: ptr.To(nodeOf(i)),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: podName(r.name, i)}})
 	}
 	if exists {
 		err = c.Update(ctx, slice)

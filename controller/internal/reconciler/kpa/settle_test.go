@@ -6,8 +6,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/decider"
@@ -19,7 +20,7 @@ import (
 // the status stays as it is and costs no write.
 func TestSettle(t *testing.T) {
 	st := func(stable, panicValue string, desired int32, msg string) *v1alpha1.PodAutoscalerStatus {
-		return &v1alpha1.PodAutoscalerStatus{DesiredScale: ptr(desired), StableValue: stable, PanicValue: panicValue,
+		return &v1alpha1.PodAutoscalerStatus{DesiredScale: ptr.To(desired), StableValue: stable, PanicValue: panicValue,
 			Conditions: []metav1.Condition{{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: "Scaled", Message: msg}}}
 	}
 	tests := []struct {
@@ -83,7 +84,7 @@ func TestTickStatusMessageShowsTheWrittenValue(t *testing.T) {
 // messages of the moment.
 func TestMessagesRefreshInTime(t *testing.T) {
 	st := func(desired int32, reason, msg string) *v1alpha1.PodAutoscalerStatus {
-		return &v1alpha1.PodAutoscalerStatus{DesiredScale: ptr(desired), StableValue: "70.000", PanicValue: "70.000",
+		return &v1alpha1.PodAutoscalerStatus{DesiredScale: ptr.To(desired), StableValue: "70.000", PanicValue: "70.000",
 			Conditions: []metav1.Condition{{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: msg}}}
 	}
 	old := st(5, ReasonPartialStats, "no stats from 1 of the 5 ready pods")

@@ -10,8 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
@@ -61,13 +62,13 @@ func tickStatus(old, status *v1alpha1.PodAutoscalerStatus, gen int64, s config.S
 // showing the stable and panic values given (decimal strings): the
 // messages are made from the values shown, not the tick's raw ones.
 func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settings, o outcome, stable, panicValue string) {
-	status.DesiredScale = ptr(o.want)
-	status.ActualScale = ptr(o.ready)
+	status.DesiredScale = ptr.To(o.want)
+	status.ActualScale = ptr.To(o.ready)
 	status.StableValue = stable
 	status.PanicValue = panicValue
 	status.Panicking = o.dec.Panicking
 	if o.dec.Valid {
-		status.ExcessBurstCapacity = ptr(o.dec.ExcessBurstCapacity)
+		status.ExcessBurstCapacity = ptr.To(o.dec.ExcessBurstCapacity)
 	}
 	status.Mode, status.Activators = o.sks.Status.Mode, o.sks.Status.Activators
 	active := metav1.ConditionFalse
@@ -125,5 +126,3 @@ func (r *PodAutoscaler) writeStatus(ctx context.Context, pa *v1alpha1.PodAutosca
 func setCondition(s *v1alpha1.PodAutoscalerStatus, gen int64, typ string, st metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -9,11 +9,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
 // TestStatusWriterWritesTheLatest: statuses queued for one target before
@@ -42,7 +43,7 @@ func TestStatusWriterWritesTheLatest(t *testing.T) {
 	w := newStatusWriter(c, 2)
 	for _, desired := range []int32{1, 2, 3} {
 		next := current.DeepCopy()
-		next.Status.DesiredScale = ptr(desired)
+		next.Status.DesiredScale = ptr.To(desired)
 		w.write(next)
 	}
 	gone := &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "deleted"}}

@@ -11,11 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/revision"
@@ -111,7 +112,7 @@ func TestIntegrationRevisionObjects(t *testing.T) {
 	if err := c.Get(ctx, key("hello-00001-deployment"), &d); err != nil {
 		t.Fatal(err)
 	}
-	d.Spec.Replicas = ptr(int32(3))
+	d.Spec.Replicas = ptr.To(int32(3))
 	d.Spec.Template.Spec.Containers[0].Image = "evil:latest"
 	if err := c.Update(ctx, &d); err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ func TestIntegrationRevisionObjects(t *testing.T) {
 	if err := c.Get(ctx, key("hello-00001"), &pa); err != nil {
 		t.Fatal(err)
 	}
-	pa.Status.ActualScale, pa.Status.DesiredScale = ptr(int32(1)), ptr(int32(2))
+	pa.Status.ActualScale, pa.Status.DesiredScale = ptr.To(int32(1)), ptr.To(int32(2))
 	pa.Status.Conditions = []metav1.Condition{
 		{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: "ScalingUp", Message: "1 of 2 pods ready", LastTransitionTime: metav1.Now()},
 		{Type: kpa.ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", Message: "x", LastTransitionTime: metav1.Now()},
@@ -244,5 +245,3 @@ func mapKeys(m map[string]string) []string {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

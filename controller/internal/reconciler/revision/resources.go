@@ -9,9 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/config"
 )
 
@@ -144,7 +145,7 @@ func MakeDeployment(rev *servingv1alpha1.Revision) *appsv1.Deployment {
 		SecurityContext:              spec.SecurityContext,
 		// A pod being removed gets as long as a request may take, so the
 		// requests it has in flight can finish (Knative does the same).
-		TerminationGracePeriodSeconds: ptr(timeoutSeconds(spec)),
+		TerminationGracePeriodSeconds: ptr.To(timeoutSeconds(spec)),
 	}
 	serving := servingIndex(spec)
 	for i := range spec.Containers {
@@ -154,7 +155,7 @@ func MakeDeployment(rev *servingv1alpha1.Revision) *appsv1.Deployment {
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: DeploymentName(rev.Name), Labels: podLabels(rev)},
 		Spec: appsv1.DeploymentSpec{
 			Selector:                &metav1.LabelSelector{MatchLabels: map[string]string{servingv1alpha1.RevisionLabelKey: rev.Name}},
-			ProgressDeadlineSeconds: ptr(int32(progressDeadlineSeconds)),
+			ProgressDeadlineSeconds: ptr.To(int32(progressDeadlineSeconds)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(rev), Annotations: podAnnotations(rev)},
 				Spec:       pod,
@@ -314,7 +315,7 @@ func orDefault(v, def int32) int32 {
 func MakePublicService(rev *servingv1alpha1.Revision) *corev1.Service {
 	p := corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: PublicPort, TargetPort: intstr.FromInt32(ServingPort(&rev.Spec))}
 	if isH2C(&rev.Spec) {
-		p.Name, p.AppProtocol = "http2", ptr("kubernetes.io/h2c")
+		p.Name, p.AppProtocol = "http2", ptr.To("kubernetes.io/h2c")
 	}
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: PublicServiceName(rev.Name), Labels: ownLabels(rev)},
@@ -344,12 +345,10 @@ func MakePodAutoscaler(rev *servingv1alpha1.Revision) *v1alpha1.PodAutoscaler {
 		spec.ContainerConcurrency = int32(*cc)
 	}
 	if ts := rev.Spec.TimeoutSeconds; ts != nil {
-		spec.TimeoutSeconds = ptr(int32(*ts))
+		spec.TimeoutSeconds = ptr.To(int32(*ts))
 	}
 	return &v1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: PodAutoscalerName(rev.Name), Labels: ownLabels(rev)},
 		Spec:       spec,
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

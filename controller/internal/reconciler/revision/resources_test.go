@@ -8,9 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // revision builds a Revision of the Service hello with one container.
@@ -52,13 +53,13 @@ func TestMakeDeploymentDefaults(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-00001-deployment", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Selector:                &metav1.LabelSelector{MatchLabels: map[string]string{servingv1alpha1.RevisionLabelKey: "hello-00001"}},
-			ProgressDeadlineSeconds: ptr(int32(600)),
+			ProgressDeadlineSeconds: ptr.To(int32(600)),
 			Template: corev1.PodTemplateSpec{
 				// min-scale is read there by the PodAutoscaler; the class
 				// and sockscale's own annotations are not copied.
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{"autoscaling.knative.dev/min-scale": "1"}},
 				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(300)),
+					TerminationGracePeriodSeconds: ptr.To(int64(300)),
 					Containers: []corev1.Container{{
 						Name:  "user-container",
 						Image: "hello:v1",
@@ -82,12 +83,12 @@ func TestMakeDeploymentDefaults(t *testing.T) {
 
 func TestMakeDeploymentProbesAndContainers(t *testing.T) {
 	r := rev("hello-00002").Port("", 9000).Obj()
-	r.Spec.TimeoutSeconds = ptr(int64(30))
+	r.Spec.TimeoutSeconds = ptr.To(int64(30))
 	r.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PORT", Value: "9999"}}
 	r.Spec.Containers[0].ReadinessProbe = &servingv1alpha1.Probe{ProbeHandler: servingv1alpha1.ProbeHandler{HTTPGet: &servingv1alpha1.HTTPGetAction{Path: "/ready"}}, PeriodSeconds: 5}
 	r.Spec.Containers[0].LivenessProbe = &servingv1alpha1.Probe{ProbeHandler: servingv1alpha1.ProbeHandler{GRPC: &servingv1alpha1.GRPCAction{}}}
 	r.Spec.Containers = append(r.Spec.Containers, servingv1alpha1.Container{Image: "sidecar",
-		LivenessProbe: &servingv1alpha1.Probe{ProbeHandler: servingv1alpha1.ProbeHandler{TCPSocket: &servingv1alpha1.TCPSocketAction{Port: ptr(intstr.FromInt32(7000))}}}})
+		LivenessProbe: &servingv1alpha1.Probe{ProbeHandler: servingv1alpha1.ProbeHandler{TCPSocket: &servingv1alpha1.TCPSocketAction{Port: ptr.To(intstr.FromInt32(7000))}}}})
 	d := MakeDeployment(r)
 	pod := d.Spec.Template.Spec
 	if got := *pod.TerminationGracePeriodSeconds; got != 30 {
@@ -130,7 +131,7 @@ func TestMakePublicService(t *testing.T) {
 	}{
 		{"default port", rev("hello-00001").Obj(), corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		{"declared port", rev("hello-00001").Port("http1", 9000).Obj(), corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(9000)}},
-		{"h2c", rev("hello-00001").Port("h2c", 9000).Obj(), corev1.ServicePort{Name: "http2", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(9000), AppProtocol: ptr("kubernetes.io/h2c")}},
+		{"h2c", rev("hello-00001").Port("h2c", 9000).Obj(), corev1.ServicePort{Name: "http2", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(9000), AppProtocol: ptr.To("kubernetes.io/h2c")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,7 +164,7 @@ func TestMakePodAutoscaler(t *testing.T) {
 	}{
 		{"defaults", rev("hello-00001").Obj(), base},
 		{"containerConcurrency and timeoutSeconds", rev("hello-00001").Concurrency(10, 60).Obj(), with(func(s *v1alpha1.PodAutoscalerSpec) {
-			s.ContainerConcurrency, s.TimeoutSeconds = 10, ptr(int32(60))
+			s.ContainerConcurrency, s.TimeoutSeconds = 10, ptr.To(int32(60))
 		})},
 		// The autoscaling keys stay annotations, read from the pod
 		// template (config.ForPodAutoscaler): an unset spec.metric leaves
@@ -189,8 +190,8 @@ func TestMakePodAutoscaler(t *testing.T) {
 func TestDeploymentInSync(t *testing.T) {
 	want := MakeDeployment(rev("hello-00001").Obj())
 	live := want.DeepCopy()
-	live.Spec.Replicas = ptr(int32(5))
-	live.Spec.RevisionHistoryLimit = ptr(int32(10))
+	live.Spec.Replicas = ptr.To(int32(5))
+	live.Spec.RevisionHistoryLimit = ptr.To(int32(10))
 	live.Spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirst
 	live.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
 	live.Spec.Template.Spec.Containers[0].ReadinessProbe.TCPSocket.Host = ""

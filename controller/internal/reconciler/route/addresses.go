@@ -12,10 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 )
@@ -114,12 +115,12 @@ func (r *Reconciler) ensureAddress(ctx context.Context, rt *servingv1alpha1.Rout
 // writeSlice makes the address Service's one EndpointSlice: the ready
 // activators at their route port.
 func (r *Reconciler) writeSlice(ctx context.Context, rt *servingv1alpha1.Route, service string, acts []endpoints.Endpoint) error {
-	ports := []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(r.ActivatorRoutePort)}}
+	ports := []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(r.ActivatorRoutePort)}}
 	eps := make([]discoveryv1.Endpoint, 0, len(acts))
 	for _, a := range acts {
 		eps = append(eps, discoveryv1.Endpoint{
 			Addresses:  []string{a.IP.String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: r.ActivatorNamespace, Name: a.Name},
 		})
 	}

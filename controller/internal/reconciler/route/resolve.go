@@ -4,8 +4,9 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
@@ -53,9 +54,9 @@ func (p *problem) Error() string { return p.reason + ": " + p.message }
 func Resolve(traffic []servingv1alpha1.TrafficTarget, revisions map[string]*servingv1alpha1.Revision, services map[string]*servingv1alpha1.Service) ([]servingv1alpha1.TrafficTargetStatus, *problem) {
 	out := make([]servingv1alpha1.TrafficTargetStatus, 0, len(traffic))
 	for i, t := range traffic {
-		s := servingv1alpha1.TrafficTargetStatus{Tag: t.Tag, RevisionName: t.RevisionName, LatestRevision: ptr(false)}
+		s := servingv1alpha1.TrafficTargetStatus{Tag: t.Tag, RevisionName: t.RevisionName, LatestRevision: ptr.To(false)}
 		if t.Percent != nil {
-			s.Percent = ptr(*t.Percent)
+			s.Percent = ptr.To(*t.Percent)
 		}
 		switch {
 		case t.RevisionName != "":
@@ -80,11 +81,9 @@ func Resolve(traffic []servingv1alpha1.TrafficTarget, revisions map[string]*serv
 				return nil, &problem{metav1.ConditionUnknown, ReasonRevisionMissing,
 					fmt.Sprintf("spec.traffic[%d] follows Service %q, whose latest ready Revision %q does not exist", i, t.ConfigurationName, latest)}
 			}
-			s.ConfigurationName, s.RevisionName, s.LatestRevision = t.ConfigurationName, latest, ptr(true)
+			s.ConfigurationName, s.RevisionName, s.LatestRevision = t.ConfigurationName, latest, ptr.To(true)
 		}
 		out = append(out, s)
 	}
 	return out, nil
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -5,8 +5,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 func TestResolve(t *testing.T) {
@@ -29,12 +30,12 @@ func TestResolve(t *testing.T) {
 			{RevisionName: "hello-00001", Percent: pct(45), Tag: "old"},
 			{ConfigurationName: "hello", Tag: "latest"},
 		}, []servingv1alpha1.TrafficTargetStatus{
-			{ConfigurationName: "hello", RevisionName: "hello-00002", LatestRevision: ptr(true), Percent: pct(55)},
-			{RevisionName: "hello-00001", LatestRevision: ptr(false), Percent: pct(45), Tag: "old"},
-			{ConfigurationName: "hello", RevisionName: "hello-00002", LatestRevision: ptr(true), Tag: "latest"},
+			{ConfigurationName: "hello", RevisionName: "hello-00002", LatestRevision: ptr.To(true), Percent: pct(55)},
+			{RevisionName: "hello-00001", LatestRevision: ptr.To(false), Percent: pct(45), Tag: "old"},
+			{ConfigurationName: "hello", RevisionName: "hello-00002", LatestRevision: ptr.To(true), Tag: "latest"},
 		}, "", ""},
 		{"another Service's revision", []servingv1alpha1.TrafficTarget{{RevisionName: "other-00001", Percent: pct(100)}},
-			[]servingv1alpha1.TrafficTargetStatus{{RevisionName: "other-00001", LatestRevision: ptr(false), Percent: pct(100)}}, "", ""},
+			[]servingv1alpha1.TrafficTargetStatus{{RevisionName: "other-00001", LatestRevision: ptr.To(false), Percent: pct(100)}}, "", ""},
 		{"missing revision", []servingv1alpha1.TrafficTarget{{ConfigurationName: "hello", Percent: pct(50)}, {RevisionName: "hello-00009", Percent: pct(50)}},
 			nil, ReasonRevisionMissing, metav1.ConditionFalse},
 		{"missing Service", []servingv1alpha1.TrafficTarget{{ConfigurationName: "nope", Percent: pct(100)}}, nil, ReasonConfigurationMissing, metav1.ConditionFalse},

@@ -13,7 +13,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/route"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"

@@ -16,11 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
@@ -123,7 +124,7 @@ func markReady(t *testing.T, c client.Client, name string) {
 		return err == nil, fmt.Sprint(err)
 	})
 	now := metav1.Now()
-	pa.Status.ActualScale, pa.Status.DesiredScale = ptr(int32(1)), ptr(int32(1))
+	pa.Status.ActualScale, pa.Status.DesiredScale = ptr.To(int32(1)), ptr.To(int32(1))
 	pa.Status.Conditions = []metav1.Condition{
 		{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: "Scaled", Message: "1 pod", LastTransitionTime: now},
 		{Type: kpa.ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", Message: "up", LastTransitionTime: now},
@@ -239,7 +240,7 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 	// A traffic change leaves the template alone: no new Revision, and
 	// the split resolves (latest -> hello-00002).
 	updateService(t, c, func(s *servingv1alpha1.Service) {
-		s.Spec.Traffic = []servingv1alpha1.TrafficTarget{{LatestRevision: ptr(true), Percent: ptr(int64(60))}, {RevisionName: "hello-00001", Percent: ptr(int64(40)), Tag: "old"}}
+		s.Spec.Traffic = []servingv1alpha1.TrafficTarget{{LatestRevision: ptr.To(true), Percent: ptr.To(int64(60))}, {RevisionName: "hello-00001", Percent: ptr.To(int64(40)), Tag: "old"}}
 	})
 	eventually(t, "split resolved", func() (bool, string) {
 		s := getService(t, c, "hello")
@@ -352,5 +353,3 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 		return !kept && len(revs) == 2, sortedNames(revs)
 	})
 }
-
-func ptr[T any](v T) *T { return &v }

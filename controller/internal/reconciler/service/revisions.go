@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
@@ -100,4 +100,3 @@ func newer(a, b *servingv1alpha1.Revision) bool {
 	return a.Name > b.Name
 }
 
-func ptr[T any](v T) *T { return &v }

@@ -9,10 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
@@ -23,13 +24,13 @@ import (
 func RouteTraffic(svc *servingv1alpha1.Service) []servingv1alpha1.TrafficTarget {
 	traffic := svc.Spec.Traffic
 	if len(traffic) == 0 {
-		traffic = []servingv1alpha1.TrafficTarget{{Percent: ptr(int64(100))}}
+		traffic = []servingv1alpha1.TrafficTarget{{Percent: ptr.To(int64(100))}}
 	}
 	out := make([]servingv1alpha1.TrafficTarget, len(traffic))
 	for i, t := range traffic {
 		t = *t.DeepCopy()
 		if t.RevisionName == "" {
-			t.ConfigurationName, t.LatestRevision = svc.Name, ptr(true)
+			t.ConfigurationName, t.LatestRevision = svc.Name, ptr.To(true)
 		}
 		out[i] = t
 	}

@@ -3,7 +3,7 @@ package service
 import (
 	"testing"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 func TestMigrated(t *testing.T) {

@@ -11,11 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 )
 
@@ -95,12 +96,12 @@ func (r *ServerlessService) proxySlices(public *corev1.Service, port int32, acts
 	s := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
 	for _, p := range public.Spec.Ports {
 		if all || p.Name == served {
-			s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: ptr(r.ActivatorPort)})
+			s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(r.ActivatorPort)})
 		}
 	}
 	for _, a := range acts {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
-			Addresses: []string{a.IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			Addresses: []string{a.IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: r.ActivatorNamespace, Name: a.Name},
 		})
 	}
@@ -112,7 +113,7 @@ func (r *ServerlessService) proxySlices(public *corev1.Service, port int32, acts
 		other := ps
 		other.Ports = nil
 		for _, p := range ps.Ports {
-			if ptrValue(p.Name) != served {
+			if ptr.Deref(p.Name, "") != served {
 				other.Ports = append(other.Ports, p)
 			}
 		}
@@ -121,14 +122,6 @@ func (r *ServerlessService) proxySlices(public *corev1.Service, port int32, acts
 		}
 	}
 	return out
-}
-
-func ptrValue[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // Managers of EndpointSlices other than sockscale that a public Service

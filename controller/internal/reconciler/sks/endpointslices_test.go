@@ -16,11 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
 // fixture is a public Service hello with ports http 80 and metrics 9090,
@@ -46,8 +47,8 @@ func newFixture(mode v1alpha1.Mode, port int32, pods ...discoveryv1.Endpoint) *f
 				Labels: map[string]string{discoveryv1.LabelServiceName: "hello-private", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports: []discoveryv1.EndpointPort{
-				{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)},
-				{Name: ptr("metrics"), Port: ptr(int32(9091)), Protocol: ptr(corev1.ProtocolTCP)},
+				{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(corev1.ProtocolTCP)},
+				{Name: ptr.To("metrics"), Port: ptr.To(int32(9091)), Protocol: ptr.To(corev1.ProtocolTCP)},
 			},
 			Endpoints: pods,
 		}},
@@ -59,7 +60,7 @@ func newFixture(mode v1alpha1.Mode, port int32, pods ...discoveryv1.Endpoint) *f
 }
 
 func pod(ip string, ready bool) discoveryv1.Endpoint {
-	return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(ready)}}
+	return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}
 }
 
 // run reconciles the fixture once and returns the public Service's
@@ -98,7 +99,7 @@ func summarize(slices []discoveryv1.EndpointSlice) []summary {
 	for _, s := range slices {
 		var sum summary
 		for _, p := range s.Ports {
-			sum.Ports = append(sum.Ports, ptrValue(p.Name)+":"+strconv.Itoa(int(ptrValue(p.Port))))
+			sum.Ports = append(sum.Ports, ptr.Deref(p.Name, "")+":"+strconv.Itoa(int(ptr.Deref(p.Port, 0))))
 		}
 		for _, e := range s.Endpoints {
 			sum.Addresses = append(sum.Addresses, e.Addresses...)
@@ -147,11 +148,11 @@ func TestProxyModeSendsOnlyTheServedPortToTheActivator(t *testing.T) {
 func TestServeModeMirrorsConditionsAndHints(t *testing.T) {
 	ready := pod("10.0.1.1", true)
 	ready.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}
-	ready.Zone, ready.NodeName = ptr("zone-a"), ptr("node-a")
+	ready.Zone, ready.NodeName = ptr.To("zone-a"), ptr.To("node-a")
 	draining := discoveryv1.Endpoint{Addresses: []string{"10.0.1.2"},
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}}
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}}
 	starting := discoveryv1.Endpoint{Addresses: []string{"10.0.1.3"},
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(false)}}
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(false)}}
 
 	_, got := newFixture(v1alpha1.ModeServe, 0, ready, draining, starting).run(t)
 	if len(got) != 1 {

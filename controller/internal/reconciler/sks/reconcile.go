@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/bucket"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
@@ -182,7 +183,7 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.SocketLayerChanged, handler.EnqueueRequestsFromMapFunc(r.all)))
 	}
 	if r.Buckets != nil {
-		opts.NeedLeaderElection = ptr(false)
+		opts.NeedLeaderElection = ptr.To(false)
 		b = b.WatchesRawSource(r.Buckets.Resync(r.ownedKeys, mgr.GetLogger().WithName("serverlessservice")))
 	}
 	return b.
@@ -210,7 +211,7 @@ func (r *ServerlessService) owns(ctx context.Context, namespace, name string) bo
 // noDeepCopy reads an object from the cache without copying it: for a
 // field read and nothing else (an activator pod's change asks for every
 // ServerlessService's owner).
-var noDeepCopy = &client.GetOptions{UnsafeDisableDeepCopy: ptr(true)}
+var noDeepCopy = &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}
 
 // scaleTarget names the Deployment whose bucket the ServerlessService
 // namespace/name is in: the one its PodAutoscaler (of the same name)

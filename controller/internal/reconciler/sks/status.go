@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 )
@@ -32,7 +32,6 @@ func setSKSCondition(s *v1alpha1.ServerlessServiceStatus, gen int64, st metav1.C
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: names.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
 }
 
-func ptr[T any](v T) *T { return &v }
 
 // setSocketLayer sets the SocketLayer condition from the agents' node
 // states (see package socketlayer); public is nil when the public Service

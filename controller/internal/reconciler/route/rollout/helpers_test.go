@@ -3,7 +3,9 @@ package rollout
 import (
 	"time"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	"k8s.io/utils/ptr"
+
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // t0 is a whole second, so float64 Unix nanoseconds are exact in tests.
@@ -13,11 +15,11 @@ var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 type tt servingv1alpha1.TrafficTargetStatus
 
 func latest(config, rev string, pct int64) tt {
-	return tt{ConfigurationName: config, RevisionName: rev, LatestRevision: ptrTo(true), Percent: ptrTo(pct)}
+	return tt{ConfigurationName: config, RevisionName: rev, LatestRevision: ptr.To(true), Percent: ptr.To(pct)}
 }
 
 func pinned(rev string, pct int64) tt {
-	return tt{RevisionName: rev, LatestRevision: ptrTo(false), Percent: ptrTo(pct)}
+	return tt{RevisionName: rev, LatestRevision: ptr.To(false), Percent: ptr.To(pct)}
 }
 
 func (t tt) tagged(tag string) tt {

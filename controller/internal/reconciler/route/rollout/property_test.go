@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // world is a random Route: up to three configurations, each with a
@@ -202,8 +203,8 @@ func checkResult(t *testing.T, what string, prev *State, goal []servingv1alpha1.
 func deepCopy(ts []servingv1alpha1.TrafficTargetStatus) []servingv1alpha1.TrafficTargetStatus {
 	out := make([]servingv1alpha1.TrafficTargetStatus, len(ts))
 	for i, t := range ts {
-		t.LatestRevision = ptrTo(isTrue(t.LatestRevision))
-		t.Percent = ptrTo(int64(percent(t.Percent)))
+		t.LatestRevision = ptr.To(isTrue(t.LatestRevision))
+		t.Percent = ptr.To(int64(percent(t.Percent)))
 		out[i] = t
 	}
 	return out

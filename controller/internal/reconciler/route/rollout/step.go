@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // Result is the split in effect at one moment of a rollout.

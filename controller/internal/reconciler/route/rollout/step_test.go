@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // call is one reconcile of a timeline: Step at t0+at.

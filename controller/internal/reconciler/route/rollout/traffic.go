@@ -3,7 +3,9 @@ package rollout
 import (
 	"slices"
 
-	servingv1alpha1 "github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	"k8s.io/utils/ptr"
+
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 )
 
 // target is one backend of a host before any rollout: a goal entry, or
@@ -131,8 +133,8 @@ func statusTraffic(goal []servingv1alpha1.TrafficTargetStatus, s *State, inProgr
 			*entries[i].Percent += int64(percent(e.Percent))
 			continue
 		}
-		e.Percent = ptrTo(int64(percent(e.Percent)))
-		e.LatestRevision = ptrTo(isTrue(e.LatestRevision))
+		e.Percent = ptr.To(int64(percent(e.Percent)))
+		e.LatestRevision = ptr.To(isTrue(e.LatestRevision))
 		entries = append(entries, e)
 	}
 	if !inProgress {
@@ -181,13 +183,13 @@ func statusTraffic(goal []servingv1alpha1.TrafficTargetStatus, s *State, inProgr
 			continue
 		}
 		if len(ps) == 0 {
-			e.Percent = ptrTo(int64(0))
+			e.Percent = ptr.To(int64(0))
 			out = append(out, e)
 			continue
 		}
 		for _, p := range ps {
 			x := e
-			x.RevisionName, x.Percent = p.RevisionName, ptrTo(int64(p.Percent))
+			x.RevisionName, x.Percent = p.RevisionName, ptr.To(int64(p.Percent))
 			out = append(out, x)
 		}
 	}
@@ -202,5 +204,3 @@ func percent(p *int64) int {
 	}
 	return int(*p)
 }
-
-func ptrTo[T any](v T) *T { return &v }

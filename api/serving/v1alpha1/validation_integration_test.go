@@ -11,10 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sockscale/sockscale/controller/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -67,7 +68,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 	tr := func(percent int64, revision, tag string) v1alpha1.TrafficTarget {
 		t := v1alpha1.TrafficTarget{Percent: &percent, RevisionName: revision, Tag: tag}
 		if revision == "" {
-			t.LatestRevision = ptr(true)
+			t.LatestRevision = ptr.To(true)
 		}
 		return t
 	}
@@ -78,7 +79,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 	}{
 		{"no traffic: all to the latest", func(s *v1alpha1.ServiceSpec) { s.Traffic = nil }, nil},
 		{"a target with percent only is the latest (Knative's default)", func(s *v1alpha1.ServiceSpec) {
-			s.Traffic = []v1alpha1.TrafficTarget{{Percent: ptr(int64(100))}}
+			s.Traffic = []v1alpha1.TrafficTarget{{Percent: ptr.To(int64(100))}}
 		}, nil},
 		{"percents sum to 99", func(s *v1alpha1.ServiceSpec) {
 			s.Traffic = []v1alpha1.TrafficTarget{tr(54, "", ""), tr(45, "hello-00005", "")}
@@ -91,14 +92,14 @@ func TestIntegrationServingValidation(t *testing.T) {
 		}, []string{"spec.traffic[0].percent", "less than or equal to 100", "spec.traffic[1].percent", "greater than or equal to 0"}},
 		{"revisionName and latestRevision: true", func(s *v1alpha1.ServiceSpec) {
 			both := tr(45, "hello-00005", "")
-			both.LatestRevision = ptr(true)
+			both.LatestRevision = ptr.To(true)
 			s.Traffic = []v1alpha1.TrafficTarget{tr(55, "", ""), both}
 		}, []string{"spec.traffic[1]", "sets both revisionName and latestRevision: true"}},
 		{"latestRevision: false without revisionName", func(s *v1alpha1.ServiceSpec) {
-			s.Traffic = []v1alpha1.TrafficTarget{{Percent: ptr(int64(100)), LatestRevision: ptr(false)}}
+			s.Traffic = []v1alpha1.TrafficTarget{{Percent: ptr.To(int64(100)), LatestRevision: ptr.To(false)}}
 		}, []string{"spec.traffic[0]", "has latestRevision: false and no revisionName"}},
 		{"configurationName in a Service", func(s *v1alpha1.ServiceSpec) {
-			s.Traffic = []v1alpha1.TrafficTarget{{Percent: ptr(int64(100)), ConfigurationName: "other"}}
+			s.Traffic = []v1alpha1.TrafficTarget{{Percent: ptr.To(int64(100)), ConfigurationName: "other"}}
 		}, []string{"spec.traffic", "configurationName is not allowed in a Service's traffic"}},
 		{"duplicate tag", func(s *v1alpha1.ServiceSpec) {
 			s.Traffic = []v1alpha1.TrafficTarget{tr(55, "", "blue"), tr(45, "hello-00005", "blue")}
@@ -109,19 +110,19 @@ func TestIntegrationServingValidation(t *testing.T) {
 		{"tag longer than 63", func(s *v1alpha1.ServiceSpec) {
 			s.Traffic = []v1alpha1.TrafficTarget{tr(100, "", strings.Repeat("a", 64))}
 		}, []string{"spec.traffic[0].tag", "may not be more than 63"}},
-		{"containerConcurrency 0 (no limit)", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr(int64(0)) }, nil},
-		{"containerConcurrency 1000", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr(int64(1000)) }, nil},
-		{"negative containerConcurrency", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr(int64(-1)) },
+		{"containerConcurrency 0 (no limit)", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr.To(int64(0)) }, nil},
+		{"containerConcurrency 1000", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr.To(int64(1000)) }, nil},
+		{"negative containerConcurrency", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr.To(int64(-1)) },
 			[]string{"spec.template.spec.containerConcurrency", "greater than or equal to 0"}},
-		{"containerConcurrency 1001", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr(int64(1001)) },
+		{"containerConcurrency 1001", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.ContainerConcurrency = ptr.To(int64(1001)) },
 			[]string{"spec.template.spec.containerConcurrency", "less than or equal to 1000"}},
-		{"timeoutSeconds 0", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.TimeoutSeconds = ptr(int64(0)) },
+		{"timeoutSeconds 0", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.TimeoutSeconds = ptr.To(int64(0)) },
 			[]string{"spec.template.spec.timeoutSeconds", "greater than or equal to 1"}},
-		{"timeoutSeconds 600", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.TimeoutSeconds = ptr(int64(600)) }, nil},
-		{"timeoutSeconds 601", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.TimeoutSeconds = ptr(int64(601)) },
+		{"timeoutSeconds 600", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.TimeoutSeconds = ptr.To(int64(600)) }, nil},
+		{"timeoutSeconds 601", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.TimeoutSeconds = ptr.To(int64(601)) },
 			[]string{"spec.template.spec.timeoutSeconds", "less than or equal to 600"}},
 		{"responseStartTimeoutSeconds above timeoutSeconds", func(s *v1alpha1.ServiceSpec) {
-			s.Template.Spec.TimeoutSeconds, s.Template.Spec.ResponseStartTimeoutSeconds = ptr(int64(30)), ptr(int64(31))
+			s.Template.Spec.TimeoutSeconds, s.Template.Spec.ResponseStartTimeoutSeconds = ptr.To(int64(30)), ptr.To(int64(31))
 		}, []string{"spec.template.spec.responseStartTimeoutSeconds", "must not exceed timeoutSeconds"}},
 		{"no containers", func(s *v1alpha1.ServiceSpec) { s.Template.Spec.Containers = []v1alpha1.Container{} },
 			[]string{"spec.template.spec.containers", "should have at least 1 items"}},
@@ -160,7 +161,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 			s.Name, s.GenerateName = name, ""
 			expect(t, c.Create(ctx, s), []string{"metadata.name", "a DNS-1035 label"})
 			r := &v1alpha1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-				Spec: v1alpha1.RouteSpec{Traffic: []v1alpha1.TrafficTarget{{ConfigurationName: "hello", Percent: ptr(int64(100))}}}}
+				Spec: v1alpha1.RouteSpec{Traffic: []v1alpha1.TrafficTarget{{ConfigurationName: "hello", Percent: ptr.To(int64(100))}}}}
 			expect(t, c.Create(ctx, r), []string{"metadata.name", "a DNS-1035 label"})
 			rev := &v1alpha1.Revision{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: s.Spec.Template.Spec}
 			expect(t, c.Create(ctx, rev), []string{"metadata.name", "a DNS-1035 label"})
@@ -193,14 +194,14 @@ func TestIntegrationServingValidation(t *testing.T) {
 			{"configurationName without latestRevision (Knative's default: latest)", route(latest(100, "hello")), nil},
 			{"no traffic", route(), []string{"spec.traffic", "Required value"}},
 			{"empty traffic", route([]v1alpha1.TrafficTarget{}...), []string{"spec.traffic", "should have at least 1 items"}},
-			{"neither revisionName nor configurationName", route(v1alpha1.TrafficTarget{Percent: ptr(int64(100))}),
+			{"neither revisionName nor configurationName", route(v1alpha1.TrafficTarget{Percent: ptr.To(int64(100))}),
 				[]string{"spec.traffic", "each target of a Route names a revisionName or a configurationName"}},
-			{"both revisionName and configurationName", route(latest(50, "hello"), v1alpha1.TrafficTarget{Percent: ptr(int64(50)), RevisionName: "hello-00001", ConfigurationName: "hello"}),
+			{"both revisionName and configurationName", route(latest(50, "hello"), v1alpha1.TrafficTarget{Percent: ptr.To(int64(50)), RevisionName: "hello-00001", ConfigurationName: "hello"}),
 				[]string{"spec.traffic[1]", "sets both revisionName and configurationName"}},
-			{"configurationName and latestRevision: false", route(v1alpha1.TrafficTarget{Percent: ptr(int64(100)), ConfigurationName: "hello", LatestRevision: ptr(false)}),
+			{"configurationName and latestRevision: false", route(v1alpha1.TrafficTarget{Percent: ptr.To(int64(100)), ConfigurationName: "hello", LatestRevision: ptr.To(false)}),
 				[]string{"spec.traffic[0]", "has latestRevision: false and no revisionName"}},
 			{"percents sum to 99", route(latest(90, "hello"), latest(9, "other")), []string{"spec.traffic", "the traffic percents must sum to 100"}},
-			{"duplicate tag", route(v1alpha1.TrafficTarget{Percent: ptr(int64(100)), ConfigurationName: "hello", Tag: "a"}, v1alpha1.TrafficTarget{RevisionName: "hello-00001", Tag: "a"}),
+			{"duplicate tag", route(v1alpha1.TrafficTarget{Percent: ptr.To(int64(100)), ConfigurationName: "hello", Tag: "a"}, v1alpha1.TrafficTarget{RevisionName: "hello-00001", Tag: "a"}),
 				[]string{"spec.traffic", "tags must be unique: two targets have the same tag"}},
 		} {
 			t.Run(tt.name, func(t *testing.T) { expect(t, c.Create(ctx, tt.route), tt.want) })
@@ -223,7 +224,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 		changed.Spec.Containers[0].Image = "ghcr.io/knative/helloworld-go:v2"
 		expect(t, c.Update(ctx, changed), []string{"spec", "a Revision's spec is immutable: change the Service's template to make a new Revision"})
 		changed = rev.DeepCopy()
-		changed.Spec.ContainerConcurrency = ptr(int64(10))
+		changed.Spec.ContainerConcurrency = ptr.To(int64(10))
 		expect(t, c.Update(ctx, changed), []string{"spec", "a Revision's spec is immutable"})
 
 		// The status subresource is the controller's to write, and the
@@ -231,7 +232,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 		rev.Status = v1alpha1.RevisionStatus{
 			DeploymentName: "hello-00001-deployment", PodAutoscalerName: "hello-00001",
 			ServiceName: "hello-00001", PrivateServiceName: "hello-00001-private",
-			ActualReplicas: ptr(int32(2)), DesiredReplicas: ptr(int32(3)), RoutingState: v1alpha1.RoutingStateActive,
+			ActualReplicas: ptr.To(int32(2)), DesiredReplicas: ptr.To(int32(3)), RoutingState: v1alpha1.RoutingStateActive,
 			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}},
 		}
 		if err := c.Status().Update(ctx, rev); err != nil {
@@ -249,7 +250,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.Status.URL = "http://hello-split.default.svc.cluster.local"
-		r.Status.Traffic = []v1alpha1.TrafficTargetStatus{{RevisionName: "hello-00001", Percent: ptr(int64(70))}, {RevisionName: "hello-00002", Percent: ptr(int64(30))}}
+		r.Status.Traffic = []v1alpha1.TrafficTargetStatus{{RevisionName: "hello-00001", Percent: ptr.To(int64(70))}, {RevisionName: "hello-00002", Percent: ptr.To(int64(30))}}
 		r.Status.TrafficSummary = "hello-00001=70%,hello-00002=30%"
 		r.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "RevisionMissing",
 			Message: "revision hello-00001 does not exist", LastTransitionTime: metav1.Now()}}
@@ -271,7 +272,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 		s.Status.URL = "http://hello.default.svc.cluster.local"
 		s.Status.LatestCreatedRevisionName, s.Status.LatestReadyRevisionName = "hello-world", "hello-00005"
 		s.Status.Traffic = []v1alpha1.TrafficTargetStatus{
-			{RevisionName: "hello-00005", LatestRevision: ptr(true), Percent: ptr(int64(100))},
+			{RevisionName: "hello-00005", LatestRevision: ptr.To(true), Percent: ptr.To(int64(100))},
 		}
 		s.Status.TrafficSummary = "hello-00005=100%"
 		s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionUnknown, Reason: "RolloutInProgress",
@@ -322,5 +323,3 @@ func decode(t *testing.T, name string, into any) {
 		t.Fatalf("%s: %v", name, err)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -7,8 +7,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/sockscale/sockscale/controller/api/v1alpha1"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -39,8 +40,12 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		{"scale-down delay with milliseconds", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.ScaleDownDelay = &metav1.Duration{Duration: 61984 * time.Millisecond}
 		}, "scaleDownDelay must be whole seconds"},
-		{"min-scale at activation-scale", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale, s.ActivationScale = ptr(int32(3)), ptr(int32(3)) }, ""},
-		{"min-scale above activation-scale", func(s *v1alpha1.PodAutoscalerSpec) { s.MinScale, s.ActivationScale = ptr(int32(4)), ptr(int32(3)) },
+		{"min-scale at activation-scale", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScale, s.ActivationScale = ptr.To(int32(3)), ptr.To(int32(3))
+		}, ""},
+		{"min-scale above activation-scale", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScale, s.ActivationScale = ptr.To(int32(4)), ptr.To(int32(3))
+		},
 			"minScale must not exceed activationScale"},
 		{"service name of 55 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 55) }, ""},
 		{"service name of 56 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 56) },
@@ -58,5 +63,3 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		})
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/owned"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
 
@@ -108,31 +109,45 @@ func targetHost(name string) string {
 func (r *activatorRig) createTarget(name string, cc int32, addr netip.AddrPort, ready bool) error {
 	ctx := context.Background()
 	tbc := -1.0
-	objs := []client.Object{
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}},
-		&v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name},
-			Spec: v1alpha1.PodAutoscalerSpec{
-				ScaleTargetRef:       v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
-				Service:              v1alpha1.ServiceRef{Name: name, Port: 80},
-				ContainerConcurrency: cc,
-				TargetBurstCapacity:  &tbc,
-			}},
-		&v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name},
-			Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeProxy, PublicService: name, Selector: map[string]string{"app": name}}},
-		endpointSlice(name, addr, ready),
+	pa := &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef:       v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			Service:              v1alpha1.ServiceRef{Name: name, Port: 80},
+			ContainerConcurrency: cc,
+			TargetBurstCapacity:  &tbc,
+		}}
+	sks := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name},
+		Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeProxy, PublicService: name, Selector: map[string]string{"app": name}}}
+	private := privateService(name)
+	// In the order the controller and Kubernetes make them, each owned by
+	// the one before (the activator takes pods only along that chain); a
+	// step is built when its turn comes, once its owner has a UID.
+	steps := []func() client.Object{
+		func() client.Object {
+			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+		},
+		func() client.Object { return pa },
+		func() client.Object { return owned.ServerlessService(sks, pa) },
+		func() client.Object { return owned.PrivateService(private, sks) },
+		func() client.Object { return owned.ComputedSlice(endpointSlice(name, addr, ready), private) },
 	}
-	for _, o := range objs {
-		if err := r.client.Create(ctx, o); err != nil {
+	for _, step := range steps {
+		if err := r.client.Create(ctx, step()); err != nil {
 			return fmt.Errorf("create target %s: %w", name, err)
 		}
 	}
-	sks := objs[2].(*v1alpha1.ServerlessService)
 	sks.Status = v1alpha1.ServerlessServiceStatus{Mode: v1alpha1.ModeProxy, Activators: []string{activatorName}}
 	if err := r.client.Status().Update(ctx, sks); err != nil {
 		return fmt.Errorf("create target %s: %w", name, err)
 	}
 	return nil
+}
+
+// privateService is target name's private Service (without its owner).
+func privateService(name string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: name + "-private"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}, Selector: map[string]string{"app": name}}}
 }
 
 // setPod makes addr the target's only pod, ready or not.
@@ -142,7 +157,7 @@ func (r *activatorRig) setPod(name string, addr netip.AddrPort, ready bool) erro
 	if err := r.client.Get(context.Background(), client.ObjectKeyFromObject(s), &old); err != nil {
 		return err
 	}
-	s.ResourceVersion = old.ResourceVersion
+	s.ResourceVersion, s.Labels, s.OwnerReferences = old.ResourceVersion, old.Labels, old.OwnerReferences
 	return r.client.Update(context.Background(), s)
 }
 
@@ -151,7 +166,7 @@ func (r *activatorRig) deleteTarget(name string) error {
 	meta := metav1.ObjectMeta{Namespace: benchNamespace, Name: name}
 	var errs []error
 	for _, o := range []client.Object{&v1alpha1.PodAutoscaler{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta},
-		&v1alpha1.ServerlessService{ObjectMeta: meta}, endpointSlice(name, netip.AddrPort{}, false)} {
+		&v1alpha1.ServerlessService{ObjectMeta: meta}, privateService(name), endpointSlice(name, netip.AddrPort{}, false)} {
 		if err := r.client.Delete(context.Background(), o); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}

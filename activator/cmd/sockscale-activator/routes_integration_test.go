@@ -21,6 +21,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/owned"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -62,6 +63,7 @@ func TestIntegrationRoutes(t *testing.T) {
 	// private Service's EndpointSlice, but for hello-00003, at zero.
 	podIP := hostIPv4(t)
 	pods := map[string]*httptest.Server{}
+	privates := map[string]*corev1.Service{}
 	for _, rev := range []string{"hello-00001", "hello-00002", "hello-00003"} {
 		pods[rev] = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, rev) }))
 		ln, err := net.Listen("tcp4", podIP+":0")
@@ -72,28 +74,34 @@ func TestIntegrationRoutes(t *testing.T) {
 		pods[rev].Start()
 		t.Cleanup(pods[rev].Close)
 		timeout := int32(30)
+		pa := &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: rev},
+			Spec: v1alpha1.PodAutoscalerSpec{
+				ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: rev + "-deployment"},
+				Service:        v1alpha1.ServiceRef{Name: rev, Port: 80}, TimeoutSeconds: &timeout}}
 		create(
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: rev},
 				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
-			&v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: rev},
-				Spec: v1alpha1.PodAutoscalerSpec{
-					ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: rev + "-deployment"},
-					Service:        v1alpha1.ServiceRef{Name: rev, Port: 80}, TimeoutSeconds: &timeout}},
+			pa,
 		)
 		mode := v1alpha1.ModeServe
 		if rev != "hello-00001" {
 			mode = v1alpha1.ModeProxy
 		}
-		sks := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: rev},
-			Spec: v1alpha1.ServerlessServiceSpec{Mode: mode, PublicService: rev, Port: 80, Selector: map[string]string{"rev": rev}}}
+		// What the controller makes of the PodAutoscaler: its
+		// ServerlessService and, from that, the private Service.
+		sks := owned.ServerlessService(&v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: rev},
+			Spec: v1alpha1.ServerlessServiceSpec{Mode: mode, PublicService: rev, Port: 80, Selector: map[string]string{"rev": rev}}}, pa)
 		create(sks)
 		sks.Status.Mode = mode
 		sks.Status.Activators = []string{"activator-0"}
 		if err := c.Status().Update(ctx0, sks); err != nil {
 			t.Fatal(err)
 		}
+		privates[rev] = owned.PrivateService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: rev + "-private"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"rev": rev}}}, sks)
+		create(privates[rev])
 		if rev != "hello-00003" {
-			create(podSlice(rev, pods[rev]))
+			create(podSlice(privates[rev], pods[rev]))
 		}
 	}
 	percent := func(p int64) *int64 { return &p }
@@ -246,7 +254,7 @@ func TestIntegrationRoutes(t *testing.T) {
 		t.Fatalf("the tag's request was answered before its revision had a pod: %d %s", a.code, a.body)
 	default:
 	}
-	create(podSlice("hello-00003", pods["hello-00003"]))
+	create(podSlice(privates["hello-00003"], pods["hello-00003"]))
 	for range 2 {
 		select {
 		case a := <-held:
@@ -294,15 +302,15 @@ func hostIPv4(t *testing.T) string {
 	return ""
 }
 
-// podSlice is the private Service's EndpointSlice of revision rev with
-// the pod srv, ready.
-func podSlice(rev string, srv *httptest.Server) *discoveryv1.EndpointSlice {
+// podSlice is the EndpointSlice Kubernetes computes for a revision's
+// private Service with the pod srv, ready.
+func podSlice(private *corev1.Service, srv *httptest.Server) *discoveryv1.EndpointSlice {
 	ap := netip.MustParseAddrPort(srv.Listener.Addr().String())
 	name, port, ready := "http", int32(ap.Port()), true
-	return &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: rev + "-private-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: rev + "-private"}},
+	return owned.ComputedSlice(&discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: private.Name + "-abcde"},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ap.Addr().String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-	}
+	}, private)
 }

@@ -45,8 +45,8 @@ func TestIntegrationWatcherUnderItsGeneratedRole(t *testing.T) {
 	percent := int64(100)
 	route := &servingv1alpha1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hello"},
 		Spec: servingv1alpha1.RouteSpec{Traffic: []servingv1alpha1.TrafficTarget{{RevisionName: "hello-00001", Percent: &percent}}}}
-	private := slice("hello-00001-private-abcde", "hello-00001-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true})
-	for _, o := range []client.Object{rev, p, addr, route, private} {
+	createTarget(ctx, t, c, p, slice("hello-00001-private-abcde", "hello-00001-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true}))
+	for _, o := range []client.Object{rev, addr, route} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}

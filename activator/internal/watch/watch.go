@@ -16,6 +16,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -179,7 +180,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return []target.Key{{Namespace: pa.Namespace, Name: pa.Spec.Service.Name}}
 		}},
 		{&corev1.Service{}, func(o client.Object) []target.Key {
-			return []target.Key{{Namespace: o.GetNamespace(), Name: o.GetName()}}
+			keys := []target.Key{{Namespace: o.GetNamespace(), Name: o.GetName()}}
+			// A private Service decides whose pods its slices are.
+			if public, ok := strings.CutSuffix(o.GetName(), PrivateSuffix); ok && public != "" {
+				keys = append(keys, target.Key{Namespace: o.GetNamespace(), Name: public})
+			}
+			return keys
 		}},
 		{&discoveryv1.EndpointSlice{}, func(o client.Object) []target.Key {
 			public, ok := strings.CutSuffix(o.GetLabels()[serviceNameLabel], PrivateSuffix)
@@ -367,17 +373,22 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 		w.remove(k)
 		return nil
 	}
-	var sks v1alpha1.ServerlessService
+	// The ServerlessService counts only when it is this PodAutoscaler's:
+	// the controller made it, with a controller reference to it.
+	var sks *v1alpha1.ServerlessService
 	var activators []string
-	if err := r.Get(ctx, types.NamespacedName{Namespace: pa.Namespace, Name: pa.Name}, &sks); err == nil {
+	s := &v1alpha1.ServerlessService{}
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: pa.Namespace, Name: pa.Name}, s); {
+	case err == nil && metav1.IsControlledBy(s, pa):
+		sks = s
 		activators = sks.Status.Activators
 		// The mode in place (forced Proxy without ready pods included),
 		// not the PodAutoscaler's wish: what decides where connects go.
 		t.Proxy = sks.Status.Mode == v1alpha1.ModeProxy
-	} else if !apierrors.IsNotFound(err) {
+	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("get ServerlessService %s/%s: %w", pa.Namespace, pa.Name, err)
 	}
-	pods, err := podsOf(ctx, r, k, podPortName(pa, &svc))
+	pods, err := w.podsOf(ctx, r, pa, sks, k, podPortName(pa, &svc))
 	if err != nil {
 		return err
 	}
@@ -491,18 +502,54 @@ func podPortName(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) string {
 	return ""
 }
 
-// podsOf lists the target's pods from its private Service's EndpointSlices:
-// every IPv4 address not terminating, with the slice's ready condition
-// (the prober checks the others itself).
-func podsOf(ctx context.Context, r client.Reader, k target.Key, portName string) ([]readiness.Pod, error) {
+// endpointSliceController is the managed-by label value of the slices
+// Kubernetes computes from a Service's selector.
+const endpointSliceController = "endpointslice-controller.k8s.io"
+
+// podsOf lists the target's pods: the addresses Kubernetes computed for
+// the target's own private Service, and nothing else. A tenant can name a
+// Service or label a slice as it likes, so a name or label alone proves
+// nothing (a public Service called "x-private" gets slices of activators
+// labelled "x-private" in Proxy mode; forwarding to those loops a request
+// between the activators). So the chain is checked by ownership: the
+// private Service must be controlled by the target's ServerlessService
+// (which must be controlled by its PodAutoscaler: the caller's check), and
+// each slice must be the EndpointSlice controller's and controlled by that
+// Service. No ServerlessService yet, or a private Service that is not its
+// own (the controller reports NotOwned then): no pods, and requests wait.
+func (w *Watcher) podsOf(ctx context.Context, r client.Reader, pa *v1alpha1.PodAutoscaler, sks *v1alpha1.ServerlessService, k target.Key, portName string) ([]readiness.Pod, error) {
+	if sks == nil {
+		return nil, nil
+	}
+	var private corev1.Service
+	if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name + PrivateSuffix}, &private); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("get Service %s%s: %w", k, PrivateSuffix, err)
+	}
+	if !metav1.IsControlledBy(&private, sks) {
+		w.Log.Warn("the private Service is not the ServerlessService's; its endpoints are not taken as the target's pods",
+			"target", k.String(), "service", private.Name, "serverlessService", sks.Name, "podAutoscaler", pa.Name)
+		return nil, nil
+	}
 	var list discoveryv1.EndpointSliceList
-	if err := r.List(ctx, &list, client.InNamespace(k.Namespace), client.MatchingLabels{serviceNameLabel: k.Name + PrivateSuffix}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(k.Namespace), client.MatchingLabels{serviceNameLabel: private.Name}); err != nil {
 		return nil, fmt.Errorf("list EndpointSlices of %s%s: %w", k, PrivateSuffix, err)
 	}
+	list.Items = slices.DeleteFunc(list.Items, func(s discoveryv1.EndpointSlice) bool {
+		return s.Labels[discoveryv1.LabelManagedBy] != endpointSliceController || !metav1.IsControlledBy(&s, &private)
+	})
+	return slicePods(list.Items, portName), nil
+}
+
+// slicePods are the pods of the slices: every IPv4 address not
+// terminating, with the slice's ready condition (the prober checks the
+// others itself).
+func slicePods(items []discoveryv1.EndpointSlice, portName string) []readiness.Pod {
 	seen := make(map[netip.AddrPort]int)
 	var pods []readiness.Pod
-	for i := range list.Items {
-		s := &list.Items[i]
+	for i := range items {
+		s := &items[i]
 		if s.AddressType != discoveryv1.AddressTypeIPv4 {
 			continue
 		}
@@ -533,7 +580,7 @@ func podsOf(ctx context.Context, r client.Reader, k target.Key, portName string)
 		}
 	}
 	slices.SortFunc(pods, func(a, b readiness.Pod) int { return a.Addr.Compare(b.Addr) })
-	return pods, nil
+	return pods
 }
 
 // slicePort is the slice's port named name (the only port when the

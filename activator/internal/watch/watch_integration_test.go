@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -26,7 +27,9 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/owned"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -73,12 +76,10 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	p.CreationTimestamp = metav1.Time{}
 	p.Spec.ContainerConcurrency = 2
 	p.Spec.TimeoutSeconds = ptr.To(int32(30))
-	private := slice("hello-private-abcde", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true})
-	for _, o := range []client.Object{svc, p, private} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
 	}
+	createTarget(ctx, t, c, p, slice("hello-private-abcde", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true}))
 
 	cl.InstallHTTPRouteCRD(t)
 	mapper, err := apiutil.NewDynamicRESTMapper(cl.Config, must(rest.HTTPClientFor(cl.Config)))
@@ -305,4 +306,29 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// createTarget creates, through c, the PodAutoscaler p and what the
+// controller and Kubernetes make of it: its ServerlessService, its private
+// Service, and the slices computed for that Service.
+func createTarget(ctx context.Context, t *testing.T, c client.Client, p *v1alpha1.PodAutoscaler, slices ...*discoveryv1.EndpointSlice) {
+	t.Helper()
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	s := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: p.Spec.Service.Name}}
+	if err := c.Create(ctx, owned.ServerlessService(s, p)); err != nil {
+		t.Fatal(err)
+	}
+	private := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Spec.Service.Name + PrivateSuffix},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": p.Name}}}
+	if err := c.Create(ctx, owned.PrivateService(private, s)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sl := range slices {
+		if err := c.Create(ctx, owned.ComputedSlice(sl, private)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +27,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/throttle"
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/owned"
 )
 
 // sinks records what the watcher tells the table, throttle and prober.
@@ -85,7 +87,7 @@ func (s prober) Delete(k target.Key) { s.order = append(s.order, "pods.Delete");
 
 func pa(name, service string, created int64) *v1alpha1.PodAutoscaler {
 	return &v1alpha1.PodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, CreationTimestamp: metav1.Unix(created, 0)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, UID: types.UID("pa-" + name), CreationTimestamp: metav1.Unix(created, 0)},
 		Spec: v1alpha1.PodAutoscalerSpec{
 			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name + "-deploy"},
 			Service:        v1alpha1.ServiceRef{Name: service, Port: 80},
@@ -95,17 +97,23 @@ func pa(name, service string, created int64) *v1alpha1.PodAutoscaler {
 
 func service(name string, ports ...corev1.ServicePort) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, UID: types.UID("svc-" + name)},
 		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Ports: ports},
 	}
 }
 
+// private is the private Service of public, made by the ServerlessService
+// sksName (the controller's naming: the PodAutoscaler's name).
+func private(sksName, public string) *corev1.Service {
+	return owned.PrivateService(service(public+"-private", corev1.ServicePort{Name: "http", Port: 80}), sks(sksName, public))
+}
+
 func sks(name, public string, activators ...string) *v1alpha1.ServerlessService {
-	return &v1alpha1.ServerlessService{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name},
+	return owned.ServerlessService(&v1alpha1.ServerlessService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, UID: types.UID("sks-" + name)},
 		Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeProxy, PublicService: public},
 		Status:     v1alpha1.ServerlessServiceStatus{Activators: activators},
-	}
+	}, pa(name, public, 0))
 }
 
 type ep struct {
@@ -113,11 +121,13 @@ type ep struct {
 	ready, terminating bool
 }
 
-func slice(name, service string, ports map[string]int32, eps ...ep) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "team", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+// slice is a slice the EndpointSlice controller computed for the Service
+// named service (as built by the service builder).
+func slice(name, svc string, ports map[string]int32, eps ...ep) *discoveryv1.EndpointSlice {
+	s := owned.ComputedSlice(&discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "team", Name: name},
 		AddressType: discoveryv1.AddressTypeIPv4,
-	}
+	}, service(svc))
 	for n, p := range ports {
 		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(n), Port: ptr.To(p), Protocol: ptr.To(corev1.ProtocolTCP)})
 	}
@@ -168,6 +178,7 @@ func TestSyncBuildsTheTarget(t *testing.T) {
 		p,
 		service("hello", corev1.ServicePort{Name: "metrics", Port: 9090}, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}),
 		sks("hello", "hello", "activator-b", "activator-a"),
+		private("hello", "hello"),
 		// Two slices of the private Service: the port is found by the
 		// public port's name; a terminating pod is left out, a pod not
 		// ready yet is passed on for the prober to probe.
@@ -205,6 +216,66 @@ func TestSyncBuildsTheTarget(t *testing.T) {
 	}
 	if name, ok := w.Workload(hello); !ok || name != "hello-deploy" {
 		t.Errorf("Workload = %q, %v; want hello-deploy", name, ok)
+	}
+}
+
+// TestPodsOnlyFromTheTargetsOwnPrivateService: a tenant names Services and
+// labels slices as it likes; the activator takes as a target's pods only
+// what Kubernetes computed for the private Service that the target's own
+// ServerlessService controls. Any of these, taken as pods, would have the
+// activators forward to themselves or to an address the tenant chose.
+func TestPodsOnlyFromTheTargetsOwnPrivateService(t *testing.T) {
+	good := slice("hello-private-1", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true})
+	goodPods := []readiness.Pod{{Addr: netip.MustParseAddrPort("10.244.1.7:8080"), Ready: true}}
+	// What sockscale writes for a public Service named "hello-private" in
+	// Proxy mode: the activators, under that Service's name label.
+	activatorSlice := slice("hello-private-sockscale-0", "hello-private", map[string]int32{"http": 8012}, ep{ip: "10.244.9.9", ready: true})
+	activatorSlice.Labels[discoveryv1.LabelManagedBy] = "sockscale.dev"
+	activatorSlice.OwnerReferences = sks("evil", "hello-private").OwnerReferences
+	forgedLabel := slice("hello-private-forged", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.0.0.1", ready: true})
+	forgedLabel.Labels[discoveryv1.LabelManagedBy] = "tenant"
+	noOwner := slice("hello-private-orphan", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.0.0.2", ready: true})
+	noOwner.OwnerReferences = nil
+	notItsSKS := sks("hello", "hello", "activator-a")
+	notItsSKS.OwnerReferences = nil
+	notItsSKS.Status.Mode = v1alpha1.ModeProxy
+	for _, tc := range []struct {
+		name   string
+		objs   []client.Object
+		want   []readiness.Pod
+		wantIn throttle.Settings
+	}{
+		{"the target's own chain", []client.Object{sks("hello", "hello", "activator-a"), private("hello", "hello"), good},
+			goodPods, throttle.Settings{Activators: []string{"activator-a"}}},
+		{"another target's public Service named like the private one, with activator slices",
+			[]client.Object{sks("hello", "hello", "activator-a"), pa("evil", "hello-private", 1), service("hello-private", corev1.ServicePort{Port: 80}),
+				sks("evil", "hello-private", "activator-a"), activatorSlice},
+			nil, throttle.Settings{Activators: []string{"activator-a"}}},
+		{"slices beside Kubernetes' own: a forged managed-by, no owner, sockscale's",
+			[]client.Object{sks("hello", "hello", "activator-a"), private("hello", "hello"), good, forgedLabel, noOwner, activatorSlice},
+			goodPods, throttle.Settings{Activators: []string{"activator-a"}}},
+		{"a private Service of another ServerlessService", []client.Object{sks("hello", "hello", "activator-a"), private("evil", "hello"), good},
+			nil, throttle.Settings{Activators: []string{"activator-a"}}},
+		{"a ServerlessService the PodAutoscaler does not control", []client.Object{notItsSKS, private("hello", "hello"), good},
+			nil, throttle.Settings{}},
+		{"no ServerlessService yet", []client.Object{private("hello", "hello"), good}, nil, throttle.Settings{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := append([]client.Object{pa("hello", "hello", 0), service("hello", corev1.ServicePort{Name: "http", Port: 80})}, tc.objs...)
+			s := newSinks()
+			if err := watcher(s).Sync(context.Background(), reader(t, objs...), hello); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, s.pods[hello], cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
+				t.Errorf("pods (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantIn, s.settings[hello]); diff != "" {
+				t.Errorf("throttle settings (-want +got):\n%s", diff)
+			}
+			if tc.wantIn.Activators == nil && s.targets[hello].Proxy {
+				t.Error("a ServerlessService that is not the target's set its mode")
+			}
+		})
 	}
 }
 

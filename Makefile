@@ -32,7 +32,7 @@ deps: ## Install the Debian packages the build and tests need (only those missin
 ##@ Development
 
 .PHONY: generate
-generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (bpf2go), deepcopy, CRDs and each component's RBAC (controller-gen).
+generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (bpf2go), deepcopy, CRDs and each component's RBAC (controller-gen), and the package map docs/packages.md.
 	cd bpf && $(GO) generate ./...
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./api/... output:crd:artifacts:config=charts/sockscale/files/crds
@@ -40,13 +40,15 @@ generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent 'paths=./agent/internal/podwatch/...;./agent/internal/lifecycle/...;./agent/cmd/...' output:rbac:artifacts:config=charts/sockscale/files/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent-redirect paths=./agent/internal/redirect/... output:rbac:artifacts:config=charts/sockscale/files/rbac/agent-redirect
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-activator paths=./activator/... output:rbac:artifacts:config=charts/sockscale/files/rbac/activator
+	$(GO) run ./hack/pkgmap
 
 .PHONY: verify
-verify: generate ## Regenerate everything and fail if the tree differs from what is committed; go.mod tidy.
-	@if [ -n "$$(git status --porcelain -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac)" ]; then \
-	  git status --porcelain -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac; git diff --stat -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac; \
+verify: generate ## Regenerate everything and fail if the tree differs from what is committed; go.mod tidy; the markdown's links and the README's length.
+	@if [ -n "$$(git status --porcelain -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac docs/packages.md)" ]; then \
+	  git status --porcelain -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac docs/packages.md; git diff --stat -- bpf api charts/sockscale/files/crds charts/sockscale/files/rbac docs/packages.md; \
 	  echo "verify: generated files are out of date; run 'make generate' and commit" >&2; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "verify: go.mod/go.sum are not tidy; run 'go mod tidy' and commit" >&2; exit 1; }
+	@$(GO) run ./hack/mdcheck || { echo "verify: fix the markdown above (README.md at most 320 lines; every relative link must resolve)" >&2; exit 1; }
 
 .PHONY: fmt
 fmt: ## gofmt the tree.

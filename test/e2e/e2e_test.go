@@ -219,7 +219,8 @@ func TestE2EAgentCountsMatchTheLoad(t *testing.T) {
 }
 
 // TestE2EStepLoad: the pod count follows 1 -> 2 -> 3 -> 4 as the offered
-// concurrency steps up, inside KPA.md's band at every check, every request
+// concurrency steps up, inside the step-load band (docs/autoscaling.md,
+// "The step-load band") at every check, every request
 // succeeds, the public endpoints are the pods, and the count comes back
 // down after the load.
 func TestE2EStepLoad(t *testing.T) {
@@ -252,7 +253,7 @@ func TestE2EStepLoad(t *testing.T) {
 		})
 		for range 10 {
 			if got := replicas(t, s, "step"); got < lo || got > hi {
-				t.Fatalf("at %d in flight the target wants %d pods, outside KPA.md's band [%d, %d]", offered, got, lo, hi)
+				t.Fatalf("at %d in flight the target wants %d pods, outside the step-load band [%d, %d]", offered, got, lo, hi)
 			}
 			time.Sleep(time.Second)
 		}

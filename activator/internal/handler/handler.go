@@ -229,7 +229,8 @@ func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.T
 		w.Header().Set("Retry-After", "2")
 		h.fail(w, http.StatusServiceUnavailable, reasonQueueFull, "%v; retry later", err)
 	case errors.Is(err, throttle.ErrDeadline):
-		// 504, not the 503 of KPA.md's reference: as a gateway the
+		// 504, not 503 (docs/autoscaling.md, "The activator in the
+		// path"): as a gateway the
 		// activator got no upstream in time, and clients and dashboards
 		// can tell "full, come back" from "waited and gave up" (issue 12
 		// allows either).

@@ -505,7 +505,8 @@ func (q *queue) assign() {
 // What an activator gets at a pod depends only on that pod and the
 // activator set, never on the other pods. Activators see pods become ready
 // at different moments (each probes them itself): a split by the pods'
-// sorted order (KPA.md's reading) moved shares between pods whenever one
+// sorted order (the obvious reading; docs/autoscaling.md, "The activator
+// in the path") moved shares between pods whenever one
 // activator saw a pod the other did not yet, and a CC = 1 pod got two
 // requests at once (1-7 per 100 cold-start requests in the e2e test with
 // 2 activators).

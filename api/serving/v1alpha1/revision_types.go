@@ -158,7 +158,7 @@ type RevisionTemplateMetadata struct {
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 	// Annotations, among them autoscaling.knative.dev/* (the PodAutoscaler's
-	// keys, see KPA.md).
+	// keys: docs/autoscaling.md, "Per-target settings").
 	// +kubebuilder:validation:MaxProperties=64
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`

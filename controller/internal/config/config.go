@@ -15,7 +15,7 @@ type Config struct {
 	// Utilization is the fraction of a pod's concurrency capacity the
 	// autoscaler aims for (container-concurrency-target-percentage / 100).
 	// It does not apply to the rps metric, which aims at RPSUtilization
-	// (Knative's reading; KPA.md "Target value").
+	// (Knative's reading; docs/autoscaling.md, "Target value").
 	Utilization float64
 	// ConcurrencyTargetDefault is a pod's capacity in concurrent requests
 	// when the target sets neither containerConcurrency nor target.

@@ -9,7 +9,8 @@
 // max-scale, the target's min-scale <= activation-scale <= max-scale,
 // max-scale <= max-scale-limit).
 //
-// Where KPA.md leaves room, the reading is Knative's: the ConfigMap's
+// Where a choice had to be made, the reading is Knative's (docs/autoscaling.md,
+// "Target value" and "Cluster ConfigMap"): the ConfigMap's
 // container-concurrency-target-percentage is the utilization of the
 // concurrency metric only, and rps aims at a fixed 70 % of its target
 // unless the target sets target-utilization-percentage; unknown ConfigMap

@@ -249,11 +249,11 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 		}
 	}
 
-	// A pod's capacity and the share of it to aim at (KPA.md "Target
-	// value"). The ConfigMap's container-concurrency-target-percentage is
-	// the concurrency metric's utilization only: rps aims at a fixed
-	// RPSUtilization, as in Knative, unless the target sets its own
-	// target-utilization-percentage. Example: percentage 50 in the
+	// A pod's capacity and the share of it to aim at (docs/autoscaling.md,
+	// "Target value"). The ConfigMap's
+	// container-concurrency-target-percentage is the concurrency metric's
+	// utilization only: rps aims at a fixed RPSUtilization, as in Knative,
+	// unless the target sets its own target-utilization-percentage. Example: percentage 50 in the
 	// ConfigMap, rps: 200 x 0.7 = 140, not 200 x 0.5 = 100.
 	switch s.Metric {
 	case MetricRPS:

@@ -213,8 +213,8 @@ func initialEBC(s config.Settings) int32 {
 
 // Activators is how many activators to put in a target's path: 2 when TBC
 // is 0, else enough for the ready pods' capacity plus the burst capacity,
-// at least 2 (KPA.md). Example: 5 pods of 10, TBC 211, capacity 100 =>
-// ceil((50 + 211) / 100) = 3.
+// at least 2 (docs/autoscaling.md, "How many activators"). Example: 5
+// pods of 10, TBC 211, capacity 100 => ceil((50 + 211) / 100) = 3.
 //
 // Never more than the containerConcurrency, when it has one (a departure
 // from Knative, which relies on queue-proxy to queue what its activators

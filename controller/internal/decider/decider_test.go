@@ -230,9 +230,10 @@ func TestScaleDownDelaySkippedWhileUnreachable(t *testing.T) {
 	}
 }
 
-// TestStepLoadStaysInBand replays KPA.md's step load: offered concurrency
-// steps up and the pod count follows, within [floor(c/u) - 1,
-// ceil(ceil(target/u) * 1.1)] at every check (here with target 10, u 0.7).
+// TestStepLoadStaysInBand replays the step load (docs/autoscaling.md, "The
+// step-load band"): offered concurrency c steps up and the pod count
+// follows, within [floor(c/v) - 1, ceil(ceil(c/v) * 1.1)] at every check,
+// v being the target value (here target 10 x 0.7 = 7).
 func TestStepLoadStaysInBand(t *testing.T) {
 	s := settings(t, 0, &config.Overrides{Target: ptr.To(10.0)}) // target value 7
 	d := New(s, 1, t0, logr.Discard(), "default/hello")
@@ -254,7 +255,8 @@ func TestStepLoadStaysInBand(t *testing.T) {
 	}
 }
 
-// TestBurstCapacitySettlesAtTwo is KPA.md's TBC=7, CC=10 scenario: steady
+// TestBurstCapacitySettlesAtTwo is the TBC=7, CC=10 scenario
+// (docs/autoscaling.md, "Excess burst capacity"): steady
 // load needing 2 pods settles at exactly 2, with a positive EBC.
 func TestBurstCapacitySettlesAtTwo(t *testing.T) {
 	s := settings(t, 10, &config.Overrides{TargetBurstCapacity: ptr.To(7.0)}) // target value 7

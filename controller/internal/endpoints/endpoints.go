@@ -24,8 +24,8 @@ type Endpoint struct {
 	IP   netip.Addr
 }
 
-// Wanted is the mode the autoscaler's decision asks for (KPA.md "From
-// decision to action"): Serve when pods are wanted and their burst capacity
+// Wanted is the mode the autoscaler's decision asks for (docs/autoscaling.md,
+// "Serve or Proxy"): Serve when pods are wanted and their burst capacity
 // is covered, else Proxy. Example: desired 3, EBC -4 (a burst the ready pods
 // could not absorb) => Proxy, so the activator buffers and spreads it.
 func Wanted(desiredScale, excessBurstCapacity int32) (v1alpha1.Mode, string) {

@@ -81,9 +81,10 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: o.reach.ok})
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
 	want := bounded(o.dec, settings, o.current, o.initialized, o.reach.ok)
-	// The mode follows the decision (KPA.md: Serve iff pods are wanted and
-	// their burst capacity is covered); the zero rules below may still hold
-	// the last pod while the activator takes over.
+	// The mode follows the decision (docs/autoscaling.md, "Serve or Proxy":
+	// Serve iff pods are wanted and their burst capacity is covered); the
+	// zero rules below may still hold the last pod while the activator
+	// takes over.
 	mode, _ := endpoints.Wanted(want, o.dec.ExcessBurstCapacity)
 	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, o.dec.Activators); err != nil {
 		return outcome{}, err

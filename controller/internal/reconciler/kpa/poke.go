@@ -19,8 +19,9 @@ import (
 )
 
 // Poke decides at once the targets (collector keys, by Deployment) that
-// got load while their last desired scale was 0 (KPA.md "Timing"): a
-// request waiting in the activator should not wait for the next tick.
+// got load while their last desired scale was 0 (docs/autoscaling.md,
+// "Timing"): a request waiting in the activator should not wait for the
+// next tick.
 func (r *PodAutoscaler) Poke(loaded []collector.Key) {
 	idx := r.zeroIndex.Load()
 	if len(loaded) == 0 || idx == nil || len(*idx) == 0 {

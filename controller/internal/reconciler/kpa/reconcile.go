@@ -33,7 +33,8 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
-// TickPeriod is how often each target is decided (KPA.md: every 2 s).
+// TickPeriod is how often each target is decided (docs/autoscaling.md,
+// "Timing").
 const TickPeriod = 2 * time.Second
 
 // PodAutoscaler reconciles PodAutoscalers.

@@ -13,7 +13,8 @@ import (
 )
 
 // activationGrace is added to the target's progress deadline before a
-// scale from zero that never got a ready pod is given up (KPA.md).
+// scale from zero that never got a ready pod is given up
+// (docs/autoscaling.md, "Activation timeout").
 const activationGrace = 30 * time.Second
 
 // Reasons of the Active condition.
@@ -26,7 +27,8 @@ const (
 	ReasonWaitingForActivator = "WaitingForActivator"
 )
 
-// zeroState is what KPA.md's scale-to-zero rules remember across ticks.
+// zeroState is what the scale-to-zero rules (docs/autoscaling.md, "Scale
+// to zero") remember across ticks.
 // Zero times mean "not now".
 type zeroState struct {
 	activeSince     time.Time // first tick of this stretch with a ready pod

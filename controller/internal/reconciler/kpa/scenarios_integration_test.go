@@ -36,7 +36,8 @@ import (
 
 const activatorNS = "sockscale-system"
 
-// TestIntegrationScenarios replays KPA.md's scenarios against a real
+// TestIntegrationScenarios replays the autoscaling scenarios
+// (docs/autoscaling.md, "Scenarios the tests replay") against a real
 // kube-apiserver: both reconcilers, scripted per-second stats and a
 // controlled clock. The test plays the parts no controller-manager plays
 // here: a Deployment's pods become ready as soon as they are asked for,
@@ -52,7 +53,7 @@ func TestIntegrationScenarios(t *testing.T) {
 			r.offered = offered
 			for range 45 { // 90 s per step
 				r.tick()
-				// KPA.md's band: floor(load/targetValue) - 1 .. ceil(ceil(load/targetValue) * 1.1).
+				// The step-load band (docs/autoscaling.md): floor(load/targetValue) - 1 .. ceil(ceil(load/targetValue) * 1.1).
 				lo, hi := int32(math.Floor(offered/7))-1, int32(math.Ceil(math.Ceil(offered/7)*1.1))
 				if got := r.replicas(); got < lo || got > hi {
 					t.Fatalf("%s: at %v in flight the target has %d pods, outside [%d, %d]", r.elapsed(), offered, got, lo, hi)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +21,8 @@ import (
 
 // ProxiedHeader marks a request forwarded by an activator; its value is
 // the activator's pod name. (The agents tell proxied requests by the
-// connection's peer, not by this header, which a client could forge.)
+// connection's peer, not by this header, which a client could forge.) An
+// activator refuses a request that already carries it (refuseLoop).
 const ProxiedHeader = "Sockscale-Proxied"
 
 // ErrShuttingDown is the cancellation cause of the server's base context
@@ -74,10 +76,13 @@ type Options struct {
 //
 //  1. refuseConnect: CONNECT asks for a tunnel to wherever the client
 //     names; an activator only forwards to pods of known targets (405).
-//  2. answerProbe: the controller's activator probe (internal/
+//  2. refuseLoop: a request that already carries ProxiedHeader has
+//     passed an activator; forwarding it again could loop it between
+//     activators, each hop adding headers (508 Loop Detected).
+//  3. answerProbe: the controller's activator probe (internal/
 //     activatorprobe) is answered here and never forwarded, whatever its
 //     host: it proves that the public Service leads to an activator.
-//  3. (*handler).ServeHTTP: resolve the target (404, or 400 for a
+//  4. (*handler).ServeHTTP: resolve the target (404, or 400 for a
 //     malformed Sockscale-Target; a Route's host chooses its revision
 //     here, 503 when its status.traffic says nowhere to go), refuse an
 //     absolute-form URI naming another host (400), hold in the throttle
@@ -109,7 +114,7 @@ func New(o Options) http.Handler {
 	h.http1 = h.reverseProxy(o.Transport)
 	h.h2c = h.reverseProxy(o.H2CTransport)
 
-	return h.refuseConnect(h.answerProbe(h))
+	return h.refuseConnect(h.refuseLoop(h.answerProbe(h)))
 }
 
 type handler struct {
@@ -128,6 +133,22 @@ func (h *handler) refuseConnect(next http.Handler) http.Handler {
 		if r.Method == http.MethodConnect {
 			w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 			h.fail(w, http.StatusMethodNotAllowed, reasonConnect, "CONNECT is refused: the activator forwards requests to the pods of known targets, it does not open tunnels")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseLoop refuses what an activator sent: activators forward only to
+// the pods Kubernetes computed for a target's private Service, so a
+// request marked by an activator that reaches an activator is a loop, or
+// a client's forgery, or an app that copies every incoming header onto its
+// own calls (it must drop this one).
+func (h *handler) refuseLoop(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v, ok := r.Header[ProxiedHeader]; ok {
+			h.fail(w, http.StatusLoopDetected, reasonLoop, "the request carries %s %q: it was already forwarded by a sockscale activator, and an activator never forwards to an activator (an app that copies incoming headers onto its own calls must drop %s)",
+				ProxiedHeader, strings.Join(v, ", "), ProxiedHeader)
 			return
 		}
 		next.ServeHTTP(w, r)

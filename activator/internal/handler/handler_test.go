@@ -209,6 +209,10 @@ func TestWaysIn(t *testing.T) {
 			code: 404, reason: reasonUnknownTarget, body: "whose ports are [80], not 8080"},
 		{name: "activator probe, any host, never forwarded", request: "GET / HTTP/1.1\nHost: 10.96.0.1:80\nSockscale-Probe: activator\nUser-Agent: sockscale-probe/activator\n\n",
 			code: 200, body: "sockscale-activator activator-0", header: [2]string{activatorprobe.ResponseHeader, "activator-0"}},
+		{name: "already through an activator", request: "GET / HTTP/1.1\nHost: hello.default:80\nSockscale-Proxied: activator-1\n\n",
+			code: 508, reason: reasonLoop, body: `carries Sockscale-Proxied "activator-1": it was already forwarded by a sockscale activator`},
+		{name: "already through an activator, empty mark, target by header", request: "GET / HTTP/1.1\nHost: x\nSockscale-Target: default/hello\nSockscale-Proxied:\n\n",
+			code: 508, reason: reasonLoop},
 		{name: "by name", request: "GET / HTTP/1.1\nHost: hello.default:80\n\n", code: 200, body: "hi from the pod", forwards: true},
 	}
 	for _, tt := range tests {
@@ -283,7 +287,6 @@ Keep-Alive: timeout=5
 Proxy-Authorization: Basic c2VjcmV0
 Proxy-Connection: keep-alive
 Sockscale-Target: default/hello
-Sockscale-Proxied: forged
 X-App: app
 
 `)

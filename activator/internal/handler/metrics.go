@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // label.
 const (
 	reasonConnect         = "connect"
+	reasonLoop            = "loop"
 	reasonAbsoluteURI     = "absolute_uri"
 	reasonBadTargetHeader = "bad_target_header"
 	reasonUnknownTarget   = "unknown_target"
@@ -38,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		// results are the throttle's sockscale_activator_hold_results_total.
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_error_responses_total",
-			Help: "Errors the activator answered itself, by code and reason: 405 connect; 400 absolute_uri, bad_target_header; " +
+			Help: "Errors the activator answered itself, by code and reason: 405 connect; 508 loop; 400 absolute_uri, bad_target_header; " +
 				"404 unknown_target, ambiguous_target; 503 queue_full, target_removed, shutting_down, route_not_ready, route_revision_unknown; 504 deadline, pod_timeout; " +
 				"502 pod_error, pod_unreachable (several pods in a row could not be reached); 500 internal.",
 		}, []string{"code", "reason"}),

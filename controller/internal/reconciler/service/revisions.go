@@ -99,4 +99,3 @@ func newer(a, b *servingv1alpha1.Revision) bool {
 	}
 	return a.Name > b.Name
 }
-

@@ -32,7 +32,6 @@ func setSKSCondition(s *v1alpha1.ServerlessServiceStatus, gen int64, st metav1.C
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: names.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
 }
 
-
 // setSocketLayer sets the SocketLayer condition from the agents' node
 // states (see package socketlayer); public is nil when the public Service
 // does not exist. Without a tracker, or one too fresh to know, the

@@ -151,6 +151,9 @@ func TestAgentDaemonSet(t *testing.T) {
 		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
 		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",
 		"--activator-selector=app.kubernetes.io/component=activator",
+		// Activators only in the release namespace: a tenant can copy
+		// their names and labels, not their namespace.
+		"--activator-namespace=" + namespace,
 		"--activator-port=8012",
 		"--socket-redirect=auto",
 		"--log-level=info",
@@ -421,8 +424,10 @@ func TestOtherNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName)
-	if want := "--controller-stats-address=" + statsService + ".serving.svc:8443"; !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, want) {
-		t.Errorf("agent args %q lack %q", ds.Spec.Template.Spec.Containers[0].Args, want)
+	for _, want := range []string{"--controller-stats-address=" + statsService + ".serving.svc:8443", "--activator-namespace=serving"} {
+		if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, want) {
+			t.Errorf("agent args %q lack %q", ds.Spec.Template.Spec.Containers[0].Args, want)
+		}
 	}
 	d := get[appsv1.Deployment](t, objs, "Deployment", controllerName)
 	if want := "--autoscaler-config=serving/" + autoscalerCM; !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, want) {

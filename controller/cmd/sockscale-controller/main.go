@@ -117,7 +117,7 @@ func parseFlags(args []string) (*flags, error) {
 		ns = "sockscale-system"
 	}
 	fs.StringVar(&f.configMap, "autoscaler-config", ns+"/sockscale-autoscaler", "namespace/name of the autoscaler ConfigMap (missing: built-in defaults)")
-	fs.StringVar(&f.activatorNamespace, "activator-namespace", ns, "namespace of the activator pods (\"\": all namespaces)")
+	fs.StringVar(&f.activatorNamespace, "activator-namespace", ns, "namespace of the activator pods (only pods there are activators: a tenant can copy their names and labels, not their namespace)")
 	selector := fs.String("activator-selector", "app.kubernetes.io/component=activator", "label selector of the activator pods")
 	fs.IntVar(&f.activatorPort, "activator-port", 8012, "port on which activators take proxied requests")
 	fs.IntVar(&f.activatorRoutePort, "activator-route-port", 8013, "port on which activators split a Route's requests by its percents (the endpoints of a Route's addresses)")
@@ -202,6 +202,9 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if (f.statsCert == "") != (f.statsKey == "") {
 		errs = append(errs, fmt.Errorf("--stats-tls-cert-file=%q and --stats-tls-key-file=%q: set both (HTTPS) or neither (HTTP)", f.statsCert, f.statsKey))
+	}
+	if msgs := validation.IsDNS1123Label(f.activatorNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--activator-namespace=%q: want the namespace the activators run in (a namespace name: %s)", f.activatorNamespace, strings.Join(msgs, "; ")))
 	}
 	if ns, name, ok := strings.Cut(f.configMap, "/"); !ok || ns == "" || name == "" {
 		errs = append(errs, fmt.Errorf("--autoscaler-config=%q: want namespace/name", f.configMap))

@@ -13,6 +13,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--stats-bind-address=8443"}, `--stats-bind-address="8443": want [host]:port`},
 		{[]string{"--autoscaler-config=just-a-name"}, `--autoscaler-config="just-a-name": want namespace/name`},
 		{[]string{"extra"}, "takes flags only"},
+		{[]string{"--activator-namespace="}, `--activator-namespace="": want the namespace the activators run in`},
+		{[]string{"--activator-namespace=Team A"}, `--activator-namespace="Team A": want the namespace the activators run in`},
 		{[]string{"--activator-selector=a in (b"}, `--activator-selector="a in (b"`},
 		{[]string{"--activator-selector="}, "must select something"},
 		{[]string{"--activator-port=0"}, "--activator-port=0: want 1..65535"},

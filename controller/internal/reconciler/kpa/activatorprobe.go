@@ -21,7 +21,10 @@ type HTTPProber struct {
 	// Timeout bounds one probe (default 1 s).
 	Timeout time.Duration
 	// Client defaults to one that keeps no idle connections: each probe
-	// must take the path a new client connection takes.
+	// must take the path a new client connection takes. Whatever the
+	// client, redirects are never followed: the public Service's pods are
+	// a tenant's, and a redirect would have the controller send requests
+	// wherever they say.
 	Client *http.Client
 }
 
@@ -44,10 +47,11 @@ func (p *HTTPProber) ActivatorInPath(ctx context.Context, namespace, service str
 	}
 	req.Header.Set(activatorprobe.Header, activatorprobe.Value)
 	req.Header.Set("User-Agent", activatorprobe.UserAgent)
-	client := p.Client
-	if client == nil {
-		client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	client := http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if p.Client != nil {
+		client = *p.Client
 	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := client.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("probe %s/%s at %s: %w", namespace, service, addr, err)

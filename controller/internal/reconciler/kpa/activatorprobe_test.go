@@ -22,6 +22,10 @@ func TestActivatorInPath(t *testing.T) {
 		_, _ = w.Write([]byte("hello from the pod"))
 	}))
 	defer pod.Close()
+	// A tenant's pod that redirects the probe elsewhere (an activator
+	// here, or anything the controller can reach): not followed.
+	redirector := httptest.NewServer(http.RedirectHandler(activator.URL+"/", http.StatusFound))
+	defer redirector.Close()
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closedAddr := closed.Listener.Addr().String()
 	closed.Close()
@@ -34,6 +38,7 @@ func TestActivatorInPath(t *testing.T) {
 	}{
 		{"an activator answers", activator.Listener.Addr().String(), true, false},
 		{"the pod answers: not yet", pod.Listener.Addr().String(), false, false},
+		{"the pod redirects to an activator: not followed", redirector.Listener.Addr().String(), false, false},
 		{"nothing listens", closedAddr, false, true},
 	}
 	for _, tt := range tests {

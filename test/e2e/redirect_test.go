@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -516,60 +513,13 @@ func probe(svc netip.AddrPort, inNode bool) probeResult {
 	r.Landed = landedActivator
 	if inNode {
 		// Still listed (the socket is open): by the kernel or by kube-proxy?
-		if r.Dest, err = socketDest(conn.(*net.TCPConn)); err != nil {
+		if r.Dest, err = stack.SocketDest(conn.(*net.TCPConn)); err != nil {
 			r.Err = err.Error()
 			return r
 		}
 		r.Kernel = r.Dest != svc
 	}
 	return r
-}
-
-// socketDest is the real remote address of conn, which getpeername does
-// not show under the redirect: its line in /proc/self/net/tcp, found by the
-// socket's inode (a local port may be shared by connections to different
-// destinations).
-func socketDest(conn *net.TCPConn) (netip.AddrPort, error) {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var st unix.Stat_t
-	var statErr error
-	if err := raw.Control(func(fd uintptr) { statErr = unix.Fstat(int(fd), &st) }); err != nil {
-		return netip.AddrPort{}, err
-	}
-	if statErr != nil {
-		return netip.AddrPort{}, statErr
-	}
-	b, err := os.ReadFile("/proc/self/net/tcp")
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	inode := strconv.FormatUint(st.Ino, 10)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-		f := strings.Fields(line)
-		if len(f) < 10 || f[9] != inode {
-			continue
-		}
-		return procAddr(f[2])
-	}
-	return netip.AddrPort{}, fmt.Errorf("socket inode %s not in /proc/self/net/tcp", inode)
-}
-
-// procAddr parses /proc/net/tcp's "0100007F:1F90": the IPv4 address as
-// the kernel's __be32 printed in host order, the port in host order.
-func procAddr(s string) (netip.AddrPort, error) {
-	ipHex, portHex, ok := strings.Cut(s, ":")
-	ip, err1 := strconv.ParseUint(ipHex, 16, 32)
-	port, err2 := strconv.ParseUint(portHex, 16, 16)
-	if !ok || err1 != nil || err2 != nil {
-		return netip.AddrPort{}, fmt.Errorf("address %q in /proc/net/tcp", s)
-	}
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], uint32(ip))
-	return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(port)), nil
 }
 
 // probes is a growing list of probe results, read while it grows.

@@ -351,7 +351,7 @@ func oneConn(addr netip.AddrPort, inNode bool, timeout time.Duration) connResult
 	defer conn.Close()
 	r.Dest = addr
 	if inNode {
-		if r.Dest, err = socketDest(conn.(*net.TCPConn)); err != nil {
+		if r.Dest, err = stack.SocketDest(conn.(*net.TCPConn)); err != nil {
 			return fail(err)
 		}
 	}

@@ -106,7 +106,7 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 			return err
 		}
 		if !meta.IsStatusConditionTrue(rev.Status.Conditions, "Ready") {
-			return fmt.Errorf("Revision %s not Ready: %s", want, conditionsLine(rev.Status.Conditions))
+			return fmt.Errorf("Revision %s not Ready: %s", want, stack.ConditionsLine(rev.Status.Conditions))
 		}
 		return nil
 	})
@@ -114,7 +114,7 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 }
 
 // waitRouteTraffic waits until the Route's status.traffic reads want (as
-// trafficLine writes it) and the Route is Ready.
+// stack.TrafficLine writes it) and the Route is Ready.
 func waitRouteTraffic(t *testing.T, s *stack.Stack, route, want string, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
@@ -123,7 +123,7 @@ func waitRouteTraffic(t *testing.T, s *stack.Stack, route, want string, timeout 
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: route}, &rt); err != nil {
 			return err
 		}
-		if got := trafficLine(rt.Status.Traffic); got != want || !meta.IsStatusConditionTrue(rt.Status.Conditions, "Ready") {
+		if got := stack.TrafficLine(rt.Status.Traffic); got != want || !meta.IsStatusConditionTrue(rt.Status.Conditions, "Ready") {
 			return fmt.Errorf("traffic %q; %s", got, servingDiag(ctx, s, route))
 		}
 		return nil
@@ -148,50 +148,6 @@ func addressOf(t *testing.T, s *stack.Stack, name string) netip.AddrPort {
 	return addr
 }
 
-// trafficLine is status.traffic in one line, e.g. "roll-00001 99%,
-// roll-00002 1%" or "current:tags-00002 100%, old:tags-00001 0%".
-func trafficLine(traffic []servingv1alpha1.TrafficTargetStatus) string {
-	var parts []string
-	for _, tt := range traffic {
-		p := fmt.Sprintf("%s %d%%", tt.RevisionName, deref0(tt.Percent))
-		if tt.Tag != "" {
-			p = tt.Tag + ":" + p
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// percentOf is rev's share of the Route's own address in status.traffic.
-func percentOf(traffic []servingv1alpha1.TrafficTargetStatus, rev string) int64 {
-	var sum int64
-	for _, tt := range traffic {
-		if tt.RevisionName == rev {
-			sum += deref0(tt.Percent)
-		}
-	}
-	return sum
-}
-
-func deref0(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
-func conditionsLine(cs []metav1.Condition) string {
-	var parts []string
-	for _, c := range cs {
-		p := fmt.Sprintf("%s=%s", c.Type, c.Status)
-		if c.Status != metav1.ConditionTrue {
-			p += fmt.Sprintf(" %s: %s", c.Reason, c.Message)
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, "; ")
-}
-
 // servingDiag says where a serving Service stands, for a failure's
 // message: its status, its Route's, each of its Revisions' routing state,
 // readiness and PodAutoscaler, and the endpoints of the Route's
@@ -202,20 +158,20 @@ func servingDiag(ctx context.Context, s *stack.Stack, name string) string {
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &svc); err != nil {
 		fmt.Fprintf(&b, "Service %s: %v", name, err)
 	} else {
-		fmt.Fprintf(&b, "Service %s: latest created %q ready %q, traffic [%s], %s", name, svc.Status.LatestCreatedRevisionName, svc.Status.LatestReadyRevisionName, trafficLine(svc.Status.Traffic), conditionsLine(svc.Status.Conditions))
+		fmt.Fprintf(&b, "Service %s: latest created %q ready %q, traffic [%s], %s", name, svc.Status.LatestCreatedRevisionName, svc.Status.LatestReadyRevisionName, stack.TrafficLine(svc.Status.Traffic), stack.ConditionsLine(svc.Status.Conditions))
 	}
 	var rt servingv1alpha1.Route
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &rt); err != nil {
 		fmt.Fprintf(&b, "; Route: %v", err)
 	} else {
-		fmt.Fprintf(&b, "; Route: traffic [%s], %s, annotations %v", trafficLine(rt.Status.Traffic), conditionsLine(rt.Status.Conditions), rt.Annotations)
+		fmt.Fprintf(&b, "; Route: traffic [%s], %s, annotations %v", stack.TrafficLine(rt.Status.Traffic), stack.ConditionsLine(rt.Status.Conditions), rt.Annotations)
 	}
 	var revs servingv1alpha1.RevisionList
 	if err := s.Client.List(ctx, &revs, client.InNamespace(appNS), client.MatchingLabels{servingv1alpha1.ServiceLabelKey: name}); err != nil {
 		fmt.Fprintf(&b, "; Revisions: %v", err)
 	}
 	for _, r := range revs.Items {
-		fmt.Fprintf(&b, "; Revision %s: routing %q, actual %v desired %v, %s", r.Name, r.Status.RoutingState, deref(r.Status.ActualReplicas), deref(r.Status.DesiredReplicas), conditionsLine(r.Status.Conditions))
+		fmt.Fprintf(&b, "; Revision %s: routing %q, actual %v desired %v, %s", r.Name, r.Status.RoutingState, deref(r.Status.ActualReplicas), deref(r.Status.DesiredReplicas), stack.ConditionsLine(r.Status.Conditions))
 		if pa, err := s.PA(ctx, appNS, r.Name); err == nil {
 			fmt.Fprintf(&b, ", PodAutoscaler reachability %q mode %q desired %v actual %v", pa.Spec.Reachability, pa.Status.Mode, deref(pa.Status.DesiredScale), deref(pa.Status.ActualScale))
 		}
@@ -691,7 +647,7 @@ func watchServing(t *testing.T, s *stack.Stack, name string) *servingWatch {
 		rt := o.(*servingv1alpha1.Route)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if n := len(w.traffic); n == 0 || trafficLine(w.traffic[n-1].traffic) != trafficLine(rt.Status.Traffic) {
+		if n := len(w.traffic); n == 0 || stack.TrafficLine(w.traffic[n-1].traffic) != stack.TrafficLine(rt.Status.Traffic) {
 			w.traffic = append(w.traffic, trafficSeen{at: time.Now(), traffic: rt.Status.Traffic})
 		}
 		readyOf("Route", rt.Status.Conditions)
@@ -767,7 +723,7 @@ type trafficStep struct {
 func steps(changes []trafficSeen, rev string) []trafficStep {
 	var out []trafficStep
 	for _, c := range changes {
-		p := percentOf(c.traffic, rev)
+		p := stack.PercentOf(c.traffic, rev)
 		if len(out) == 0 || out[len(out)-1].percent != p {
 			out = append(out, trafficStep{at: c.at, percent: p})
 		}

@@ -92,7 +92,7 @@ func TestE2EServingRollout(t *testing.T) {
 	if got := rt.Annotations[servingv1alpha1.RolloutDurationAnnotation]; got != "60s" {
 		t.Errorf("the Route's %s is %q, want the Service's \"60s\" copied", servingv1alpha1.RolloutDurationAnnotation, got)
 	}
-	t.Logf("Route %s before the change: traffic [%s], annotations %v", name, trafficLine(rt.Status.Traffic), rt.Annotations)
+	t.Logf("Route %s before the change: traffic [%s], annotations %v", name, stack.TrafficLine(rt.Status.Traffic), rt.Annotations)
 
 	var nodes corev1.NodeList
 	if err := s.Client.List(ctx, &nodes); err != nil {
@@ -136,7 +136,7 @@ func TestE2EServingRollout(t *testing.T) {
 	v2 := waitLatestReady(t, s, name, v2Name, 2*time.Minute)
 	v2Ready := time.Now()
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &rt); err == nil {
-		t.Logf("Route %s when %s became ready (%.1fs): traffic [%s], annotations %v", name, v2Name, v2Ready.Sub(t0).Seconds(), trafficLine(rt.Status.Traffic), rt.Annotations)
+		t.Logf("Route %s when %s became ready (%.1fs): traffic [%s], annotations %v", name, v2Name, v2Ready.Sub(t0).Seconds(), stack.TrafficLine(rt.Status.Traffic), rt.Annotations)
 	}
 	v2Addr := addressOf(t, s, v2.Status.ServiceName)
 	var full time.Time
@@ -183,10 +183,10 @@ func TestE2EServingRollout(t *testing.T) {
 	for _, c := range changes {
 		var sum int64
 		for _, tt := range c.traffic {
-			sum += deref0(tt.Percent)
+			sum += ptr.Deref(tt.Percent, 0)
 		}
 		if len(c.traffic) > 0 && sum != 100 {
-			t.Errorf("status.traffic at %+.1fs sums to %d %%: [%s]", c.at.Sub(t0).Seconds(), sum, trafficLine(c.traffic))
+			t.Errorf("status.traffic at %+.1fs sums to %d %%: [%s]", c.at.Sub(t0).Seconds(), sum, stack.TrafficLine(c.traffic))
 		}
 	}
 	sched := steps(changes, v2Name)

@@ -29,7 +29,6 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
-	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -757,61 +756,11 @@ type inNodeClient struct {
 // agent attached its programs), as `kubectl exec` would.
 func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConfig) *inNodeClient {
 	t.Helper()
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: innodeClientPod + "-" + node, Labels: map[string]string{"app": innodeClientPod}},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr.To(int64(1)),
-			Containers: []corev1.Container{{
-				Name: "app", Image: stack.AppImage, Args: []string{"--port=8080", "--shutdown-delay=0s"},
-			}},
-		},
-	}
-	if err := s.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
-			t.Errorf("delete pod %s: %v", pod.Name, err)
-		}
-	})
-	var netns, cgroup string
-	eventually(t, time.Minute, "the client pod runs", func() error {
-		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return err
-		}
-		if pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Running == nil {
-			return fmt.Errorf("phase %s, IP %q", pod.Status.Phase, pod.Status.PodIP)
-		}
-		var err error
-		if netns, cgroup, err = cluster.PodSandbox(pod); err != nil {
-			return err
-		}
-		for _, p := range []string{"/run/netns/" + netns, cgroup} {
-			if _, err := os.Stat(p); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg, err := os.Open(cgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
+	box := newClientSandbox(t, s, innodeClientPod, node)
 	c := &inNodeClient{read: make(chan struct{})}
-	c.cmd = exec.Command("ip", "netns", "exec", netns, self, "-test.run=^TestHelperInNodeClient$", "-test.timeout=10m")
-	c.cmd.Env = append(os.Environ(), innodeEnv+"="+string(b))
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: syscall.SIGKILL}
+	var cg *os.File
+	c.cmd, cg = box.helper(t, "TestHelperInNodeClient", innodeEnv, cfg)
+	defer cg.Close()
 	c.cmd.Stderr = &c.stderr
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -854,7 +803,7 @@ func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConf
 	case <-time.After(30 * time.Second):
 		t.Fatal("the in-node client did not start within 30 s")
 	}
-	t.Logf("in-node client: pid %d in pod %s on %s (netns %s, cgroup %s)", c.cmd.Process.Pid, pod.Name, node, netns, cgroup)
+	t.Logf("in-node client: pid %d in pod %s on %s (netns %s, cgroup %s)", c.cmd.Process.Pid, box.pod, node, box.netns, box.cgroup)
 	return c
 }
 

@@ -484,6 +484,15 @@ func newClientSandbox(t *testing.T, s *stack.Stack, prefix, node string) *client
 // closes the returned cgroup file once the process started.
 func (b *clientSandbox) command(t *testing.T, cfg servingClientConfig) (*exec.Cmd, *os.File) {
 	t.Helper()
+	return b.helper(t, "TestHelperServingClient", servingClientEnv, cfg)
+}
+
+// helper is this test binary run again in the sandbox as the helper test
+// (TestHelperServingClient, TestHelperInNodeClient) with env set to cfg
+// in JSON; the caller closes the returned cgroup file once the process
+// started.
+func (b *clientSandbox) helper(t *testing.T, test, env string, cfg any) (*exec.Cmd, *os.File) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -496,8 +505,8 @@ func (b *clientSandbox) command(t *testing.T, cfg servingClientConfig) (*exec.Cm
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", b.netns, self, "-test.run=^TestHelperServingClient$", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), servingClientEnv+"="+string(js))
+	cmd := exec.Command("ip", "netns", "exec", b.netns, self, "-test.run=^"+test+"$", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), env+"="+string(js))
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: syscall.SIGKILL}
 	return cmd, cg
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -87,7 +88,7 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 	sks.wait(t, v1alpha1.ModeServe, time.Time{}, 30*time.Second)
 	// Both nodes' agents run the redirect, and the ServerlessService says so
 	// (kubectl get sks: SocketLayer True).
-	eventually(t, 30*time.Second, "the SocketLayer condition True InEffect", func() error {
+	e2etest.Eventually(t, 30*time.Second, "the SocketLayer condition True InEffect", func() error {
 		var o v1alpha1.ServerlessService
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &o); err != nil {
 			return err
@@ -934,18 +935,18 @@ func (w *modeWatch) wait(t *testing.T, mode v1alpha1.Mode, from time.Time, timeo
 	return at
 }
 
-// waitFor is eventually with a 20 ms step, for waits measured in
+// waitFor is e2etest.Eventually with a 20 ms step, for waits measured in
 // milliseconds.
 func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	poll(t, timeout, 20*time.Millisecond, what, f)
+	e2etest.Poll(t, timeout, 20*time.Millisecond, what, f)
 }
 
 // agentAddr is the address of node's ready agent pod.
 func agentAddr(t *testing.T, s *stack.Stack, node string) netip.Addr {
 	t.Helper()
 	var addr netip.Addr
-	eventually(t, time.Minute, "a ready agent on "+node, func() error {
+	e2etest.Eventually(t, time.Minute, "a ready agent on "+node, func() error {
 		var pods corev1.PodList
 		if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
 			return err

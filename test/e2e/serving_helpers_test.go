@@ -32,6 +32,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -77,7 +78,7 @@ func createServing(t *testing.T, s *stack.Stack, svc *servingv1alpha1.Service) {
 // conflicts with the controller's status writes.
 func updateService(t *testing.T, s *stack.Stack, name string, change func(*servingv1alpha1.Service)) {
 	t.Helper()
-	eventually(t, 30*time.Second, "update Service "+name, func() error {
+	e2etest.Eventually(t, 30*time.Second, "update Service "+name, func() error {
 		var cur servingv1alpha1.Service
 		if err := s.Client.Get(context.Background(), client.ObjectKey{Namespace: appNS, Name: name}, &cur); err != nil {
 			return err
@@ -94,7 +95,7 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 	t.Helper()
 	ctx := context.Background()
 	var rev servingv1alpha1.Revision
-	eventually(t, timeout, "Service "+svc+": latest ready Revision "+want, func() error {
+	e2etest.Eventually(t, timeout, "Service "+svc+": latest ready Revision "+want, func() error {
 		var got servingv1alpha1.Service
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: svc}, &got); err != nil {
 			return err
@@ -118,7 +119,7 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 func waitRouteTraffic(t *testing.T, s *stack.Stack, route, want string, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, timeout, fmt.Sprintf("Route %s Ready with traffic %q", route, want), func() error {
+	e2etest.Eventually(t, timeout, fmt.Sprintf("Route %s Ready with traffic %q", route, want), func() error {
 		var rt servingv1alpha1.Route
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: route}, &rt); err != nil {
 			return err
@@ -136,7 +137,7 @@ func waitRouteTraffic(t *testing.T, s *stack.Stack, route, want string, timeout 
 func addressOf(t *testing.T, s *stack.Stack, name string) netip.AddrPort {
 	t.Helper()
 	var addr netip.AddrPort
-	eventually(t, 30*time.Second, "Service "+name+"'s address", func() error {
+	e2etest.Eventually(t, 30*time.Second, "Service "+name+"'s address", func() error {
 		url, err := s.PublicURL(context.Background(), appNS, name)
 		if err != nil {
 			return err
@@ -222,7 +223,7 @@ func expectRouteEndpoints(ctx context.Context, s *stack.Stack, service string) e
 func waitRevisionAtZero(t *testing.T, s *stack.Stack, rev string, timeout time.Duration, check func(*servingv1alpha1.Revision) error) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, timeout, "Revision "+rev+" at zero pods", func() error {
+	e2etest.Eventually(t, timeout, "Revision "+rev+" at zero pods", func() error {
 		var r servingv1alpha1.Revision
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: rev}, &r); err != nil {
 			return err
@@ -459,7 +460,7 @@ func newClientSandbox(t *testing.T, s *stack.Stack, prefix, node string) *client
 		}
 	})
 	b := &clientSandbox{node: node, pod: pod.Name}
-	eventually(t, time.Minute, "the client pod "+pod.Name+" runs", func() error {
+	e2etest.Eventually(t, time.Minute, "the client pod "+pod.Name+" runs", func() error {
 		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
 		}

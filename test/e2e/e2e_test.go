@@ -62,15 +62,7 @@ var chartSets = []string{"autoscaler.stable-window=20s"}
 func up(t *testing.T) *stack.Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, need := range []string{stack.HelmFromEnv()} {
-		if _, err := os.Stat(need); need == "" || err != nil {
-			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg + "; CI=true forbids skipping")
-			}
-			t.Skip(msg)
-		}
-	}
+	e2etest.RequireHelm(t)
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()

@@ -3,12 +3,28 @@ package e2etest
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/test/stack"
 )
+
+// RequireHelm skips t (fails it under CI=true) unless $HELM names the
+// pinned helm, which `make test-e2e` builds.
+func RequireHelm(t *testing.T) {
+	t.Helper()
+	for _, need := range []string{stack.HelmFromEnv()} {
+		if _, err := os.Stat(need); need == "" || err != nil {
+			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg + "; CI=true forbids skipping")
+			}
+			t.Skip(msg)
+		}
+	}
+}
 
 // Eventually calls f every 500 ms until it returns nil, and fails t with
 // f's last error once timeout has passed.

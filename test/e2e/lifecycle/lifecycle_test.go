@@ -61,15 +61,7 @@ var chartSets = []string{"autoscaler.stable-window=20s"}
 // adopts the kept CRDs and the controller takes the Services back.
 func TestE2EUpgradeAndUninstall(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, need := range []string{stack.HelmFromEnv()} {
-		if _, err := os.Stat(need); need == "" || err != nil {
-			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg + "; CI=true forbids skipping")
-			}
-			t.Skip(msg)
-		}
-	}
+	e2etest.RequireHelm(t)
 	// The API server warns of the unknown field the older CRD prunes.
 	ctrllog.SetLogger(logr.Discard())
 	ctx := context.Background()

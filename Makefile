@@ -127,9 +127,11 @@ demo: deps cluster-binaries images $(HELM) ## The README's first command (root):
 ##@ Benchmarks
 
 BENCH_FLAGS ?=
+SCALE_BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint, the activator (warm path vs queue-proxy, cold start, 10,000 held), the connect-time redirect per new connection (none, miss, Serve target among 1,000 entries, Proxy rewrite), a Route's split of new connections vs its percents, the controller at 1,000/3,000/10,000 PodAutoscalers with a simulated fleet of agents (decision intervals, pokes, CPU, RSS, API writes, stats ingest); BPF programs per request, stats codec, windows, 10,000 decisions, 5,000 agents' ingest, bytes cached per other Deployment and EndpointSlice; 100 Proxy/Serve switches through the API server into the redirect map.
+bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint, the activator (warm path vs queue-proxy, cold start, 10,000 held), the connect-time redirect per new connection (none, miss, Serve target among 1,000 entries, Proxy rewrite), a Route's split of new connections vs its percents (test/bench, flags in BENCH_FLAGS); the controller at 1,000/3,000/10,000 PodAutoscalers with a simulated fleet of agents: decision intervals, pokes, CPU, RSS, API writes, stats ingest (test/bench/scale, flags in SCALE_BENCH_FLAGS); BPF programs per request, stats codec, windows, 10,000 decisions, 5,000 agents' ingest, bytes cached per other Deployment and EndpointSlice; 100 Proxy/Serve switches through the API server into the redirect map.
 	$(GO) run ./test/bench -queue-proxy $(QUEUE_PROXY) $(BENCH_FLAGS)
+	$(GO) run ./test/bench/scale $(SCALE_BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./bpf/... ./internal/stats/ ./controller/internal/window/ ./controller/internal/decider/ ./controller/internal/collector/ ./controller/internal/cachetrim/
 	$(GO) test -run '^$$' -bench . -benchtime 100x ./agent/internal/redirect/

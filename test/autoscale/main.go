@@ -1,19 +1,3 @@
-// Command autoscale is the test application of the autoscaling end-to-end
-// tests, like Knative's autoscale test image: each request to / does the
-// work its query asks for, so a load generator controls how long requests
-// stay in flight (sleep), how much CPU (prime) and how much memory (bloat)
-// they cost, and the answer names the pod that served it.
-//
-//	GET /?sleep=100         wait 100 ms (or sleep=1.5s: a Go duration)
-//	GET /?prime=1000000     count the primes up to 1,000,000 (CPU)
-//	GET /?bloat=50          allocate and touch 50 MB (memory)
-//	GET /?sleep=100&prime=10000&bloat=5   all three, in one request
-//	GET /healthz            readiness: 503 while starting and while draining
-//
-// A bad value answers 400 naming the parameter, the value and what is
-// allowed. On SIGTERM it stops being ready, keeps serving for
-// --shutdown-delay, then drains requests in flight for up to
-// --drain-timeout. The image's repository name is "autoscale".
 package main
 
 import (

@@ -17,9 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -32,6 +29,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/owned"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 // The activator parts run the real sockscale-activator binary against a
@@ -58,7 +56,7 @@ const (
 // activatorRig is a control plane with sockscale's CRDs and a build of the
 // activator; start runs an activator process on it.
 type activatorRig struct {
-	cp     *controlPlane
+	cp     *harness.ControlPlane
 	client client.Client
 	bin    string
 }
@@ -68,26 +66,26 @@ func (b *bench) activatorRig() (*activatorRig, error) {
 	if b.rig != nil {
 		return b.rig, nil
 	}
-	cp, err := startControlPlane("sockscale-activator", filepath.Join(moduleDir(), "charts", "sockscale", "files", "crds"))
+	cp, err := harness.StartControlPlane("sockscale-activator", filepath.Join(harness.ModuleDir(), "charts", "sockscale", "files", "crds"))
 	if err != nil {
 		return nil, err
 	}
 	scheme := kruntime.NewScheme()
 	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			cp.stop()
+			cp.Stop()
 			return nil, err
 		}
 	}
-	c, err := client.New(cp.cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cp.Cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		cp.stop()
+		cp.Stop()
 		return nil, err
 	}
 	bin := b.activatorBin
 	if bin == "" {
-		if bin, err = goBuild(cp.dir, "github.com/sockscale/sockscale/activator/cmd/sockscale-activator"); err != nil {
-			cp.stop()
+		if bin, err = harness.GoBuild(cp.Dir, "github.com/sockscale/sockscale/activator/cmd/sockscale-activator"); err != nil {
+			cp.Stop()
 			return nil, err
 		}
 	}
@@ -95,7 +93,7 @@ func (b *bench) activatorRig() (*activatorRig, error) {
 	return b.rig, nil
 }
 
-func (r *activatorRig) close() { r.cp.stop() }
+func (r *activatorRig) close() { r.cp.Stop() }
 
 // targetHost is the name a client in the cluster would call target by,
 // which the activator resolves from the Host header.
@@ -196,12 +194,12 @@ type activatorProc struct {
 // start runs the activator with its defaults but for flags, and waits
 // until it is ready (every target synced).
 func (r *activatorRig) start(flags ...string) (*activatorProc, error) {
-	addrs, err := freeAddrs(3)
+	addrs, err := harness.FreeAddrs(3)
 	if err != nil {
 		return nil, err
 	}
 	a := &activatorProc{proxyAddr: addrs[0], metricsAddr: addrs[1]}
-	args := append([]string{"--pod-name=" + activatorName, "--kubeconfig=" + r.cp.kubeconfig,
+	args := append([]string{"--pod-name=" + activatorName, "--kubeconfig=" + r.cp.Kubeconfig,
 		"--proxy-bind-address=" + addrs[0], "--metrics-bind-address=" + addrs[1], "--health-probe-bind-address=" + addrs[2],
 		"--drain-delay=0s", "--shutdown-grace-period=1s", "--log-level=error"}, flags...)
 	a.cmd = exec.Command(r.bin, args...)
@@ -209,7 +207,7 @@ func (r *activatorRig) start(flags ...string) (*activatorProc, error) {
 	if err := a.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start activator: %w", err)
 	}
-	if err := waitHTTP("http://"+addrs[2]+"/readyz", 30*time.Second); err != nil {
+	if err := harness.WaitHTTP("http://"+addrs[2]+"/readyz", 30*time.Second); err != nil {
 		a.stop()
 		return nil, fmt.Errorf("activator not ready: %w", err)
 	}
@@ -219,20 +217,6 @@ func (r *activatorRig) start(flags ...string) (*activatorProc, error) {
 func (a *activatorProc) stop() {
 	_ = a.cmd.Process.Kill()
 	_ = a.cmd.Wait()
-}
-
-// freeAddrs returns n loopback addresses with ports free now.
-func freeAddrs(n int) ([]string, error) {
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = l.Close() }()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
 }
 
 // client returns an HTTP client for closed loops of concurrency c whose
@@ -264,18 +248,18 @@ func (a *activatorProc) client(c int, dialers int) *http.Client {
 func targetURL(name string) string { return "http://" + targetHost(name) + "/" }
 
 // metrics scrapes the activator's /metrics.
-func (a *activatorProc) metrics() (promSamples, error) {
+func (a *activatorProc) metrics() (harness.PromSamples, error) {
 	resp, err := http.Get("http://" + a.metricsAddr + "/metrics")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return parseMetrics(resp.Body)
+	return harness.ParseMetrics(resp.Body)
 }
 
 // waitMetric polls the activator's metric until ok says yes about its
-// value (see promSamples.value), for at most timeout.
-func (a *activatorProc) waitMetric(what string, timeout time.Duration, ok func(promSamples) bool) error {
+// value (see harness.PromSamples.value), for at most timeout.
+func (a *activatorProc) waitMetric(what string, timeout time.Duration, ok func(harness.PromSamples) bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		m, err := a.metrics()
@@ -287,57 +271,6 @@ func (a *activatorProc) waitMetric(what string, timeout time.Duration, ok func(p
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// promSamples are a Prometheus text exposition's metric families by name.
-type promSamples map[string]*dto.MetricFamily
-
-func parseMetrics(r io.Reader) (promSamples, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics: %w", err)
-	}
-	return families, nil
-}
-
-// value is the sum of the samples of counter or gauge name (or the counts
-// of a summary or histogram) whose labels include labels (name, value,
-// name, value, ...); 0 if there are none, as a series not created yet is a
-// count not started.
-func (s promSamples) value(name string, labels ...string) float64 {
-	f := s[name]
-	if f == nil {
-		return 0
-	}
-	var sum float64
-next:
-	for _, m := range f.GetMetric() {
-		for i := 0; i+1 < len(labels); i += 2 {
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			sum += m.GetUntyped().GetValue()
-		case m.Summary != nil:
-			sum += float64(m.GetSummary().GetSampleCount())
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
 }
 
 // targetLabels select a target's series of the activator's metrics.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 // activatorPath compares a trivial handler's warm data path three ways on
@@ -46,8 +47,8 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 		return err
 	}
 	defer a.stop()
-	if err := a.waitMetric("the pod ready", 10*time.Second, func(m promSamples) bool {
-		return m.value("sockscale_activator_pods", targetLabels(name, "state", "assigned")...) == 1
+	if err := a.waitMetric("the pod ready", 10*time.Second, func(m harness.PromSamples) bool {
+		return m.Value("sockscale_activator_pods", targetLabels(name, "state", "assigned")...) == 1
 	}); err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 			return err
 		}
 		delta := func(metric string, labels ...string) float64 {
-			return m1.value(metric, labels...) - m0.value(metric, labels...)
+			return m1.Value(metric, labels...) - m0.Value(metric, labels...)
 		}
 		forwarded := delta("sockscale_activator_hold_results_total", targetLabels(name, "result", "forwarded")...)
 		garbage = append(garbage, fmt.Sprintf("c=%d %.1f KB allocated and %.2f GC cycles per 1000 requests", c,

@@ -8,6 +8,8 @@ import (
 	"os"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 // coldPortBase is the first pod port the cold starts use; each cold start
@@ -66,8 +68,8 @@ func (b *bench) coldStart(n int, periods []time.Duration) error {
 					a.stop()
 					return err
 				}
-				if err := a.waitMetric("the last pod gone", 10*time.Second, func(m promSamples) bool {
-					return m.value("sockscale_activator_pods", targetLabels(name, "state", "ready")...) == 0
+				if err := a.waitMetric("the last pod gone", 10*time.Second, func(m harness.PromSamples) bool {
+					return m.Value("sockscale_activator_pods", targetLabels(name, "state", "ready")...) == 0
 				}); err != nil {
 					a.stop()
 					return err
@@ -92,9 +94,9 @@ func (b *bench) coldStart(n int, periods []time.Duration) error {
 			sum += s.forwarded
 		}
 		ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
-		fmt.Fprintf(w, "%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", period, n, ms(percentile(fwd, 0.5)), ms(percentile(fwd, 0.95)),
-			ms(percentile(fwd, 1)), ms(sum/time.Duration(n)), ms(percentile(wait, 0.5)), ms(percentile(wait, 0.95)),
-			ms(percentile(react, 0.5)), ms(percentile(react, 0.95)))
+		fmt.Fprintf(w, "%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", period, n, ms(harness.Percentile(fwd, 0.5)), ms(harness.Percentile(fwd, 0.95)),
+			ms(harness.Percentile(fwd, 1)), ms(sum/time.Duration(n)), ms(harness.Percentile(wait, 0.5)), ms(harness.Percentile(wait, 0.95)),
+			ms(harness.Percentile(react, 0.5)), ms(harness.Percentile(react, 0.95)))
 	}
 	return w.Flush()
 }
@@ -121,8 +123,8 @@ func (b *bench) coldOnce(a *activatorProc, name string, port int, delay time.Dur
 		resp.Body.Close()
 		answered <- answer{resp.StatusCode, string(body), err}
 	}()
-	if err := a.waitMetric("the request held", 10*time.Second, func(m promSamples) bool {
-		return m.value("sockscale_activator_requests_in_flight", targetLabels(name, "state", "held")...) == 1
+	if err := a.waitMetric("the request held", 10*time.Second, func(m harness.PromSamples) bool {
+		return m.Value("sockscale_activator_requests_in_flight", targetLabels(name, "state", "held")...) == 1
 	}); err != nil {
 		return coldSample{}, err
 	}

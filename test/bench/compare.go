@@ -292,16 +292,3 @@ func merge(rs []result) result {
 	}
 	return m
 }
-
-// percentile is the nearest-rank percentile of ds, p in (0, 1]: the
-// smallest value at least a fraction p of ds are at or below (the p95 of
-// 20 values is the 19th smallest). Zero for no values.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := int(math.Ceil(p*float64(len(s)) - 1e-9)) // 1-based; the epsilon keeps 0.95*20 at 19
-	return s[min(max(rank, 1), len(s))-1]
-}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 // footprint runs the real agent against a real kube-apiserver with 50 and
@@ -25,12 +26,12 @@ import (
 // memory. One process with 250 addresses stands in for the pods: to the
 // agent and the kernel they are 250 pods (250 addresses, 250 Pod objects).
 func footprint(root string, d time.Duration) error {
-	cp, err := startControlPlane("sockscale-agent")
+	cp, err := harness.StartControlPlane("sockscale-agent")
 	if err != nil {
 		return err
 	}
-	defer cp.stop()
-	client := kubernetes.NewForConfigOrDie(cp.cfg)
+	defer cp.Stop()
+	client := kubernetes.NewForConfigOrDie(cp.Cfg)
 
 	pod, err := testpod.Create(testpod.Options{Subnet: 78, CgroupParent: root, Addresses: 250})
 	if err != nil {
@@ -41,14 +42,14 @@ func footprint(root string, d time.Duration) error {
 		return err
 	}
 
-	bin, err := goBuild(cp.dir, "github.com/sockscale/sockscale/agent/cmd/sockscale-agent")
+	bin, err := harness.GoBuild(cp.Dir, "github.com/sockscale/sockscale/agent/cmd/sockscale-agent")
 	if err != nil {
 		return err
 	}
 	metricsAddr, healthAddr := "127.0.0.1:19090", "127.0.0.1:18081"
 	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-bench-%d", os.Getpid())
 	agent := exec.Command(bin, "--node-name=bench-node", "--cgroup-root="+root, "--bpffs-dir="+pinDir,
-		"--kubeconfig="+cp.kubeconfig, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-level=warn")
+		"--kubeconfig="+cp.Kubeconfig, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-level=warn")
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
 		return err
@@ -58,7 +59,7 @@ func footprint(root string, d time.Duration) error {
 		_ = agent.Wait()
 		_ = exec.Command(bin, "--uninstall", "--bpffs-dir="+pinDir).Run()
 	}()
-	if err := waitHTTP("http://"+healthAddr+"/readyz", 20*time.Second); err != nil {
+	if err := harness.WaitHTTP("http://"+healthAddr+"/readyz", 20*time.Second); err != nil {
 		return fmt.Errorf("agent not ready: %w", err)
 	}
 
@@ -82,13 +83,13 @@ func footprint(root string, d time.Duration) error {
 		// Prometheus's default scrape interval is 1m; 15s is common; every
 		// second is the worst case.
 		for _, scrapeEvery := range []time.Duration{time.Second, 15 * time.Second} {
-			cpu0 := processCPU(agent.Process.Pid)
+			cpu0 := harness.ProcessCPU(agent.Process.Pid)
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), d)
 			var size atomic.Int64
 			go func() { // a Prometheus
 				for ctx.Err() == nil {
-					if body, err := get("http://" + metricsAddr + "/metrics"); err == nil {
+					if body, err := harness.Get("http://" + metricsAddr + "/metrics"); err == nil {
 						size.Store(int64(len(body)))
 					}
 					select {
@@ -102,9 +103,9 @@ func footprint(root string, d time.Duration) error {
 			requests := load.Stop().Completed
 			cancel()
 			elapsed := time.Since(start)
-			cpu := processCPU(agent.Process.Pid) - cpu0
+			cpu := harness.ProcessCPU(agent.Process.Pid) - cpu0
 			fmt.Fprintf(w, "%d\t%v\t%.0f\t%.2f%%\t%.1f MB\t%d KB\t\n", n, scrapeEvery, float64(requests)/elapsed.Seconds(),
-				100*cpu.Seconds()/elapsed.Seconds(), float64(processRSS(agent.Process.Pid))/(1<<20), size.Load()>>10)
+				100*cpu.Seconds()/elapsed.Seconds(), float64(harness.ProcessRSS(agent.Process.Pid))/(1<<20), size.Load()>>10)
 		}
 	}
 	return w.Flush()
@@ -129,7 +130,7 @@ func waitTracked(metricsAddr string, n int, timeout time.Duration) error {
 	want := fmt.Sprintf("sockscale_agent_tracked_pods %d\n", n)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if body, err := get("http://" + metricsAddr + "/metrics"); err == nil && strings.Contains(body, want) {
+		if body, err := harness.Get("http://" + metricsAddr + "/metrics"); err == nil && strings.Contains(body, want) {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 const (
@@ -53,7 +55,7 @@ func (b *bench) hold(n int) error {
 	if err != nil {
 		return err
 	}
-	rss0 := processRSS(pid)
+	rss0 := harness.ProcessRSS(pid)
 
 	client := a.client(n, dialers)
 	defer client.CloseIdleConnections()
@@ -77,10 +79,10 @@ func (b *bench) hold(n int) error {
 			ok.Add(1)
 		})
 	}
-	held := func(m promSamples) float64 {
-		return m.value("sockscale_activator_requests_in_flight", targetLabels(name, "state", "held")...)
+	held := func(m harness.PromSamples) float64 {
+		return m.Value("sockscale_activator_requests_in_flight", targetLabels(name, "state", "held")...)
 	}
-	if err := a.waitMetric(fmt.Sprintf("%d requests held", n), 2*time.Minute, func(m promSamples) bool { return held(m) == float64(n) }); err != nil {
+	if err := a.waitMetric(fmt.Sprintf("%d requests held", n), 2*time.Minute, func(m harness.PromSamples) bool { return held(m) == float64(n) }); err != nil {
 		return err
 	}
 	allHeld := time.Since(start)
@@ -89,7 +91,7 @@ func (b *bench) hold(n int) error {
 	if err != nil {
 		return err
 	}
-	rss1 := processRSS(pid)
+	rss1 := harness.ProcessRSS(pid)
 	if h := held(m1); h != float64(n) {
 		return fmt.Errorf("%v requests held, want %d", h, n)
 	}
@@ -103,7 +105,7 @@ func (b *bench) hold(n int) error {
 	released := time.Since(pod.listening)
 
 	perHeld := func(metric string) string {
-		return fmt.Sprintf("%.1f KB", (m1.value(metric)-m0.value(metric))/float64(n)/1024)
+		return fmt.Sprintf("%.1f KB", (m1.Value(metric)-m0.Value(metric))/float64(n)/1024)
 	}
 	fmt.Printf("\nHold: %d requests held for one target with no ready pod (a fresh activator; containerConcurrency %d on release); memory is the activator's\n", n, holdCC)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -111,7 +113,7 @@ func (b *bench) hold(n int) error {
 	fmt.Fprintf(w, "%d\t%v\t%.1f MB\t%.1f MB\t%.1f KB\t%s\t%s\t%.2f\t%v\t%d\t\n", n, allHeld.Round(time.Millisecond),
 		float64(rss0)/(1<<20), float64(rss1)/(1<<20), float64(rss1-rss0)/float64(n)/1024,
 		perHeld("go_memstats_heap_inuse_bytes"), perHeld("go_memstats_stack_inuse_bytes"),
-		(m1.value("go_goroutines")-m0.value("go_goroutines"))/float64(n), released.Round(time.Millisecond), ok.Load())
+		(m1.Value("go_goroutines")-m0.Value("go_goroutines"))/float64(n), released.Round(time.Millisecond), ok.Load())
 	if err := w.Flush(); err != nil {
 		return err
 	}

@@ -1,20 +1,3 @@
-// Command bench measures sockscale's data path, accounting and connect-time
-// redirect on this machine and prints comparable tables: every ratio is
-// measured side by side in one run, modes taking turns in short slices,
-// because shared machines are noisy.
-//
-//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
-//	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
-//	    [-connect-rounds 40] [-connect-block 5]
-//	    [-split-connects 20000]
-//	    [-scale-targets 1000,3000,10000] [-scale-cold 50] [-scale-warmup 20s] [-scale-duration 60s]
-//	    [-scale-steady-timeout 10m] [-scale-controller PATH] [-scale-profile DIR]
-//	    [-scale-replicas 1,2] [-scale-buckets 0] [-scale-others 0]
-//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split,scale]
-//
-// It needs root (network namespaces, cgroups, BPF). Traffic goes only to
-// the fake pods it creates in network namespaces on this machine, and to a
-// loopback address the connect part's redirect rewrites to a pod.
 package main
 
 import (
@@ -33,10 +16,10 @@ import (
 	"time"
 
 	"github.com/sockscale/sockscale/bpf"
-	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 func main() {
@@ -56,16 +39,6 @@ func main() {
 	connectRounds := flag.Int("connect-rounds", 40, "rounds per concurrency and load of the connect part (rounded down to whole blocks)")
 	connectBlock := flag.Int("connect-block", 5, "rounds per block of the connect part (one estimate per block)")
 	splitConnects := flag.Int("split-connects", 20000, "new connections per case of the split part")
-	scaleTargets := flag.String("scale-targets", "1000,3000,10000", "comma-separated PodAutoscaler counts of the scale part, one fresh control plane each (nodes = targets/2, 100 pods per node)")
-	scaleCold := flag.Int("scale-cold", 50, "targets at zero the scale part pokes once each")
-	scaleWarmup := flag.Duration("scale-warmup", 20*time.Second, "how long the scale part runs at steady state before its window")
-	scaleDuration := flag.Duration("scale-duration", 60*time.Second, "the scale part's measurement window")
-	scaleSteady := flag.Duration("scale-steady-timeout", 10*time.Minute, "how long the scale part waits for every target to be decided at its pods")
-	scaleController := flag.String("scale-controller", "", "sockscale-controller binary of the scale part (empty: build this tree's)")
-	scaleReplicas := flag.String("scale-replicas", "1", "comma-separated controller replica counts each scale point runs with (more than 1: leader election and --buckets, the agents routing records to their buckets' replicas)")
-	scaleBuckets := flag.Int("scale-buckets", 0, "--buckets of the scale part's controllers when more than one replica runs (0: twice the replicas)")
-	scaleOthers := flag.Int("scale-others", 0, "other workloads the scale part's cluster also runs, each a Deployment as users write them and a 100-pod EndpointSlice, in namespace "+othersNamespace+" (what the rest of a cluster costs the controller's caches)")
-	scaleProfile := flag.String("scale-profile", "", "directory for every controller replica's and the API server's CPU profile (the window's first 30 s) and the replicas' heap profiles (its end), per scale point: scale-<targets>[x<replicas>]-{r<k>-cpu,r<k>-heap,apiserver-cpu}.pprof (empty: none)")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
 	flag.Parse()
@@ -83,29 +56,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -cold-probe-periods:", err)
 		os.Exit(2)
 	}
-	targets, err := parseTargets(*scaleTargets)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
-	}
-	replicas, err := parseCounts("-scale-replicas", *scaleReplicas, 1, "1,2")
-	if err == nil && (*scaleBuckets < 0 || *scaleBuckets == 1 || *scaleBuckets > stats.MaxBuckets) {
-		err = fmt.Errorf("-scale-buckets %d: want 0 (twice the replicas) or 2..%d", *scaleBuckets, stats.MaxBuckets)
-	}
-	if err == nil && (*scaleOthers < 0 || *scaleOthers > maxOthers) {
-		err = fmt.Errorf("-scale-others %d: want 0..%d other workloads", *scaleOthers, maxOthers)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
-	}
 	b, err := newBench()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 	b.activatorBin = *activatorBin
-	onInterrupt(b.close) // the scale part's processes, then the pod
+	harness.OnInterrupt(b.close) // the pod, and the activator parts' control plane
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
@@ -124,9 +81,6 @@ func main() {
 			err = b.connectCost(*slice, *connectRounds, *connectBlock, cs)
 		case "split":
 			err = b.splitShares(*splitConnects)
-		case "scale":
-			err = scale(scaleOptions{targets: targets, cold: *scaleCold, warmup: *scaleWarmup, window: *scaleDuration, steadyTimeout: *scaleSteady,
-				controller: *scaleController, profileDir: *scaleProfile, replicas: replicas, buckets: *scaleBuckets, others: *scaleOthers})
 		default:
 			err = fmt.Errorf("unknown part %q: want one of %s", part, strings.Join(parts, ", "))
 		}
@@ -142,7 +96,7 @@ func main() {
 }
 
 // parts of the bench, in the order they run by default.
-var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect", "split", "scale"}
+var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect", "split"}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {

@@ -343,7 +343,7 @@ func (sc *rolloutScene) waitV1(ctx context.Context, timeout time.Duration) error
 		if err := sc.s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: rolloutSvc}, &rt); err != nil {
 			return false, err.Error()
 		}
-		if percentOf(rt.Status.Traffic, sc.v1) != 100 || !meta.IsStatusConditionTrue(rt.Status.Conditions, "Ready") {
+		if stack.PercentOf(rt.Status.Traffic, sc.v1) != 100 || !meta.IsStatusConditionTrue(rt.Status.Conditions, "Ready") {
 			return false, sc.diag(ctx)
 		}
 		return true, ""
@@ -444,20 +444,20 @@ func (sc *rolloutScene) diag(ctx context.Context) string {
 	if err := sc.s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: rolloutSvc}, &svc); err != nil {
 		fmt.Fprintf(&b, "Service: %v", err)
 	} else {
-		fmt.Fprintf(&b, "Service: latest created %q, latest ready %q, %s", svc.Status.LatestCreatedRevisionName, svc.Status.LatestReadyRevisionName, conditionsLine(svc.Status.Conditions))
+		fmt.Fprintf(&b, "Service: latest created %q, latest ready %q, %s", svc.Status.LatestCreatedRevisionName, svc.Status.LatestReadyRevisionName, stack.ConditionsLine(svc.Status.Conditions))
 	}
 	var rt servingv1alpha1.Route
 	if err := sc.s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: rolloutSvc}, &rt); err != nil {
 		fmt.Fprintf(&b, "; Route: %v", err)
 	} else {
-		fmt.Fprintf(&b, "; Route: traffic [%s], %s", trafficLine(rt.Status.Traffic), conditionsLine(rt.Status.Conditions))
+		fmt.Fprintf(&b, "; Route: traffic [%s], %s", stack.TrafficLine(rt.Status.Traffic), stack.ConditionsLine(rt.Status.Conditions))
 	}
 	var revs servingv1alpha1.RevisionList
 	if err := sc.s.Client.List(ctx, &revs, client.InNamespace(appNS), client.MatchingLabels{servingv1alpha1.ServiceLabelKey: rolloutSvc}); err != nil {
 		fmt.Fprintf(&b, "; Revisions: %v", err)
 	}
 	for _, r := range revs.Items {
-		fmt.Fprintf(&b, "; Revision %s: routing %q, actual %s desired %s, %s", r.Name, r.Status.RoutingState, int32s(r.Status.ActualReplicas), int32s(r.Status.DesiredReplicas), conditionsLine(r.Status.Conditions))
+		fmt.Fprintf(&b, "; Revision %s: routing %q, actual %s desired %s, %s", r.Name, r.Status.RoutingState, int32s(r.Status.ActualReplicas), int32s(r.Status.DesiredReplicas), stack.ConditionsLine(r.Status.Conditions))
 	}
 	return b.String()
 }
@@ -467,49 +467,6 @@ func int32s(p *int32) string {
 		return "-"
 	}
 	return fmt.Sprint(*p)
-}
-
-func conditionsLine(cs []metav1.Condition) string {
-	if len(cs) == 0 {
-		return "no conditions"
-	}
-	var parts []string
-	for _, c := range cs {
-		p := fmt.Sprintf("%s=%s", c.Type, c.Status)
-		if c.Status != metav1.ConditionTrue {
-			p += fmt.Sprintf(" %s: %s", c.Reason, c.Message)
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, "; ")
-}
-
-// trafficLine is status.traffic in one line, e.g. "web-00001 99%,
-// web-00002 1%".
-func trafficLine(traffic []servingv1alpha1.TrafficTargetStatus) string {
-	var parts []string
-	for _, tt := range traffic {
-		parts = append(parts, fmt.Sprintf("%s %d%%", tt.RevisionName, deref0(tt.Percent)))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// percentOf is rev's share in status.traffic.
-func percentOf(traffic []servingv1alpha1.TrafficTargetStatus, rev string) int64 {
-	var sum int64
-	for _, tt := range traffic {
-		if tt.RevisionName == rev {
-			sum += deref0(tt.Percent)
-		}
-	}
-	return sum
-}
-
-func deref0(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // waitFor calls check every 500 ms until it says done, for at most
@@ -594,7 +551,7 @@ func (rw *routeWatch) add(rt *servingv1alpha1.Route) {
 	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if n := len(rw.seen); n > 0 && rw.seen[n-1].ready == ready && trafficLine(rw.seen[n-1].traffic) == trafficLine(rt.Status.Traffic) {
+	if n := len(rw.seen); n > 0 && rw.seen[n-1].ready == ready && stack.TrafficLine(rw.seen[n-1].traffic) == stack.TrafficLine(rt.Status.Traffic) {
 		return
 	}
 	rw.seen = append(rw.seen, routeSeen{at: time.Now(), traffic: rt.Status.Traffic, ready: ready})
@@ -610,7 +567,7 @@ func (rw *routeWatch) steps(t0 time.Time, v1, v2 string) []splitStep {
 		if len(s.traffic) == 0 && len(out) == 0 {
 			continue
 		}
-		out = append(out, splitStep{At: s.at.Sub(t0), V1: percentOf(s.traffic, v1), V2: percentOf(s.traffic, v2), Ready: s.ready})
+		out = append(out, splitStep{At: s.at.Sub(t0), V1: stack.PercentOf(s.traffic, v1), V2: stack.PercentOf(s.traffic, v2), Ready: s.ready})
 	}
 	return slices.Clip(out)
 }

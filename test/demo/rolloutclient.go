@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -146,7 +144,7 @@ func oneConn(cfg clientConfig) conn {
 		return fail(err)
 	}
 	defer nc.Close()
-	if c.Dest, err = socketDest(nc.(*net.TCPConn)); err != nil {
+	if c.Dest, err = stack.SocketDest(nc.(*net.TCPConn)); err != nil {
 		return fail(err)
 	}
 	_ = nc.SetDeadline(c.At.Add(cfg.Timeout))
@@ -172,56 +170,6 @@ func oneConn(cfg clientConfig) conn {
 	}
 	c.Pod = pod
 	return c
-}
-
-// socketDest is the real destination of conn's socket: getpeername may
-// show the address dialled when connect4 rewrote it, /proc does not.
-func socketDest(nc *net.TCPConn) (netip.AddrPort, error) {
-	raw, err := nc.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var st syscall.Stat_t
-	var statErr error
-	if err := raw.Control(func(fd uintptr) { statErr = syscall.Fstat(int(fd), &st) }); err != nil {
-		return netip.AddrPort{}, err
-	}
-	if statErr != nil {
-		return netip.AddrPort{}, statErr
-	}
-	b, err := os.ReadFile("/proc/self/net/tcp")
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	return procTCPDest(b, st.Ino)
-}
-
-// procTCPDest finds the socket of inode in /proc/net/tcp's text and
-// returns its remote address.
-func procTCPDest(table []byte, inode uint64) (netip.AddrPort, error) {
-	want := strconv.FormatUint(inode, 10)
-	for _, line := range strings.Split(string(table), "\n")[1:] {
-		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-		f := strings.Fields(line)
-		if len(f) >= 10 && f[9] == want {
-			return procAddr(f[2])
-		}
-	}
-	return netip.AddrPort{}, fmt.Errorf("socket inode %d not in /proc/self/net/tcp", inode)
-}
-
-// procAddr parses an address of /proc/net/tcp: the kernel's __be32
-// printed in host order, then the port in host order.
-func procAddr(s string) (netip.AddrPort, error) {
-	ipHex, portHex, ok := strings.Cut(s, ":")
-	ip, err1 := strconv.ParseUint(ipHex, 16, 32)
-	port, err2 := strconv.ParseUint(portHex, 16, 16)
-	if !ok || err1 != nil || err2 != nil {
-		return netip.AddrPort{}, fmt.Errorf("address %q in /proc/net/tcp", s)
-	}
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], uint32(ip))
-	return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(port)), nil
 }
 
 // connLog is the connections of the in-node clients, added as they end.

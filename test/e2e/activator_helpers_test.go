@@ -20,6 +20,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -50,7 +51,7 @@ func deployUnready(t *testing.T, s *stack.Stack, app stack.App) string {
 	}
 	removeAtEnd(t, s, app.Name)
 	var url string
-	eventually(t, time.Minute, app.Name+"'s public Service routes to activators", func() error {
+	e2etest.Eventually(t, time.Minute, app.Name+"'s public Service routes to activators", func() error {
 		var err error
 		if url, err = s.PublicURL(ctx, appNS, app.Name); err != nil {
 			return err
@@ -184,7 +185,7 @@ func waitAtZero(t *testing.T, s *stack.Stack, timeout time.Duration, names ...st
 	ctx := context.Background()
 	start := time.Now()
 	for _, name := range names {
-		eventually(t, timeout-time.Since(start), name+" at zero", func() error {
+		e2etest.Eventually(t, timeout-time.Since(start), name+" at zero", func() error {
 			pa, err := s.PA(ctx, appNS, name)
 			if err != nil {
 				return err
@@ -288,7 +289,7 @@ func localRoute(t *testing.T, ip netip.Addr) {
 func readyActivators(t *testing.T, s *stack.Stack, want int, timeout time.Duration) []stack.ActivatorPod {
 	t.Helper()
 	var acts []stack.ActivatorPod
-	eventually(t, timeout, fmt.Sprintf("%d ready activators", want), func() error {
+	e2etest.Eventually(t, timeout, fmt.Sprintf("%d ready activators", want), func() error {
 		all, err := s.Activators(context.Background())
 		if err != nil {
 			return err

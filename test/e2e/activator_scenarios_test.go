@@ -25,6 +25,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -264,7 +265,7 @@ func activationScale(t *testing.T, s *stack.Stack, name string, scale int32) {
 		t.Fatalf("one request at zero: %s, want 200", a)
 	}
 	start := time.Now()
-	eventually(t, 20*time.Second, fmt.Sprintf("%d pods after one request", scale), poll)
+	e2etest.Eventually(t, 20*time.Second, fmt.Sprintf("%d pods after one request", scale), poll)
 	for range 6 { // the next ticks (every 2 s) must not want more
 		time.Sleep(500 * time.Millisecond)
 		if err := poll(); err != nil {
@@ -299,7 +300,7 @@ func TestE2EActivatorAlwaysInPath(t *testing.T) {
 	load := loadgen.Start(ctx, opts)
 	defer load.Stop()
 	time.Sleep(3 * time.Second)
-	eventually(t, 20*time.Second, "the activators are the public endpoints with a pod ready", func() error {
+	e2etest.Eventually(t, 20*time.Second, "the activators are the public endpoints with a pod ready", func() error {
 		if got := ready(t, s, name); got < 1 {
 			return fmt.Errorf("%d pods ready", got)
 		}
@@ -339,7 +340,7 @@ func TestE2EActivatorAlwaysInPath(t *testing.T) {
 	if err := s.Client.Patch(ctx, &d, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "the activators replaced", func() error {
+	e2etest.Eventually(t, 3*time.Minute, "the activators replaced", func() error {
 		acts, err := s.Activators(ctx)
 		if err != nil {
 			return err
@@ -360,7 +361,7 @@ func TestE2EActivatorAlwaysInPath(t *testing.T) {
 		return nil
 	})
 	rollout := time.Since(start)
-	eventually(t, 20*time.Second, "the new activators are the public endpoints", func() error { return expectActivatorEndpoints(ctx, s, name) })
+	e2etest.Eventually(t, 20*time.Second, "the new activators are the public endpoints", func() error { return expectActivatorEndpoints(ctx, s, name) })
 	time.Sleep(2 * time.Second)
 	r = load.Stop()
 	t.Logf("rolling restart of the activators took %s; under load: %d requests answered (p50 %s, p99 %s, max %s), %d failed",
@@ -389,7 +390,7 @@ func TestE2EActivatorBurstCapacity7(t *testing.T) {
 	load := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 10})
 	defer load.Stop()
 	start := time.Now()
-	eventually(t, 90*time.Second, "2 pods ready", func() error {
+	e2etest.Eventually(t, 90*time.Second, "2 pods ready", func() error {
 		if got := ready(t, s, name); got != 2 {
 			return fmt.Errorf("%d ready: %s", got, paLine(t, s, name))
 		}
@@ -477,7 +478,7 @@ func TestE2EActivatorQueueFull(t *testing.T) {
 		wg.Go(func() { held[i] = raw(proxy, "GET", request) })
 	}
 	defer wg.Wait()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d held by %s", depth, act.Name), func() error {
+	e2etest.Eventually(t, 10*time.Second, fmt.Sprintf("%d held by %s", depth, act.Name), func() error {
 		m, err := stack.Scrape(ctx, act.IP, stack.ActivatorMetricsPort)
 		if err != nil {
 			return err
@@ -533,7 +534,7 @@ func TestE2EActivatorRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	apiHost := netip.AddrPortFrom(netip.MustParseAddr(api.Spec.ClusterIP), 443).String()
-	eventually(t, 20*time.Second, "the activator knows "+name, func() error { return activatorsKnow(ctx, s, name) })
+	e2etest.Eventually(t, 20*time.Second, "the activator knows "+name, func() error { return activatorsKnow(ctx, s, name) })
 
 	for _, c := range []struct {
 		what, method, request string
@@ -590,7 +591,7 @@ func TestE2EActivatorKilledWhileHolding(t *testing.T) {
 	defer wg.Wait()
 	held := map[string]string{"namespace": appNS, "name": name, "state": "held"}
 	var per map[string]float64
-	eventually(t, 20*time.Second, fmt.Sprintf("%d requests held", n), func() error {
+	e2etest.Eventually(t, 20*time.Second, fmt.Sprintf("%d requests held", n), func() error {
 		var sum float64
 		var err error
 		if per, sum, err = activatorSum(ctx, s, "sockscale_activator_requests_in_flight", held); err != nil {
@@ -613,7 +614,7 @@ func TestE2EActivatorKilledWhileHolding(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	eventually(t, 30*time.Second, "the deleted activator's requests answered", func() error {
+	e2etest.Eventually(t, 30*time.Second, "the deleted activator's requests answered", func() error {
 		if got := int(done.Load()); got < lost {
 			return fmt.Errorf("%d answered", got)
 		}

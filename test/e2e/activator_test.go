@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 )
 
 // TestE2EScaleToZeroAndBack: an idle target goes to Proxy mode, the
@@ -33,7 +34,7 @@ func TestE2EScaleToZeroAndBack(t *testing.T) {
 	atZero := func(what string) {
 		t.Helper()
 		// Idle for the window, then the grace period (30 s) in Proxy mode.
-		eventually(t, 3*time.Minute, what, func() error {
+		e2etest.Eventually(t, 3*time.Minute, what, func() error {
 			pa, err := s.PA(ctx, appNS, "zero")
 			if err != nil {
 				return err

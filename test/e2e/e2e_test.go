@@ -26,6 +26,7 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 	"github.com/sockscale/sockscale/test/cluster"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -61,15 +62,7 @@ var chartSets = []string{"autoscaler.stable-window=20s"}
 func up(t *testing.T) *stack.Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, need := range []string{stack.HelmFromEnv()} {
-		if _, err := os.Stat(need); need == "" || err != nil {
-			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg + "; CI=true forbids skipping")
-			}
-			t.Skip(msg)
-		}
-	}
+	e2etest.RequireHelm(t)
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
@@ -102,36 +95,16 @@ func up(t *testing.T) *stack.Stack {
 	return st
 }
 
-// deploy makes an app and waits for its first pod and its public URL.
+// deploy makes an app and waits for its first pod and until its public
+// Service answers; it returns the public URL.
 func deploy(t *testing.T, s *stack.Stack, name string, spec func(*v1alpha1.PodAutoscalerSpec)) string {
 	t.Helper()
-	ctx := context.Background()
-	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: name, Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 2*time.Minute, name+" has a ready pod", func() error {
-		d, err := s.Deployment(ctx, appNS, name)
-		if err != nil {
-			return err
-		}
-		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("%d ready", d.Status.ReadyReplicas)
-		}
-		return nil
-	})
-	url, err := s.PublicURL(ctx, appNS, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Two minutes: on a loaded machine the first target after the chart
-	// waits for the activators and kube-proxy's first sync of its Service.
-	eventually(t, 2*time.Minute, name+"'s public Service answers", func() error {
+	return e2etest.Deploy(t, s, appNS, name, spec, func(url string) error {
 		if a := get(oneShotClient(5*time.Second), url); a.err != nil || a.code != http.StatusOK {
-			return fmt.Errorf("GET %s: %s; %s", url, a, publicPath(ctx, s, name))
+			return fmt.Errorf("GET %s: %s; %s", url, a, publicPath(context.Background(), s, name))
 		}
 		return nil
 	})
-	return url
 }
 
 // publicPath says where the public Service leads, for a failure's message:
@@ -145,28 +118,6 @@ func publicPath(ctx context.Context, s *stack.Stack, name string) string {
 	ready := meta.FindStatusCondition(sks.Status.Conditions, "Ready")
 	addrs, ports, err := publicEndpoints(ctx, s, name)
 	return fmt.Sprintf("ServerlessService mode %q Ready %+v; public endpoints %v ports %v (%v)", sks.Status.Mode, ready, addrs, ports, err)
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	poll(t, timeout, 500*time.Millisecond, what, f)
-}
-
-// poll calls f every step until it returns nil, and fails t with f's last
-// error once timeout has passed.
-func poll(t *testing.T, timeout, step time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(step)
-	}
 }
 
 // TestE2EAgentCountsMatchTheLoad: the agents' per-pod counters equal what
@@ -192,7 +143,7 @@ func TestE2EAgentCountsMatchTheLoad(t *testing.T) {
 	// wait until the count stands still, so the requests of deploy's
 	// readiness check are in it.
 	var before float64
-	eventually(t, 10*time.Second, "the agent's count settles", func() error {
+	e2etest.Eventually(t, 10*time.Second, "the agent's count settles", func() error {
 		first := series().Values["sockscale_agent_requests_total"]
 		time.Sleep(1500 * time.Millisecond)
 		if before = series().Values["sockscale_agent_requests_total"]; before != first {
@@ -205,7 +156,7 @@ func TestE2EAgentCountsMatchTheLoad(t *testing.T) {
 		t.Fatalf("%d of %d requests failed", res.Failed, res.Completed+res.Failed)
 	}
 	// The agent reads the kernel's counters every report period (1 s).
-	eventually(t, 10*time.Second, "the agent's count", func() error {
+	e2etest.Eventually(t, 10*time.Second, "the agent's count", func() error {
 		ps := series()
 		got := ps.Values["sockscale_agent_requests_total"] - before
 		if got != float64(res.Completed) {
@@ -245,7 +196,7 @@ func TestE2EStepLoad(t *testing.T) {
 		offered = step
 		want := float64(offered) / 7
 		lo, hi := int32(math.Floor(want))-1, int32(math.Ceil(math.Ceil(want)*1.1))
-		eventually(t, 90*time.Second, fmt.Sprintf("%d pods ready at %d in flight", int(want), offered), func() error {
+		e2etest.Eventually(t, 90*time.Second, fmt.Sprintf("%d pods ready at %d in flight", int(want), offered), func() error {
 			if got := ready(t, s, "step"); got < int32(want) {
 				return fmt.Errorf("%d ready", got)
 			}
@@ -271,7 +222,7 @@ func TestE2EStepLoad(t *testing.T) {
 	}
 	t.Logf("%d requests, %d failed", completed, failed)
 	// Idle: down to minScale 1 (a 20 s window, rate-limited halving).
-	eventually(t, 3*time.Minute, "back to 1 pod after the load", func() error {
+	e2etest.Eventually(t, 3*time.Minute, "back to 1 pod after the load", func() error {
 		if got := replicas(t, s, "step"); got != 1 {
 			return fmt.Errorf("%d pods", got)
 		}
@@ -290,7 +241,7 @@ func TestE2EPanic(t *testing.T) {
 	// 35 in flight on one pod: the panic window alone wants 5 pods, 5/1 >= 200 %.
 	l := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 35, KeepAlive: true})
 	defer l.Stop()
-	eventually(t, 30*time.Second, "panic in the PodAutoscaler's status", func() error {
+	e2etest.Eventually(t, 30*time.Second, "panic in the PodAutoscaler's status", func() error {
 		pa, err := s.PA(ctx, appNS, "burst")
 		if err != nil {
 			return err
@@ -302,7 +253,7 @@ func TestE2EPanic(t *testing.T) {
 	})
 	t.Logf("panicking: %s", paLine(t, s, "burst"))
 	// The panic window fills within its 2 s (10 % of 20 s): 5 pods' worth.
-	eventually(t, 20*time.Second, "at least 4 pods wanted in panic", func() error {
+	e2etest.Eventually(t, 20*time.Second, "at least 4 pods wanted in panic", func() error {
 		if got := replicas(t, s, "burst"); got < 4 {
 			return fmt.Errorf("%d pods wanted: %s", got, paLine(t, s, "burst"))
 		}
@@ -310,7 +261,7 @@ func TestE2EPanic(t *testing.T) {
 	})
 	t.Logf("scaled up in panic: %s", paLine(t, s, "burst"))
 	// The leader logs the transition with its numbers.
-	eventually(t, 10*time.Second, "PANICKING in the controller's log", func() error {
+	e2etest.Eventually(t, 10*time.Second, "PANICKING in the controller's log", func() error {
 		out, err := exec.Command(filepath.Join(cluster.DefaultKubeBinDir(), "kubectl"), "--kubeconfig", shared.Kubeconfig,
 			"logs", "-n", stack.Namespace, "-l", "app.kubernetes.io/component=controller", "--tail=-1").CombinedOutput()
 		if err != nil {
@@ -387,7 +338,7 @@ func paLine(t *testing.T, s *stack.Stack, name string) string {
 func expectServeEndpoints(t *testing.T, s *stack.Stack, name string) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, 20*time.Second, "public endpoints are the ready pods", func() error {
+	e2etest.Eventually(t, 20*time.Second, "public endpoints are the ready pods", func() error {
 		var pods corev1.PodList
 		if err := s.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": name}); err != nil {
 			return err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -39,7 +40,7 @@ func steadyTarget(t *testing.T, s *stack.Stack, name string) *loadgen.Load {
 	// burst at the start can ask for a fourth that the stable window
 	// later gives back: that scale-down is not the failure under test).
 	var since time.Time
-	eventually(t, 3*time.Minute, name+": settled at 3 pods under 18 in flight", func() error {
+	e2etest.Eventually(t, 3*time.Minute, name+": settled at 3 pods under 18 in flight", func() error {
 		pa, err := s.PA(context.Background(), appNS, name)
 		if err != nil {
 			return err
@@ -90,7 +91,7 @@ func TestE2EAgentSilentKeepsScale(t *testing.T) {
 	}
 	restore := keepAgentOff(t, s, node)
 	silenced := time.Now()
-	eventually(t, time.Minute, "the agent on "+node+" gone", func() error {
+	e2etest.Eventually(t, time.Minute, "the agent on "+node+" gone", func() error {
 		if agentOn(t, s, node) {
 			return fmt.Errorf("still there")
 		}
@@ -117,7 +118,7 @@ func TestE2EAgentSilentKeepsScale(t *testing.T) {
 	t.Logf("35 s with the agent silent: %d pods (%d before); Ready said %q", replicas(t, s, name), before, sawReason)
 
 	restore()
-	eventually(t, time.Minute, "the agent on "+node+" back and reporting", func() error {
+	e2etest.Eventually(t, time.Minute, "the agent on "+node+" back and reporting", func() error {
 		if c := readyCondition(t, s, name); c == nil || c.Reason == "StatsMissing" || c.Reason == "PartialStats" {
 			return fmt.Errorf("Ready: %v", c)
 		}
@@ -157,7 +158,7 @@ func keepAgentOff(t *testing.T, s *stack.Stack, node string) (restore func()) {
 				t.Errorf("put the agent back on %s: %v", node, err)
 				return
 			}
-			eventually(t, 2*time.Minute, "the agent on "+node+" ready again", func() error {
+			e2etest.Eventually(t, 2*time.Minute, "the agent on "+node+" ready again", func() error {
 				if !agentOn(t, s, node) {
 					return fmt.Errorf("not yet")
 				}
@@ -252,7 +253,7 @@ func TestE2ELeaderKilledUnderLoad(t *testing.T) {
 		}
 		return moved
 	}
-	eventually(t, 30*time.Second, "a replica deciding", func() error {
+	e2etest.Eventually(t, 30*time.Second, "a replica deciding", func() error {
 		if !progressed() {
 			return fmt.Errorf("no decisions counted yet")
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +29,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
-	"github.com/sockscale/sockscale/test/cluster"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -91,7 +88,7 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 	sks.wait(t, v1alpha1.ModeServe, time.Time{}, 30*time.Second)
 	// Both nodes' agents run the redirect, and the ServerlessService says so
 	// (kubectl get sks: SocketLayer True).
-	eventually(t, 30*time.Second, "the SocketLayer condition True InEffect", func() error {
+	e2etest.Eventually(t, 30*time.Second, "the SocketLayer condition True InEffect", func() error {
 		var o v1alpha1.ServerlessService
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &o); err != nil {
 			return err
@@ -516,60 +513,13 @@ func probe(svc netip.AddrPort, inNode bool) probeResult {
 	r.Landed = landedActivator
 	if inNode {
 		// Still listed (the socket is open): by the kernel or by kube-proxy?
-		if r.Dest, err = socketDest(conn.(*net.TCPConn)); err != nil {
+		if r.Dest, err = stack.SocketDest(conn.(*net.TCPConn)); err != nil {
 			r.Err = err.Error()
 			return r
 		}
 		r.Kernel = r.Dest != svc
 	}
 	return r
-}
-
-// socketDest is the real remote address of conn, which getpeername does
-// not show under the redirect: its line in /proc/self/net/tcp, found by the
-// socket's inode (a local port may be shared by connections to different
-// destinations).
-func socketDest(conn *net.TCPConn) (netip.AddrPort, error) {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var st unix.Stat_t
-	var statErr error
-	if err := raw.Control(func(fd uintptr) { statErr = unix.Fstat(int(fd), &st) }); err != nil {
-		return netip.AddrPort{}, err
-	}
-	if statErr != nil {
-		return netip.AddrPort{}, statErr
-	}
-	b, err := os.ReadFile("/proc/self/net/tcp")
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	inode := strconv.FormatUint(st.Ino, 10)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-		f := strings.Fields(line)
-		if len(f) < 10 || f[9] != inode {
-			continue
-		}
-		return procAddr(f[2])
-	}
-	return netip.AddrPort{}, fmt.Errorf("socket inode %s not in /proc/self/net/tcp", inode)
-}
-
-// procAddr parses /proc/net/tcp's "0100007F:1F90": the IPv4 address as
-// the kernel's __be32 printed in host order, the port in host order.
-func procAddr(s string) (netip.AddrPort, error) {
-	ipHex, portHex, ok := strings.Cut(s, ":")
-	ip, err1 := strconv.ParseUint(ipHex, 16, 32)
-	port, err2 := strconv.ParseUint(portHex, 16, 16)
-	if !ok || err1 != nil || err2 != nil {
-		return netip.AddrPort{}, fmt.Errorf("address %q in /proc/net/tcp", s)
-	}
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], uint32(ip))
-	return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(port)), nil
 }
 
 // probes is a growing list of probe results, read while it grows.
@@ -807,61 +757,11 @@ type inNodeClient struct {
 // agent attached its programs), as `kubectl exec` would.
 func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConfig) *inNodeClient {
 	t.Helper()
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: innodeClientPod + "-" + node, Labels: map[string]string{"app": innodeClientPod}},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr.To(int64(1)),
-			Containers: []corev1.Container{{
-				Name: "app", Image: stack.AppImage, Args: []string{"--port=8080", "--shutdown-delay=0s"},
-			}},
-		},
-	}
-	if err := s.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
-			t.Errorf("delete pod %s: %v", pod.Name, err)
-		}
-	})
-	var netns, cgroup string
-	eventually(t, time.Minute, "the client pod runs", func() error {
-		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return err
-		}
-		if pod.Status.PodIP == "" || len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Running == nil {
-			return fmt.Errorf("phase %s, IP %q", pod.Status.Phase, pod.Status.PodIP)
-		}
-		var err error
-		if netns, cgroup, err = cluster.PodSandbox(pod); err != nil {
-			return err
-		}
-		for _, p := range []string{"/run/netns/" + netns, cgroup} {
-			if _, err := os.Stat(p); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg, err := os.Open(cgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
+	box := newClientSandbox(t, s, innodeClientPod, node)
 	c := &inNodeClient{read: make(chan struct{})}
-	c.cmd = exec.Command("ip", "netns", "exec", netns, self, "-test.run=^TestHelperInNodeClient$", "-test.timeout=10m")
-	c.cmd.Env = append(os.Environ(), innodeEnv+"="+string(b))
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: syscall.SIGKILL}
+	var cg *os.File
+	c.cmd, cg = box.helper(t, "TestHelperInNodeClient", innodeEnv, cfg)
+	defer cg.Close()
 	c.cmd.Stderr = &c.stderr
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -904,7 +804,7 @@ func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConf
 	case <-time.After(30 * time.Second):
 		t.Fatal("the in-node client did not start within 30 s")
 	}
-	t.Logf("in-node client: pid %d in pod %s on %s (netns %s, cgroup %s)", c.cmd.Process.Pid, pod.Name, node, netns, cgroup)
+	t.Logf("in-node client: pid %d in pod %s on %s (netns %s, cgroup %s)", c.cmd.Process.Pid, box.pod, node, box.netns, box.cgroup)
 	return c
 }
 
@@ -1035,18 +935,18 @@ func (w *modeWatch) wait(t *testing.T, mode v1alpha1.Mode, from time.Time, timeo
 	return at
 }
 
-// waitFor is eventually with a 20 ms step, for waits measured in
+// waitFor is e2etest.Eventually with a 20 ms step, for waits measured in
 // milliseconds.
 func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	poll(t, timeout, 20*time.Millisecond, what, f)
+	e2etest.Poll(t, timeout, 20*time.Millisecond, what, f)
 }
 
 // agentAddr is the address of node's ready agent pod.
 func agentAddr(t *testing.T, s *stack.Stack, node string) netip.Addr {
 	t.Helper()
 	var addr netip.Addr
-	eventually(t, time.Minute, "a ready agent on "+node, func() error {
+	e2etest.Eventually(t, time.Minute, "a ready agent on "+node, func() error {
 		var pods corev1.PodList
 		if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
 			return err

@@ -32,6 +32,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -77,7 +78,7 @@ func createServing(t *testing.T, s *stack.Stack, svc *servingv1alpha1.Service) {
 // conflicts with the controller's status writes.
 func updateService(t *testing.T, s *stack.Stack, name string, change func(*servingv1alpha1.Service)) {
 	t.Helper()
-	eventually(t, 30*time.Second, "update Service "+name, func() error {
+	e2etest.Eventually(t, 30*time.Second, "update Service "+name, func() error {
 		var cur servingv1alpha1.Service
 		if err := s.Client.Get(context.Background(), client.ObjectKey{Namespace: appNS, Name: name}, &cur); err != nil {
 			return err
@@ -94,7 +95,7 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 	t.Helper()
 	ctx := context.Background()
 	var rev servingv1alpha1.Revision
-	eventually(t, timeout, "Service "+svc+": latest ready Revision "+want, func() error {
+	e2etest.Eventually(t, timeout, "Service "+svc+": latest ready Revision "+want, func() error {
 		var got servingv1alpha1.Service
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: svc}, &got); err != nil {
 			return err
@@ -106,7 +107,7 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 			return err
 		}
 		if !meta.IsStatusConditionTrue(rev.Status.Conditions, "Ready") {
-			return fmt.Errorf("Revision %s not Ready: %s", want, conditionsLine(rev.Status.Conditions))
+			return fmt.Errorf("Revision %s not Ready: %s", want, stack.ConditionsLine(rev.Status.Conditions))
 		}
 		return nil
 	})
@@ -114,16 +115,16 @@ func waitLatestReady(t *testing.T, s *stack.Stack, svc, want string, timeout tim
 }
 
 // waitRouteTraffic waits until the Route's status.traffic reads want (as
-// trafficLine writes it) and the Route is Ready.
+// stack.TrafficLine writes it) and the Route is Ready.
 func waitRouteTraffic(t *testing.T, s *stack.Stack, route, want string, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, timeout, fmt.Sprintf("Route %s Ready with traffic %q", route, want), func() error {
+	e2etest.Eventually(t, timeout, fmt.Sprintf("Route %s Ready with traffic %q", route, want), func() error {
 		var rt servingv1alpha1.Route
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: route}, &rt); err != nil {
 			return err
 		}
-		if got := trafficLine(rt.Status.Traffic); got != want || !meta.IsStatusConditionTrue(rt.Status.Conditions, "Ready") {
+		if got := stack.TrafficLine(rt.Status.Traffic); got != want || !meta.IsStatusConditionTrue(rt.Status.Conditions, "Ready") {
 			return fmt.Errorf("traffic %q; %s", got, servingDiag(ctx, s, route))
 		}
 		return nil
@@ -136,7 +137,7 @@ func waitRouteTraffic(t *testing.T, s *stack.Stack, route, want string, timeout 
 func addressOf(t *testing.T, s *stack.Stack, name string) netip.AddrPort {
 	t.Helper()
 	var addr netip.AddrPort
-	eventually(t, 30*time.Second, "Service "+name+"'s address", func() error {
+	e2etest.Eventually(t, 30*time.Second, "Service "+name+"'s address", func() error {
 		url, err := s.PublicURL(context.Background(), appNS, name)
 		if err != nil {
 			return err
@@ -146,50 +147,6 @@ func addressOf(t *testing.T, s *stack.Stack, name string) netip.AddrPort {
 	})
 	localRoute(t, addr.Addr())
 	return addr
-}
-
-// trafficLine is status.traffic in one line, e.g. "roll-00001 99%,
-// roll-00002 1%" or "current:tags-00002 100%, old:tags-00001 0%".
-func trafficLine(traffic []servingv1alpha1.TrafficTargetStatus) string {
-	var parts []string
-	for _, tt := range traffic {
-		p := fmt.Sprintf("%s %d%%", tt.RevisionName, deref0(tt.Percent))
-		if tt.Tag != "" {
-			p = tt.Tag + ":" + p
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// percentOf is rev's share of the Route's own address in status.traffic.
-func percentOf(traffic []servingv1alpha1.TrafficTargetStatus, rev string) int64 {
-	var sum int64
-	for _, tt := range traffic {
-		if tt.RevisionName == rev {
-			sum += deref0(tt.Percent)
-		}
-	}
-	return sum
-}
-
-func deref0(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
-func conditionsLine(cs []metav1.Condition) string {
-	var parts []string
-	for _, c := range cs {
-		p := fmt.Sprintf("%s=%s", c.Type, c.Status)
-		if c.Status != metav1.ConditionTrue {
-			p += fmt.Sprintf(" %s: %s", c.Reason, c.Message)
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, "; ")
 }
 
 // servingDiag says where a serving Service stands, for a failure's
@@ -202,20 +159,20 @@ func servingDiag(ctx context.Context, s *stack.Stack, name string) string {
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &svc); err != nil {
 		fmt.Fprintf(&b, "Service %s: %v", name, err)
 	} else {
-		fmt.Fprintf(&b, "Service %s: latest created %q ready %q, traffic [%s], %s", name, svc.Status.LatestCreatedRevisionName, svc.Status.LatestReadyRevisionName, trafficLine(svc.Status.Traffic), conditionsLine(svc.Status.Conditions))
+		fmt.Fprintf(&b, "Service %s: latest created %q ready %q, traffic [%s], %s", name, svc.Status.LatestCreatedRevisionName, svc.Status.LatestReadyRevisionName, stack.TrafficLine(svc.Status.Traffic), stack.ConditionsLine(svc.Status.Conditions))
 	}
 	var rt servingv1alpha1.Route
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &rt); err != nil {
 		fmt.Fprintf(&b, "; Route: %v", err)
 	} else {
-		fmt.Fprintf(&b, "; Route: traffic [%s], %s, annotations %v", trafficLine(rt.Status.Traffic), conditionsLine(rt.Status.Conditions), rt.Annotations)
+		fmt.Fprintf(&b, "; Route: traffic [%s], %s, annotations %v", stack.TrafficLine(rt.Status.Traffic), stack.ConditionsLine(rt.Status.Conditions), rt.Annotations)
 	}
 	var revs servingv1alpha1.RevisionList
 	if err := s.Client.List(ctx, &revs, client.InNamespace(appNS), client.MatchingLabels{servingv1alpha1.ServiceLabelKey: name}); err != nil {
 		fmt.Fprintf(&b, "; Revisions: %v", err)
 	}
 	for _, r := range revs.Items {
-		fmt.Fprintf(&b, "; Revision %s: routing %q, actual %v desired %v, %s", r.Name, r.Status.RoutingState, deref(r.Status.ActualReplicas), deref(r.Status.DesiredReplicas), conditionsLine(r.Status.Conditions))
+		fmt.Fprintf(&b, "; Revision %s: routing %q, actual %v desired %v, %s", r.Name, r.Status.RoutingState, deref(r.Status.ActualReplicas), deref(r.Status.DesiredReplicas), stack.ConditionsLine(r.Status.Conditions))
 		if pa, err := s.PA(ctx, appNS, r.Name); err == nil {
 			fmt.Fprintf(&b, ", PodAutoscaler reachability %q mode %q desired %v actual %v", pa.Spec.Reachability, pa.Status.Mode, deref(pa.Status.DesiredScale), deref(pa.Status.ActualScale))
 		}
@@ -266,7 +223,7 @@ func expectRouteEndpoints(ctx context.Context, s *stack.Stack, service string) e
 func waitRevisionAtZero(t *testing.T, s *stack.Stack, rev string, timeout time.Duration, check func(*servingv1alpha1.Revision) error) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, timeout, "Revision "+rev+" at zero pods", func() error {
+	e2etest.Eventually(t, timeout, "Revision "+rev+" at zero pods", func() error {
 		var r servingv1alpha1.Revision
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: rev}, &r); err != nil {
 			return err
@@ -351,7 +308,7 @@ func oneConn(addr netip.AddrPort, inNode bool, timeout time.Duration) connResult
 	defer conn.Close()
 	r.Dest = addr
 	if inNode {
-		if r.Dest, err = socketDest(conn.(*net.TCPConn)); err != nil {
+		if r.Dest, err = stack.SocketDest(conn.(*net.TCPConn)); err != nil {
 			return fail(err)
 		}
 	}
@@ -503,7 +460,7 @@ func newClientSandbox(t *testing.T, s *stack.Stack, prefix, node string) *client
 		}
 	})
 	b := &clientSandbox{node: node, pod: pod.Name}
-	eventually(t, time.Minute, "the client pod "+pod.Name+" runs", func() error {
+	e2etest.Eventually(t, time.Minute, "the client pod "+pod.Name+" runs", func() error {
 		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
 		}
@@ -528,6 +485,15 @@ func newClientSandbox(t *testing.T, s *stack.Stack, prefix, node string) *client
 // closes the returned cgroup file once the process started.
 func (b *clientSandbox) command(t *testing.T, cfg servingClientConfig) (*exec.Cmd, *os.File) {
 	t.Helper()
+	return b.helper(t, "TestHelperServingClient", servingClientEnv, cfg)
+}
+
+// helper is this test binary run again in the sandbox as the helper test
+// (TestHelperServingClient, TestHelperInNodeClient) with env set to cfg
+// in JSON; the caller closes the returned cgroup file once the process
+// started.
+func (b *clientSandbox) helper(t *testing.T, test, env string, cfg any) (*exec.Cmd, *os.File) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -540,8 +506,8 @@ func (b *clientSandbox) command(t *testing.T, cfg servingClientConfig) (*exec.Cm
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", b.netns, self, "-test.run=^TestHelperServingClient$", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), servingClientEnv+"="+string(js))
+	cmd := exec.Command("ip", "netns", "exec", b.netns, self, "-test.run=^"+test+"$", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), env+"="+string(js))
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: syscall.SIGKILL}
 	return cmd, cg
 }
@@ -691,7 +657,7 @@ func watchServing(t *testing.T, s *stack.Stack, name string) *servingWatch {
 		rt := o.(*servingv1alpha1.Route)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if n := len(w.traffic); n == 0 || trafficLine(w.traffic[n-1].traffic) != trafficLine(rt.Status.Traffic) {
+		if n := len(w.traffic); n == 0 || stack.TrafficLine(w.traffic[n-1].traffic) != stack.TrafficLine(rt.Status.Traffic) {
 			w.traffic = append(w.traffic, trafficSeen{at: time.Now(), traffic: rt.Status.Traffic})
 		}
 		readyOf("Route", rt.Status.Conditions)
@@ -767,7 +733,7 @@ type trafficStep struct {
 func steps(changes []trafficSeen, rev string) []trafficStep {
 	var out []trafficStep
 	for _, c := range changes {
-		p := percentOf(c.traffic, rev)
+		p := stack.PercentOf(c.traffic, rev)
 		if len(out) == 0 || out[len(out)-1].percent != p {
 			out = append(out, trafficStep{at: c.at, percent: p})
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -92,7 +93,7 @@ func TestE2EServingRollout(t *testing.T) {
 	if got := rt.Annotations[servingv1alpha1.RolloutDurationAnnotation]; got != "60s" {
 		t.Errorf("the Route's %s is %q, want the Service's \"60s\" copied", servingv1alpha1.RolloutDurationAnnotation, got)
 	}
-	t.Logf("Route %s before the change: traffic [%s], annotations %v", name, trafficLine(rt.Status.Traffic), rt.Annotations)
+	t.Logf("Route %s before the change: traffic [%s], annotations %v", name, stack.TrafficLine(rt.Status.Traffic), rt.Annotations)
 
 	var nodes corev1.NodeList
 	if err := s.Client.List(ctx, &nodes); err != nil {
@@ -113,7 +114,7 @@ func TestE2EServingRollout(t *testing.T) {
 			c.stop()
 		}
 	}()
-	eventually(t, 30*time.Second, "every client answered by "+v1Name+", the in-node ones split by the kernel", func() error {
+	e2etest.Eventually(t, 30*time.Second, "every client answered by "+v1Name+", the in-node ones split by the kernel", func() error {
 		for _, c := range everyone {
 			rs := c.results()
 			if len(rs) < 20 {
@@ -136,11 +137,11 @@ func TestE2EServingRollout(t *testing.T) {
 	v2 := waitLatestReady(t, s, name, v2Name, 2*time.Minute)
 	v2Ready := time.Now()
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &rt); err == nil {
-		t.Logf("Route %s when %s became ready (%.1fs): traffic [%s], annotations %v", name, v2Name, v2Ready.Sub(t0).Seconds(), trafficLine(rt.Status.Traffic), rt.Annotations)
+		t.Logf("Route %s when %s became ready (%.1fs): traffic [%s], annotations %v", name, v2Name, v2Ready.Sub(t0).Seconds(), stack.TrafficLine(rt.Status.Traffic), rt.Annotations)
 	}
 	v2Addr := addressOf(t, s, v2.Status.ServiceName)
 	var full time.Time
-	poll(t, duration+time.Minute, 100*time.Millisecond, "the Route's status.traffic at 100 % "+v2Name, func() error {
+	e2etest.Poll(t, duration+time.Minute, 100*time.Millisecond, "the Route's status.traffic at 100 % "+v2Name, func() error {
 		sched := steps(w.trafficChanges(), v2Name)
 		if len(sched) == 0 || sched[len(sched)-1].percent != 100 {
 			return fmt.Errorf("%s's share not 100 %%: %s", v2Name, servingDiag(ctx, s, name))
@@ -148,7 +149,7 @@ func TestE2EServingRollout(t *testing.T) {
 		full = sched[len(sched)-1].at
 		return nil
 	})
-	eventually(t, 15*time.Second, "Route and Service Ready after the rollout", func() error {
+	e2etest.Eventually(t, 15*time.Second, "Route and Service Ready after the rollout", func() error {
 		var rt servingv1alpha1.Route
 		var sv servingv1alpha1.Service
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &rt); err != nil {
@@ -183,10 +184,10 @@ func TestE2EServingRollout(t *testing.T) {
 	for _, c := range changes {
 		var sum int64
 		for _, tt := range c.traffic {
-			sum += deref0(tt.Percent)
+			sum += ptr.Deref(tt.Percent, 0)
 		}
 		if len(c.traffic) > 0 && sum != 100 {
-			t.Errorf("status.traffic at %+.1fs sums to %d %%: [%s]", c.at.Sub(t0).Seconds(), sum, trafficLine(c.traffic))
+			t.Errorf("status.traffic at %+.1fs sums to %d %%: [%s]", c.at.Sub(t0).Seconds(), sum, stack.TrafficLine(c.traffic))
 		}
 	}
 	sched := steps(changes, v2Name)
@@ -383,7 +384,7 @@ func TestE2EServingTags(t *testing.T) {
 		}
 	}
 	addr := map[string]netip.AddrPort{name: addressOf(t, s, name), current: addressOf(t, s, current), old: addressOf(t, s, old)}
-	eventually(t, 30*time.Second, "the Route's addresses lead to the activators' route port", func() error {
+	e2etest.Eventually(t, 30*time.Second, "the Route's addresses lead to the activators' route port", func() error {
 		for n := range addr {
 			if err := expectRouteEndpoints(ctx, s, n); err != nil {
 				return err
@@ -421,7 +422,7 @@ func TestE2EServingTags(t *testing.T) {
 	}
 	// kube-proxy has old's rules once a connection is accepted (by an
 	// activator); no request is sent yet.
-	eventually(t, 30*time.Second, "kube-proxy leads "+old+" to an activator", func() error {
+	e2etest.Eventually(t, 30*time.Second, "kube-proxy leads "+old+" to an activator", func() error {
 		conn, err := net.DialTimeout("tcp", addr[old].String(), time.Second)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -49,7 +50,7 @@ func TestE2EServingService(t *testing.T) {
 	// and Ready, then checks that Revision's public Service answers.
 	latestReady := func(want string) {
 		t.Helper()
-		eventually(t, 3*time.Minute, "Service greet: latest ready Revision "+want, func() error {
+		e2etest.Eventually(t, 3*time.Minute, "Service greet: latest ready Revision "+want, func() error {
 			var got servingv1alpha1.Service
 			if err := s.Client.Get(ctx, client.ObjectKeyFromObject(svc), &got); err != nil {
 				return err
@@ -74,7 +75,7 @@ func TestE2EServingService(t *testing.T) {
 		}
 		localRoute(t, ip)
 		url := fmt.Sprintf("http://%s:80/", ip)
-		eventually(t, time.Minute, "Revision "+want+" answers at "+url, func() error {
+		e2etest.Eventually(t, time.Minute, "Revision "+want+" answers at "+url, func() error {
 			if a := get(oneShotClient(5*time.Second), url); a.err != nil || a.code != 200 {
 				return fmt.Errorf("GET %s: %s", url, a)
 			}
@@ -87,7 +88,7 @@ func TestE2EServingService(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 30*time.Second, "change Service greet's template", func() error {
+	e2etest.Eventually(t, 30*time.Second, "change Service greet's template", func() error {
 		var cur servingv1alpha1.Service
 		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(svc), &cur); err != nil {
 			return err

@@ -32,6 +32,7 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 	"github.com/sockscale/sockscale/test/cluster"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
 )
 
@@ -60,15 +61,7 @@ var chartSets = []string{"autoscaler.stable-window=20s"}
 // adopts the kept CRDs and the controller takes the Services back.
 func TestE2EUpgradeAndUninstall(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, need := range []string{stack.HelmFromEnv()} {
-		if _, err := os.Stat(need); need == "" || err != nil {
-			msg := fmt.Sprintf("%q missing: run through `make test-e2e` (builds the cluster's binaries and helm)", need)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg + "; CI=true forbids skipping")
-			}
-			t.Skip(msg)
-		}
-	}
+	e2etest.RequireHelm(t)
 	// The API server warns of the unknown field the older CRD prunes.
 	ctrllog.SetLogger(logr.Discard())
 	ctx := context.Background()
@@ -135,7 +128,7 @@ func reinstall(t *testing.T, s *stack.Stack, steadyURL string) {
 		t.Fatal(err)
 	}
 	t.Logf("installed again in %s", time.Since(start).Round(100*time.Millisecond))
-	eventually(t, 2*time.Minute, "the steady Service taken back: no selector, sockscale's endpoints", func() error {
+	e2etest.Eventually(t, 2*time.Minute, "the steady Service taken back: no selector, sockscale's endpoints", func() error {
 		var svc corev1.Service
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: "steady"}, &svc); err != nil {
 			return err
@@ -191,13 +184,13 @@ func crdUpgrade(t *testing.T, s *stack.Stack, crds client.Client) {
 	if crd.Labels["helm.sh/chart"] != "sockscale-0.1.0" || crd.Annotations["helm.sh/resource-policy"] != "keep" {
 		t.Errorf("CRD after the upgrade: labels %v annotations %v; want the current chart's, with resource-policy keep", crd.Labels, crd.Annotations)
 	}
-	eventually(t, 30*time.Second, "the upgraded CRD serves "+addedField, func() error {
+	e2etest.Eventually(t, 30*time.Second, "the upgraded CRD serves "+addedField, func() error {
 		if !servesField(t, crds) {
 			return fmt.Errorf("not in the schema")
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "a new PodAutoscaler keeps "+addedField, func() error {
+	e2etest.Eventually(t, 30*time.Second, "a new PodAutoscaler keeps "+addedField, func() error {
 		name := fmt.Sprintf("after-upgrade-%d", time.Now().UnixNano()%100000)
 		if got := createPA(t, s, name); got != "5s" {
 			return fmt.Errorf("%s read back as %q, want 5s", addedField, got)
@@ -323,7 +316,7 @@ func agentsRoll(t *testing.T, s *stack.Stack, cl *cluster.Cluster, url string) {
 	defer load.Stop()
 	var since time.Time
 	var before float64
-	eventually(t, 3*time.Minute, "steady: settled at 3 pods under 18 in flight", func() error {
+	e2etest.Eventually(t, 3*time.Minute, "steady: settled at 3 pods under 18 in flight", func() error {
 		pa, err := s.PA(ctx, appNS, "steady")
 		if err != nil {
 			return err
@@ -371,7 +364,7 @@ func agentsRoll(t *testing.T, s *stack.Stack, cl *cluster.Cluster, url string) {
 	if err := s.Install(ctx, append(slices.Clone(chartSets), "agent.podAnnotations.sockscale\\.dev/e2e-revision=rev2")...); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "every agent replaced by one with the new annotation", func() error {
+	e2etest.Eventually(t, 3*time.Minute, "every agent replaced by one with the new annotation", func() error {
 		for _, p := range agentPods(t, s) {
 			if p.Annotations["sockscale.dev/e2e-revision"] != "rev2" || !podReady(p) {
 				return fmt.Errorf("agent %s on %s: annotation %q, ready %v", p.Name, p.Spec.NodeName, p.Annotations["sockscale.dev/e2e-revision"], podReady(p))
@@ -422,7 +415,7 @@ func uninstall(t *testing.T, s *stack.Stack, cl *cluster.Cluster, steadyURL stri
 	ctx := context.Background()
 	// The idle target at zero, its public Service on the activators.
 	var activatorIPs []string
-	eventually(t, 3*time.Minute, "idle at zero pods with its public endpoints on activators", func() error {
+	e2etest.Eventually(t, 3*time.Minute, "idle at zero pods with its public endpoints on activators", func() error {
 		pa, err := s.PA(ctx, appNS, "idle")
 		if err != nil {
 			return err
@@ -457,13 +450,13 @@ func uninstall(t *testing.T, s *stack.Stack, cl *cluster.Cluster, steadyURL stri
 	start := time.Now()
 	helm(t, s, "uninstall", "sockscale", "--namespace", stack.Namespace, "--wait", "--timeout", "4m")
 	t.Logf("helm uninstall took %s", time.Since(start).Round(100*time.Millisecond))
-	eventually(t, 2*time.Minute, "no agent pod left", func() error {
+	e2etest.Eventually(t, 2*time.Minute, "no agent pod left", func() error {
 		if pods := agentPods(t, s); len(pods) > 0 {
 			return fmt.Errorf("%d agent pods", len(pods))
 		}
 		return nil
 	})
-	eventually(t, time.Minute, "no program attached and no pin on any node", func() error {
+	e2etest.Eventually(t, time.Minute, "no program attached and no pin on any node", func() error {
 		for i := range cl.Nodes() {
 			node := cluster.NodeName(i)
 			if n := attached(t, cl.NodeCgroup(node)); n != 0 {
@@ -482,7 +475,7 @@ func uninstall(t *testing.T, s *stack.Stack, cl *cluster.Cluster, steadyURL stri
 		return nil
 	})
 
-	eventually(t, time.Minute, "the steady Service answers from its pods through Kubernetes' endpoints", func() error {
+	e2etest.Eventually(t, time.Minute, "the steady Service answers from its pods through Kubernetes' endpoints", func() error {
 		addrs, managers := publicSlices(t, s, "steady")
 		if slices.Contains(managers, "controller.sockscale.dev") || len(addrs) != 3 {
 			return fmt.Errorf("public endpoints %v by %v; want the 3 pods by Kubernetes", addrs, managers)
@@ -584,26 +577,8 @@ func podReady(p corev1.Pod) bool {
 // deploy makes an app and waits until its public Service answers.
 func deploy(t *testing.T, s *stack.Stack, name string, spec func(*v1alpha1.PodAutoscalerSpec)) string {
 	t.Helper()
-	ctx := context.Background()
-	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: name, Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 2*time.Minute, name+" has a ready pod", func() error {
-		d, err := s.Deployment(ctx, appNS, name)
-		if err != nil {
-			return err
-		}
-		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("%d ready", d.Status.ReadyReplicas)
-		}
-		return nil
-	})
-	url, err := s.PublicURL(ctx, appNS, name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	eventually(t, 2*time.Minute, name+"'s public Service answers", func() error {
+	return e2etest.Deploy(t, s, appNS, name, spec, func(url string) error {
 		resp, err := c.Get(url)
 		if err != nil {
 			return err
@@ -614,7 +589,6 @@ func deploy(t *testing.T, s *stack.Stack, name string, spec func(*v1alpha1.PodAu
 		}
 		return nil
 	})
-	return url
 }
 
 func helm(t *testing.T, s *stack.Stack, args ...string) {
@@ -636,21 +610,6 @@ func setArgs(sets []string) []string {
 
 func paLine(pa *v1alpha1.PodAutoscaler) string {
 	return fmt.Sprintf("desired %d actual %d stable %s panicking %v", deref(pa.Status.DesiredScale), deref(pa.Status.ActualScale), pa.Status.StableValue, pa.Status.Panicking)
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }
 
 func deref[T any](p *T) T {

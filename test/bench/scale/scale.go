@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -33,15 +32,10 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/stats"
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
-// The scale part runs the real sockscale-controller against a real
-// kube-apiserver and etcd with N PodAutoscalers and a simulated fleet of
-// N/2 nodes' agents (100 pods each, 50 per target) and 3 activators
-// posting real, authenticated stats batches; docs/scale-bench.md says
-// what each number measures.
-
-// scaleOptions are the scale part's flags.
+// scaleOptions are the command's flags.
 type scaleOptions struct {
 	targets        []int
 	cold           int
@@ -101,9 +95,9 @@ type scaleRow struct {
 	notSteady string
 }
 
-// parseTargets reads -scale-targets.
+// parseTargets reads -targets.
 func parseTargets(flagValue string) ([]int, error) {
-	return parseCounts("-scale-targets", flagValue, 2, "1000,3000,10000")
+	return parseCounts("-targets", flagValue, 2, "1000,3000,10000")
 }
 
 // parseCounts reads a comma-separated list of integers >= least.
@@ -130,7 +124,7 @@ func scale(o scaleOptions) error {
 			row, err := scalePoint(n, replicas, o)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%d targets, %d replicas: %w", n, replicas, err))
-				fmt.Fprintf(os.Stderr, "bench: scale %d targets, %d replicas: %v\n", n, replicas, err)
+				fmt.Fprintf(os.Stderr, "scale: %d targets, %d replicas: %v\n", n, replicas, err)
 				continue
 			}
 			rows = append(rows, row)
@@ -163,7 +157,7 @@ func printScale(rows []scaleRow) {
 			if len(r.pokes) == 0 {
 				return "-"
 			}
-			return fmtMs(percentile(r.pokes, p))
+			return fmtMs(harness.Percentile(r.pokes, p))
 		}
 		steady := r.steady.Round(time.Second).String()
 		if r.notSteady != "" {
@@ -186,7 +180,7 @@ func printScale(rows []scaleRow) {
 			r.interval.seconds(r.interval.quantile(0.5)), r.interval.seconds(r.interval.quantile(0.99)), intervalMax,
 			r.decisionsPerSec, r.duration.seconds(r.duration.quantile(0.99)), r.stable,
 			poke(0.5), poke(0.99), pokeMax, r.ctrlCPU, r.ctrlCPUMax, mib(r.ctrlRSS), mib(r.ctrlPeak), r.writes, r.reviews,
-			fmtMs(percentile(r.ingest, 0.5)), fmtMs(percentile(r.ingest, 0.99)), fmtMs(percentile(r.ingest, 1)), r.posts, r.drops,
+			fmtMs(harness.Percentile(r.ingest, 0.5)), fmtMs(harness.Percentile(r.ingest, 0.99)), fmtMs(harness.Percentile(r.ingest, 1)), r.posts, r.drops,
 			r.apiCPU, r.fleetCPU)
 	}
 	_ = w.Flush()
@@ -227,24 +221,24 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	fmt.Printf("\n%d targets, %d nodes, %d controller replicas (%d buckets): starting etcd and kube-apiserver\n", n, shape.nodes, replicas, buckets)
 	// Every target has two Services with a cluster IP (public and
 	// private): envtest's default range, a /24, holds 254.
-	cp, err := startControlPlaneArgs("sockscale-controller", map[string]string{"service-cluster-ip-range": "10.96.0.0/12"},
-		filepath.Join(moduleDir(), "charts", "sockscale", "files", "crds"))
+	cp, err := harness.StartControlPlaneArgs("sockscale-controller", map[string]string{"service-cluster-ip-range": "10.96.0.0/12"},
+		filepath.Join(harness.ModuleDir(), "charts", "sockscale", "files", "crds"))
 	if err != nil {
 		return row, err
 	}
-	defer cp.stop()
+	defer cp.Stop()
 	// Interrupted (^C, or a timeout's SIGTERM), the point still stops its
 	// controller and control plane, which would outlive this process.
 	var ctrlOnExit atomic.Pointer[[]*controllerProc]
-	defer atInterrupt(func() {
+	defer harness.AtInterrupt(func() {
 		if ps := ctrlOnExit.Load(); ps != nil {
 			for _, p := range *ps {
 				p.stop()
 			}
 		}
-		cp.stop()
+		cp.Stop()
 	})()
-	cfg := rest.CopyConfig(cp.cfg)
+	cfg := rest.CopyConfig(cp.Cfg)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -293,7 +287,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	row.setup = time.Since(start)
-	fmt.Printf("  + endpoints: %v; controller RSS %s\n", row.setup.Round(time.Second), mib(processRSS(ctrl.pid())))
+	fmt.Printf("  + endpoints: %v; controller RSS %s\n", row.setup.Round(time.Second), mib(harness.ProcessRSS(ctrl.pid())))
 	var statsURLs []string
 	for _, c := range ctrls {
 		statsURLs = append(statsURLs, c.statsURL)
@@ -316,7 +310,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	steadyFrom := time.Now()
 	if err := waitSteady(ctx, c, shape, o.steadyTimeout); err != nil {
 		// Measured anyway: what a controller that cannot keep up does is
-		// the point of the part.
+		// the point of the benchmark.
 		row.notSteady = err.Error()
 		fmt.Printf("  NOT steady, measuring anyway: %v\n", err)
 	} else {
@@ -336,7 +330,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 		return row, err
 	}
 	t0 := time.Now()
-	ctrlCPU0, apiCPU0, selfCPU0 := cpuEach(ctrls), cpuOf(apiPIDs), processCPU(os.Getpid())
+	ctrlCPU0, apiCPU0, selfCPU0 := cpuEach(ctrls), cpuOf(apiPIDs), harness.ProcessCPU(os.Getpid())
 	fl.rec.start()
 	profiled := make(chan error, 1)
 	if o.profileDir != "" {
@@ -348,7 +342,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	for end := t0.Add(o.window); time.Now().Before(end); {
 		time.Sleep(min(time.Second, time.Until(end)))
 		for _, c := range ctrls {
-			rssMax = max(rssMax, processRSS(c.pid()))
+			rssMax = max(rssMax, harness.ProcessRSS(c.pid()))
 		}
 	}
 	fl.rec.stop()
@@ -363,7 +357,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 			}
 		}
 	}
-	ctrlCPU1, apiCPU1, selfCPU1 := cpuEach(ctrls), cpuOf(apiPIDs), processCPU(os.Getpid())
+	ctrlCPU1, apiCPU1, selfCPU1 := cpuEach(ctrls), cpuOf(apiPIDs), harness.ProcessCPU(os.Getpid())
 	m1, err := scrapeAll(ctrls)
 	if err != nil {
 		return row, err
@@ -386,7 +380,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 	row.interval = histogramOf(m1, "sockscale_controller_decision_interval_seconds").sub(histogramOf(m0, "sockscale_controller_decision_interval_seconds"))
 	row.duration = histogramOf(m1, "sockscale_controller_decision_duration_seconds").sub(histogramOf(m0, "sockscale_controller_decision_duration_seconds"))
 	row.stable = medianStable(m1)
-	row.decisionsPerSec = (m1.value("sockscale_controller_decisions_total") - m0.value("sockscale_controller_decisions_total")) / elapsed.Seconds()
+	row.decisionsPerSec = (m1.Value("sockscale_controller_decisions_total") - m0.Value("sockscale_controller_decisions_total")) / elapsed.Seconds()
 	row.writes, row.reviews, row.writesBy = writeRates(apiRequests(a0), apiRequests(a1), elapsed)
 	fl.rec.mu.Lock()
 	row.ingest, row.posts = fl.rec.rtt, len(fl.rec.rtt)
@@ -431,7 +425,7 @@ func scalePoint(n, replicas int, o scaleOptions) (row scaleRow, err error) {
 
 // medianStable is the median of the warm targets' stable values in a
 // scrape of the controller.
-func medianStable(m promSamples) float64 {
+func medianStable(m harness.PromSamples) float64 {
 	var vs []float64
 	f := m["sockscale_controller_stable_value"]
 	if f == nil {
@@ -653,10 +647,10 @@ func (p *controllerProc) pid() int { return p.cmd.Process.Pid }
 // Several replicas elect a leader and split the targets into buckets;
 // their stats endpoints share a port on 127.0.0.2, .3, ..., as the pods
 // behind a Service would.
-func startControllers(cp *controlPlane, bin string, pprof bool, replicas, buckets int) ([]*controllerProc, error) {
+func startControllers(cp *harness.ControlPlane, bin string, pprof bool, replicas, buckets int) ([]*controllerProc, error) {
 	if bin == "" {
 		var err error
-		if bin, err = goBuild(cp.dir, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller"); err != nil {
+		if bin, err = harness.GoBuild(cp.Dir, "github.com/sockscale/sockscale/controller/cmd/sockscale-controller"); err != nil {
 			return nil, err
 		}
 	}
@@ -664,7 +658,7 @@ func startControllers(cp *controlPlane, bin string, pprof bool, replicas, bucket
 	for k := range replicas {
 		ips = append(ips, net.IPv4(127, 0, 0, byte(2+k)))
 	}
-	certFile, keyFile, tlsCfg, err := selfSignedTLS(cp.dir, ips)
+	certFile, keyFile, tlsCfg, err := selfSignedTLS(cp.Dir, ips)
 	if err != nil {
 		return nil, err
 	}
@@ -687,8 +681,8 @@ func startControllers(cp *controlPlane, bin string, pprof bool, replicas, bucket
 }
 
 // startController runs replica k, its stats endpoint on statsAddr.
-func startController(cp *controlPlane, bin string, pprof bool, k int, statsAddr, certFile, keyFile string, tlsCfg *tls.Config, replicas, buckets int) (*controllerProc, error) {
-	addrs, err := freeAddrs(3)
+func startController(cp *harness.ControlPlane, bin string, pprof bool, k int, statsAddr, certFile, keyFile string, tlsCfg *tls.Config, replicas, buckets int) (*controllerProc, error) {
+	addrs, err := harness.FreeAddrs(3)
 	if err != nil {
 		return nil, err
 	}
@@ -708,12 +702,12 @@ func startController(cp *controlPlane, bin string, pprof bool, k int, statsAddr,
 		p.pprofURL = "http://" + addrs[2] + "/debug/pprof/"
 		p.cmd.Args = append(p.cmd.Args, "--pprof-bind-address="+addrs[2])
 	}
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.kubeconfig, "POD_NAMESPACE="+scaleSystem, fmt.Sprintf("POD_NAME=sockscale-controller-%d", k))
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig, "POD_NAMESPACE="+scaleSystem, fmt.Sprintf("POD_NAME=sockscale-controller-%d", k))
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
-	if err := waitHTTP("http://"+addrs[1]+"/readyz", 60*time.Second); err != nil {
+	if err := harness.WaitHTTP("http://"+addrs[1]+"/readyz", 60*time.Second); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("controller not ready (log %s): %w", p.log, err)
 	}
@@ -747,8 +741,8 @@ func sharedPort(ips []net.IP) (string, error) {
 
 // scrapeAll reads every replica's /metrics as one: each series of every
 // replica, so counters and histograms add up.
-func scrapeAll(ctrls []*controllerProc) (promSamples, error) {
-	all := promSamples{}
+func scrapeAll(ctrls []*controllerProc) (harness.PromSamples, error) {
+	all := harness.PromSamples{}
 	for _, c := range ctrls {
 		m, err := scrapeURL(c.metricsURL)
 		if err != nil {
@@ -769,7 +763,7 @@ func scrapeAll(ctrls []*controllerProc) (promSamples, error) {
 func cpuEach(ctrls []*controllerProc) []time.Duration {
 	out := make([]time.Duration, len(ctrls))
 	for k, c := range ctrls {
-		out[k] = processCPU(c.pid())
+		out[k] = harness.ProcessCPU(c.pid())
 	}
 	return out
 }
@@ -851,48 +845,4 @@ func (p *controllerProc) stop() {
 		_ = p.cmd.Process.Kill()
 		<-done
 	}
-}
-
-// interruptCleanups run, latest first, when the bench is interrupted
-// (onInterrupt).
-var (
-	interruptMu       sync.Mutex
-	interruptCleanups = map[int]func(){}
-	interruptNext     int
-)
-
-// atInterrupt registers f to run if the bench is interrupted; the
-// returned func unregisters it.
-func atInterrupt(f func()) func() {
-	interruptMu.Lock()
-	defer interruptMu.Unlock()
-	id := interruptNext
-	interruptNext++
-	interruptCleanups[id] = f
-	return func() {
-		interruptMu.Lock()
-		defer interruptMu.Unlock()
-		delete(interruptCleanups, id)
-	}
-}
-
-// onInterrupt runs the registered cleanups, latest first, on SIGINT or
-// SIGTERM, then last and exits 130.
-func onInterrupt(last func()) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		interruptMu.Lock()
-		ids := make([]int, 0, len(interruptCleanups))
-		for id := range interruptCleanups {
-			ids = append(ids, id)
-		}
-		sort.Sort(sort.Reverse(sort.IntSlice(ids)))
-		for _, id := range ids {
-			interruptCleanups[id]()
-		}
-		last()
-		os.Exit(130)
-	}()
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/workload"
 )
 
-// othersNamespace holds the cluster's other workloads (-scale-others).
+// othersNamespace holds the cluster's other workloads (-others).
 const othersNamespace = "scale-others"
 
-// maxOthers bounds -scale-others: 100,000 large Deployments and slices
+// maxOthers bounds -others: 100,000 large Deployments and slices
 // already take the one machine's API server and etcd a long setup.
 const maxOthers = 100_000
 

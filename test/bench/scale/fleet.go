@@ -26,9 +26,9 @@ import (
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
-// This file is the scale part's simulated fleet: agents and activators
-// posting real stats batches to the controller, each over its own
-// keep-alive connection as the real ones do.
+// This file is the scale benchmark's simulated fleet: agents and
+// activators posting real stats batches to the controller, each over its
+// own keep-alive connection as the real ones do.
 
 // fleetRecorder counts the fleet's posts while on.
 type fleetRecorder struct {

@@ -25,7 +25,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
-// This file writes what the scale part's cluster holds: what
+// This file writes what the scale benchmark's cluster holds: what
 // kube-controller-manager, the scheduler and the kubelets would write
 // (there are none), and what users would.
 

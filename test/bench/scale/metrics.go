@@ -13,10 +13,13 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
-// This file reads what the scale part reports: Prometheus histograms and
-// counters of the controller and the API server, and processes' CPU.
+// This file reads what the scale benchmark reports: Prometheus
+// histograms and counters of the controller and the API server, and
+// processes' CPU.
 
 // histogram is one Prometheus histogram's buckets: bounds ascending, and
 // counts cumulative, one per bound and a last one for +Inf (the total).
@@ -27,7 +30,7 @@ type histogram struct {
 
 // histogramOf is the sum of histogram name's series in s that carry
 // every label name/value pair of labels (empty if none).
-func histogramOf(s promSamples, name string, labels ...string) histogram {
+func histogramOf(s harness.PromSamples, name string, labels ...string) histogram {
 	var h histogram
 	f := s[name]
 	if f == nil {
@@ -159,7 +162,7 @@ var reviewResources = map[string]bool{"tokenreviews": true, "subjectaccessreview
 
 // apiRequests counts the API server's write requests by
 // resource[/subresource] (apiserver_request_total).
-func apiRequests(s promSamples) map[string]float64 {
+func apiRequests(s harness.PromSamples) map[string]float64 {
 	out := map[string]float64{}
 	f := s["apiserver_request_total"]
 	if f == nil {
@@ -214,21 +217,21 @@ func writeRates(before, after map[string]float64, d time.Duration) (writes, revi
 }
 
 // scrapeAPIServer reads the API server's /metrics with cs's credentials.
-func scrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (promSamples, error) {
+func scrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (harness.PromSamples, error) {
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("scrape kube-apiserver: %w", err)
 	}
-	return parseMetrics(bytes.NewReader(raw))
+	return harness.ParseMetrics(bytes.NewReader(raw))
 }
 
 // scrapeURL reads a plain-HTTP /metrics.
-func scrapeURL(url string) (promSamples, error) {
-	body, err := get(url)
+func scrapeURL(url string) (harness.PromSamples, error) {
+	body, err := harness.Get(url)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
-	return parseMetrics(strings.NewReader(body))
+	return harness.ParseMetrics(strings.NewReader(body))
 }
 
 // childPIDs are this process's children whose command is one of names
@@ -275,10 +278,10 @@ func childPIDs(names ...string) []int {
 func cpuOf(pids []int) time.Duration {
 	var t time.Duration
 	for _, p := range pids {
-		t += processCPU(p)
+		t += harness.ProcessCPU(p)
 	}
 	return t
 }
 
 // processPeakRSS is a process's peak resident memory (VmHWM) in bytes.
-func processPeakRSS(pid int) int64 { return procStatusBytes(pid, "VmHWM:") }
+func processPeakRSS(pid int) int64 { return harness.ProcStatusBytes(pid, "VmHWM:") }

@@ -1,0 +1,17 @@
+// Command bench measures sockscale's data path, accounting and connect-time
+// redirect on this machine and prints comparable tables: every ratio is
+// measured side by side in one run, modes taking turns in short slices,
+// because shared machines are noisy.
+//
+//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
+//	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]
+//	    [-connect-rounds 40] [-connect-block 5]
+//	    [-split-connects 20000]
+//	    [-only datapath,accuracy,footprint,activator,coldstart,hold,connect,split]
+//
+// The controller at scale is a command of its own, test/bench/scale.
+//
+// It needs root (network namespaces, cgroups, BPF). Traffic goes only to
+// the fake pods it creates in network namespaces on this machine, and to a
+// loopback address the connect part's redirect rewrites to a pod.
+package main

@@ -1,0 +1,29 @@
+package stack
+
+import (
+	"net/netip"
+	"runtime"
+	"testing"
+)
+
+func TestProcTCPDest(t *testing.T) {
+	table := []byte(`  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0000000000000000 100 0 0 10 0
+   1: 0A00000A:9C40 0A00600A:0050 01 00000000:00000000 00:00000000 00000000     0        0 2222 1 0000000000000000 20 4 30 10 -1
+`)
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		t.Skipf("the table is written as a little-endian host prints it, not %s", runtime.GOARCH)
+	}
+	got, err := ProcTCPDest(table, 2222)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 0A00600A is 10.96.0.10 as a little-endian host prints it.
+	want := netip.MustParseAddrPort("10.96.0.10:80")
+	if got != want {
+		t.Errorf("ProcTCPDest = %s, want %s", got, want)
+	}
+	if _, err := ProcTCPDest(table, 3333); err == nil {
+		t.Error("ProcTCPDest found a socket that is not in the table")
+	}
+}

@@ -14,11 +14,11 @@ import (
 var (
 	// ErrFull: the pool holds its capacity and the namespace already
 	// holds its fair share, so nothing is shed for it (Hold).
-	ErrFull = errors.New("activator holds its most requests")
+	ErrFull = errors.New("held requests at the activator's limit")
 	// ErrShed: the request was shed to admit a request of a namespace
 	// holding less than its fair share. It is the cause of the context
 	// Hold returned, and Release returns it when the shedding came first.
-	ErrShed = errors.New("request shed")
+	ErrShed = errors.New("held request shed")
 )
 
 // Reasons, the values of the reason label of the refusals counter.
@@ -110,7 +110,7 @@ func (p *Pool) Hold(ctx context.Context, ns string) (context.Context, *Ticket, e
 		if mine >= share || most == nil || most.Len() < mine+2 {
 			p.mu.Unlock()
 			p.m.refusals.WithLabelValues(ReasonFull).Inc()
-			return nil, nil, fmt.Errorf("%w (%d, --max-held) and namespace %q already holds %d, its fair share being %d (%d namespaces holding)",
+			return nil, nil, fmt.Errorf("%w (%d, --max-held) and namespace %q holds %d, its fair share or more (%d of them for each of %d namespaces holding)",
 				ErrFull, p.capacity, ns, mine, share, namespaces)
 		}
 		victim = most.Back().Value.(*Ticket)
@@ -130,8 +130,8 @@ func (p *Pool) Hold(ctx context.Context, ns string) (context.Context, *Ticket, e
 	p.mu.Unlock()
 	if victim != nil {
 		p.m.refusals.WithLabelValues(ReasonShed).Inc()
-		victim.cancel(fmt.Errorf("%w: namespace %q held the most of the activator's %d (--max-held) when namespace %q, holding less than its fair share, asked for one",
-			ErrShed, victim.ns, p.capacity, ns))
+		victim.cancel(fmt.Errorf("%w: the activator held its most requests (%d, --max-held), namespace %q the most of them, and namespace %q, holding less than its fair share, needed a place",
+			ErrShed, p.capacity, victim.ns, ns))
 	}
 	return hctx, t, nil
 }

@@ -224,3 +224,19 @@ func TestConcurrentUseLeaksNothing(t *testing.T) {
 		t.Fatalf("held gauge %v, want 0", got)
 	}
 }
+
+func TestCapacityFor(t *testing.T) {
+	for _, tc := range []struct {
+		limit int64
+		want  int
+	}{
+		{0, DefaultCapacity},
+		{256 << 20, 1365}, // the chart's limit: 128 MiB / 96 KiB
+		{1 << 30, 5461},
+		{64 << 10, 1}, // smaller than one request: still one
+	} {
+		if got := CapacityFor(tc.limit); got != tc.want {
+			t.Errorf("CapacityFor(%d) = %d, want %d", tc.limit, got, tc.want)
+		}
+	}
+}

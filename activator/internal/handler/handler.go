@@ -250,7 +250,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = held.Release() }()
 	err = h.throttler.Try(holdCtx, t.Key, func(dest netip.AddrPort) error {
 		// No longer held once it has a slot, unless it was shed at the
-		// same moment: then it must not reach the pod.
+		// same moment: then it must not reach the pod. (After a pod
+		// that could not be reached, the request may wait again
+		// without its place: briefly, at most maxUnreachable times,
+		// and it was admitted once.)
 		if err := held.Release(); err != nil {
 			return err
 		}

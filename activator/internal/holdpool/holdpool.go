@@ -16,8 +16,9 @@ var (
 	// holds its fair share, so nothing is shed for it (Hold).
 	ErrFull = errors.New("held requests at the activator's limit")
 	// ErrShed: the request was shed to admit a request of a namespace
-	// holding less than its fair share. It is the cause of the context
-	// Hold returned, and Release returns it when the shedding came first.
+	// holding less than its fair share. The context Hold returned ends
+	// with a cause wrapping it, and Release returns an error wrapping it
+	// when the shedding came first.
 	ErrShed = errors.New("held request shed")
 )
 
@@ -75,7 +76,7 @@ func New(o Options) *Pool {
 // Capacity is the most requests the pool holds at once.
 func (p *Pool) Capacity() int { return p.capacity }
 
-// Held is how many requests namespace ns holds ("" : all namespaces).
+// Held is how many requests namespace ns holds ("": all namespaces).
 func (p *Pool) Held(ns string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

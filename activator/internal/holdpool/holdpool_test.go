@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,7 +178,7 @@ func TestCancelledRequestFreesAPlace(t *testing.T) {
 		<-hctx.Done() // waiting, as in the throttle
 	}()
 	for p.Held("") == 0 {
-		// Wait for the request to be held.
+		time.Sleep(100 * time.Microsecond) // until the request is held
 		select {
 		case <-done:
 			t.Fatal("request ended before being held")

@@ -252,7 +252,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// No longer held once it has a slot, unless it was shed at the
 		// same moment: then it must not reach the pod. (After a pod
 		// that could not be reached, the request may wait again
-		// without its place: briefly, at most maxUnreachable times,
+		// without its place: briefly, at most 3 pods in a row,
 		// and it was admitted once.)
 		if err := held.Release(); err != nil {
 			return err

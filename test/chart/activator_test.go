@@ -91,6 +91,8 @@ func TestActivatorDeployment(t *testing.T) {
 		"--metrics-bind-address=:9090",
 		"--health-probe-bind-address=:8081",
 		"--queue-depth=10000",
+		// No --max-held: at maxHeld 0 the activator derives it from its
+		// memory limit.
 		"--probe-period=15ms",
 		"--cluster-domain=cluster.local",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
@@ -393,6 +395,7 @@ activator:
   replicas: 3
   ports: {proxy: 18012, route: 18013, metrics: 19090, health: 18081}
   queueDepth: 50
+  maxHeld: 300
   probePeriod: 100ms
   clusterDomain: corp.example
   logLevel: debug
@@ -422,6 +425,7 @@ activator:
 		"--metrics-bind-address=:19090",
 		"--health-probe-bind-address=:18081",
 		"--queue-depth=50",
+		"--max-held=300",
 		"--probe-period=100ms",
 		"--cluster-domain=corp.example",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",

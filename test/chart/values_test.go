@@ -162,6 +162,8 @@ func TestBadValues(t *testing.T) {
 		{"networkPolicy.agentMetricsFrom[0].namespace=monitoring", []string{"/networkPolicy/agentMetricsFrom/0", "'namespace' not allowed"}},
 		// The activator's values are checked whether or not it is enabled.
 		{"activator.queueDepth=0", []string{"/activator/queueDepth", "minimum", "want 1"}},
+		{"activator.maxHeld=-1", []string{"/activator/maxHeld", "minimum"}},
+		{"activator.maxHeld=1000001", []string{"/activator/maxHeld", "maximum"}},
 		{"activator.ports.proxy=0", []string{"/activator/ports/proxy", "minimum"}},
 		{"activator.ports.metrics=70000", []string{"/activator/ports/metrics", "maximum"}},
 		{"activator.logLevel=verbose", []string{"/activator/logLevel", "'debug', 'info', 'warn', 'error'"}},

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sockscale/sockscale/activator/internal/handler"
+	"github.com/sockscale/sockscale/activator/internal/holdpool"
 	"github.com/sockscale/sockscale/activator/internal/readiness"
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/stats"
@@ -38,6 +40,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/watch"
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/internal/memlimit"
 	"github.com/sockscale/sockscale/internal/serve"
 	statsreport "github.com/sockscale/sockscale/internal/stats/report"
 )
@@ -47,6 +50,16 @@ import (
 // default 10,000 per target is ~170 MB and a million would be ~17 GB.
 const maxQueueDepth = 1_000_000
 
+// maxMaxHeld bounds --max-held: at holdpool.RequestCost (96 KiB) a
+// request, a million held would want ~100 GB.
+const maxMaxHeld = 1_000_000
+
+// The cgroup v2 files the memory limit is read from.
+const (
+	cgroupFS   = "/sys/fs/cgroup"
+	selfCgroup = "/proc/self/cgroup"
+)
+
 type config struct {
 	podName       string
 	podIP         string
@@ -55,6 +68,7 @@ type config struct {
 	proxyAddr     string
 	routeAddr     string
 	queueDepth    int
+	maxHeld       int // 0: derived from the memory limit (resolveMaxHeld)
 	probePeriod   time.Duration
 	probeTimeout  time.Duration
 	clusterDomain string
@@ -77,6 +91,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.proxyAddr, "proxy-bind-address", ":8012", "address that takes the targets' requests (HTTP/1.1 and h2c); a serving Route's host chooses among its revisions in Proxy mode first (the kernel split chose one of them)")
 	fs.StringVar(&c.routeAddr, "route-bind-address", ":8013", "address that takes requests for serving Routes through their Services' EndpointSlices (no kernel split before): a Route's host chooses among all its revisions by percent; otherwise as --proxy-bind-address")
 	fs.IntVar(&c.queueDepth, "queue-depth", throttle.DefaultQueueDepth, fmt.Sprintf("requests held per target at most; more get 503 (1..%d)", maxQueueDepth))
+	fs.IntVar(&c.maxHeld, "max-held", 0, fmt.Sprintf("requests held at once for all targets together, shared fairly among namespaces: when full, a namespace holding less than its share takes the place of the newest request of the namespace holding the most, others get 503 (0..%d; 0: half the container's memory limit at %d KiB a request, or %d without a limit)",
+		maxMaxHeld, holdpool.RequestCost>>10, holdpool.DefaultCapacity))
 	fs.DurationVar(&c.probePeriod, "probe-period", readiness.DefaultPeriod, "how often a starting pod is probed until it answers (1ms..10s)")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", readiness.DefaultTimeout, "timeout of one probe (1ms..10s)")
 	fs.StringVar(&c.clusterDomain, "cluster-domain", resolve.DefaultClusterDomain, "the cluster's DNS domain, for Host names like name.namespace.svc.<domain>")
@@ -104,6 +120,9 @@ func (c *config) validate() error {
 	}
 	if c.queueDepth < 1 || c.queueDepth > maxQueueDepth {
 		errs = append(errs, fmt.Errorf("--queue-depth=%d: must be from 1 to %d", c.queueDepth, maxQueueDepth))
+	}
+	if c.maxHeld < 0 || c.maxHeld > maxMaxHeld {
+		errs = append(errs, fmt.Errorf("--max-held=%d: must be from 0 (derived from the memory limit) to %d", c.maxHeld, maxMaxHeld))
 	}
 	for name, d := range map[string]time.Duration{"--probe-period": c.probePeriod, "--probe-timeout": c.probeTimeout} {
 		if d < time.Millisecond || d > 10*time.Second {
@@ -141,6 +160,21 @@ func (c *config) validate() error {
 	return errors.Join(errs...)
 }
 
+// resolveMaxHeld is --max-held when set (flag > 0). At 0 it derives it
+// from the memory limit of this process's cgroup (holdpool.CapacityFor),
+// returning that limit too (0: none, holdpool.DefaultCapacity). A
+// memory.max that cannot be read is an error, with DefaultCapacity.
+func resolveMaxHeld(flag int, cgroupFS, selfCgroup string) (int, int64, error) {
+	if flag > 0 {
+		return flag, 0, nil
+	}
+	limit, err := memlimit.CgroupLimit(cgroupFS, selfCgroup)
+	if err != nil {
+		return holdpool.DefaultCapacity, 0, fmt.Errorf("derive --max-held: %w", err)
+	}
+	return holdpool.CapacityFor(limit), limit, nil
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
@@ -160,6 +194,26 @@ func main() {
 	}
 	level, _ := parseLevel(cfg.logLevel)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "activator", "pod", cfg.podName)
+	// Held requests grow the heap in bursts; with the runtime's limit
+	// under the container's, the heap is collected before the kernel
+	// kills the process and every held request with it.
+	if soft, err := memlimit.Set(cgroupFS, selfCgroup); err != nil {
+		log.Error("Go memory limit left unset", "err", err)
+	} else if soft > 0 {
+		log.Info("Go memory limit set to 90 % of the container's", "bytes", soft)
+	}
+	held, limit, err := resolveMaxHeld(cfg.maxHeld, cgroupFS, selfCgroup)
+	switch {
+	case err != nil:
+		log.Error("held requests bounded by the default: the memory limit could not be read", "err", err, "maxHeld", held)
+	case cfg.maxHeld > 0:
+		log.Info("held requests bounded by --max-held", "maxHeld", held)
+	case limit > 0:
+		log.Info("held requests bounded by half the container's memory limit", "maxHeld", held, "memoryLimit", limit, "bytesPerRequest", holdpool.RequestCost)
+	default:
+		log.Info("held requests bounded by the default: the container has no memory limit", "maxHeld", held)
+	}
+	cfg.maxHeld = held
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
@@ -236,6 +290,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// The throttle takes the ready pods from the prober, and tells it of a
 	// pod it could not reach, which the prober then probes until it answers.
 	var prober *readiness.Prober
+	// One pool for both ports: held requests share one process's memory.
+	// (main resolves --max-held=0; a caller that did not gets the default.)
+	pool := holdpool.New(holdpool.Options{Capacity: cmp.Or(cfg.maxHeld, holdpool.DefaultCapacity), Registerer: reg})
 	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: counter.Poke,
 		OnUnreachable: func(k target.Key, pod netip.AddrPort) { prober.Unreachable(k, pod) }, Registerer: reg, Log: log})
 	prober = readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
@@ -266,7 +323,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return fmt.Errorf("listen on %s: %w", p.flag, err)
 		}
 		defer func() { _ = ln.Close() }() // Serve closes it too; this is for an early return
-		h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table.Picking(p.pick), Throttler: th, Stats: counter, Metrics: metrics, Log: log})
+		h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table.Picking(p.pick), Throttler: th, Stats: counter, Pool: pool, Metrics: metrics, Log: log})
 		srv := handler.NewServer(p.addr, h, base)
 		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		servers, listeners = append(servers, srv), append(listeners, ln)
@@ -304,7 +361,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			errc <- fmt.Errorf("watch targets: %w", err)
 		}
 	}()
-	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "probePeriod", cfg.probePeriod)
+	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "maxHeld", pool.Capacity(), "probePeriod", cfg.probePeriod)
 
 	select {
 	case <-ctx.Done():

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sockscale/sockscale/activator/internal/holdpool"
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
@@ -42,6 +45,10 @@ func TestFlags(t *testing.T) {
 		{name: "stats address", args: []string{"--controller-stats-address=sockscale-controller-stats"},
 			errs: []string{`--controller-stats-address="sockscale-controller-stats": want host:port`}},
 		{name: "report period", args: []string{"--report-period=10ms"}, errs: []string{"--report-period=10ms: must be from 100ms to 1m"}},
+		{name: "max held derived", args: []string{"--max-held=0"}},
+		{name: "max held set", args: []string{"--max-held=500"}},
+		{name: "max held negative", args: []string{"--max-held=-1"}, errs: []string{"--max-held=-1: must be from 0 (derived from the memory limit) to 1000000"}},
+		{name: "max held too many", args: []string{"--max-held=1000001"}, errs: []string{"--max-held=1000001: must be from 0 (derived from the memory limit) to 1000000"}},
 		{name: "stats", args: []string{"--controller-stats-address=ctl.ns.svc:8443", "--report-period=2s"}},
 	}
 	for _, tt := range tests {
@@ -60,6 +67,47 @@ func TestFlags(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.errs, got); diff != "" {
 				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestResolveMaxHeld derives --max-held=0 from a fake cgroup's memory.max.
+func TestResolveMaxHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		flag      int
+		memoryMax string // "": no file
+		want      int
+		wantLimit int64
+		err       string
+	}{
+		{name: "flag wins", flag: 500, memoryMax: "268435456\n", want: 500},
+		{name: "the chart's 256Mi limit", memoryMax: "268435456\n", want: 1365, wantLimit: 256 << 20},
+		{name: "1Gi", memoryMax: "1073741824\n", want: 5461, wantLimit: 1 << 30},
+		{name: "no limit", memoryMax: "max\n", want: holdpool.DefaultCapacity},
+		{name: "no cgroup v2", want: holdpool.DefaultCapacity},
+		{name: "unreadable limit", memoryMax: "lots\n", want: holdpool.DefaultCapacity, err: `derive --max-held: memory limit: `},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.memoryMax != "" {
+				if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(tc.memoryMax), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held, limit, err := resolveMaxHeld(tc.flag, dir, filepath.Join(dir, "no-self-cgroup"))
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()[:min(len(err.Error()), len(tc.err))]
+			}
+			type result struct {
+				Held  int
+				Limit int64
+				Err   string
+			}
+			if diff := cmp.Diff(result{tc.want, tc.wantLimit, tc.err}, result{held, limit, gotErr}); diff != "" {
+				t.Errorf("resolveMaxHeld -want +got:\n%s", diff)
 			}
 		})
 	}

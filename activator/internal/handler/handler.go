@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sockscale/sockscale/activator/internal/holdpool"
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
@@ -59,6 +60,10 @@ type Options struct {
 	Resolver  Resolver
 	Throttler Throttler
 	Stats     Stats
+	// Pool bounds the requests held by every port's handler together and
+	// shares them fairly among namespaces (the wiring gives all handlers
+	// one); nil: a pool of holdpool.DefaultCapacity for this handler.
+	Pool *holdpool.Pool
 	// Transport carries requests to pods over HTTP/1.1 (default
 	// NewTransport()); H2CTransport to pods of targets marked H2C
 	// (default NewH2CTransport()).
@@ -85,9 +90,12 @@ type Options struct {
 //  4. (*handler).ServeHTTP: resolve the target (404, or 400 for a
 //     malformed Sockscale-Target; a Route's host chooses its revision
 //     here, 503 when its status.traffic says nowhere to go), refuse an
-//     absolute-form URI naming another host (400), hold in the throttle
-//     until a pod of the target has a free slot (503 queue full, 504
-//     deadline), forward to that pod.
+//     absolute-form URI naming another host (400), take a place in the
+//     pool of held requests (503 max_held when the activator holds its
+//     most and the namespace its fair share; a held request of the
+//     namespace holding the most may be shed, 503 shed, to make room for
+//     another's), hold in the throttle until a pod of the target has a
+//     free slot (503 queue full, 504 deadline), forward to that pod.
 //     The destination comes only from the throttle, whose addresses are
 //     only the target's ready pods: no request can name where it goes.
 func New(o Options) http.Handler {
@@ -96,6 +104,7 @@ func New(o Options) http.Handler {
 		resolver:  o.Resolver,
 		throttler: o.Throttler,
 		stats:     o.Stats,
+		pool:      o.Pool,
 		m:         o.Metrics,
 		log:       o.Log,
 	}
@@ -104,6 +113,9 @@ func New(o Options) http.Handler {
 	}
 	if h.m == nil {
 		h.m = NewMetrics(o.Registerer)
+	}
+	if h.pool == nil {
+		h.pool = holdpool.New(holdpool.Options{Capacity: holdpool.DefaultCapacity})
 	}
 	if o.Transport == nil {
 		o.Transport = NewTransport()
@@ -122,6 +134,7 @@ type handler struct {
 	resolver  Resolver
 	throttler Throttler
 	stats     Stats
+	pool      *holdpool.Pool
 	http1     *httputil.ReverseProxy
 	h2c       *httputil.ReverseProxy
 	m         *Metrics
@@ -224,7 +237,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body = &unsentBody{ReadCloser: r.Body}
 		out.Body = body
 	}
-	err = h.throttler.Try(ctx, t.Key, func(dest netip.AddrPort) error {
+	// Every namespace's held requests share one activator's memory: the
+	// pool bounds them all together and keeps one tenant's flood from
+	// taking another's place. Its place is freed when the request gets a
+	// pod slot, fails or leaves; shedding it cancels holdCtx.
+	holdCtx, held, err := h.pool.Hold(ctx, t.Key.Namespace)
+	if err != nil {
+		w.Header().Set("Retry-After", "2")
+		h.fail(w, http.StatusServiceUnavailable, reasonMaxHeld, "%s: %v; retry later", t.Key, err)
+		return
+	}
+	defer func() { _ = held.Release() }()
+	err = h.throttler.Try(holdCtx, t.Key, func(dest netip.AddrPort) error {
+		// No longer held once it has a slot, unless it was shed at the
+		// same moment: then it must not reach the pod. (After a pod
+		// that could not be reached, the request may wait again
+		// without its place: briefly, at most 3 pods in a row,
+		// and it was admitted once.)
+		if err := held.Release(); err != nil {
+			return err
+		}
 		proxy := h.http1
 		if t.H2C {
 			proxy = h.h2c
@@ -249,6 +281,11 @@ func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.T
 		// every 2 s on what it holds: come back after the next decision.
 		w.Header().Set("Retry-After", "2")
 		h.fail(w, http.StatusServiceUnavailable, reasonQueueFull, "%v; retry later", err)
+	case errors.Is(err, holdpool.ErrShed):
+		// Shed for another namespace's request: the pool frees places as
+		// held requests are forwarded, come back after the next decision.
+		w.Header().Set("Retry-After", "2")
+		h.fail(w, http.StatusServiceUnavailable, reasonShed, "%s: %v; retry later", t.Key, err)
 	case errors.Is(err, throttle.ErrDeadline):
 		// 504, not 503 (docs/autoscaling.md, "The activator in the
 		// path"): as a gateway the

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sockscale/sockscale/activator/internal/holdpool"
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
@@ -42,6 +43,13 @@ type env struct {
 
 func newEnv(t *testing.T, queueDepth int) *env {
 	t.Helper()
+	return newEnvWithPool(t, queueDepth, nil)
+}
+
+// newEnvWithPool is newEnv whose held requests share pool (nil: the
+// handler's default pool).
+func newEnvWithPool(t *testing.T, queueDepth int, pool *holdpool.Pool) *env {
+	t.Helper()
 	base, stop := context.WithCancelCause(context.Background())
 	e := &env{
 		table: resolve.NewTable(""),
@@ -50,7 +58,7 @@ func newEnv(t *testing.T, queueDepth int) *env {
 		reg:   prometheus.NewRegistry(),
 		stop:  stop,
 	}
-	h := New(Options{PodName: "activator-0", Resolver: e.table, Throttler: e.th, Stats: e.stats, Registerer: e.reg})
+	h := New(Options{PodName: "activator-0", Resolver: e.table, Throttler: e.th, Stats: e.stats, Pool: pool, Registerer: e.reg})
 	e.srv = httptest.NewUnstartedServer(h)
 	e.srv.Config = NewServer("", h, base)
 	e.srv.Start()

@@ -12,13 +12,18 @@ const (
 	reasonUnknownTarget   = "unknown_target"
 	reasonAmbiguousTarget = "ambiguous_target"
 	reasonQueueFull       = "queue_full"
-	reasonDeadline        = "deadline"
-	reasonTargetRemoved   = "target_removed"
-	reasonShuttingDown    = "shutting_down"
-	reasonPodError        = "pod_error"
-	reasonPodUnreachable  = "pod_unreachable"
-	reasonPodTimeout      = "pod_timeout"
-	reasonInternal        = "internal"
+	// The activator holds --max-held requests and the request's
+	// namespace its fair share (refused), or a held request was shed for
+	// a namespace holding less than its share (holdpool).
+	reasonMaxHeld        = "max_held"
+	reasonShed           = "shed"
+	reasonDeadline       = "deadline"
+	reasonTargetRemoved  = "target_removed"
+	reasonShuttingDown   = "shutting_down"
+	reasonPodError       = "pod_error"
+	reasonPodUnreachable = "pod_unreachable"
+	reasonPodTimeout     = "pod_timeout"
+	reasonInternal       = "internal"
 	// A Route's host whose status.traffic says nowhere to go, or whose
 	// chosen revision is no known target.
 	reasonRouteNotReady        = "route_not_ready"
@@ -40,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_error_responses_total",
 			Help: "Errors the activator answered itself, by code and reason: 405 connect; 508 loop; 400 absolute_uri, bad_target_header; " +
-				"404 unknown_target, ambiguous_target; 503 queue_full, target_removed, shutting_down, route_not_ready, route_revision_unknown; 504 deadline, pod_timeout; " +
+				"404 unknown_target, ambiguous_target; 503 queue_full, max_held (the activator holds --max-held requests and the namespace its fair share), shed (a held request dropped for a namespace holding less than its fair share), target_removed, shutting_down, route_not_ready, route_revision_unknown; 504 deadline, pod_timeout; " +
 				"502 pod_error, pod_unreachable (several pods in a row could not be reached); 500 internal.",
 		}, []string{"code", "reason"}),
 	}

@@ -33,8 +33,36 @@ func NewServer(addr string, h http.Handler, base context.Context) *http.Server {
 		// default) pinned per connection and then refused by the pod.
 		MaxHeaderBytes: serve.MaxHeaderBytes,
 		BaseContext:    func(net.Listener) context.Context { return base },
+		HTTP2: &http.HTTP2Config{
+			// Go's default, written out so an upgrade cannot change it
+			// unseen; gRPC clients queue calls beyond it. What the
+			// streams hold in memory is bounded by the held-request pool
+			// and by the windows below, not by this.
+			MaxConcurrentStreams: MaxConcurrentStreams,
+			// A held request's body is not read until it is forwarded, so
+			// whatever the client sends within its window stays in the
+			// activator's memory. Go's default windows are 1 MiB per
+			// stream and per connection: one held stream could pin a
+			// megabyte. 64 KiB per stream is HTTP/2's own initial window,
+			// which every client is written for (gRPC's too), and at
+			// in-cluster round trips still carries tens of MB/s per
+			// stream; holdpool.RequestCost counts it.
+			MaxReceiveBufferPerStream: MaxReceiveBufferPerStream,
+			// Half Go's default: eight held streams' full windows before
+			// the connection's uploads wait for one to be forwarded; gRPC
+			// unary messages are mostly far smaller than a window.
+			MaxReceiveBufferPerConnection: MaxReceiveBufferPerConnection,
+		},
 	}
 }
+
+// The h2c bounds of NewServer: what one stream and one connection may
+// have sent and not yet had read, and the streams open on one connection.
+const (
+	MaxReceiveBufferPerStream     = 64 << 10
+	MaxReceiveBufferPerConnection = 512 << 10
+	MaxConcurrentStreams          = 250
+)
 
 // Health serves /healthz and /readyz on the health port. Readiness fails
 // as soon as Drain is called, so the activator leaves its Service's

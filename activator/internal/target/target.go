@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Key names a target by the namespace and name of its public Service: the
@@ -14,11 +16,12 @@ type Key struct{ Namespace, Name string }
 
 func (k Key) String() string { return k.Namespace + "/" + k.Name }
 
-// ParseKey reads "<namespace>/<name>".
+// ParseKey reads "<namespace>/<name>": a namespace (DNS-1123 label) and
+// a Service name (DNS-1035 label); nothing else can name a target.
 func ParseKey(s string) (Key, error) {
 	ns, name, ok := strings.Cut(s, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return Key{}, fmt.Errorf("target %q: want <namespace>/<name>", s)
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
+		return Key{}, fmt.Errorf("target %q: want <namespace>/<name>, a namespace and a Service name", s)
 	}
 	return Key{Namespace: ns, Name: name}, nil
 }

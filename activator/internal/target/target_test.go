@@ -18,6 +18,9 @@ func TestParseKey(t *testing.T) {
 		{"/hello", Key{}, false},
 		{"default/", Key{}, false},
 		{"a/b/c", Key{}, false},
+		{"Default/Hello", Key{}, false},
+		{"ns/a b", Key{}, false},
+		{"ns/1abc", Key{}, false},
 	}
 	for _, tt := range tests {
 		got, err := ParseKey(tt.in)

@@ -332,9 +332,11 @@ func percentage(v string) (float64, error) {
 	return p, nil
 }
 
+// floatIn reads a finite number from lo to hi: "Inf" is no number of
+// pods or requests (a target of +Inf makes 0 x Inf = NaN activators).
 func floatIn(v string, lo, hi float64, allowed string) (float64, error) {
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || f < lo || f > hi {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < lo || f > hi {
 		return 0, fmt.Errorf("must be %s", allowed)
 	}
 	return f, nil

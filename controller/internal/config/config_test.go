@@ -62,6 +62,8 @@ func TestParseErrorsNameKeyValueAndRange(t *testing.T) {
 		{"scale-to-zero-grace-period", "0s", "a duration from 1s to 1h"},
 		{"scale-to-zero-pod-retention-period", "2h", "a duration from 0s to 1h"},
 		{"activator-capacity", "0", "a number >= 1"},
+		{"container-concurrency-target-default", "Inf", "a number >= 0.01"},
+		{"max-scale-up-rate", "+Inf", "a number > 1"},
 		{"initial-scale", "-1", "a whole number >= 0"},
 		{"max-scale", "1.5", "a whole number >= 0"},
 		{"scale-down-delay", "-1s", "whole seconds from 0s to 1h"},

@@ -107,6 +107,7 @@ func TestAnnotationErrors(t *testing.T) {
 		{"metric", "cpu", `must be "concurrency" or "rps"`},
 		{"metric-aggregation-algorithm", "median", `must be "linear" or "weighted-exponential"`},
 		{"window", "5s", "whole seconds from 6s to 1h"},
+		{"target", "+Inf", "a number >= 0.01"},
 		{"target-utilization-percentage", "0", "a percentage from 1 to 100"},
 		{"panic-threshold-percentage", "50", "from 110 to 1000"},
 		{"scale-down-delay", "2h", "whole seconds from 0s to 1h"},

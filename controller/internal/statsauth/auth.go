@@ -385,7 +385,9 @@ func peek(token string) (claims, error) {
 		return c, fmt.Errorf("the bearer token's claims are not base64url: %w", err)
 	}
 	if err := json.Unmarshal(payload, &c); err != nil {
-		return c, fmt.Errorf("the bearer token's claims are not JSON with aud and exp: %w", err)
+		// Unmarshal fills what it could read before the error: none of it
+		// is a claim.
+		return claims{}, fmt.Errorf("the bearer token's claims are not JSON with aud and exp: %w", err)
 	}
 	return c, nil
 }

@@ -1,0 +1,16 @@
+##@ Fuzzing
+
+# Every fuzz target (hack/fuzz-targets.sh finds them: each func Fuzz* of a
+# *_test.go, except FuzzProg*, which need root and run under test-bpf), one
+# after another for FUZZTIME each. Inputs that fail are written under the
+# package's testdata/fuzz/<Target>/: commit them as regression seeds.
+# docs/fuzzing.md says what each target checks and how to run longer.
+FUZZTIME ?= 10s
+
+.PHONY: test-fuzz
+test-fuzz: ## Run every fuzz target (hack/fuzz-targets.sh) for FUZZTIME each, default 10s; no privileges needed.
+	@targets=$$(hack/fuzz-targets.sh); [ -n "$$targets" ] || { echo "test-fuzz: no fuzz targets found" >&2; exit 1; }; \
+	while read -r pkg name; do \
+	  echo "--- $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg </dev/null; \
+	done <<< "$$targets"

@@ -320,9 +320,10 @@ func stopController(ctx context.Context, c client.Client, ref types.NamespacedNa
 
 // startAgain gives the controller's Deployment back the replicas
 // stopController recorded. It runs on a failed release, often because ctx
-// ended (the Job's deadline), so it has its own.
+// ended (the Job's deadline), so it has its own, within the pod's grace
+// period (the chart's Job: 30 s).
 func startAgain(ctx context.Context, c client.Client, ref types.NamespacedName) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	var replicas int
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -287,7 +287,7 @@ func stopController(ctx context.Context, c client.Client, ref types.NamespacedNa
 			if d.Annotations == nil {
 				d.Annotations = map[string]string{}
 			}
-			d.Annotations[AnnotationReplicas] = strconv.Itoa(int(ptr.Deref(d.Spec.Replicas, 1)))
+			d.Annotations[AnnotationReplicas] = strconv.FormatInt(int64(ptr.Deref(d.Spec.Replicas, 1)), 10)
 		}
 		d.Spec.Replicas = ptr.To(int32(0))
 		return c.Update(ctx, d)
@@ -325,7 +325,7 @@ func stopController(ctx context.Context, c client.Client, ref types.NamespacedNa
 func startAgain(ctx context.Context, c client.Client, ref types.NamespacedName) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
-	var replicas int
+	var replicas int32
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		d := &appsv1.Deployment{}
 		if err := c.Get(ctx, ref, d); err != nil {
@@ -335,12 +335,12 @@ func startAgain(ctx context.Context, c client.Client, ref types.NamespacedName) 
 		if !ok {
 			return nil // someone scaled it since; theirs to keep
 		}
-		n, err := strconv.Atoi(v)
+		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 0 {
 			return fmt.Errorf("annotation %s=%q is not a replica count", AnnotationReplicas, v)
 		}
-		replicas = n
-		d.Spec.Replicas = ptr.To(int32(n))
+		replicas = int32(n)
+		d.Spec.Replicas = ptr.To(replicas)
 		delete(d.Annotations, AnnotationReplicas)
 		return c.Update(ctx, d)
 	})

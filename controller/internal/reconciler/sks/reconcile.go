@@ -203,6 +203,8 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 		// What it owns is found by name: the private Service and the
 		// public Service's slices map back through naming.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byServiceLabel)).
+		// Every event, deletion and selector change included: those
+		// remove sockscale's slices of the public Service.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.byServiceName)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allForActivator)).
 		WithOptions(opts).

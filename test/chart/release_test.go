@@ -27,6 +27,11 @@ func TestControllerReleaseHook(t *testing.T) {
 	if diff := cmp.Diff([]string{"--release", "--release-stop=" + namespace + "/" + controllerName}, c.Args); diff != "" || c.Image != ctl.Containers[0].Image {
 		t.Errorf("container image %q (want the controller's %q), args (-want +got):\n%s", c.Image, ctl.Containers[0].Image, diff)
 	}
+	// A failed release scales the controller back up as it stops
+	// (release.startAgain: up to 15 s): the pod must get that long.
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < 20 {
+		t.Errorf("terminationGracePeriodSeconds = %v; want at least 20 s to scale the controller back up", g)
+	}
 	if job.Spec.Template.Labels["app.kubernetes.io/component"] == "controller" {
 		t.Error("the Job's pod is labelled as a controller replica: the controller's Services and PodDisruptionBudget would select it")
 	}

@@ -261,7 +261,7 @@ func runRelease(ctx context.Context, scheme *runtime.Scheme, stop *types.Namespa
 	if err != nil {
 		return fmt.Errorf("release public Services: %w", err)
 	}
-	ctrl.Log.Info("released: public Services handed back to Kubernetes", "services", res.Services, "endpointSlicesDeleted", res.Slices)
+	ctrl.Log.Info("released: public Services handed back to Kubernetes", "services", res.Services, "endpointSlicesDeleted", res.Slices, "servicesSkipped", res.Skipped)
 	return nil
 }
 

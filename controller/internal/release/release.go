@@ -2,20 +2,25 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 )
 
@@ -33,8 +38,25 @@ import (
 // handed-back Service over again (that is what makes a reinstall work), so
 // the two would undo each other until helm deleted the controller. Scaled
 // to zero replicas, it writes nothing more; the uninstall deletes its
-// Deployment next anyway. (A failed uninstall leaves it at zero: `helm
-// upgrade` or another `helm uninstall` settles it.)
+// Deployment next anyway. A release that fails scales it back (helm then
+// stops the uninstall, and the controller must keep serving, taking back
+// what was handed back so far): the replicas it had are kept in
+// AnnotationReplicas, so a retry of the Job, which finds it at zero,
+// still knows them.
+
+// Why only Services sockscale managed: a ServerlessService names its
+// public Service, and whoever can create one (or its PodAutoscaler) can
+// name any Service of the namespace, such as one whose endpoints a user
+// writes by hand. The reconciler refuses to write beside those, so they
+// carry none of its slices; a selector given to them at uninstall would
+// replace the user's endpoints. Proof is what only the reconciler leaves:
+// an EndpointSlice of the Service labelled as sockscale's and controlled
+// by the ServerlessService, or (a target without pods or activators has
+// no slice) its Ready condition NoEndpoints, set once it wrote them.
+
+// AnnotationReplicas on the controller's Deployment holds its replicas
+// before a release scaled it to zero.
+const AnnotationReplicas = "sockscale.dev/replicas-before-release"
 
 // Result counts what a release changed.
 type Result struct {
@@ -42,6 +64,9 @@ type Result struct {
 	Services int
 	// EndpointSlices of sockscale's that were deleted.
 	Slices int
+	// Skipped public Services had no selector and no sign that sockscale
+	// wrote their endpoints: left as they are.
+	Skipped int
 }
 
 // Options tune Release; zero values are the defaults.
@@ -55,7 +80,8 @@ type Options struct {
 	Passes   int
 	Interval time.Duration
 	// Controller is the controller's Deployment, scaled to zero replicas
-	// before anything is handed back; nil: not stopped.
+	// before anything is handed back, and back to its replicas if the
+	// release fails; nil: not stopped.
 	Controller *types.NamespacedName
 	// StopTimeout bounds the wait for its pods to go (default 90 s); past
 	// it the release goes on, and its passes undo what a controller still
@@ -63,11 +89,12 @@ type Options struct {
 	StopTimeout time.Duration
 }
 
-// Release hands every ServerlessService's public Service back to
+// Release hands every public Service that sockscale managed back to
 // Kubernetes: the target's selector (annotated sks.AnnotationHandedBack),
 // and none of sockscale's EndpointSlices. ServerlessServices and
-// PodAutoscalers stay (their CRDs are kept on uninstall).
-func Release(ctx context.Context, c client.Client, opts Options) (Result, error) {
+// PodAutoscalers stay (their CRDs are kept on uninstall). If it fails
+// after stopping the controller, it starts it again.
+func Release(ctx context.Context, c client.Client, opts Options) (_ Result, err error) {
 	if opts.Passes <= 0 {
 		opts.Passes = 5
 	}
@@ -77,12 +104,27 @@ func Release(ctx context.Context, c client.Client, opts Options) (Result, error)
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 90 * time.Second
 	}
+	// What fails for want of the CRD or a permission fails here, before
+	// the controller is stopped.
+	if err := c.List(ctx, &v1alpha1.ServerlessServiceList{}, client.Limit(1)); err != nil {
+		return Result{}, fmt.Errorf("list ServerlessServices: %w", err)
+	}
 	if opts.Controller != nil {
-		if err := stopController(ctx, c, *opts.Controller, opts.StopTimeout, opts.Interval); err != nil {
-			return Result{}, err
+		ref := *opts.Controller
+		stopped, stopErr := stopController(ctx, c, ref, opts.StopTimeout, opts.Interval)
+		if stopped {
+			defer func() {
+				if err != nil {
+					err = errors.Join(err, startAgain(ctx, c, ref))
+				}
+			}()
+		}
+		if stopErr != nil {
+			return Result{}, stopErr
 		}
 	}
 	var total Result
+	skipped := map[types.NamespacedName]bool{}
 	for pass := 0; pass < opts.Passes; pass++ {
 		if pass > 0 {
 			select {
@@ -91,20 +133,23 @@ func Release(ctx context.Context, c client.Client, opts Options) (Result, error)
 			case <-time.After(opts.Interval):
 			}
 		}
-		res, err := releaseOnce(ctx, c)
+		res, err := releaseOnce(ctx, c, skipped)
 		total.Services += res.Services
 		total.Slices += res.Slices
+		total.Skipped = len(skipped)
 		if err != nil {
 			return total, err
 		}
-		if res == (Result{}) && pass > 0 {
+		if res.Services == 0 && res.Slices == 0 && pass > 0 {
 			break
 		}
 	}
 	return total, nil
 }
 
-func releaseOnce(ctx context.Context, c client.Client) (Result, error) {
+// releaseOnce is one pass over the ServerlessServices; skipped gathers
+// the public Services left for want of proof (each logged once).
+func releaseOnce(ctx context.Context, c client.Client, skipped map[types.NamespacedName]bool) (Result, error) {
 	var list v1alpha1.ServerlessServiceList
 	if err := c.List(ctx, &list); err != nil {
 		return Result{}, fmt.Errorf("list ServerlessServices: %w", err)
@@ -112,14 +157,20 @@ func releaseOnce(ctx context.Context, c client.Client) (Result, error) {
 	var res Result
 	for i := range list.Items {
 		s := &list.Items[i]
-		changed, err := restoreSelector(ctx, c, s)
+		own, err := ownSlices(ctx, c, s)
+		if err != nil {
+			return res, err
+		}
+		changed, err := restoreSelector(ctx, c, s, len(own) > 0 || wroteNoEndpoints(s), skipped)
 		if err != nil {
 			return res, err
 		}
 		if changed {
 			res.Services++
 		}
-		n, err := deleteSlices(ctx, c, s.Namespace, s.Spec.PublicService)
+		// Deleted whatever became of the Service: they are sockscale's,
+		// and nothing follows the pods for them once it is gone.
+		n, err := deleteSlices(ctx, c, own)
 		res.Slices += n
 		if err != nil {
 			return res, err
@@ -128,9 +179,37 @@ func releaseOnce(ctx context.Context, c client.Client) (Result, error) {
 	return res, nil
 }
 
+// ownSlices are the EndpointSlices of s's public Service that its
+// reconciler wrote: labelled as sockscale's (anyone may set a label) and
+// controlled by s.
+func ownSlices(ctx context.Context, c client.Client, s *v1alpha1.ServerlessService) ([]discoveryv1.EndpointSlice, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: s.Spec.PublicService, discoveryv1.LabelManagedBy: sks.ManagedBy,
+	}); err != nil {
+		return nil, fmt.Errorf("list EndpointSlices of %s/%s: %w", s.Namespace, s.Spec.PublicService, err)
+	}
+	var own []discoveryv1.EndpointSlice
+	for i := range slices.Items {
+		if metav1.IsControlledBy(&slices.Items[i], s) {
+			own = append(own, slices.Items[i])
+		}
+	}
+	return own, nil
+}
+
+// wroteNoEndpoints tells whether s's reconciler last wrote its public
+// Service's endpoints as none (a target without ready pods or
+// activators): it says NoEndpoints only once it owns them.
+func wroteNoEndpoints(s *v1alpha1.ServerlessService) bool {
+	cond := meta.FindStatusCondition(s.Status.Conditions, names.ConditionReady)
+	return cond != nil && cond.Reason == sks.ReasonNoEndpoints
+}
+
 // restoreSelector gives the public Service the target's selector, unless
-// it has one (a user's, or one a previous pass set).
-func restoreSelector(ctx context.Context, c client.Client, s *v1alpha1.ServerlessService) (bool, error) {
+// it has one (a user's, or one a previous pass set) or sockscale did not
+// manage it (managed false: recorded in skipped).
+func restoreSelector(ctx context.Context, c client.Client, s *v1alpha1.ServerlessService, managed bool, skipped map[types.NamespacedName]bool) (bool, error) {
 	if len(s.Spec.Selector) == 0 {
 		return false, nil // the CRD requires one; nothing to restore
 	}
@@ -145,6 +224,15 @@ func restoreSelector(ctx context.Context, c client.Client, s *v1alpha1.Serverles
 		}
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {
 			return nil // has no endpoints of its own
+		}
+		if !managed {
+			key := client.ObjectKeyFromObject(&svc)
+			if !skipped[key] {
+				skipped[key] = true
+				log.FromContext(ctx).Info("left a public Service as it is: sockscale shows no sign of having written its endpoints (no EndpointSlice of its ServerlessService)",
+					"service", key.String(), "serverlessService", s.Name)
+			}
+			return nil
 		}
 		svc.Spec.Selector = s.Spec.Selector
 		if svc.Annotations == nil {
@@ -166,18 +254,12 @@ func restoreSelector(ctx context.Context, c client.Client, s *v1alpha1.Serverles
 	return changed, nil
 }
 
-// deleteSlices deletes sockscale's EndpointSlices of a public Service.
-func deleteSlices(ctx context.Context, c client.Client, ns, service string) (int, error) {
-	var slices discoveryv1.EndpointSliceList
-	if err := c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{
-		discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: sks.ManagedBy,
-	}); err != nil {
-		return 0, fmt.Errorf("list EndpointSlices of %s/%s: %w", ns, service, err)
-	}
+// deleteSlices deletes the given EndpointSlices (ownSlices').
+func deleteSlices(ctx context.Context, c client.Client, slices []discoveryv1.EndpointSlice) (int, error) {
 	n := 0
-	for i := range slices.Items {
-		if err := c.Delete(ctx, &slices.Items[i]); client.IgnoreNotFound(err) != nil {
-			return n, fmt.Errorf("delete EndpointSlice %s/%s: %w", ns, slices.Items[i].Name, err)
+	for i := range slices {
+		if err := c.Delete(ctx, &slices[i]); client.IgnoreNotFound(err) != nil {
+			return n, fmt.Errorf("delete EndpointSlice %s/%s: %w", slices[i].Namespace, slices[i].Name, err)
 		}
 		n++
 	}
@@ -185,36 +267,86 @@ func deleteSlices(ctx context.Context, c client.Client, ns, service string) (int
 }
 
 // The release's own calls beyond the reconcilers' rules: it scales the
-// controller's Deployment with a merge patch of /scale.
-// +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=patch
+// controller's Deployment through an update, which records the replicas
+// in the same write.
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;update
 
-// stopController scales the controller's Deployment to zero and waits
-// until it has no pods left, or timeout.
-func stopController(ctx context.Context, c client.Client, ref types.NamespacedName, timeout, poll time.Duration) error {
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
-	err := c.SubResource("scale").Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`)))
+// stopController scales the controller's Deployment to zero, its replicas
+// kept in AnnotationReplicas, and waits until it has no pods left, or
+// timeout. stopped says that it was scaled (startAgain undoes it), even
+// when err is the wait's.
+func stopController(ctx context.Context, c client.Client, ref types.NamespacedName, timeout, poll time.Duration) (stopped bool, err error) {
+	d := &appsv1.Deployment{}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, ref, d); err != nil {
+			return err
+		}
+		if _, ok := d.Annotations[AnnotationReplicas]; !ok {
+			// Not yet stopped by a release; one that was (a Job retried
+			// after it was killed) left the count to restore.
+			if d.Annotations == nil {
+				d.Annotations = map[string]string{}
+			}
+			d.Annotations[AnnotationReplicas] = strconv.FormatInt(int64(ptr.Deref(d.Spec.Replicas, 1)), 10)
+		}
+		d.Spec.Replicas = ptr.To(int32(0))
+		return c.Update(ctx, d)
+	})
 	if apierrors.IsNotFound(err) {
-		return nil // already gone: nothing to stop
+		return false, nil // already gone: nothing to stop
 	}
 	if err != nil {
-		return fmt.Errorf("scale the controller %s to zero: %w", ref, err)
+		return false, fmt.Errorf("scale the controller %s to zero: %w", ref, err)
 	}
 	deadline := time.Now().Add(timeout)
 	for {
 		if err := c.Get(ctx, ref, d); err != nil {
-			return client.IgnoreNotFound(err)
+			return true, client.IgnoreNotFound(err)
 		}
 		if d.Status.Replicas == 0 {
-			return nil
+			return true, nil
 		}
 		if time.Now().After(deadline) {
 			log.FromContext(ctx).Info("the controller still has pods; handing the Services back anyway", "deployment", ref.String(), "replicas", d.Status.Replicas)
-			return nil
+			return true, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return true, ctx.Err()
 		case <-time.After(poll):
 		}
 	}
+}
+
+// startAgain gives the controller's Deployment back the replicas
+// stopController recorded. It runs on a failed release, often because ctx
+// ended (the Job's deadline), so it has its own, within the pod's grace
+// period (the chart's Job: 30 s).
+func startAgain(ctx context.Context, c client.Client, ref types.NamespacedName) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	var replicas int32
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d := &appsv1.Deployment{}
+		if err := c.Get(ctx, ref, d); err != nil {
+			return err
+		}
+		v, ok := d.Annotations[AnnotationReplicas]
+		if !ok {
+			return nil // someone scaled it since; theirs to keep
+		}
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 0 {
+			return fmt.Errorf("annotation %s=%q is not a replica count", AnnotationReplicas, v)
+		}
+		replicas = int32(n)
+		d.Spec.Replicas = ptr.To(replicas)
+		delete(d.Annotations, AnnotationReplicas)
+		return c.Update(ctx, d)
+	})
+	if err != nil {
+		return fmt.Errorf("scale the controller %s back up after the failed release: %w", ref, err)
+	}
+	log.FromContext(ctx).Info("the release failed: scaled the controller back up", "deployment", ref.String(), "replicas", replicas)
+	return nil
 }

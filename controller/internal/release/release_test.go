@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
@@ -170,5 +172,151 @@ func TestReleaseAndTakeBack(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(ep), &corev1.Endpoints{}); !apierrors.IsNotFound(err) { //nolint:staticcheck // as above
 		t.Errorf("the Endpoints object Kubernetes left: %v; want it deleted (or it is mirrored again)", err)
+	}
+}
+
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	return scheme
+}
+
+// controlledBy makes s controlled by the ServerlessService of uid.
+func controlledBy(s *discoveryv1.EndpointSlice, uid types.UID) *discoveryv1.EndpointSlice {
+	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ServerlessService", Name: "x", UID: uid, Controller: ptr.To(true)}}
+	return s
+}
+
+// TestReleaseOnlyWhatSockscaleManaged: a public Service without a
+// selector gets its target's back only where sockscale shows it wrote
+// the endpoints (a slice controlled by the ServerlessService, or its
+// NoEndpoints condition); any other, such as one whose endpoints a user
+// writes, is left as it is and counted as skipped, and so are slices that
+// are not the ServerlessService's.
+func TestReleaseOnlyWhatSockscaleManaged(t *testing.T) {
+	target := map[string]string{"app": "hello"}
+	mirrored := slice("hello-mirror", "hello", "endpointslicemirroring-controller.k8s.io", "192.0.2.7")
+	tests := []struct {
+		name       string
+		cond       *metav1.Condition // the ServerlessService's Ready
+		objs       []client.Object
+		want       Result
+		wantState  publicState
+		wantSlices []string // every slice of Service hello left
+	}{
+		{"its slice", nil, []client.Object{controlledBy(slice("hello-sockscale-0", "hello", sks.ManagedBy, "10.244.1.5"), "sks-uid")},
+			Result{Services: 1, Slices: 1}, publicState{Selector: target, HandedBack: "hello"}, nil},
+		{"no endpoints written (NoEndpoints)", &metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: sks.ReasonNoEndpoints}, nil,
+			Result{Services: 1}, publicState{Selector: target, HandedBack: "hello"}, nil},
+		{"no slice", nil, nil, Result{Skipped: 1}, publicState{}, nil},
+		{"refused: a user writes the endpoints", &metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NotOwned"}, []client.Object{mirrored},
+			Result{Skipped: 1}, publicState{}, []string{"hello-mirror"}},
+		{"a slice only labelled as sockscale's", nil, []client.Object{slice("hello-sockscale-0", "hello", sks.ManagedBy, "10.244.1.5")},
+			Result{Skipped: 1}, publicState{SockscaleSlices: []string{"hello-sockscale-0=10.244.1.5"}}, []string{"hello-sockscale-0"}},
+		{"another ServerlessService's slice", nil, []client.Object{controlledBy(slice("hello-sockscale-0", "hello", sks.ManagedBy, "10.244.1.5"), "other-uid")},
+			Result{Skipped: 1}, publicState{SockscaleSlices: []string{"hello-sockscale-0=10.244.1.5"}}, []string{"hello-sockscale-0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &v1alpha1.ServerlessService{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "sks-uid"},
+				Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "hello", Selector: target},
+			}
+			if tt.cond != nil {
+				s.Status.Conditions = []metav1.Condition{*tt.cond}
+			}
+			objs := append([]client.Object{s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}}, tt.objs...)
+			c := fake.NewClientBuilder().WithScheme(newScheme()).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).Build()
+			res, err := Release(t.Context(), c, Options{Interval: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, res); diff != "" {
+				t.Errorf("Release (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantState, state(t, c, "hello")); diff != "" {
+				t.Errorf("the public Service (-want +got):\n%s", diff)
+			}
+			var left discoveryv1.EndpointSliceList
+			if err := c.List(t.Context(), &left, client.MatchingLabels{discoveryv1.LabelServiceName: "hello"}); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range left.Items {
+				got = append(got, s.Name)
+			}
+			if diff := cmp.Diff(tt.wantSlices, got); diff != "" {
+				t.Errorf("EndpointSlices left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReleaseStartsTheControllerAgain: the controller is scaled to zero
+// before the release, its replicas kept on its Deployment; a release that
+// fails afterwards (a write refused, the Job's deadline) scales it back to
+// them, also when a killed earlier attempt left it at zero.
+func TestReleaseStartsTheControllerAgain(t *testing.T) {
+	ctl := types.NamespacedName{Namespace: "sockscale-system", Name: "sockscale-controller"}
+	refused := errors.New("refused")
+	tests := []struct {
+		name         string
+		replicas     int32
+		annotation   string // AnnotationReplicas left by an earlier attempt
+		failServices bool   // Service updates are refused
+		cancel       bool   // the context ends during the passes
+		wantErr      bool
+		wantReplicas int32
+		wantAnnot    string
+	}{
+		{"released", 2, "", false, false, false, 0, "2"},
+		{"a Service update refused", 2, "", true, false, true, 2, ""},
+		{"the deadline", 2, "", false, true, true, 2, ""},
+		{"a retry after a killed attempt", 0, "3", true, false, true, 3, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ctl.Namespace, Name: ctl.Name},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To(tt.replicas)}}
+			if tt.annotation != "" {
+				d.Annotations = map[string]string{AnnotationReplicas: tt.annotation}
+			}
+			objs := []client.Object{d,
+				&v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "sks-uid"},
+					Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "hello", Selector: map[string]string{"app": "hello"}}},
+				&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"}},
+				controlledBy(slice("hello-sockscale-0", "hello", sks.ManagedBy, "10.244.1.5"), "sks-uid"),
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			c := fake.NewClientBuilder().WithScheme(newScheme()).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+				Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+					if _, ok := o.(*corev1.Service); ok && tt.failServices {
+						return refused
+					}
+					return c.Update(ctx, o, opts...)
+				},
+				Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+					if tt.cancel {
+						cancel() // the first pass ends; the next one sees the deadline
+					}
+					return c.Delete(ctx, o, opts...)
+				},
+			}).Build()
+			_, err := Release(ctx, c, Options{Interval: time.Millisecond, Controller: &ctl})
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Release: %v; want an error: %v", err, tt.wantErr)
+			}
+			var got appsv1.Deployment
+			if err := c.Get(t.Context(), ctl, &got); err != nil {
+				t.Fatal(err)
+			}
+			if *got.Spec.Replicas != tt.wantReplicas || got.Annotations[AnnotationReplicas] != tt.wantAnnot {
+				t.Errorf("the controller: replicas %d, %s=%q; want %d, %q", *got.Spec.Replicas, AnnotationReplicas,
+					got.Annotations[AnnotationReplicas], tt.wantReplicas, tt.wantAnnot)
+			}
+		})
 	}
 }

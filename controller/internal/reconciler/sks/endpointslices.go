@@ -239,3 +239,28 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 	}
 	return "", nil
 }
+
+// deleteOwnSlices deletes the EndpointSlices of Service service that this
+// ServerlessService wrote: labelled as sockscale's and controlled by it.
+// A label alone is not proof (anyone may set it), and a slice of another
+// ServerlessService naming the same Service is that one's to remove.
+func (r *ServerlessService) deleteOwnSlices(ctx context.Context, sks *v1alpha1.ServerlessService, service string) error {
+	var have discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &have, client.InNamespace(sks.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: ManagedBy,
+	}); err != nil {
+		return fmt.Errorf("list EndpointSlices of %s: %w", service, err)
+	}
+	for i := range have.Items {
+		s := &have.Items[i]
+		if !metav1.IsControlledBy(s, sks) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete EndpointSlice %s of Service %s: %w", s.Name, service, err)
+		}
+		log.FromContext(ctx).Info("deleted an EndpointSlice sockscale wrote: the public Service is gone or has a selector",
+			"service", service, "endpointSlice", s.Name)
+	}
+	return nil
+}

@@ -118,7 +118,12 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sks.Namespace, Name: sks.Spec.PublicService}, public); err != nil {
 		if apierrors.IsNotFound(err) {
-			return notReady(ReasonPublicServiceNotFound, fmt.Sprintf("Service %q does not exist in namespace %q; create it without a selector (its endpoints are written by sockscale)", sks.Spec.PublicService, sks.Namespace))
+			// Its slices would outlive it and hand a Service created later
+			// under the name stale endpoints (gone pods, activators).
+			if err := r.deleteOwnSlices(ctx, &sks, sks.Spec.PublicService); err != nil {
+				return ctrl.Result{}, err
+			}
+			return notReady(ReasonPublicServiceNotFound, fmt.Sprintf("Service %q does not exist in namespace %q; create it without a selector (its endpoints are written by sockscale); sockscale keeps no EndpointSlices for it meanwhile (those it wrote are deleted)", sks.Spec.PublicService, sks.Namespace))
 		}
 		return ctrl.Result{}, err
 	}
@@ -128,7 +133,12 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	if len(public.Spec.Selector) > 0 {
-		return notReady(ReasonPublicServiceHasSelector, fmt.Sprintf("Service %q has a selector, so Kubernetes writes its endpoints; remove spec.selector (sockscale selects the pods through Service %q) to let sockscale switch it between pods and activators", public.Name, status.PrivateServiceName))
+		// Kubernetes writes the endpoints now; sockscale's slices beside
+		// its own would send part of the traffic to stale addresses.
+		if err := r.deleteOwnSlices(ctx, &sks, public.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+		return notReady(ReasonPublicServiceHasSelector, fmt.Sprintf("Service %q has a selector, so Kubernetes writes its endpoints (sockscale's EndpointSlices of it are deleted); remove spec.selector (sockscale selects the pods through Service %q) to let sockscale switch it between pods and activators", public.Name, status.PrivateServiceName))
 	}
 	if msg, err := r.ensurePrivate(ctx, &sks, public); err != nil || msg != "" {
 		if err != nil {
@@ -193,6 +203,8 @@ func (r *ServerlessService) SetupWithManager(mgr ctrl.Manager) error {
 		// What it owns is found by name: the private Service and the
 		// public Service's slices map back through naming.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byServiceLabel)).
+		// Every event, deletion and selector change included: those
+		// remove sockscale's slices of the public Service.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.byServiceName)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allForActivator)).
 		WithOptions(opts).

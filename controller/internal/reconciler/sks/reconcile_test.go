@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -163,5 +164,83 @@ func TestEventsMapToServerlessServices(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("Service %s (-want +got):\n%s", service, diff)
 		}
+	}
+}
+
+// TestServerlessServiceDeletesOwnSlicesOfAGoneService: once the public
+// Service is gone or has a selector, the slices this ServerlessService
+// wrote for it are deleted (they would outlive the Service, or sit beside
+// Kubernetes' own); slices that only carry sockscale's label, or belong to
+// another ServerlessService or to Kubernetes, are left.
+func TestServerlessServiceDeletesOwnSlicesOfAGoneService(t *testing.T) {
+	slice := func(name, manager string, owner types.UID) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{
+				discoveryv1.LabelServiceName: "hello", discoveryv1.LabelManagedBy: manager}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		if owner != "" {
+			s.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ServerlessService",
+				Name: "x", UID: owner, Controller: ptr.To(true)}}
+		}
+		return s
+	}
+	public := func(selector map[string]string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+			Spec: corev1.ServiceSpec{Selector: selector, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	}
+	tests := []struct {
+		name       string
+		svc        *corev1.Service
+		wantReason string
+		wantInMsg  string
+	}{
+		{"no public Service", nil, ReasonPublicServiceNotFound, "keeps no EndpointSlices for it meanwhile (those it wrote are deleted)"},
+		{"a user's selector", public(map[string]string{"app": "users-own"}), ReasonPublicServiceHasSelector, "sockscale's EndpointSlices of it are deleted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = v1alpha1.AddToScheme(scheme)
+			objs := []client.Object{
+				&v1alpha1.ServerlessService{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "sks-uid"},
+					Spec:       v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: "hello", Selector: map[string]string{"app": "hello"}},
+				},
+				slice("hello-sockscale-0", ManagedBy, "sks-uid"),
+				slice("hello-sockscale-1", ManagedBy, "sks-uid"),
+				slice("hello-forged", ManagedBy, ""),
+				slice("hello-other-sks", ManagedBy, "other-uid"),
+				slice("hello-k8s", "endpointslice-controller.k8s.io", ""),
+			}
+			if tt.svc != nil {
+				objs = append(objs, tt.svc)
+			}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).Build()
+			r := &ServerlessService{Client: c, ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012}
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+				t.Fatal(err)
+			}
+			var left discoveryv1.EndpointSliceList
+			if err := c.List(t.Context(), &left); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range left.Items {
+				got = append(got, s.Name)
+			}
+			if diff := cmp.Diff([]string{"hello-forged", "hello-k8s", "hello-other-sks"}, got); diff != "" {
+				t.Errorf("EndpointSlices left (-want +got):\n%s", diff)
+			}
+			var sks v1alpha1.ServerlessService
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "hello"}, &sks); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(sks.Status.Conditions, names.ConditionReady)
+			if cond == nil || cond.Reason != tt.wantReason || !strings.Contains(cond.Message, tt.wantInMsg) {
+				t.Errorf("Ready = %+v, want %s with %q", cond, tt.wantReason, tt.wantInMsg)
+			}
+		})
 	}
 }

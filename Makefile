@@ -102,7 +102,7 @@ PRIVILEGED_TESTS := $(call test-pattern,$(BPF_TEST_PREFIXES) $(INTEGRATION_TEST_
 test-packages = $$(hack/test-packages.sh $(1))
 
 .PHONY: test
-test: deps lint verify test-unit test-bpf test-integration test-e2e ## Everything CI runs (the README's test command).
+test: deps lint verify test-unit test-fuzz-short test-bpf test-integration test-e2e ## Everything CI runs (the README's test command).
 
 .PHONY: test-unit
 test-unit: $(HELM) ## Unit tests of every package, the chart's included (no privileges needed).

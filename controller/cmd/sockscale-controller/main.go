@@ -124,7 +124,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the URLs of Services and Routes")
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway that serving Routes' HTTPRoutes attach to (empty: no HTTPRoutes)")
 	fs.StringVar(&f.externalDomain, "external-domain", "example.com", "domain of serving Routes' external host names, <route>.<namespace>.<domain>, when --gateway is set")
-	fs.BoolVar(&f.release, "release", false, "hand every public Service back to Kubernetes (the target's selector, none of sockscale's EndpointSlices) and exit: what an uninstall runs first")
+	fs.BoolVar(&f.release, "release", false, "hand every public Service sockscale managed back to Kubernetes (the target's selector, none of sockscale's EndpointSlices) and exit: what an uninstall runs first")
 	releaseStop := fs.String("release-stop", "", "with --release: namespace/name of the controller's Deployment, scaled to zero first so that it does not take the Services back (empty: not stopped)")
 	// One worker decides at most 1 / (decision time) targets a second:
 	// 10,000 targets every 2 s are 5,000 decisions a second, 200 us each

@@ -40,6 +40,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/watch"
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/internal/logflags"
 	"github.com/sockscale/sockscale/internal/memlimit"
 	"github.com/sockscale/sockscale/internal/serve"
 	statsreport "github.com/sockscale/sockscale/internal/stats/report"
@@ -146,7 +147,7 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8012", f.name, f.addr))
 		}
 	}
-	if _, err := parseLevel(c.logLevel); err != nil {
+	if _, err := logflags.ParseLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
 	}
 	if c.statsAddr != "" {
@@ -175,14 +176,6 @@ func resolveMaxHeld(flag int, cgroupFS, selfCgroup string) (int, int64, error) {
 	return holdpool.CapacityFor(limit), limit, nil
 }
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("--log-level=%q: want debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -192,7 +185,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sockscale-activator:", err)
 		os.Exit(2)
 	}
-	level, _ := parseLevel(cfg.logLevel)
+	level, _ := logflags.ParseLevel(cfg.logLevel)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "activator", "pod", cfg.podName)
 	// Held requests grow the heap in bursts; with the runtime's limit
 	// under the container's, the heap is collected before the kernel

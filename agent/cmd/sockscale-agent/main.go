@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -34,122 +33,11 @@ import (
 	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
 	"github.com/sockscale/sockscale/agent/internal/sampler"
 	"github.com/sockscale/sockscale/bpf"
-	"github.com/sockscale/sockscale/bpf/redirect"
+	"github.com/sockscale/sockscale/internal/logflags"
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/stats/report"
 )
-
-type config struct {
-	nodeName           string
-	podName            string
-	podNamespace       string
-	cgroupRoot         string
-	bpffsDir           string
-	kubeconfig         string
-	metricsAddr        string
-	healthAddr         string
-	reportPeriod       time.Duration
-	controllerStats    string
-	tokenFile          string
-	caFile             string
-	activatorSelector  string
-	activatorNamespace string
-	activatorPort      int
-	socketRedirect     string
-	logLevel           string
-	uninstall          bool
-	// redirectRetryBackoff and redirectSyncTimeout have no flags: tests
-	// shorten them (0 means the redirect package's defaults).
-	redirectRetryBackoff time.Duration
-	redirectSyncTimeout  time.Duration
-}
-
-func parseFlags(args []string) (*config, error) {
-	c := &config{}
-	fs := flag.NewFlagSet("sockscale-agent", flag.ContinueOnError)
-	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
-	fs.StringVar(&c.podName, "pod-name", os.Getenv("POD_NAME"), "this agent's pod (default: $POD_NAME); with --pod-namespace it finds the owning DaemonSet, whose deletion makes a stop an uninstall")
-	fs.StringVar(&c.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "this agent's namespace (default: $POD_NAMESPACE)")
-	fs.StringVar(&c.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup v2 directory to attach at; every pod's cgroup must be below it")
-	fs.StringVar(&c.bpffsDir, "bpffs-dir", "/sys/fs/bpf/sockscale", "directory on a bpffs where maps and links are pinned (survive restarts)")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
-	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
-	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	fs.DurationVar(&c.reportPeriod, "report-period", time.Second, "how often counters are read and reported (100ms..1m)")
-	fs.StringVar(&c.controllerStats, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report")
-	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
-	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
-	fs.StringVar(&c.activatorSelector, "activator-selector", "app.kubernetes.io/component=activator", "label selector of activator pods: their requests count as proxied; empty: none")
-	fs.StringVar(&c.activatorNamespace, "activator-namespace", "", "namespace of the activator pods (default: all namespaces)")
-	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
-	fs.StringVar(&c.socketRedirect, "socket-redirect", redirectAuto, "send new connects to a public Service in Proxy mode straight to its activators, in the kernel: auto (where the kernel can), on (fail if it cannot), off (kube-proxy's path only)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit (a running agent does this itself when it stops because its DaemonSet was deleted)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q: sockscale-agent takes flags only", fs.Args())
-	}
-	return c, c.validate()
-}
-
-func (c *config) validate() error {
-	var errs []error
-	if !c.uninstall && c.nodeName == "" {
-		errs = append(errs, errors.New("--node-name is empty: set it or $NODE_NAME (the chart sets it from spec.nodeName)"))
-	}
-	if c.reportPeriod < 100*time.Millisecond || c.reportPeriod > time.Minute {
-		errs = append(errs, fmt.Errorf("--report-period=%v: must be between 100ms and 1m", c.reportPeriod))
-	}
-	if c.bpffsDir == "" || c.bpffsDir == "/" {
-		errs = append(errs, fmt.Errorf("--bpffs-dir=%q: must be a directory of its own on a bpffs, e.g. /sys/fs/bpf/sockscale", c.bpffsDir))
-	}
-	for flagName, addr := range map[string]string{"--metrics-bind-address": c.metricsAddr, "--health-probe-bind-address": c.healthAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :9090", flagName, addr))
-		}
-	}
-	if c.controllerStats != "" {
-		if _, _, err := net.SplitHostPort(c.controllerStats); err != nil {
-			errs = append(errs, fmt.Errorf("--controller-stats-address=%q: want host:port", c.controllerStats))
-		}
-	}
-	switch c.socketRedirect {
-	case redirectAuto, redirectOn, redirectOff:
-	default:
-		errs = append(errs, fmt.Errorf("--socket-redirect=%q: want auto, on or off", c.socketRedirect))
-	}
-	if c.activatorPort < 1 || c.activatorPort > 65535 {
-		errs = append(errs, fmt.Errorf("--activator-port=%d: want 1..65535", c.activatorPort))
-	}
-	if c.socketRedirect == redirectOn && c.activatorSelector == "" {
-		errs = append(errs, errors.New("--socket-redirect=on needs --activator-selector: the activator pods are the redirect's destinations"))
-	}
-	if _, err := labels.Parse(c.activatorSelector); err != nil {
-		errs = append(errs, fmt.Errorf("--activator-selector=%q: %w", c.activatorSelector, err))
-	}
-	if _, err := parseLevel(c.logLevel); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// Values of --socket-redirect.
-const (
-	redirectAuto = "auto"
-	redirectOn   = "on"
-	redirectOff  = "off"
-)
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("--log-level=%q: want debug, info, warn or error", s)
-	}
-	return l, nil
-}
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
@@ -160,7 +48,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sockscale-agent:", err)
 		os.Exit(2)
 	}
-	level, _ := parseLevel(cfg.logLevel)
+	level, _ := logflags.ParseLevel(cfg.logLevel)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "agent", "node", cfg.nodeName)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -177,7 +65,7 @@ func main() {
 
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.uninstall {
-		return removeKernelState(cfg.bpffsDir, log)
+		return uninstall(cfg.bpffsDir, log)
 	}
 	if err := preflightChecks(cfg); err != nil {
 		return err
@@ -198,7 +86,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		if !atExit.Uninstall {
 			return
 		}
-		if err := removeKernelState(cfg.bpffsDir, log); err != nil {
+		if err := uninstall(cfg.bpffsDir, log); err != nil {
 			log.Error("uninstall at exit", "err", err)
 		}
 	}()
@@ -217,10 +105,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pods := podwatch.New(acct, log)
-	var smp *sampler.Sampler
-	agentMetrics := metrics.New(reg, func() *sampler.Sample { return smp.Latest() }, pods.Status)
+	agentMetrics := metrics.New(reg)
 
-	redir, offState, err := loadRedirect(cfg, log)
+	redir, offState, err := agentredirect.LoadKernelRedirect(cfg.redirectLoadOptions(log))
 	if err != nil {
 		return err
 	}
@@ -237,7 +124,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		redirects, err = agentredirect.New(restCfg, agentredirect.Options{
 			Map: redir, ActivatorNamespace: cfg.activatorNamespace, ActivatorSelector: sel,
 			ActivatorPort: uint16(cfg.activatorPort), Log: log, Registerer: reg,
-			Required:     cfg.socketRedirect == redirectOn,
+			Required:     cfg.socketRedirect == agentredirect.ModeOn,
 			RetryBackoff: cfg.redirectRetryBackoff, SyncTimeout: cfg.redirectSyncTimeout,
 		})
 		if err != nil {
@@ -273,10 +160,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			}
 		}
 	}
-	smp = sampler.New(acct, pods, sampler.Options{
+	smp := sampler.New(acct, pods, sampler.Options{
 		Node: cfg.nodeName, Period: cfg.reportPeriod, Clock: clock.RealClock{}, Log: log,
 		Recorder: agentMetrics, OnSample: onSample,
 	})
+	metrics.RegisterSamples(reg, smp.Latest, pods.Status)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -319,17 +207,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 // chart's terminationGracePeriodSeconds (30 s).
 const decideTimeout = 5 * time.Second
 
-// removeKernelState detaches every program the agent attached (the
-// accounting's and the socket-layer redirect's) and removes every pin and
-// the pin directory.
-func removeKernelState(bpffsDir string, log *slog.Logger) error {
-	// The redirect first: it leaves the directory when the accounting's
-	// pins are still in it; the accounting's Uninstall removes the rest.
-	if err := redirect.Uninstall(bpffsDir); err != nil {
-		return fmt.Errorf("uninstall socket-layer redirect: %w", err)
-	}
-	if err := bpf.Uninstall(bpffsDir); err != nil {
-		return fmt.Errorf("uninstall accounting: %w", err)
+// uninstall removes the agent's kernel state (bpf.UninstallAll) and says so.
+func uninstall(bpffsDir string, log *slog.Logger) error {
+	if err := bpf.UninstallAll(bpffsDir); err != nil {
+		return err
 	}
 	log.Info("uninstalled: programs detached and pins removed", "dir", bpffsDir)
 	return nil
@@ -346,36 +227,6 @@ func preflightChecks(cfg *config) error {
 		return err
 	}
 	return preflight.CheckKernel()
-}
-
-// loadRedirect loads the connect-time redirect at the accounting's cgroup
-// root, pinned beside it, as --socket-redirect says; nil when it is off,
-// with the node state that says why.
-// Off (or unavailable with auto) removes a redirect an earlier agent
-// pinned: nobody would keep its entries up to date.
-func loadRedirect(cfg *config, log *slog.Logger) (*redirect.Redirect, stats.NodeState, error) {
-	mode := cfg.socketRedirect
-	off := stats.NodeState{SocketRedirect: stats.RedirectOff, Reason: "--socket-redirect=off"}
-	if mode == redirectAuto && cfg.activatorSelector == "" {
-		log.Warn("socket-layer redirect off: --activator-selector is empty, so the activators cannot be found")
-		mode = redirectOff
-		off.Reason = "--activator-selector is empty: the activators cannot be found"
-	}
-	if mode != redirectOff {
-		r, err := redirect.New(redirect.Options{CgroupRoot: cfg.cgroupRoot, PinDir: cfg.bpffsDir, Lease: agentredirect.LeaseTTL})
-		if err == nil {
-			return r, stats.NodeState{}, nil
-		}
-		if mode == redirectOn {
-			return nil, stats.NodeState{}, fmt.Errorf("--socket-redirect=on: %w", err)
-		}
-		log.Warn("socket-layer redirect off: this kernel cannot load it; Proxy mode goes through the public EndpointSlices (kube-proxy) only. --socket-redirect=on makes this fatal", "err", err)
-		off = stats.NodeState{SocketRedirect: stats.RedirectUnavailable, Reason: err.Error()}
-	}
-	if err := redirect.Uninstall(cfg.bpffsDir); err != nil {
-		return nil, stats.NodeState{}, fmt.Errorf("remove the pinned socket-layer redirect (--socket-redirect=%s): %w", cfg.socketRedirect, err)
-	}
-	return nil, off, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

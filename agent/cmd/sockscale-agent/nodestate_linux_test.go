@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
@@ -32,9 +33,9 @@ func TestRedirectOffSaysWhy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, got, err := loadRedirect(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r, got, err := agentredirect.LoadKernelRedirect(cfg.redirectLoadOptions(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		if err != nil || r != nil {
-			t.Fatalf("%v: loadRedirect = %v, %v; want no redirect and no error", tt.args, r, err)
+			t.Fatalf("%v: LoadKernelRedirect = %v, %v; want no redirect and no error", tt.args, r, err)
 		}
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("%v: state (-want +got):\n%s", tt.args, diff)

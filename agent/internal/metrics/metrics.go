@@ -46,9 +46,9 @@ type Agent struct {
 	reports         *prometheus.CounterVec
 }
 
-// New registers the agent's metrics with reg. latest returns the newest
-// sample (nil before the first) and status the pod watcher's state.
-func New(reg prometheus.Registerer, latest func() *sampler.Sample, status func() podwatch.Status) *Agent {
+// New registers with reg the agent's metrics that the sampler and the
+// reporter record (the Recorder); RegisterSamples adds the per-pod series.
+func New(reg prometheus.Registerer) *Agent {
 	a := &Agent{
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sockscale_agent_snapshot_duration_seconds",
@@ -64,8 +64,15 @@ func New(reg prometheus.Registerer, latest func() *sampler.Sample, status func()
 			Help: "Stats batches sent to controller replicas, by result: ok, error, refused (the controller answered 401 or 403: see the agent's log).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(a.snapshotSeconds, a.errors, a.reports, &collector{latest: latest, status: status})
+	reg.MustRegister(a.snapshotSeconds, a.errors, a.reports)
 	return a
+}
+
+// RegisterSamples registers with reg the series read from the samples at
+// each scrape: latest returns the newest sample (nil before the first)
+// and status the pod watcher's state.
+func RegisterSamples(reg prometheus.Registerer, latest func() *sampler.Sample, status func() podwatch.Status) {
+	reg.MustRegister(&collector{latest: latest, status: status})
 }
 
 // ObserveSnapshot records how long a kernel read took.

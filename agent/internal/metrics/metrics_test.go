@@ -33,7 +33,8 @@ func TestPodSeries(t *testing.T) {
 		},
 	}
 	reg := prometheus.NewPedanticRegistry()
-	New(reg, func() *sampler.Sample { return sample }, func() podwatch.Status {
+	New(reg)
+	RegisterSamples(reg, func() *sampler.Sample { return sample }, func() podwatch.Status {
 		return podwatch.Status{Tracked: 2, Skipped: map[string]int{podwatch.SkipHostNetwork: 1}, Synced: true}
 	})
 	want := `
@@ -85,7 +86,8 @@ sockscale_agent_tracked_pods 2
 
 func TestNoSampleYet(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	New(reg, func() *sampler.Sample { return nil }, func() podwatch.Status { return podwatch.Status{} })
+	New(reg)
+	RegisterSamples(reg, func() *sampler.Sample { return nil }, func() podwatch.Status { return podwatch.Status{} })
 	if n, err := testutil.GatherAndCount(reg, "sockscale_agent_requests_in_flight"); err != nil || n != 0 {
 		t.Errorf("series before the first sample = %d (%v), want 0", n, err)
 	}

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
@@ -27,18 +29,26 @@ import (
 )
 
 // Resync is how often each PodAutoscaler is looked at again without an
-// event: the autoscaler ConfigMap (re-read every 10 s, not watched) may
-// have changed its windows' length. The leader's PodAutoscaler reconciler
-// applies such a change at its next tick; a standby only needs it before
-// it takes over, so a minute is enough and keeps thousands of targets
-// cheap.
+// event, a safety net: a change of the autoscaler ConfigMap (re-read every
+// 10 s, not watched) that may change the windows' length queues every
+// PodAutoscaler at once (ConfigPoll), and a minute keeps thousands of
+// targets cheap.
 const Resync = time.Minute
+
+// ConfigPoll is how often the configuration in force is compared with the
+// one last seen, to look at every PodAutoscaler again when it changed: as
+// often as the PodAutoscaler reconciler's tick, which reads it too.
+const ConfigPoll = 2 * time.Second
 
 // Reconciler tells the collector, for each PodAutoscaler, the settings its
 // windows need (Watch) and which ready pods it should hear from (Expect),
-// and makes it forget deleted ones. Every replica runs it, so a standby's
-// windows are as warm as the leader's and a failover loses no history: the
-// agents and activators report to every replica.
+// and makes it forget deleted ones. It is the only one that does: the
+// PodAutoscaler reconciler reads the windows (a target not watched yet
+// has no data) and never changes which targets are watched, so that a
+// bucket moving away from this replica leaves its targets' windows warm.
+// Every replica runs it, so a standby's windows are as warm as the
+// leader's and a failover loses no history: the agents and activators
+// report to every replica.
 type Reconciler struct {
 	Client    client.Client
 	Collector *collector.Collector
@@ -227,8 +237,47 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.byDeployment)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.byPrivateService)).
+		WatchesRawSource(r.configChanges(ConfigPoll)).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// configChanges is a source that queues every PodAutoscaler when the
+// configuration in force changes (compared every period): its windows'
+// settings may have changed with it.
+func (r *Reconciler) configChanges(period time.Duration) source.Source {
+	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		go func() {
+			last := *r.Config()
+			t := time.NewTicker(period)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if cur := *r.Config(); cur != last {
+					last = cur
+					r.enqueueAll(ctx, q)
+				}
+			}
+		}()
+		return nil
+	})
+}
+
+// enqueueAll queues every PodAutoscaler in the cache.
+func (r *Reconciler) enqueueAll(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	var list v1alpha1.PodAutoscalerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		// Resync brings the change within a minute anyway.
+		log.FromContext(ctx).Error(err, "list PodAutoscalers after a configuration change")
+		return
+	}
+	for i := range list.Items {
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
 }
 
 // byDeployment maps a Deployment to the PodAutoscalers that scale it.

@@ -3,6 +3,8 @@ package collect
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -174,5 +177,46 @@ func TestEventsMapToPodAutoscalers(t *testing.T) {
 	}
 	if got := r.byPrivateService(ctx, slice("front-x", "front", discoveryv1.AddressTypeIPv4)); len(got) != 0 {
 		t.Errorf("a public Service's slice maps to %v", names(got))
+	}
+}
+
+// TestConfigChangeQueuesEveryPodAutoscaler: a new configuration in force
+// (its windows' length, say) queues every PodAutoscaler, since the
+// collect reconciler alone gives the collector their settings; the same
+// configuration again queues nothing.
+func TestConfigChangeQueuesEveryPodAutoscaler(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(pa("a", "a", "a"), pa("b", "b", "b")).Build()
+	var current atomic.Pointer[config.Config]
+	current.Store(config.Defaults())
+	r := &Reconciler{Client: c, Collector: collector.New(clocktesting.NewFakeClock(t0)), Config: current.Load}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := r.configChanges(time.Millisecond).Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+
+	current.Store(config.Defaults()) // a new pointer, the same values
+	time.Sleep(20 * time.Millisecond)
+	if q.Len() != 0 {
+		t.Fatalf("%d PodAutoscalers queued for an unchanged configuration, want 0", q.Len())
+	}
+	changed := config.Defaults()
+	changed.StableWindow = 30 * time.Second
+	current.Store(changed)
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Len() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	var got []string
+	for q.Len() > 0 {
+		req, _ := q.Get()
+		got = append(got, req.Name)
+		q.Done(req)
+	}
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"a", "b"}, got); diff != "" {
+		t.Errorf("queued after the change (-want +got):\n%s", diff)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
@@ -57,6 +58,8 @@ func TestConcurrentReconciles(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	col := collector.New(clk)
 	r := &PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Metrics: NewMetrics(prometheus.NewRegistry())}
+	// The collect reconciler registers the windows, as on every replica.
+	cr := &collect.Reconciler{Client: c, Collector: col, Config: config.Defaults}
 	ctx := context.Background()
 
 	done := make(chan struct{})
@@ -100,7 +103,11 @@ func TestConcurrentReconciles(t *testing.T) {
 							errs <- err
 						}
 					}
-					if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}); err != nil {
+					req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}
+					if _, err := cr.Reconcile(ctx, req); err != nil {
+						errs <- fmt.Errorf("collect %s in round %d: %w", name, round, err)
+					}
+					if _, err := r.Reconcile(ctx, req); err != nil {
 						errs <- fmt.Errorf("reconcile %s in round %d: %w", name, round, err)
 					}
 				}

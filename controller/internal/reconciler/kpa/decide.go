@@ -65,18 +65,12 @@ type outcome struct {
 func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, settings config.Settings, now time.Time, status *v1alpha1.PodAutoscalerStatus) (outcome, error) {
 	// The collector keys targets by their Deployment, as agents report pods.
 	tkey := collector.Key{Namespace: pa.Namespace, Name: deploy.Name}
-	if err := r.Collector.Watch(tkey, key, settings); err != nil {
-		return outcome{}, err
-	}
 	o := outcome{ready: deploy.Status.ReadyReplicas, current: 1}
 	if deploy.Spec.Replicas != nil {
 		o.current = *deploy.Spec.Replicas
 	}
 	d := r.decider(key, tkey, settings, o.ready, now)
-	var err error
-	if o.values, err = r.Collector.Values(tkey, now); err != nil {
-		return outcome{}, err
-	}
+	o.values = r.values(ctx, tkey, now)
 	o.reach = r.reachable(ctx, pa, deploy)
 	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: o.reach.ok})
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
@@ -86,6 +80,7 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	// zero rules below may still hold the last pod while the activator
 	// takes over.
 	mode, _ := endpoints.Wanted(want, o.dec.ExcessBurstCapacity)
+	var err error
 	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, o.dec.Activators); err != nil {
 		return outcome{}, err
 	}
@@ -97,6 +92,20 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	})
 	o.want = o.zero.pods
 	return o, nil
+}
+
+// values are the collector's windows of a target. The collect reconciler
+// alone tells the collector which targets to watch (it runs on every
+// replica, and sees a PodAutoscaler as soon as this one does or sooner);
+// until it has, the target has no data, and the decider holds the scale
+// as at any cold start.
+func (r *PodAutoscaler) values(ctx context.Context, collected collector.Key, now time.Time) collector.Values {
+	v, err := r.Collector.Values(collected, now) // its only error: not watched
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("no windows yet; no data", "reason", err.Error())
+		return collector.Values{}
+	}
+	return v
 }
 
 // deciderLog is every decider's logger, made on first use (after main
@@ -124,14 +133,14 @@ func (r *PodAutoscaler) decider(key, collected collector.Key, s config.Settings,
 			// Its bucket was just won (or the target is new): what the
 			// windows kept from before is old, and the records went to
 			// another replica since; they start afresh, so that the
-			// decision holds until this replica's first reports.
+			// decision holds until this replica's first reports. (A
+			// target not watched yet has nothing to drop.)
 			r.Collector.Restart(collected)
 		}
 	}
 	if t.collected != collected {
-		if t.collected != (collector.Key{}) {
-			r.Collector.Forget(t.collected, key) // the PodAutoscaler now points elsewhere
-		}
+		// The PodAutoscaler now points elsewhere: the collect reconciler
+		// moves the windows' registration, this only Poke's index.
 		if t.lastDesired == 0 {
 			r.unmarkZero(t.collected, key)
 			r.markZero(collected, key)
@@ -149,13 +158,15 @@ func (r *PodAutoscaler) state(key collector.Key) *targetState {
 	return r.targets[key]
 }
 
-// forget drops a deleted (or no longer owned) PodAutoscaler's state.
+// forget drops a deleted (or no longer owned) PodAutoscaler's state. The
+// collector's windows stay: the collect reconciler registered them and
+// forgets them when the PodAutoscaler goes; a bucket given away keeps
+// them warm on this replica, as on every standby.
 func (r *PodAutoscaler) forget(key collector.Key) {
 	r.pokedAt.Delete(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {
-		r.Collector.Forget(t.collected, key)
 		if t.lastDesired == 0 {
 			r.unmarkZero(t.collected, key)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/collect"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -50,8 +51,13 @@ func TestIntegrationPodAutoscalerScales(t *testing.T) {
 	col := collector.New(clk)
 	reg := prometheus.NewRegistry()
 	r := &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults, Metrics: kpa.NewMetrics(reg)}
+	// The collect reconciler registers the windows, as on every replica.
+	cr := &collect.Reconciler{Client: c, Collector: col, Config: config.Defaults}
 	reconcileOnce := func(name string) {
 		t.Helper()
+		if _, err := cr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}); err != nil {
+			t.Fatalf("collect %s: %v", name, err)
+		}
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}); err != nil {
 			t.Fatalf("reconcile %s: %v", name, err)
 		}

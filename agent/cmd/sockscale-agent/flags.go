@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
+	"github.com/sockscale/sockscale/internal/logflags"
+)
+
+type config struct {
+	nodeName           string
+	podName            string
+	podNamespace       string
+	cgroupRoot         string
+	bpffsDir           string
+	kubeconfig         string
+	metricsAddr        string
+	healthAddr         string
+	reportPeriod       time.Duration
+	controllerStats    string
+	tokenFile          string
+	caFile             string
+	activatorSelector  string
+	activatorNamespace string
+	activatorPort      int
+	socketRedirect     agentredirect.Mode
+	logLevel           string
+	uninstall          bool
+	// redirectRetryBackoff and redirectSyncTimeout have no flags: tests
+	// shorten them (0 means the redirect package's defaults).
+	redirectRetryBackoff time.Duration
+	redirectSyncTimeout  time.Duration
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("sockscale-agent", flag.ContinueOnError)
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
+	fs.StringVar(&c.podName, "pod-name", os.Getenv("POD_NAME"), "this agent's pod (default: $POD_NAME); with --pod-namespace it finds the owning DaemonSet, whose deletion makes a stop an uninstall")
+	fs.StringVar(&c.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "this agent's namespace (default: $POD_NAMESPACE)")
+	fs.StringVar(&c.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup v2 directory to attach at; every pod's cgroup must be below it")
+	fs.StringVar(&c.bpffsDir, "bpffs-dir", "/sys/fs/bpf/sockscale", "directory on a bpffs where maps and links are pinned (survive restarts)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.DurationVar(&c.reportPeriod, "report-period", time.Second, "how often counters are read and reported (100ms..1m)")
+	fs.StringVar(&c.controllerStats, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report")
+	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
+	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
+	fs.StringVar(&c.activatorSelector, "activator-selector", "app.kubernetes.io/component=activator", "label selector of activator pods: their requests count as proxied; empty: none")
+	fs.StringVar(&c.activatorNamespace, "activator-namespace", "", "namespace of the activator pods (default: all namespaces)")
+	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
+	fs.StringVar((*string)(&c.socketRedirect), "socket-redirect", string(agentredirect.ModeAuto), "send new connects to a public Service in Proxy mode straight to its activators, in the kernel: auto (where the kernel can), on (fail if it cannot), off (kube-proxy's path only)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit (a running agent does this itself when it stops because its DaemonSet was deleted)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: sockscale-agent takes flags only", fs.Args())
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if !c.uninstall && c.nodeName == "" {
+		errs = append(errs, errors.New("--node-name is empty: set it or $NODE_NAME (the chart sets it from spec.nodeName)"))
+	}
+	if c.reportPeriod < 100*time.Millisecond || c.reportPeriod > time.Minute {
+		errs = append(errs, fmt.Errorf("--report-period=%v: must be between 100ms and 1m", c.reportPeriod))
+	}
+	if c.bpffsDir == "" || c.bpffsDir == "/" {
+		errs = append(errs, fmt.Errorf("--bpffs-dir=%q: must be a directory of its own on a bpffs, e.g. /sys/fs/bpf/sockscale", c.bpffsDir))
+	}
+	for flagName, addr := range map[string]string{"--metrics-bind-address": c.metricsAddr, "--health-probe-bind-address": c.healthAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :9090", flagName, addr))
+		}
+	}
+	if c.controllerStats != "" {
+		if _, _, err := net.SplitHostPort(c.controllerStats); err != nil {
+			errs = append(errs, fmt.Errorf("--controller-stats-address=%q: want host:port", c.controllerStats))
+		}
+	}
+	switch c.socketRedirect {
+	case agentredirect.ModeAuto, agentredirect.ModeOn, agentredirect.ModeOff:
+	default:
+		errs = append(errs, fmt.Errorf("--socket-redirect=%q: want auto, on or off", c.socketRedirect))
+	}
+	if c.activatorPort < 1 || c.activatorPort > 65535 {
+		errs = append(errs, fmt.Errorf("--activator-port=%d: want 1..65535", c.activatorPort))
+	}
+	if c.socketRedirect == agentredirect.ModeOn && c.activatorSelector == "" {
+		errs = append(errs, errors.New("--socket-redirect=on needs --activator-selector: the activator pods are the redirect's destinations"))
+	}
+	if _, err := labels.Parse(c.activatorSelector); err != nil {
+		errs = append(errs, fmt.Errorf("--activator-selector=%q: %w", c.activatorSelector, err))
+	}
+	if _, err := logflags.ParseLevel(c.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// redirectLoadOptions are --socket-redirect and what it needs.
+func (c *config) redirectLoadOptions(log *slog.Logger) agentredirect.LoadOptions {
+	return agentredirect.LoadOptions{
+		Mode: c.socketRedirect, HaveActivators: c.activatorSelector != "",
+		CgroupRoot: c.cgroupRoot, PinDir: c.bpffsDir, Log: log,
+	}
+}

@@ -1,0 +1,3 @@
+// Package logflags parses the --log-level flag that the agent and the
+// activator share.
+package logflags

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
 	"github.com/sockscale/sockscale/internal/logflags"
@@ -56,7 +58,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
 	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
 	fs.StringVar(&c.activatorSelector, "activator-selector", "app.kubernetes.io/component=activator", "label selector of activator pods: their requests count as proxied; empty: none")
-	fs.StringVar(&c.activatorNamespace, "activator-namespace", "", "namespace of the activator pods (default: all namespaces)")
+	fs.StringVar(&c.activatorNamespace, "activator-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the activator pods (default: $POD_NAMESPACE, the agent's own, where the chart runs both); only pods there are activators: a tenant can copy their names and labels, not their namespace")
 	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
 	fs.StringVar((*string)(&c.socketRedirect), "socket-redirect", string(agentredirect.ModeAuto), "send new connects to a public Service in Proxy mode straight to its activators, in the kernel: auto (where the kernel can), on (fail if it cannot), off (kube-proxy's path only)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -101,6 +103,9 @@ func (c *config) validate() error {
 	}
 	if c.socketRedirect == agentredirect.ModeOn && c.activatorSelector == "" {
 		errs = append(errs, errors.New("--socket-redirect=on needs --activator-selector: the activator pods are the redirect's destinations"))
+	}
+	if msgs := validation.IsDNS1123Label(c.activatorNamespace); !c.uninstall && c.activatorSelector != "" && len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--activator-namespace=%q: want the namespace the activators run in, set it or $POD_NAMESPACE (a namespace name: %s)", c.activatorNamespace, strings.Join(msgs, "; ")))
 	}
 	if _, err := labels.Parse(c.activatorSelector); err != nil {
 		errs = append(errs, fmt.Errorf("--activator-selector=%q: %w", c.activatorSelector, err))

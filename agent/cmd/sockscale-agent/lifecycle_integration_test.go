@@ -57,7 +57,7 @@ func TestIntegrationAgentStopKeepsOrUninstalls(t *testing.T) {
 		cfg, err := parseFlags([]string{
 			"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig,
 			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
-			"--pod-name=" + pod.Name, "--pod-namespace=default",
+			"--pod-name=" + pod.Name, "--pod-namespace=default", "--activator-namespace=default",
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -21,9 +21,12 @@ func TestFlagErrorsNameValueAndAllowed(t *testing.T) {
 		{[]string{"--node-name=n", "--activator-port=0"}, "--activator-port=0: want 1..65535"},
 		{[]string{"--node-name=n", "--socket-redirect=on", "--activator-selector="}, "--socket-redirect=on needs --activator-selector"},
 		{[]string{"--node-name=n", "--activator-selector=app in ("}, `--activator-selector="app in ("`},
+		{[]string{"--node-name=n", "--activator-namespace="}, `--activator-namespace="": want the namespace the activators run in`},
+		{[]string{"--node-name=n", "--activator-namespace=Team A"}, `--activator-namespace="Team A": want the namespace the activators run in`},
 	}
 	for _, tt := range tests {
 		t.Setenv("NODE_NAME", "")
+		t.Setenv("POD_NAMESPACE", "sockscale-system")
 		_, err := parseFlags(tt.args)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: err = %v, want it to contain %q", tt.args, err, tt.want)
@@ -33,6 +36,7 @@ func TestFlagErrorsNameValueAndAllowed(t *testing.T) {
 
 func TestFlagDefaults(t *testing.T) {
 	t.Setenv("NODE_NAME", "node-a")
+	t.Setenv("POD_NAMESPACE", "ops")
 	c, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -40,9 +44,13 @@ func TestFlagDefaults(t *testing.T) {
 	if c.nodeName != "node-a" || c.cgroupRoot != "/sys/fs/cgroup" || c.bpffsDir != "/sys/fs/bpf/sockscale" || c.reportPeriod.String() != "1s" {
 		t.Errorf("defaults = %+v", c)
 	}
+	if c.activatorNamespace != "ops" {
+		t.Errorf("--activator-namespace=%q, want the agent's own namespace ops", c.activatorNamespace)
+	}
 	if c.socketRedirect != "auto" || c.activatorPort != 8012 {
 		t.Errorf("--socket-redirect=%q --activator-port=%d, want auto and 8012 (the activator's proxy port)", c.socketRedirect, c.activatorPort)
 	}
+	t.Setenv("POD_NAMESPACE", "")
 	if _, err := parseFlags([]string{"--uninstall"}); err != nil {
 		t.Errorf("--uninstall needs no node name: %v", err)
 	}

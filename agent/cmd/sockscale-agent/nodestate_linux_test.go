@@ -29,7 +29,7 @@ func TestRedirectOffSaysWhy(t *testing.T) {
 	for _, tt := range tests {
 		// No pins there: nothing to remove, so no root needed.
 		pinDir := filepath.Join(t.TempDir(), "pins")
-		cfg, err := parseFlags(append([]string{"--node-name=n", "--bpffs-dir=" + pinDir}, tt.args...))
+		cfg, err := parseFlags(append([]string{"--node-name=n", "--bpffs-dir=" + pinDir, "--activator-namespace=sockscale-system"}, tt.args...))
 		if err != nil {
 			t.Fatal(err)
 		}

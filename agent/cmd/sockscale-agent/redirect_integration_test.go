@@ -39,7 +39,7 @@ func TestIntegrationSocketRedirectFlag(t *testing.T) {
 	runFor := func(mode string) (redirectPins, otherPins int) {
 		t.Helper()
 		cfg, err := parseFlags([]string{
-			"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig,
+			"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig, "--activator-namespace=default",
 			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=" + mode,
 		})
 		if err != nil {
@@ -114,7 +114,7 @@ func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
 	}
 
 	cfg, err := parseFlags([]string{
-		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig,
+		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig, "--activator-namespace=default",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
 		"--controller-stats-address=" + srv.Listener.Addr().String(), "--report-period=100ms",
 	})

@@ -514,7 +514,8 @@ func TestE2EActivatorQueueFull(t *testing.T) {
 // are forwarded only to a known target's pods: an unknown Host gets a 404
 // saying what was tried, Hosts naming a pod, the activator itself or the
 // kubernetes API's ClusterIP get 404, an absolute-form URI naming another
-// host gets 400, CONNECT gets 405.
+// host gets 400, CONNECT gets 405, a request an activator already
+// forwarded gets 508.
 func TestE2EActivatorRefuses(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
@@ -552,6 +553,7 @@ func TestE2EActivatorRefuses(t *testing.T) {
 		{"an absolute URI naming the API, the target as Host", "GET", "GET http://" + apiHost + "/api HTTP/1.1\r\nHost: refuse.e2e\r\n", 404, []string{apiHost}},
 		{"CONNECT to the API", "CONNECT", "CONNECT " + apiHost + " HTTP/1.1\r\nHost: " + apiHost + "\r\n", 405, []string{"CONNECT"}},
 		{"CONNECT to the target", "CONNECT", "CONNECT refuse.e2e:80 HTTP/1.1\r\nHost: refuse.e2e:80\r\n", 405, []string{"CONNECT"}},
+		{"a request already through an activator", "GET", "GET / HTTP/1.1\r\nHost: refuse.e2e\r\nSockscale-Proxied: " + act.Name + "\r\n", 508, []string{"already forwarded by a sockscale activator"}},
 	} {
 		a := raw(proxy, c.method, c.request)
 		t.Logf("%s: %s", c.what, a)
@@ -657,4 +659,46 @@ func TestE2EActivatorKilledWhileHolding(t *testing.T) {
 	}
 	// The Deployment replaces the activator; later scenarios need both.
 	readyActivators(t, s, 2, time.Minute)
+}
+
+// TestE2ENoLoopThroughANamesakePrivateService: a tenant names a public
+// Service like another target's private one ("loopx-private", its
+// activators always in the path), so sockscale writes slices of
+// activators under that name; target "loopx" must not take them as its
+// pods. Before it did, one request for loopx went from activator to
+// activator thousands of times. Now loopx has no pods (its private
+// Service's name is taken: NotOwned), so its request is held until its
+// timeout and gets 504, and no activator saw a request forwarded by an
+// activator.
+func TestE2ENoLoopThroughANamesakePrivateService(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name, namesake = "loopx", "loopx-private"
+	deploy(t, s, namesake, func(p *v1alpha1.PodAutoscalerSpec) {
+		p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr.To(int32(1)), ptr.To(int32(1)), ptr.To(-1.0)
+	})
+	removeAtEnd(t, s, namesake)
+	e2etest.Eventually(t, time.Minute, namesake+" has the activators in its path", func() error { return expectActivatorEndpoints(ctx, s, namesake) })
+	if err := s.Deploy(ctx, stack.App{Namespace: appNS, Name: name, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
+		p.MinScale, p.TimeoutSeconds = ptr.To(int32(1)), ptr.To(int32(3))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	removeAtEnd(t, s, name)
+	e2etest.Eventually(t, time.Minute, "the activators know "+name, func() error { return activatorsKnow(ctx, s, name) })
+	_, loopsBefore, err := activatorSum(ctx, s, "sockscale_activator_error_responses_total", map[string]string{"reason": "loop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	act := readyActivators(t, s, 2, time.Minute)[0]
+	localRoute(t, act.IP)
+	a := raw(netip.AddrPortFrom(act.IP, stack.ActivatorProxyPort), "GET", "GET / HTTP/1.1\r\nHost: "+name+"."+appNS+"\r\n")
+	t.Logf("a request for %s: %s", name, a)
+	if a.err != nil || a.code != http.StatusGatewayTimeout {
+		t.Errorf("a request for %s: %s, want 504 after its 3 s timeout (no pods: its private Service's name is taken)", name, a)
+	}
+	if _, loops, err := activatorSum(ctx, s, "sockscale_activator_error_responses_total", map[string]string{"reason": "loop"}); err != nil || loops != loopsBefore {
+		t.Errorf("requests an activator forwarded reached an activator: %v more (%v)", loops-loopsBefore, err)
+	}
 }

@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
 		go func() {
-			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, log)
+			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, reg, log)
 		}()
 	}
 	if redirects != nil {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -24,10 +25,42 @@ type ActivatorSet interface {
 // The activator pods through an informer (list and watch, no get).
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 
+// activatorMetrics say whether the kernel's set of activators is what the
+// cluster has: a set the kernel refused (more addresses than it holds)
+// stays as it was, so requests from the activators missing from it would
+// count as load and be counted twice; that must be seen, not silent.
+type activatorMetrics struct {
+	found    prometheus.Gauge
+	inKernel prometheus.Gauge
+	failures prometheus.Counter
+}
+
+func newActivatorMetrics(reg prometheus.Registerer) *activatorMetrics {
+	m := &activatorMetrics{
+		found: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_activators",
+			Help: "Running activator pods (IPv4) of --activator-namespace matching --activator-selector."}),
+		inKernel: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_activators_in_kernel",
+			Help: "Activator addresses in the kernel's set (requests from them count as proxied); below sockscale_agent_activators when the kernel refused the set."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sockscale_agent_activator_set_failures_total",
+			Help: "Times the kernel's set of activators could not be written (e.g. more addresses than it holds); the set stays as it was."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.found, m.inKernel, m.failures)
+	}
+	return m
+}
+
 // WatchActivators keeps set equal to the IPv4 addresses of the running pods
-// that match selector in namespace (all namespaces if empty): requests from
-// them count as proxied. It returns when ctx ends.
-func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace, selector string, set ActivatorSet, log *slog.Logger) error {
+// that match selector in namespace: requests from them count as proxied.
+// namespace must be where the activators run (a tenant can copy their
+// labels, not their namespace). A set the kernel refuses is an error in
+// the log and in the metrics registered with reg (nil: none). It returns
+// when ctx ends.
+func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace, selector string, set ActivatorSet, reg prometheus.Registerer, log *slog.Logger) error {
+	if namespace == "" {
+		return errors.New("watch activators: no namespace: activators are only the pods of the namespace they run in")
+	}
+	m := newActivatorMetrics(reg)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := factory.Core().V1().Pods().Informer()
@@ -43,10 +76,13 @@ func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace
 			}
 		}
 		sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
+		m.found.Set(float64(len(ips)))
 		if err := set.SetActivators(ips); err != nil {
-			log.Error("set activator addresses", "err", err)
+			m.failures.Inc()
+			log.Error("set activator addresses: the kernel keeps its previous set, so requests from the activators missing from it count as load", "activators", len(ips), "err", err)
 			return
 		}
+		m.inKernel.Set(float64(len(ips)))
 		log.Debug("activator addresses", "ips", ips)
 	}
 	handler := cache.ResourceEventHandlerFuncs{

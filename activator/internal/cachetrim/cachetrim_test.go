@@ -141,8 +141,8 @@ func cluster() []client.Object {
 var keys = []target.Key{{Namespace: "shop", Name: "hello"}, {Namespace: "shop", Name: "cart"}, {Namespace: "shop", Name: "web"},
 	{Namespace: "shop", Name: "web-canary"}, {Namespace: "shop", Name: "hello-private"}}
 
-// sync runs Watcher.Sync on every key against a cache holding objs.
-func sync(t *testing.T, objs []client.Object) *sinks {
+// syncAll runs Watcher.Sync on every key against a cache holding objs.
+func syncAll(t *testing.T, objs []client.Object) *sinks {
 	t.Helper()
 	s := newSinks()
 	w := &watch.Watcher{Table: table{s}, Throttle: throttles{s}, Pods: prober{s}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -159,7 +159,7 @@ func sync(t *testing.T, objs []client.Object) *sinks {
 // throttle and prober the same from trimmed objects as from whole ones.
 func TestTrimmedObjectsYieldTheSameView(t *testing.T) {
 	objs := cluster()
-	whole, trimmed := sync(t, objs), sync(t, trim(t, objs))
+	whole, trimmed := syncAll(t, objs), syncAll(t, trim(t, objs))
 	hello := target.Key{Namespace: "shop", Name: "hello"}
 	// The scenario must reach every field: a target with hosts, H2C,
 	// activators and pods (some not ready), and Route Services.

@@ -136,7 +136,8 @@ func serverless(pa *v1alpha1.PodAutoscaler, activators ...string) *v1alpha1.Serv
 	return owned.ServerlessService(&v1alpha1.ServerlessService{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name, UID: types.UID("sks-" + pa.Name),
 			ManagedFields: managed("sockscale-controller", `{"f:spec":{}}`)},
-		Spec:   v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: pa.Spec.Service.Name},
+		Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: pa.Spec.Service.Name, Port: 80,
+			Selector: map[string]string{"app.kubernetes.io/name": pa.Name}},
 		Status: v1alpha1.ServerlessServiceStatus{Mode: v1alpha1.ModeServe, Activators: activators},
 	}, pa)
 }

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/sockscale/sockscale/activator/internal/cachetrim"
 	"github.com/sockscale/sockscale/activator/internal/handler"
 	"github.com/sockscale/sockscale/activator/internal/holdpool"
 	"github.com/sockscale/sockscale/activator/internal/readiness"
@@ -249,7 +250,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("discover the API server's kinds: %w", err)
 	}
-	objects, err := cache.New(restCfg, cache.Options{Scheme: scheme, Mapper: mapper, HTTPClient: httpClient})
+	// Every Service, EndpointSlice and Ingress of the cluster is watched,
+	// so the cache keeps of them only what the watcher reads.
+	cacheOpts := cachetrim.Options()
+	cacheOpts.Scheme, cacheOpts.Mapper, cacheOpts.HTTPClient = scheme, mapper, httpClient
+	objects, err := cache.New(restCfg, cacheOpts)
 	if err != nil {
 		return fmt.Errorf("cache of the cluster's objects: %w", err)
 	}

@@ -128,6 +128,27 @@ func (w *Watcher) Synced() bool { return w.synced.Load() }
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=list;watch
 
+// Index is a field index of the cache that Sync lists with.
+type Index struct {
+	Object  client.Object
+	Field   string
+	Extract client.IndexerFunc
+}
+
+// Indexes are the field indexes a reader given to Sync must have (Run
+// adds them to the cache; a test's fake reader needs them too), but for
+// HTTPRoutes' (added by Run only where the Gateway API is installed).
+func Indexes() []Index {
+	return []Index{
+		{&v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
+			return []string{o.(*v1alpha1.PodAutoscaler).Spec.Service.Name}
+		}},
+		{&networkingv1.Ingress{}, backendField, func(o client.Object) []string {
+			return backendKeys(ingressBackends(o.(*networkingv1.Ingress)))
+		}},
+	}
+}
+
 // Run registers the watches, waits for the caches to fill, syncs every
 // target once (then Synced is true), then follows changes until ctx ends.
 // The cache must be started by the caller.
@@ -135,15 +156,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[item]())
 	defer w.queue.ShutDown()
 	w.workloads = make(map[target.Key]string)
-	if err := w.Cache.IndexField(ctx, &v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.PodAutoscaler).Spec.Service.Name}
-	}); err != nil {
-		return fmt.Errorf("index PodAutoscalers by service: %w", err)
-	}
-	if err := w.Cache.IndexField(ctx, &networkingv1.Ingress{}, backendField, func(o client.Object) []string {
-		return backendKeys(ingressBackends(o.(*networkingv1.Ingress)))
-	}); err != nil {
-		return fmt.Errorf("index Ingresses by backend: %w", err)
+	for _, ix := range Indexes() {
+		if err := w.Cache.IndexField(ctx, ix.Object, ix.Field, ix.Extract); err != nil {
+			return fmt.Errorf("index %T by %s: %w", ix.Object, ix.Field, err)
+		}
 	}
 	if w.Mapper != nil {
 		served, err := httpRoutesServed(w.Mapper)
@@ -406,6 +422,9 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 	}
 	w.Pods.SetPods(k, pods)
 	w.mu.Lock()
+	if w.workloads == nil { // Sync called without Run (a test's reader)
+		w.workloads = make(map[target.Key]string)
+	}
 	w.workloads[k] = pa.Spec.ScaleTargetRef.Name
 	w.mu.Unlock()
 	return nil

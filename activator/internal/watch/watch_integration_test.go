@@ -317,7 +317,7 @@ func createTarget(ctx context.Context, t *testing.T, c client.Client, p *v1alpha
 		t.Fatal(err)
 	}
 	s := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: p.Spec.Service.Name}}
+		Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeServe, PublicService: p.Spec.Service.Name, Selector: map[string]string{"app": p.Name}}}
 	if err := c.Create(ctx, owned.ServerlessService(s, p)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,171 @@
+package cachetrim
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/activator/internal/watch"
+)
+
+// Why trim: a PodAutoscaler names any Service of its namespace, and an
+// Ingress or HTTPRoute of any namespace may name a target, so the
+// activator watches every Service, EndpointSlice and Ingress of the
+// cluster (no selector says "the ones a PodAutoscaler names"), and any
+// tenant can grow its cache by creating them. What the watcher reads of
+// them is small, so the rest is dropped as each object enters the cache.
+// The activator never writes these objects, so a trimmed one is never
+// written back.
+//
+// Every field package watch (watch.go, routes.go, servingroutes.go) reads
+// of the cache; nothing else in the activator reads it. Keep this list
+// equal to the code: a field read but trimmed reads as empty.
+//
+//   - Every object: metadata.namespace, .name, .labels (watch keys, index
+//     values), .ownerReferences (metav1.IsControlledBy, by UID),
+//     .deletionTimestamp and .creationTimestamp (PodAutoscalers).
+//   - Service (targetOf, clusterIPs, podPortName, podsOf,
+//     syncRouteService): labels serving.sockscale.dev/route and /tag,
+//     ownerReferences (the private Service's controller), spec.clusterIP,
+//     spec.clusterIPs, spec.ports[].name, .port, .protocol, .appProtocol.
+//   - EndpointSlice (the event handler, podsOf, slicePods, slicePort):
+//     labels kubernetes.io/service-name and
+//     endpointslice.kubernetes.io/managed-by, ownerReferences,
+//     addressType, ports[].name, .port, .protocol; and of a private
+//     Service's slice only, endpoints[].addresses,
+//     .conditions.ready and .conditions.terminating.
+//   - Ingress (ingressBackends, its index, routeTargets, routeHosts):
+//     spec.rules[].host, .http.paths[].backend.service.name,
+//     spec.defaultBackend.service.name.
+//   - PodAutoscaler, ServerlessService, Route (sockscale's own) and
+//     HTTPRoute (unstructured, few): kept whole but for managed fields.
+//
+// Managed fields and annotations (kubectl's last-applied-configuration
+// alone is a copy of the object) are read of no object.
+
+// Options are the activator's cache options: managed fields dropped from
+// every object, and Services, EndpointSlices and Ingresses trimmed as
+// Service, EndpointSlice and Ingress say. The caller sets the scheme,
+// mapper and HTTP client.
+func Options() cache.Options {
+	return cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}:            {Transform: Service},
+			&discoveryv1.EndpointSlice{}: {Transform: EndpointSlice},
+			&networkingv1.Ingress{}:      {Transform: Ingress},
+		},
+		DefaultTransform: stripManagedFields,
+	}
+}
+
+// stripManagedFields is the default transform, which an object's own
+// Transform replaces and so must apply itself.
+var stripManagedFields = cache.TransformStripManagedFields()
+
+// Service is the cache transform of Services: metadata without
+// annotations, spec.clusterIP, .clusterIPs and the ports' name, port,
+// protocol and appProtocol. The selector, the other spec fields and the
+// status are dropped.
+func Service(in any) (any, error) {
+	in, _ = stripManagedFields(in)
+	s, ok := in.(*corev1.Service)
+	if !ok {
+		return in, nil
+	}
+	s.Annotations = nil
+	var ports []corev1.ServicePort
+	for _, p := range s.Spec.Ports {
+		ports = append(ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port})
+	}
+	s.Spec = corev1.ServiceSpec{ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs, Ports: ports}
+	s.Status = corev1.ServiceStatus{}
+	return s, nil
+}
+
+// endpointSliceController is the managed-by label value of the slices
+// Kubernetes computes from a Service's selector: the only ones the
+// watcher takes pods from.
+const endpointSliceController = "endpointslice-controller.k8s.io"
+
+// EndpointSlice is the cache transform of EndpointSlices: metadata
+// without annotations, the address type and ports; endpoints only of a
+// slice the watcher could take pods from (the EndpointSlice controller's
+// IPv4 slice of a Service named like a private one), each with its
+// addresses and its ready and terminating conditions. Whether the slice
+// is really the target's (its owner) is the watcher's check, on what is
+// kept.
+func EndpointSlice(in any) (any, error) {
+	in, _ = stripManagedFields(in)
+	s, ok := in.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return in, nil
+	}
+	s.Annotations = nil
+	if !podsMayBeRead(s) {
+		s.Endpoints = nil
+		return s, nil
+	}
+	for i, ep := range s.Endpoints {
+		s.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses,
+			Conditions: discoveryv1.EndpointConditions{Ready: ep.Conditions.Ready, Terminating: ep.Conditions.Terminating}}
+	}
+	return s, nil
+}
+
+// podsMayBeRead: the watcher's podsOf and slicePods could take pods from
+// s (what they check of the slice's labels and address type).
+func podsMayBeRead(s *discoveryv1.EndpointSlice) bool {
+	if s.Labels[discoveryv1.LabelManagedBy] != endpointSliceController || s.AddressType != discoveryv1.AddressTypeIPv4 {
+		return false
+	}
+	public, private := strings.CutSuffix(s.Labels[discoveryv1.LabelServiceName], watch.PrivateSuffix)
+	return private && public != ""
+}
+
+// Ingress is the cache transform of Ingresses: metadata without
+// annotations, and of the spec only the host names and the names of the
+// Service backends (rules' and default). TLS, paths, ports, resource
+// backends, the class and the status are dropped.
+func Ingress(in any) (any, error) {
+	in, _ = stripManagedFields(in)
+	ing, ok := in.(*networkingv1.Ingress)
+	if !ok {
+		return in, nil
+	}
+	ing.Annotations = nil
+	spec := networkingv1.IngressSpec{DefaultBackend: serviceBackend(ing.Spec.DefaultBackend)}
+	for _, r := range ing.Spec.Rules {
+		rule := networkingv1.IngressRule{Host: r.Host}
+		if r.HTTP != nil {
+			rule.HTTP = &networkingv1.HTTPIngressRuleValue{}
+			for _, p := range r.HTTP.Paths {
+				if b := serviceBackend(&p.Backend); b != nil {
+					rule.HTTP.Paths = append(rule.HTTP.Paths, networkingv1.HTTPIngressPath{Backend: *b})
+				}
+			}
+		}
+		spec.Rules = append(spec.Rules, rule)
+	}
+	ing.Spec = spec
+	ing.Status = networkingv1.IngressStatus{}
+	return ing, nil
+}
+
+// serviceBackend is b's Service's name alone; nil when b names no Service.
+func serviceBackend(b *networkingv1.IngressBackend) *networkingv1.IngressBackend {
+	if b == nil || b.Service == nil {
+		return nil
+	}
+	return &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: b.Service.Name}}
+}
+
+var (
+	_ toolscache.TransformFunc = Service
+	_ toolscache.TransformFunc = EndpointSlice
+	_ toolscache.TransformFunc = Ingress
+)

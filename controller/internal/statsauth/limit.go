@@ -103,7 +103,7 @@ func (a *Authenticator) LimitReviews(next http.Handler) http.Handler {
 				a.o.Metrics.refused("rate_limited")
 				secs := max(1, int(math.Ceil(wait.Seconds())))
 				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				http.Error(w, fmt.Sprintf("stats: too many token reviews from %s (%g a second, burst %d): retry in %d s with a token already accepted",
+				http.Error(w, fmt.Sprintf("stats: too many token reviews of new tokens from %s (%g a second, burst %d): retry in %d s",
 					src, a.o.ReviewsPerSource, a.o.ReviewBurst, secs), http.StatusTooManyRequests)
 				return
 			}

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -356,15 +357,22 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 		// records this replica wants.
 		Buckets: buckets.Header,
 	}
+	limit := func(h http.Handler) http.Handler { return h }
 	if f.statsInsecure {
 		ctrl.Log.Info("WARNING: --stats-insecure-skip-auth is set: the stats endpoint takes batches from anyone, so any pod in the cluster can scale any target; use it for development only")
 	} else {
 		// Agents' pod records are checked against the targets' private
 		// Services' endpoints, which the collector is told (collect).
-		statsOpts.Auth = statsauth.New(statsauth.Options{Audience: f.statsAudience, Reviewer: statsauth.APIReviewer{Client: mgr.GetClient()}})
+		auth := statsauth.New(statsauth.Options{Audience: f.statsAudience, Reviewer: statsauth.APIReviewer{Client: mgr.GetClient()},
+			Metrics: statsauth.NewMetrics(crmetrics.Registry)})
+		statsOpts.Auth = auth
 		statsOpts.Pods = col
+		// Uncached tokens are rate limited per source address before the
+		// handler's in-flight bound: a pod forging tokens gets 429 at the
+		// cost of a hash, not a TokenReview nor one of the 256 slots.
+		limit = auth.LimitReviews
 	}
-	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: statsserver.Handler(statsOpts), CertFile: f.statsCert, KeyFile: f.statsKey}); err != nil {
+	if err := mgr.Add(&statsserver.Server{Addr: f.statsAddr, Handler: limit(statsserver.Handler(statsOpts)), CertFile: f.statsCert, KeyFile: f.statsKey}); err != nil {
 		return err
 	}
 	if err := pa.SetupWithManager(mgr); err != nil {

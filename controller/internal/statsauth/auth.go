@@ -17,6 +17,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 )
 
 // The virtual resources a caller must be allowed to "create" in Group:
@@ -94,6 +95,25 @@ type Options struct {
 	MaxReviews int
 	// ReviewTimeout bounds one token's reviews (default 10 s).
 	ReviewTimeout time.Duration
+	// ReservedReviews of the MaxReviews slots (default a quarter: 4 of
+	// 16) only review tokens that were valid before (a cached answer
+	// lapsed or is refreshed), never unknown ones: a flood of forged
+	// tokens from any number of sources takes at most 12 slots, and
+	// known callers keep 4. A review takes ~10 ms, so 4 slots serve ~400
+	// refreshes a second, against the ~75 a second of 5,000 agents.
+	ReservedReviews int
+	// ReviewsPerSource and ReviewBurst bound the reviews of uncached
+	// tokens one source address may cause (LimitReviews; defaults 2 a
+	// second, burst 10), MaxSources the addresses tracked (default 4096).
+	ReviewsPerSource float64
+	ReviewBurst      int
+	MaxSources       int
+	// MaxFailures bounds the negative cache of refused tokens (default
+	// 4096), kept apart from valid answers so that a flood of forged
+	// tokens cannot evict known callers.
+	MaxFailures int
+	// Metrics counts reviews refused (nil: none).
+	Metrics *Metrics
 }
 
 // Authenticator authenticates and authorizes bearer tokens. Answers are
@@ -110,10 +130,21 @@ type Options struct {
 // one. A refusal from the API server replaces the answer at once; no
 // answer keeps it until it expires.
 type Authenticator struct {
-	o       Options
-	cache   *cache.LRUExpireCache
-	flight  singleflight.Group
-	reviews chan struct{}
+	o     Options
+	cache *cache.LRUExpireCache
+	// failures caches refused tokens for FailureTTL: the same forged
+	// token sent in a loop costs one review per 10 s.
+	failures *cache.LRUExpireCache
+	// known holds the keys of tokens a review found valid, until the
+	// token expires: their reviews may take the reserved slots. A forged
+	// token cannot get in, it never passed a review.
+	known *cache.LRUExpireCache
+	// unknownReviews bounds reviews of tokens not known:
+	// MaxReviews-ReservedReviews.
+	unknownReviews chan struct{}
+	sources        *sources
+	flight         singleflight.Group
+	reviews        chan struct{}
 	// permissions caches SubjectAccessReview answers by user name, groups
 	// and resource: every agent of a cluster is one ServiceAccount, so
 	// one answer serves them all, where a review per token asked the same
@@ -136,6 +167,7 @@ type cached struct {
 	caller    *Caller
 	err       error
 	refreshAt time.Time
+	expiry    int64 // the token's exp claim (0: none)
 }
 
 // New returns an Authenticator; o.Reviewer is required.
@@ -161,8 +193,27 @@ func New(o Options) *Authenticator {
 	if o.ReviewTimeout <= 0 {
 		o.ReviewTimeout = 10 * time.Second
 	}
+	if o.ReservedReviews <= 0 || o.ReservedReviews >= o.MaxReviews {
+		o.ReservedReviews = o.MaxReviews / 4
+	}
+	if o.ReviewsPerSource <= 0 {
+		o.ReviewsPerSource = 2
+	}
+	if o.ReviewBurst <= 0 {
+		o.ReviewBurst = 10
+	}
+	if o.MaxSources <= 0 {
+		o.MaxSources = 4096
+	}
+	if o.MaxFailures <= 0 {
+		o.MaxFailures = 4096
+	}
 	return &Authenticator{o: o, cache: cache.NewLRUExpireCacheWithClock(o.MaxEntries, o.Clock), reviews: make(chan struct{}, o.MaxReviews),
-		permissions: cache.NewLRUExpireCacheWithClock(1024, o.Clock), refreshing: make(map[string]bool)}
+		failures:       cache.NewLRUExpireCacheWithClock(o.MaxFailures, o.Clock),
+		known:          cache.NewLRUExpireCacheWithClock(o.MaxEntries, o.Clock),
+		unknownReviews: make(chan struct{}, o.MaxReviews-o.ReservedReviews),
+		sources:        &sources{rate: o.ReviewsPerSource, burst: float64(o.ReviewBurst), lru: lru.New(o.MaxSources)},
+		permissions:    cache.NewLRUExpireCacheWithClock(1024, o.Clock), refreshing: make(map[string]bool)}
 }
 
 // Audience is the audience tokens must carry.
@@ -180,15 +231,21 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (*Caller
 		}
 		return c.caller, c.err
 	}
+	if v, ok := a.failures.Get(key); ok {
+		a.o.Metrics.refused("negative_cached")
+		c := v.(cached)
+		return c.caller, c.err
+	}
 	v, _, _ := a.flight.Do(key, func() (any, error) {
 		// Another request may have finished the same review meanwhile.
 		if v, ok := a.cache.Get(key); ok {
 			return v, nil
 		}
-		c, ttl := a.review(ctx, token)
-		if ttl > 0 {
-			a.cache.Add(key, c, ttl)
+		if v, ok := a.failures.Get(key); ok {
+			return v, nil
 		}
+		c, ttl := a.review(ctx, key, token)
+		a.keep(key, c, ttl)
 		return c, nil
 	})
 	c := v.(cached)
@@ -209,8 +266,8 @@ func (a *Authenticator) refresh(key, token string) {
 	a.background.Add(1)
 	go func() {
 		defer a.background.Done()
-		if c, ttl := a.review(context.Background(), token); ttl > 0 {
-			a.cache.Add(key, c, ttl)
+		if c, ttl := a.review(context.Background(), key, token); ttl > 0 {
+			a.keep(key, c, ttl)
 		}
 		a.mu.Lock()
 		delete(a.refreshing, key)
@@ -218,9 +275,32 @@ func (a *Authenticator) refresh(key, token string) {
 	}()
 }
 
+// keep caches a review's answer for ttl (0: not at all): a caller in the
+// cache (and its token as known until it expires), a refusal in the
+// negative cache, replacing any answer of the other kind.
+func (a *Authenticator) keep(key string, c cached, ttl time.Duration) {
+	if ttl <= 0 {
+		return
+	}
+	if c.err != nil {
+		a.cache.Remove(key)
+		a.failures.Add(key, c, ttl)
+		return
+	}
+	a.failures.Remove(key)
+	a.cache.Add(key, c, ttl)
+	known := 10 * a.o.SuccessTTL
+	if c.expiry != 0 {
+		known = time.Unix(c.expiry, 0).Sub(a.o.Clock.Now())
+	}
+	if known > 0 {
+		a.known.Add(key, struct{}{}, known)
+	}
+}
+
 // review asks the API server about token and says how long to keep the
 // answer (0: not at all).
-func (a *Authenticator) review(ctx context.Context, token string) (cached, time.Duration) {
+func (a *Authenticator) review(ctx context.Context, key, token string) (cached, time.Duration) {
 	now := a.o.Clock.Now()
 	claims, err := peek(token)
 	// The claims are not verified yet: they may refuse a token, never
@@ -236,10 +316,21 @@ func (a *Authenticator) review(ctx context.Context, token string) (cached, time.
 	if claims.Expiry != 0 && !now.Before(time.Unix(claims.Expiry, 0)) {
 		return cached{err: fmt.Errorf("%w: the token expired at %s", ErrUnauthenticated, time.Unix(claims.Expiry, 0).UTC().Format(time.RFC3339))}, 0
 	}
+	if _, known := a.known.Get(key); !known {
+		select {
+		case a.unknownReviews <- struct{}{}:
+			defer func() { <-a.unknownReviews }()
+		default:
+			a.o.Metrics.refused("busy")
+			return cached{err: fmt.Errorf("%w: %d token reviews already in flight for new tokens (%d more are kept for tokens accepted before)",
+				ErrUnavailable, a.o.MaxReviews-a.o.ReservedReviews, a.o.ReservedReviews)}, 0
+		}
+	}
 	select {
 	case a.reviews <- struct{}{}:
 		defer func() { <-a.reviews }()
 	default:
+		a.o.Metrics.refused("busy")
 		return cached{err: fmt.Errorf("%w: %d token reviews already in flight", ErrUnavailable, a.o.MaxReviews)}, 0
 	}
 	// Shared by every request waiting for this token: the first one's
@@ -285,9 +376,9 @@ func (a *Authenticator) review(ctx context.Context, token string) (cached, time.
 	ttl := a.o.SuccessTTL
 	if claims.Expiry != 0 && time.Unix(claims.Expiry, 0).Sub(now) <= ttl {
 		// The token expires first: the sender brings a new one.
-		return cached{caller: c}, time.Unix(claims.Expiry, 0).Sub(now)
+		return cached{caller: c, expiry: claims.Expiry}, time.Unix(claims.Expiry, 0).Sub(now)
 	}
-	return cached{caller: c, refreshAt: now.Add(ttl/2 + rand.N(ttl/4))}, ttl
+	return cached{caller: c, refreshAt: now.Add(ttl/2 + rand.N(ttl/4)), expiry: claims.Expiry}, ttl
 }
 
 // permission is a cached SubjectAccessReview answer.

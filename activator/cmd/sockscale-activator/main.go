@@ -95,7 +95,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.queueDepth, "queue-depth", throttle.DefaultQueueDepth, fmt.Sprintf("requests held per target at most; more get 503 (1..%d)", maxQueueDepth))
 	fs.IntVar(&c.maxHeld, "max-held", 0, fmt.Sprintf("requests held at once for all targets together, shared fairly among namespaces: when full, a namespace holding less than its share takes the place of the newest request of the namespace holding the most, others get 503 (0..%d; 0: half the container's memory limit at %d KiB a request, or %d without a limit)",
 		maxMaxHeld, holdpool.RequestCost>>10, holdpool.DefaultCapacity))
-	fs.DurationVar(&c.probePeriod, "probe-period", readiness.DefaultPeriod, "how often a starting pod is probed until it answers (1ms..10s)")
+	fs.DurationVar(&c.probePeriod, "probe-period", readiness.DefaultPeriod, "how often a starting pod is probed until it answers, in its first second and while its target holds requests (then 3s more); otherwise the period doubles up to 5s (1ms..10s)")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", readiness.DefaultTimeout, "timeout of one probe (1ms..10s)")
 	fs.StringVar(&c.clusterDomain, "cluster-domain", resolve.DefaultClusterDomain, "the cluster's DNS domain, for Host names like name.namespace.svc.<domain>")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving with readiness failed while endpoints drop this pod (0..grace period)")
@@ -286,14 +286,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	counter := stats.New(stats.Options{Reporter: reporter, Period: cfg.reportPeriod, Log: log})
 	// The throttle takes the ready pods from the prober, and tells it of a
-	// pod it could not reach, which the prober then probes until it answers.
+	// pod it could not reach, which the prober then probes until it answers,
+	// and of requests held, which bring the target's starting pods back to
+	// the fast probe period (OnCold at once, Held at each probe).
 	var prober *readiness.Prober
 	// One pool for both ports: held requests share one process's memory.
 	// (main resolves --max-held=0; a caller that did not gets the default.)
 	pool := holdpool.New(holdpool.Options{Capacity: cmp.Or(cfg.maxHeld, holdpool.DefaultCapacity), Registerer: reg})
-	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: counter.Poke,
+	th := throttle.New(throttle.Options{Self: cfg.podName, QueueDepth: cfg.queueDepth, OnCold: func(k target.Key) { counter.Poke(k); prober.Wake(k) },
 		OnUnreachable: func(k target.Key, pod netip.AddrPort) { prober.Unreachable(k, pod) }, Registerer: reg, Log: log})
-	prober = readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
+	prober = readiness.New(readiness.Options{Sink: th, Period: cfg.probePeriod, Waiting: func(k target.Key) bool { return th.Held(k) > 0 }, Timeout: cfg.probeTimeout, Registerer: reg, Log: log})
 	defer prober.Close()
 	watcher.Throttle, watcher.Pods = th, prober
 	// A Route's revision without a ready pod has this activator in its

@@ -33,6 +33,31 @@ const (
 	DefaultTimeout = 300 * time.Millisecond
 )
 
+// The fast period is only worth its cost while somebody waits. A pod that
+// never becomes ready (crash loop, never listens) was probed every 15 ms
+// for as long as it existed: 4,000 connection attempts a minute per pod
+// and activator, for nobody. Now a pod is probed every Period only
+//
+//   - for DefaultFastFor after it appeared (or became unreachable): most
+//     pods appear because the autoscaler wants them, and start within a
+//     second or two;
+//   - while its target holds requests, and DefaultLinger after: the held
+//     requests go to the first pod that answers.
+//
+// Otherwise the period doubles at each probe up to DefaultMaxPeriod: from
+// 15 ms, the 9th doubling reaches the 5 s cap ~7.7 s after the fast
+// phase, then 12 probes a minute: a never-ready pod nobody waits for gets
+// ~87 probes in its first minute (67 in the fast second) and 12 in each
+// after, instead of 4,000 a minute for ever. Slow probes cost little latency: the kubelet's readiness probe
+// marks the pod ready in its EndpointSlice anyway (every 10 s by default),
+// which the watcher passes on; the probe only gets there first. A request
+// held for the target (Wake) brings its pods back to Period at once.
+const (
+	DefaultFastFor   = time.Second
+	DefaultLinger    = 3 * time.Second
+	DefaultMaxPeriod = 5 * time.Second
+)
+
 // Pod is one address of a target's private Service's EndpointSlices.
 // Terminating endpoints are left out by the caller.
 type Pod struct {
@@ -50,8 +75,18 @@ type Sink interface {
 // Options configure a Prober.
 type Options struct {
 	Sink Sink
-	// Period between probes of a pod not ready yet (default DefaultPeriod).
+	// Period between probes of a pod not ready yet while it matters
+	// (default DefaultPeriod): for FastFor after the pod appeared, and
+	// while its target holds requests (Wake, Waiting) and Linger after.
 	Period time.Duration
+	// FastFor, Linger and MaxPeriod: see DefaultFastFor. MaxPeriod below
+	// Period is Period.
+	FastFor, Linger, MaxPeriod time.Duration
+	// Waiting, if set, says whether the target holds requests now (the
+	// throttle's Held > 0). It is asked before each probe, so requests
+	// held while the target has ready pods (all busy) bring its starting
+	// pods back to Period within one slow period; Wake does it at once.
+	Waiting func(target.Key) bool
 	// Timeout of one probe (default DefaultTimeout).
 	Timeout time.Duration
 	// Path probed (default "/"). Any answer below 500 means the pod
@@ -76,16 +111,20 @@ type Options struct {
 // not reach (Unreachable) is not ready until it answers a probe again.
 // Probes run only for pods waiting for their first readiness or to be
 // reachable again, one goroutine each, stopped when the pod is ready or
-// leaves.
+// leaves; fast only while it matters (see DefaultFastFor).
 type Prober struct {
-	sink    Sink
-	period  time.Duration
-	timeout time.Duration
-	path    string
-	clock   clock.WithTicker
-	client  *http.Client
-	m       *metrics
-	log     *slog.Logger
+	sink      Sink
+	period    time.Duration
+	fastFor   time.Duration
+	linger    time.Duration
+	maxPeriod time.Duration
+	waiting   func(target.Key) bool
+	timeout   time.Duration
+	path      string
+	clock     clock.WithTicker
+	client    *http.Client
+	m         *metrics
+	log       *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -100,8 +139,9 @@ type Prober struct {
 }
 
 type targetPods struct {
-	pods   map[netip.AddrPort]*podState
-	pushed []netip.AddrPort // the ready set the sink has
+	pods     map[netip.AddrPort]*podState
+	pushed   []netip.AddrPort // the ready set the sink has
+	waitedAt time.Time        // last seen holding requests (Wake, Waiting)
 }
 
 type podState struct {
@@ -110,7 +150,9 @@ type podState struct {
 	probedReady    bool // answered a probe
 	unreachable    bool // a forward could not connect; cleared by a probe's answer
 	since          time.Time
+	fastSince      time.Time          // appeared or became unreachable: probed fast for FastFor
 	stop           context.CancelFunc // non-nil while probing
+	wake           chan struct{}      // Wake's nudge to the probe loop, buffered 1
 }
 
 func (s *podState) ready() bool {
@@ -126,10 +168,21 @@ func (s *podState) probing() bool {
 // New returns a Prober; Close stops its probes.
 func New(o Options) *Prober {
 	p := &Prober{sink: o.Sink, period: o.Period, timeout: o.Timeout, path: o.Path, clock: o.Clock, client: o.Client,
+		fastFor: o.FastFor, linger: o.Linger, maxPeriod: o.MaxPeriod, waiting: o.Waiting,
 		m: newMetrics(o.Registerer), log: o.Log, targets: make(map[target.Key]*targetPods)}
 	if p.period <= 0 {
 		p.period = DefaultPeriod
 	}
+	if p.fastFor <= 0 {
+		p.fastFor = DefaultFastFor
+	}
+	if p.linger <= 0 {
+		p.linger = DefaultLinger
+	}
+	if p.maxPeriod <= 0 {
+		p.maxPeriod = DefaultMaxPeriod
+	}
+	p.maxPeriod = max(p.maxPeriod, p.period)
 	if p.timeout <= 0 {
 		p.timeout = DefaultTimeout
 	}
@@ -171,7 +224,8 @@ func (p *Prober) SetPods(key target.Key, pods []Pod) {
 		seen[pod.Addr] = true
 		st := tp.pods[pod.Addr]
 		if st == nil {
-			st = &podState{since: p.clock.Now()}
+			now := p.clock.Now()
+			st = &podState{since: now, fastSince: now}
 			tp.pods[pod.Addr] = st
 		}
 		st.sliceReady = pod.Ready
@@ -196,10 +250,12 @@ func (p *Prober) startOrStop(key target.Key, addr netip.AddrPort, st *podState) 
 	case probing && st.stop == nil:
 		ctx, cancel := context.WithCancel(p.ctx)
 		st.stop = cancel
+		st.wake = make(chan struct{}, 1)
+		wake := st.wake
 		p.loops.Add(1)
 		p.wg.Go(func() {
 			defer p.loops.Add(-1)
-			p.probeLoop(ctx, key, addr)
+			p.probeLoop(ctx, key, addr, wake)
 		})
 	case !probing && st.stop != nil:
 		st.stop()
@@ -224,9 +280,32 @@ func (p *Prober) Unreachable(key target.Key, addr netip.AddrPort) {
 		return
 	}
 	st.unreachable = true
+	st.fastSince = p.clock.Now() // it served until now: requests are likely
 	p.log.Info("pod unreachable, probing it until it answers", "target", key, "pod", addr)
 	p.startOrStop(key, addr, st)
 	p.push(key, tp)
+}
+
+// Wake says the target holds requests now: its pods not ready yet are
+// probed at once, then every Period while it holds some and Linger after.
+// The wiring calls it from the throttle's OnCold, the first request held
+// for a target without a ready pod; it must not block, and does not.
+func (p *Prober) Wake(key target.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tp := p.targets[key]
+	if p.closed || tp == nil {
+		return
+	}
+	tp.waitedAt = p.clock.Now()
+	for _, st := range tp.pods {
+		if st.stop != nil {
+			select {
+			case st.wake <- struct{}{}:
+			default: // already nudged
+			}
+		}
+	}
 }
 
 // Delete forgets the target and stops its probes. The sink is not told:
@@ -272,25 +351,56 @@ func (p *Prober) push(key target.Key, tp *targetPods) {
 	p.sink.SetPods(key, ready)
 }
 
-// probeLoop probes a pod now and then every period until it answers or
-// ctx ends (the pod became ready by its EndpointSlice, or left).
-func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort) {
-	// The ticker exists before the first probe, so a tick during that
-	// probe is kept for the next one.
-	ticker := p.clock.NewTicker(p.period)
-	defer ticker.Stop()
+// probeLoop probes a pod now and then every period (see nextPeriod) until
+// it answers or ctx ends (the pod became ready by its EndpointSlice, or
+// left). A nudge on wake probes at once.
+func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort, wake <-chan struct{}) {
 	url := "http://" + addr.String() + p.path
+	var period time.Duration
 	for {
+		// The timer exists before the probe, so the period counts from
+		// the probe's start, as a ticker's did.
+		period = p.nextPeriod(key, addr, period)
+		timer := p.clock.NewTimer(period)
 		if p.probe(ctx, url) {
+			timer.Stop()
 			p.probed(ctx, key, addr)
 			return
 		}
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-ticker.C():
+		case <-timer.C():
+		case <-wake:
+			timer.Stop()
 		}
 	}
+}
+
+// nextPeriod is the wait after the probe about to be sent, given the last
+// one (0 before the first): Period while the pod is new or its target
+// holds requests (or did within Linger), else twice the last, up to
+// MaxPeriod.
+func (p *Prober) nextPeriod(key target.Key, addr netip.AddrPort, last time.Duration) time.Duration {
+	// Asked outside p.mu: the throttle's lock is its own.
+	waiting := p.waiting != nil && p.waiting(key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	tp := p.targets[key]
+	if tp == nil || tp.pods[addr] == nil {
+		return p.period // stopped meanwhile; the loop ends on ctx
+	}
+	if waiting {
+		tp.waitedAt = now
+	}
+	st := tp.pods[addr]
+	fast := now.Sub(st.fastSince) < p.fastFor || (!tp.waitedAt.IsZero() && now.Sub(tp.waitedAt) < p.linger)
+	if fast || last <= 0 {
+		return p.period
+	}
+	return min(2*last, p.maxPeriod)
 }
 
 // probe sends one probe and says whether the pod answered as serving.

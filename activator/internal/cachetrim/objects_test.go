@@ -25,7 +25,7 @@ import (
 // managed is a typical managedFields entry: who applied which fields.
 func managed(manager string, fields string) []metav1.ManagedFieldsEntry {
 	return []metav1.ManagedFieldsEntry{{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-		Time: ptr.To(metav1.Unix(1795000000, 0)), FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}}
+		Time: ptr.To(metav1.Unix(1795000000, 0)), FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}}
 }
 
 // lastApplied sets kubectl's last-applied-configuration annotation.

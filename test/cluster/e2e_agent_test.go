@@ -64,8 +64,11 @@ func TestE2EAgent(t *testing.T) {
 						// the agent must count anyway, and say why it does not
 						// redirect.
 						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms"},
+						// The activators' namespace defaults to the agent's own.
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
+								FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
 						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
 							Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN", "PERFMON"}}},
 						VolumeMounts: []corev1.VolumeMount{

@@ -69,7 +69,7 @@ func TestIntegrationAgentEndToEnd(t *testing.T) {
 	bin := buildAgent(t)
 	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	args := []string{
-		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + kubeconfig,
+		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + kubeconfig, "--activator-namespace=default",
 		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + healthAddr,
 		"--controller-stats-address=" + recv.addr, "--report-period=1s", "--log-level=debug",
 	}

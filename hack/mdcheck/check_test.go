@@ -62,7 +62,7 @@ func TestCheck(t *testing.T) {
 			"[missing](docs/gone.md)\n" +
 			"[bad anchor](docs/a.md#no-such-heading)\n" +
 			"[self ok](#install) [self bad](#uninstall)\n" +
-			"[outside](../shared/x.md) [web](https://example.com/x.md#y)\n" +
+			"[outside](../elsewhere/x.md) [web](https://example.com/x.md#y)\n" +
 			"[root](/docs/a.md#runs-1)\n")},
 		"docs/a.md":          {Data: []byte("# A\n\n## The table\n\n## Runs\n\n## Runs\n\n[up](../README.md#install) [img](plot.png)\n")},
 		"agent/main.go":      {Data: []byte("package main\n")},
@@ -83,7 +83,7 @@ func TestCheck(t *testing.T) {
 		`README.md:6: link "docs/gone.md": docs/gone.md does not exist`,
 		`README.md:7: link "docs/a.md#no-such-heading": docs/a.md has no heading #no-such-heading`,
 		`README.md:8: link "#uninstall": README.md has no heading #uninstall`,
-		`README.md:9: link "../shared/x.md": leads outside the repository`,
+		`README.md:9: link "../elsewhere/x.md": leads outside the repository`,
 		`test/README.md:1: link "../agent#x": #x points into a folder`,
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -9,6 +9,8 @@
 
 #define MAX_PODS 4096         // pods per node; kubelet's default limit is 110
 #define MAX_ACTIVATORS 1024   // activator pods in the cluster
+#define MAX_NODE_ADDRS 256    // addresses of the node itself (its health probes come from one)
+#define MAX_LEARNED 65536     // connections the agent found in the socket table before the programs saw them
 
 #define SCAN_WINDOW 64        // bytes parsed per bpf_loop call (stack buffer)
 #define MAX_WINDOWS 256       // parse steps per segment and direction before the parser gives up
@@ -43,6 +45,25 @@ struct pod_stats {
 	__s64 opaque_in_flight;   // open connections accounted at connection level
 	__u64 opaque_total;       // connections that switched to connection level
 	__u64 probes_total;       // health-probe requests, not counted as load
+	__u64 learned_gone;       // connections the agent learned (see learned_conn) whose first segment came since
+};
+
+// A connection the agent found open in the kernel's socket table with no
+// state of ours (opened before the programs ran or before its pod was
+// added): the agent counts it (conn_adjust) until its first segment, when
+// the programs take it over (lib/adopt.h) and count learned_gone up.
+struct learned_conn {
+	__u64 tenure; // the tenure of the pod's slot when learned (see owner())
+	__u32 slot;   // the pod's slot in pod_counters
+	__u32 _pad;
+};
+
+// The agent's own correction of a slot's open connections, which only the
+// agent writes: connections it learned (+1 each) or found gone (-1). A slot
+// reports conns_in_flight - learned_gone + conns while tenure matches.
+struct conn_adjust {
+	__u64 tenure; // the slot's tenure this correction is for
+	__s64 conns;  // connections added to the programs' count
 };
 
 // The server side of one connection: sock_ops reads a new connection's

@@ -62,12 +62,25 @@ type accountingConn struct {
 	StartNs  [16]uint64
 }
 
+type accountingConnAdjust struct {
+	_      structs.HostLayout
+	Tenure uint64
+	Conns  int64
+}
+
 type accountingConnKey struct {
 	_        structs.HostLayout
 	PodIp    uint32
 	PeerIp   uint32
 	PodPort  uint16
 	PeerPort uint16
+}
+
+type accountingLearnedConn struct {
+	_      structs.HostLayout
+	Tenure uint64
+	Slot   uint32
+	Pad    uint32
 }
 
 type accountingMsg struct {
@@ -112,6 +125,7 @@ type accountingPodStats struct {
 	OpaqueInFlight int64
 	OpaqueTotal    uint64
 	ProbesTotal    uint64
+	LearnedGone    uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -119,10 +133,13 @@ type accountingPodStats struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	accountingMapActivators        = "activators"
+	accountingMapConnAdjusts       = "conn_adjusts"
 	accountingMapConnScratch       = "conn_scratch"
 	accountingMapConnStore         = "conn_store"
 	accountingMapConnZero          = "conn_zero"
 	accountingMapEvents            = "events"
+	accountingMapLearned           = "learned"
+	accountingMapNodeAddrs         = "node_addrs"
 	accountingMapPodCounters       = "pod_counters"
 	accountingMapPodSlots          = "pod_slots"
 	accountingMapStash             = "stash"
@@ -183,10 +200,13 @@ type accountingProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
+	ConnAdjusts *ebpf.MapSpec `ebpf:"conn_adjusts"`
 	ConnScratch *ebpf.MapSpec `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
 	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
+	Learned     *ebpf.MapSpec `ebpf:"learned"`
+	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
 	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
 	Stash       *ebpf.MapSpec `ebpf:"stash"`
@@ -219,10 +239,13 @@ func (o *accountingObjects) Close() error {
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
+	ConnAdjusts *ebpf.Map `ebpf:"conn_adjusts"`
 	ConnScratch *ebpf.Map `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
 	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Events      *ebpf.Map `ebpf:"events"`
+	Learned     *ebpf.Map `ebpf:"learned"`
+	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
 	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
 	Stash       *ebpf.Map `ebpf:"stash"`
@@ -231,10 +254,13 @@ type accountingMaps struct {
 func (m *accountingMaps) Close() error {
 	return _AccountingClose(
 		m.Activators,
+		m.ConnAdjusts,
 		m.ConnScratch,
 		m.ConnStore,
 		m.ConnZero,
 		m.Events,
+		m.Learned,
+		m.NodeAddrs,
 		m.PodCounters,
 		m.PodSlots,
 		m.Stash,

@@ -61,8 +61,9 @@ type Accounting struct {
 	// tenure is the last tenure given to a slot (resetSlot).
 	tenure uint64
 	// Snapshot's buffers, kept between calls: a node reads every second.
-	snapKeys []uint32
-	snapVals []accountingPodStats
+	snapKeys    []uint32
+	snapVals    []accountingPodStats
+	snapAdjusts []accountingConnAdjust
 }
 
 // New loads the accounting programs and attaches them at opts.CgroupRoot.
@@ -362,6 +363,11 @@ func (a *Accounting) resetSlot(slot, key uint32, id uint64) error {
 		a.tenure = max(a.tenure+1, uint64(now))
 		tenure = a.tenure
 	}
+	// The agent's correction first: the old one belongs to the old
+	// tenure, and Snapshot applies a correction only to its own tenure.
+	if err := a.objs.ConnAdjusts.Update(slot, &accountingConnAdjust{Tenure: tenure}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("reset connection correction: %w", err)
+	}
 	return a.objs.PodCounters.Update(slot, &accountingPodStats{Ip: key, Id: id, Tenure: tenure}, ebpf.UpdateLock)
 }
 
@@ -381,40 +387,59 @@ func (a *Accounting) Pods() (map[netip.Addr]uint64, error) {
 }
 
 // SetActivators makes ips the set of activator addresses: requests from
-// them count as proxied. Connections keep the marking they got when they
-// were accepted.
+// them count as proxied, and their prober's as health probes. Connections
+// keep the marking they got when they were accepted.
 func (a *Accounting) SetActivators(ips []netip.Addr) error {
+	return setAddrs(a.objs.Activators, "activator", ips, MaxActivators)
+}
+
+// SetNodeAddrs makes ips the node's own addresses, which the agent follows
+// as they change: of the pods' clients, only these and the activators may
+// send health probes (the kubelet's come from one of the node's
+// addresses); a probe's User-Agent from any other client is load.
+// Connections keep what they were when they were accepted; the kubelet
+// opens a new one for each probe. 0.0.0.0 stands for every client: a probe's
+// User-Agent is then believed from anyone (for an agent that cannot see
+// the node's addresses).
+func (a *Accounting) SetNodeAddrs(ips []netip.Addr) error {
+	return setAddrs(a.objs.NodeAddrs, "node address", ips, MaxNodeAddrs)
+}
+
+// setAddrs makes the keys of the address set m exactly ips (at most max),
+// adding before it removes nothing it keeps: a lookup never misses an
+// address that stays.
+func setAddrs(m *ebpf.Map, what string, ips []netip.Addr, limit int) error {
 	want := make(map[uint32]bool, len(ips))
 	for _, ip := range ips {
 		key, err := ipKey(ip)
 		if err != nil {
-			return err
+			return fmt.Errorf("set %ss: %w", what, err)
 		}
 		want[key] = true
 	}
-	if len(want) > MaxActivators {
-		return fmt.Errorf("set activators: %d addresses, at most %d allowed", len(want), MaxActivators)
+	if len(want) > limit {
+		return fmt.Errorf("set %ss: %d addresses, at most %d allowed", what, len(want), limit)
 	}
 	var key uint32
 	var val uint8
 	var stale []uint32
-	it := a.objs.Activators.Iterate()
+	it := m.Iterate()
 	for it.Next(&key, &val) {
 		if !want[key] {
 			stale = append(stale, key)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate activators: %w", err)
+		return fmt.Errorf("iterate %ss: %w", what, err)
 	}
 	for _, k := range stale {
-		if err := a.objs.Activators.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("remove activator %s: %w", keyIP(k), err)
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove %s %s: %w", what, keyIP(k), err)
 		}
 	}
 	for k := range want {
-		if err := a.objs.Activators.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("add activator %s: %w", keyIP(k), err)
+		if err := m.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("add %s %s: %w", what, keyIP(k), err)
 		}
 	}
 	return nil
@@ -428,19 +453,18 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 	defer a.mu.Unlock()
 	if a.snapKeys == nil {
 		a.snapKeys, a.snapVals = make([]uint32, MaxPods), make([]accountingPodStats, MaxPods)
+		a.snapAdjusts = make([]accountingConnAdjust, MaxPods)
 	}
 	// One batch syscall reads the slots in use, which are the lowest ones.
 	end := a.slotsEnd()
-	keys, vals := a.snapKeys[:end], a.snapVals[:end]
+	keys, vals, adjusts := a.snapKeys[:end], a.snapVals[:end], a.snapAdjusts[:end]
 	if end > 0 {
-		var cursor ebpf.MapBatchCursor
-		n, err := a.objs.PodCounters.BatchLookup(&cursor, keys, vals, &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
-		// ErrKeyNotExist: the batch reached the array's end (all slots in use).
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := batchRead(a.objs.PodCounters, keys, vals, ebpf.LookupLock); err != nil {
 			return Snapshot{}, fmt.Errorf("read pods: %w", err)
 		}
-		if n != int(end) {
-			return Snapshot{}, fmt.Errorf("read pods: %d of %d slots read", n, end)
+		// Only this agent writes the corrections, under a.mu.
+		if err := batchRead(a.objs.ConnAdjusts, keys, adjusts, 0); err != nil {
+			return Snapshot{}, fmt.Errorf("read connection corrections: %w", err)
 		}
 	}
 	// Read the clock after the counters: every start time in them is then
@@ -455,7 +479,7 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 		snap.Pods[ip] = PodCounters{
 			Requests:            requestCounters(v.All.InFlight, v.All.Started, v.All.Completed, v.All.StartSumNs, v.All.DoneSumNs, now),
 			Proxied:             requestCounters(v.Proxied.InFlight, v.Proxied.Started, v.Proxied.Completed, v.Proxied.StartSumNs, v.Proxied.DoneSumNs, now),
-			ConnsInFlight:       v.ConnsInFlight,
+			ConnsInFlight:       connsInFlight(v, adjusts[slot]),
 			ConnsTotal:          v.ConnsTotal,
 			OpaqueConnsInFlight: v.OpaqueInFlight,
 			OpaqueConnsTotal:    v.OpaqueTotal,
@@ -463,6 +487,32 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// batchRead reads the first len(keys) slots of the array m into vals in
+// one syscall.
+func batchRead[V any](m *ebpf.Map, keys []uint32, vals []V, flags ebpf.MapLookupFlags) error {
+	var cursor ebpf.MapBatchCursor
+	n, err := m.BatchLookup(&cursor, keys, vals, &ebpf.BatchOptions{ElemFlags: uint64(flags)})
+	// ErrKeyNotExist: the batch reached the array's end (all slots in use).
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	if n != len(keys) {
+		return fmt.Errorf("%d of %d slots read", n, len(keys))
+	}
+	return nil
+}
+
+// connsInFlight is a slot's open connections: those the programs count,
+// less the learned ones they took over, plus the agent's correction (the
+// connections it learned, see Audit) when that is of the slot's tenure.
+func connsInFlight(v accountingPodStats, adj accountingConnAdjust) int64 {
+	n := v.ConnsInFlight - int64(v.LearnedGone)
+	if adj.Tenure == v.Tenure {
+		n += adj.Conns
+	}
+	return n
 }
 
 // Events returns how often the kernel side hit a limit, lost a stream or

@@ -40,8 +40,35 @@ func (a *Accounting) Pods() (map[netip.Addr]uint64, error) { return nil, ErrUnsu
 // SetActivators fails off Linux.
 func (a *Accounting) SetActivators([]netip.Addr) error { return ErrUnsupported }
 
+// SetNodeAddrs fails off Linux.
+func (a *Accounting) SetNodeAddrs([]netip.Addr) error { return ErrUnsupported }
+
 // Snapshot fails off Linux.
 func (a *Accounting) Snapshot() (Snapshot, error) { return Snapshot{}, ErrUnsupported }
 
 // Events fails off Linux.
 func (a *Accounting) Events() (Events, error) { return Events{}, ErrUnsupported }
+
+// OpenConn is a pod's open server connection in the socket table.
+type OpenConn struct {
+	Cookie uint64
+	State  []byte
+}
+
+// Audit is what one check of a pod's connections found.
+type Audit struct {
+	Open, Followed, Learned, Uncounted, Unseen, Gone int
+	Drift                                            int64
+	Stable, Full                                     bool
+}
+
+// Miscounted is how far the counters were from the socket table.
+func (r Audit) Miscounted() int64 { return int64(r.Gone-r.Unseen) + r.Drift }
+
+// ConnStore fails off Linux.
+func (a *Accounting) ConnStore() (int, uint32, error) { return 0, 0, ErrUnsupported }
+
+// Audit fails off Linux.
+func (a *Accounting) Audit(netip.Addr, func() ([]OpenConn, error)) (Audit, error) {
+	return Audit{}, ErrUnsupported
+}

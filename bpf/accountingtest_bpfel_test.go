@@ -33,12 +33,15 @@ type accountingtestDropRule struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	accountingtestMapActivators           = "activators"
+	accountingtestMapConnAdjusts          = "conn_adjusts"
 	accountingtestMapConnScratch          = "conn_scratch"
 	accountingtestMapConnStore            = "conn_store"
 	accountingtestMapConnZero             = "conn_zero"
 	accountingtestMapConns                = "conns"
 	accountingtestMapDropRules            = "drop_rules"
 	accountingtestMapEvents               = "events"
+	accountingtestMapLearned              = "learned"
+	accountingtestMapNodeAddrs            = "node_addrs"
 	accountingtestMapPodCounters          = "pod_counters"
 	accountingtestMapPodSlots             = "pod_slots"
 	accountingtestMapStash                = "stash"
@@ -104,12 +107,15 @@ type accountingtestProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingtestMapSpecs struct {
 	Activators  *ebpf.MapSpec `ebpf:"activators"`
+	ConnAdjusts *ebpf.MapSpec `ebpf:"conn_adjusts"`
 	ConnScratch *ebpf.MapSpec `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
 	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Conns       *ebpf.MapSpec `ebpf:"conns"`
 	DropRules   *ebpf.MapSpec `ebpf:"drop_rules"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
+	Learned     *ebpf.MapSpec `ebpf:"learned"`
+	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
 	PodSlots    *ebpf.MapSpec `ebpf:"pod_slots"`
 	Stash       *ebpf.MapSpec `ebpf:"stash"`
@@ -143,12 +149,15 @@ func (o *accountingtestObjects) Close() error {
 // It can be passed to loadAccountingtestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingtestMaps struct {
 	Activators  *ebpf.Map `ebpf:"activators"`
+	ConnAdjusts *ebpf.Map `ebpf:"conn_adjusts"`
 	ConnScratch *ebpf.Map `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
 	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Conns       *ebpf.Map `ebpf:"conns"`
 	DropRules   *ebpf.Map `ebpf:"drop_rules"`
 	Events      *ebpf.Map `ebpf:"events"`
+	Learned     *ebpf.Map `ebpf:"learned"`
+	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
 	PodSlots    *ebpf.Map `ebpf:"pod_slots"`
 	Stash       *ebpf.Map `ebpf:"stash"`
@@ -158,12 +167,15 @@ type accountingtestMaps struct {
 func (m *accountingtestMaps) Close() error {
 	return _AccountingtestClose(
 		m.Activators,
+		m.ConnAdjusts,
 		m.ConnScratch,
 		m.ConnStore,
 		m.ConnZero,
 		m.Conns,
 		m.DropRules,
 		m.Events,
+		m.Learned,
+		m.NodeAddrs,
 		m.PodCounters,
 		m.PodSlots,
 		m.Stash,

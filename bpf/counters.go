@@ -84,6 +84,12 @@ type Events struct {
 const (
 	MaxPods       = 4096
 	MaxActivators = 1024
+	// MaxNodeAddrs is how many addresses of the node itself the programs
+	// know (SetNodeAddrs).
+	MaxNodeAddrs = 256
+	// MaxLearned is how many connections the agent may count that the
+	// programs have not seen yet (Audit).
+	MaxLearned = 65536
 	// MaxPipeline is how many requests in flight on one connection are
 	// counted one by one; a client that pipelines deeper loses the
 	// parser the stream until no request is in flight.

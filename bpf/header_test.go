@@ -40,7 +40,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 		}
 	}
 	want := map[string]uint64{
-		"MAX_PODS": MaxPods, "MAX_ACTIVATORS": MaxActivators, "MAX_PIPELINE": MaxPipeline,
+		"MAX_PODS": MaxPods, "MAX_ACTIVATORS": MaxActivators, "MAX_NODE_ADDRS": MaxNodeAddrs, "MAX_LEARNED": MaxLearned, "MAX_PIPELINE": MaxPipeline,
 		"SCAN_WINDOW": scanWindow, "MAX_WINDOWS": maxWindows, "MAX_METHOD": maxMethod, "SKIP_LINES": skipLinesPerStep,
 		"PROOF_WINDOWS": proofWindows, "MAX_STASHED": maxStashed,
 		"FNV_OFFSET": fnvOffset, "FNV_PRIME": fnvPrime,

@@ -198,15 +198,34 @@ func TestKernelIdleKeepAliveIsNotLoad(t *testing.T) {
 	e.waitCounters(t, "connections closed", func(c PodCounters) bool { return c.ConnsInFlight == 0 && c.ConnsTotal == base.ConnsTotal+n })
 }
 
+// TestKernelProbesAreNotLoad: requests with the kubelet's User-Agent from
+// the node (the test's client, at the host's address, made a node address)
+// are probes; the same requests from a client that is not the node are
+// load, as a pod that sent them to hide its load would be.
 func TestKernelProbesAreNotLoad(t *testing.T) {
 	e := newKernelEnv(t, "")
-	load := loadgen.Run(loadgen.Options{URLs: []string{e.url("")}, Concurrency: 2, KeepAlive: true, Header: http.Header{"User-Agent": {"kube-probe/1.36"}}}, 500*time.Millisecond)
+	if err := e.acct.SetNodeAddrs([]netip.Addr{e.pod.HostIP}); err != nil {
+		t.Fatal(err)
+	}
+	probes := loadgen.Options{URLs: []string{e.url("")}, Concurrency: 2, KeepAlive: true, Header: http.Header{"User-Agent": {"kube-probe/1.36"}}}
+	load := loadgen.Run(probes, 500*time.Millisecond)
 	got := e.waitCounters(t, "probes counted", func(c PodCounters) bool { return int64(c.ProbesTotal) == load.Completed })
 	if got.Requests.Started != 0 || got.Requests.Area != 0 {
 		t.Errorf("probes counted as load: started=%d area=%v", got.Requests.Started, got.Requests.Area)
 	}
 	if load.Completed == 0 {
 		t.Fatal("no probe completed")
+	}
+
+	if err := e.acct.SetNodeAddrs(nil); err != nil {
+		t.Fatal(err)
+	}
+	spoofed := loadgen.Run(probes, 500*time.Millisecond)
+	after := e.waitCounters(t, "spoofed probes counted as load", func(c PodCounters) bool {
+		return int64(c.Requests.Completed) == spoofed.Completed
+	})
+	if after.ProbesTotal != got.ProbesTotal || spoofed.Completed == 0 {
+		t.Errorf("a client that is not the node: %d requests with a probe's User-Agent, %d counted as probes, %d as load", spoofed.Completed, after.ProbesTotal-got.ProbesTotal, after.Requests.Completed)
 	}
 }
 

@@ -115,7 +115,7 @@ func (w *twin) send(t *testing.T, s segment) {
 		if w.stash != nil {
 			payload = 1
 		}
-		w.conn = accept(&w.pod, w.stash, rx0, tx0, payload, false)
+		w.conn = accept(&w.pod, w.stash, rx0, tx0, payload, false, true)
 		w.stash = nil
 		w.steps = append(w.steps, "accept")
 		w.compare(t, w.h.view(), w.conn)

@@ -129,7 +129,7 @@ func checkFastPaths(t *testing.T, segs []segment) {
 			if s.stash != nil {
 				payload = 1
 			}
-			s.conn = accept(&s.pod, s.stash, rx0, tx0, payload, false)
+			s.conn = accept(&s.pod, s.stash, rx0, tx0, payload, false, true)
 		}
 		switch {
 		case s.conn == nil:

@@ -1132,8 +1132,9 @@ func listen(p *modelPod, seq uint32, syn bool, payload []byte) *modelConn {
 // accept mirrors first_state and count_accepted: the connection's state
 // when it is established with the client and server at rcvNxt and sndNxt,
 // from the stash s (nil: none), and payload bytes on the segment that
-// established it.
-func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxied bool) *modelConn {
+// established it. prober: the client may send health probes (the node or
+// an activator); else every request is load (load_only).
+func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxied, prober bool) *modelConn {
 	p.tick()
 	c := &modelConn{}
 	if s != nil && s.rxFirst == rcvNxt {
@@ -1151,6 +1152,10 @@ func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxi
 		}
 	}
 	c.counted, c.proxied, c.txNext = true, proxied, sndNxt
+	if !prober {
+		c.load, c.probeBits = true, 0
+		c.rx.hflags &^= hfClassify
+	}
 	p.conns++
 	if c.opaque {
 		p.opaqueInFlight++

@@ -191,3 +191,47 @@ func TestProgFollowsEveryRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestProgProbesOnlyFromProbers: a probe's User-Agent makes a request no
+// load only when its client may send health probes: the node (the
+// kubelet) or an activator (its prober). From any other client it is
+// load, whether its bytes came before the accept (the stash classified
+// them) or after: a client that sent it to hide its load could otherwise
+// take a busy target to zero.
+func TestProgProbesOnlyFromProbers(t *testing.T) {
+	probe := "GET /healthz HTTP/1.1\r\nUser-Agent: kube-probe/1.36\r\n\r\n"
+	lp, l10 := uint32(len(probe)), uint32(len(ok5))
+	scripts := []struct {
+		name  string
+		steps []step
+	}{
+		{"after the accept", []step{sAccept(), sIn(0, probe), sOut(0, ok5), sIn(lp, probe), sOut(l10, ok5)}},
+		{"before the accept", []step{sListen(0, probe, false), sAccept(), sOut(0, ok5), sIn(lp, probe), sOut(l10, ok5)}},
+		// Its User-Agent before the accept, the end of its headers after.
+		{"split around the accept", []step{sListen(0, probe[:lp-2], false), sAccept(), sIn(lp-2, probe[lp-2:]), sOut(0, ok5)}},
+	}
+	for _, sc := range scripts {
+		n := int64(1)
+		if len(sc.steps) > 4 {
+			n = 2
+		}
+		for _, tt := range []struct {
+			peer peerKind
+			want counts
+		}{
+			{peerNode, counts{Probes: n}},
+			{peerActivator, counts{Probes: n}},
+			{peerAnyIsNode, counts{Probes: n}},
+			{peerOther, counts{Started: n, Completed: n}},
+		} {
+			t.Run(fmt.Sprintf("%s/peer %d", sc.name, tt.peer), func(t *testing.T) {
+				h := newProgHarness(t)
+				h.setPeerKind(tt.peer)
+				runSteps(t, h, sc.steps)
+				if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+					t.Errorf("counts (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}

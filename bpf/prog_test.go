@@ -67,6 +67,9 @@ func (h *progHarness) reset() {
 	if err := h.objs.PodSlots.Update(podKey, uint32(testSlot), ebpf.UpdateAny); err != nil {
 		t.Fatalf("add pod slot: %v", err)
 	}
+	// The client is the node (the kubelet's address), so its probes are
+	// probes; tests of other clients remove it (setPeerKind).
+	h.setPeerKind(peerNode)
 	h.key = accountingtestConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
 	if err := h.objs.Stash.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Fatalf("clear stash: %v", err)
@@ -78,6 +81,38 @@ func (h *progHarness) reset() {
 		}
 	}
 	h.connect(1000, 5000, false)
+}
+
+// Who the harness's client is to the programs (peer_kind in lib/maps.h).
+type peerKind int
+
+const (
+	peerOther peerKind = iota
+	peerNode
+	peerActivator
+	peerAnyIsNode // any client, by 0.0.0.0 among the node's addresses (--probe-sources=any)
+)
+
+// setPeerKind makes the harness's client the node, an activator or any
+// other client for the connections accepted from now on.
+func (h *progHarness) setPeerKind(k peerKind) {
+	h.t.Helper()
+	peerKey, _ := ipKey(h.peer)
+	for _, m := range []struct {
+		m    *ebpf.Map
+		want bool
+		key  uint32
+	}{{h.objs.NodeAddrs, k == peerNode, peerKey}, {h.objs.Activators, k == peerActivator, peerKey}, {h.objs.NodeAddrs, k == peerAnyIsNode, 0}} {
+		var err error
+		if m.want {
+			err = m.m.Update(m.key, uint8(1), ebpf.UpdateAny)
+		} else if err = m.m.Delete(m.key); errors.Is(err, ebpf.ErrKeyNotExist) {
+			err = nil
+		}
+		if err != nil {
+			h.t.Fatalf("set peer kind: %v", err)
+		}
+	}
 }
 
 // connect replaces the connection entry, as an accept would.

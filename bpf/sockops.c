@@ -87,7 +87,6 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	struct pod_stats *p;
 	struct bpf_sock *sk;
 	__u32 *slot, payload;
-	__u8 proxied;
 
 	if (conn_key_of(skops, &key))
 		return;
@@ -105,8 +104,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	payload = handshake_payload(skops);
 	if (payload)
 		s = bpf_map_lookup_elem(&stash, &key);
-	proxied = bpf_map_lookup_elem(&activators, &key.peer_ip) ? 1 : 0;
-	init = first_state(&c, s, *slot, proxied, skops->rcv_nxt, skops->snd_nxt, payload);
+	init = first_state(&c, s, *slot, peer_kind(key.peer_ip), skops->rcv_nxt, skops->snd_nxt, payload);
 	// Creating with init as the initial value fills the storage in one
 	// step, before any of the connection's segments can reach the packet
 	// programs.

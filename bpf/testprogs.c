@@ -55,7 +55,7 @@ int sockscale_test_accept(struct __sk_buff *skb)
 	if (!p || !p->id)
 		return 1;
 	s = bpf_map_lookup_elem(&stash, &key);
-	init = first_state(&c, s, *slot, 0, bpf_ntohl(tcp.seq), bpf_ntohl(tcp.ack_seq), s ? 1 : 0);
+	init = first_state(&c, s, *slot, peer_kind(key.peer_ip), bpf_ntohl(tcp.seq), bpf_ntohl(tcp.ack_seq), s ? 1 : 0);
 	// As socket storage does: a state that is there already (adopted by
 	// ingress, adopt.h) stays.
 	bpf_map_update_elem(&conns, &key, init, BPF_NOEXIST);

@@ -13,13 +13,26 @@
 #include "counters.h"
 #include "maps.h"
 
+// load_only makes every request of a connection load: its client is
+// neither the node (the kubelet's probes) nor an activator (their
+// prober's), so a probe's User-Agent is only what the client says it is,
+// and a client that hid its load behind one could take a busy target to
+// zero. What the stash classified as probes before the accept is load too.
+static __always_inline void load_only(struct conn *c)
+{
+	c->load = 1;
+	c->probe_bits = 0;
+	c->rx.hflags &= ~HF_CLASSIFY;
+}
+
 // first_state returns the initial state of a connection of the pod in
 // slot whose client and server send next rcv_nxt and snd_nxt: c, zeroed
 // by the caller and filled here; or s, the stash entry of its first bytes,
-// when they start at rcv_nxt. payload is how many bytes the segment that
-// established it carried (sock_ops sees that, not the bytes).
+// when they start at rcv_nxt. peer is the client's peer_kind; payload is
+// how many bytes the segment that established it carried (sock_ops sees
+// that, not the bytes).
 static __always_inline struct conn *first_state(struct conn *c, struct conn *s, __u32 slot,
-						__u8 proxied, __u32 rcv_nxt, __u32 snd_nxt, __u32 payload)
+						__u8 peer, __u32 rcv_nxt, __u32 snd_nxt, __u32 payload)
 {
 	struct conn *init = c;
 
@@ -46,8 +59,10 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 	}
 	init->tenure = TENURE_NONE; // count_accepted sets it, under the lock
 	init->slot = slot;
-	init->proxied = proxied;
+	init->proxied = (peer & PEER_ACTIVATOR) ? 1 : 0;
 	init->tx_next = snd_nxt;
+	if (!peer)
+		load_only(init);
 	return init;
 }
 

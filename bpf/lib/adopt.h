@@ -113,6 +113,44 @@ static __always_inline struct conn *store_state(struct __sk_buff *skb, struct co
 }
 #endif
 
+// forget_learned hands a connection the agent learned from the socket
+// table (struct learned_conn) back to the programs at its first segment
+// since: the agent's correction stops counting it (learned_gone, under
+// the slot's lock like every count) and the programs count it from here
+// if it is still open (adopt). Deleting the entry decides who accounts for
+// it: the agent deletes the entries whose socket it finds gone and takes
+// them off its correction itself.
+static __always_inline void forget_learned(struct __sk_buff *skb)
+{
+	struct learned_conn *l, was;
+	struct pod_stats *p;
+	__u64 cookie;
+
+	cookie = bpf_get_socket_cookie(skb);
+	l = bpf_map_lookup_elem(&learned, &cookie);
+	if (!l)
+		return; // nearly always: the agent learns few connections
+	was = *l;
+	if (bpf_map_delete_elem(&learned, &cookie))
+		return; // the agent deleted it first
+	p = bpf_map_lookup_elem(&pod_counters, &was.slot);
+	if (!p)
+		return; // a slot beyond the array: the agent never writes one
+	bpf_spin_lock(&p->lock);
+	if (p->tenure == was.tenure)
+		p->learned_gone++; // else the slot was reset, and its correction with it
+	bpf_spin_unlock(&p->lock);
+}
+
+// forget_learned_of forgets a learned connection (see forget_learned) of a
+// segment without state, at the segment that ends it: a FIN or RST. pod_ip
+// is the pod's side of the segment; other traffic pays one pod_slots miss.
+static __always_inline void forget_learned_of(struct __sk_buff *skb, __u32 pod_ip)
+{
+	if (bpf_map_lookup_elem(&pod_slots, &pod_ip))
+		forget_learned(skb);
+}
+
 // adopt gives state to the connection of a client segment that has none,
 // key its server side, seq its first sequence number and ack the server's
 // bytes the client has received. A global function, checked once by the
@@ -124,6 +162,7 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 	struct conn *init, *zero, *c;
 	struct pod_stats *p;
 	__u32 *slot, k = 0;
+	__u8 peer;
 
 	if (!key)
 		return 0; // the verifier's rule for a global function's pointers
@@ -153,7 +192,10 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 	}
 	init->tenure = TENURE_NONE; // count_accepted sets it, under the lock
 	init->slot = *slot;
-	init->proxied = bpf_map_lookup_elem(&activators, &key->peer_ip) ? 1 : 0;
+	peer = peer_kind(key->peer_ip);
+	init->proxied = (peer & PEER_ACTIVATOR) ? 1 : 0;
+	if (!peer)
+		load_only(init);
 	init->rx_next = seq;
 	// Server bytes the client has not acknowledged yet are taken as new
 	// when sent again; the response parser is lost, so they count nothing.
@@ -174,6 +216,8 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 		count_event(EV_CONN_UNTRACKED);
 		return -1;
 	}
+	// If the agent learned the connection, it counts here from now on.
+	forget_learned(skb);
 	count_accepted(p, c, key->pod_ip);
 	count_event(EV_ADOPTED);
 	return 1;

@@ -38,6 +38,38 @@ struct {
 	__type(value, __u8); // unused; presence is what counts
 } activators SEC(".maps");
 
+// The node's own addresses, which the agent follows over netlink: the
+// kubelet's health probes come from one of them. With the activators, the
+// only clients whose requests may be health probes (see peer_kind).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_NODE_ADDRS);
+	__type(key, __u32);  // node IPv4 address, network order
+	__type(value, __u8); // unused; presence is what counts
+} node_addrs SEC(".maps");
+
+// Connections the agent learned from the socket table, by socket cookie
+// (see struct learned_conn). The programs delete an entry at the
+// connection's first segment (lib/adopt.h); the agent deletes those whose
+// socket is gone. Whoever deletes it accounts for it.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_LEARNED);
+	__uint(map_flags, BPF_F_NO_PREALLOC); // memory follows the learned connections, mostly none
+	__type(key, __u64);                   // socket cookie
+	__type(value, struct learned_conn);   // the pod it counts for
+} learned SEC(".maps");
+
+// Per slot, the agent's correction of the open connections (struct
+// conn_adjust). Only the agent reads and writes it; it lives here to be
+// pinned and versioned with the counters it corrects.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PODS);
+	__type(key, __u32);                 // slot
+	__type(value, struct conn_adjust);  // written by the agent only
+} conn_adjusts SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EV_MAX);
@@ -52,6 +84,30 @@ static __always_inline void count_event(__u32 ev)
 	// The verifier needs the NULL check even though ev < EV_MAX always.
 	if (n)
 		*n += 1;
+}
+
+// Who a connection's client is, as first_state and adopt record it.
+enum {
+	PEER_ACTIVATOR = 1, // an activator: its requests count as proxied, and its prober's as probes
+	PEER_NODE = 2,      // the node itself: the kubelet's probes are probes
+};
+
+// peer_kind returns the PEER_* flags of a client address (0: any other
+// client, whose requests are all load, whatever their User-Agent says).
+static __always_inline __u8 peer_kind(__u32 peer_ip)
+{
+	__u32 any = 0;
+
+	if (bpf_map_lookup_elem(&activators, &peer_ip))
+		return PEER_ACTIVATOR;
+	if (bpf_map_lookup_elem(&node_addrs, &peer_ip))
+		return PEER_NODE;
+	// 0.0.0.0 among the node's addresses: the agent cannot see the node's
+	// network namespace and was told to take a probe's User-Agent from any
+	// client (its --probe-sources=any).
+	if (bpf_map_lookup_elem(&node_addrs, &any))
+		return PEER_NODE;
+	return 0;
 }
 
 #endif

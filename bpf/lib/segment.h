@@ -113,9 +113,14 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	off += tcp.doff * 4;
 	if (skb->len <= off) {
 		// No payload: a pure ACK, SYN or FIN (half the packets). Only an
-		// adopted connection's end matters here (adopt.h).
-		if (tcp.rst || (tcp.fin && !ingress))
-			end_adopted(conn_of(skb, &ip, &tcp, ingress));
+		// adopted or learned connection's end matters here (adopt.h).
+		if (tcp.rst || (tcp.fin && !ingress)) {
+			c = conn_of(skb, &ip, &tcp, ingress);
+			if (c)
+				end_adopted(c);
+			else
+				forget_learned_of(skb, ingress ? ip.daddr : ip.saddr);
+		}
 		return 1;
 	}
 	len = skb->len - off;
@@ -123,8 +128,11 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	end = seq + len;
 	c = conn_of(skb, &ip, &tcp, ingress);
 	if (!c) {
-		if (!ingress)
+		if (!ingress) {
+			if (tcp.fin || tcp.rst)
+				forget_learned_of(skb, ip.saddr); // a learned connection's last bytes
 			return 1;
+		}
 		c = untracked_conn(skb, &ip, &tcp, seq); // open before we were loaded, not yet accepted, or another's
 		if (!c)
 			return 1;

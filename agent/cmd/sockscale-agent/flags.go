@@ -36,6 +36,9 @@ type config struct {
 	socketRedirect     agentredirect.Mode
 	logLevel           string
 	uninstall          bool
+	nodeNetns          string
+	probeSources       string
+	auditPeriod        time.Duration
 	// redirectRetryBackoff and redirectSyncTimeout have no flags: tests
 	// shorten them (0 means the redirect package's defaults).
 	redirectRetryBackoff time.Duration
@@ -61,6 +64,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.activatorNamespace, "activator-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the activator pods (default: $POD_NAMESPACE, the agent's own, where the chart runs both); only pods there are activators: a tenant can copy their names and labels, not their namespace")
 	fs.IntVar(&c.activatorPort, "activator-port", 8012, "port on which activators take proxied requests (the controller's --activator-port)")
 	fs.StringVar((*string)(&c.socketRedirect), "socket-redirect", string(agentredirect.ModeAuto), "send new connects to a public Service in Proxy mode straight to its activators, in the kernel: auto (where the kernel can), on (fail if it cannot), off (kube-proxy's path only)")
+	fs.StringVar(&c.nodeNetns, "node-netns", "", "the node's network namespace (e.g. /proc/1/ns/net with hostPID), whose addresses the kubelet's probes come from, followed over netlink; empty: the agent's own (right with hostNetwork)")
+	fs.StringVar(&c.probeSources, "probe-sources", probeSourcesNode, "whose requests with a probe's User-Agent (kube-probe/, sockscale-probe/) are health probes, not load: node (the node's own addresses and the activators) or any (every client: for an agent that can see neither the node's network namespace nor run in it; a pod can then hide its load)")
+	fs.DurationVar(&c.auditPeriod, "connection-audit-period", 30*time.Second, "how often each pod's connection count is checked against the kernel's socket table, in the pod's network namespace (needs hostPID and CAP_SYS_ADMIN); pods are also checked when added; 0: never")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit (a running agent does this itself when it stops because its DaemonSet was deleted)")
 	if err := fs.Parse(args); err != nil {
@@ -71,6 +77,12 @@ func parseFlags(args []string) (*config, error) {
 	}
 	return c, c.validate()
 }
+
+// Values of --probe-sources.
+const (
+	probeSourcesNode = "node"
+	probeSourcesAny  = "any"
+)
 
 func (c *config) validate() error {
 	var errs []error
@@ -109,6 +121,15 @@ func (c *config) validate() error {
 	}
 	if _, err := labels.Parse(c.activatorSelector); err != nil {
 		errs = append(errs, fmt.Errorf("--activator-selector=%q: %w", c.activatorSelector, err))
+	}
+	if c.probeSources != probeSourcesNode && c.probeSources != probeSourcesAny {
+		errs = append(errs, fmt.Errorf("--probe-sources=%q: want node or any", c.probeSources))
+	}
+	if c.probeSources == probeSourcesAny && c.nodeNetns != "" {
+		errs = append(errs, fmt.Errorf("--probe-sources=any with --node-netns=%q: the node's addresses are not used then; drop one", c.nodeNetns))
+	}
+	if c.auditPeriod != 0 && (c.auditPeriod < time.Second || c.auditPeriod > time.Hour) {
+		errs = append(errs, fmt.Errorf("--connection-audit-period=%v: want 0 (off) or 1s..1h", c.auditPeriod))
 	}
 	if _, err := logflags.ParseLevel(c.logLevel); err != nil {
 		errs = append(errs, err)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/sockscale/sockscale/agent/internal/lifecycle"
 	"github.com/sockscale/sockscale/agent/internal/metrics"
+	"github.com/sockscale/sockscale/agent/internal/nodeaddr"
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/agent/internal/preflight"
 	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
@@ -168,7 +170,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 5)
+	errc := make(chan error, 6)
 	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
 		go func() {
@@ -177,6 +179,21 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	if redirects != nil {
 		go func() { errc <- redirects.Run(ctx) }()
+	}
+	// The node's own addresses, which the kernel needs to tell the
+	// kubelet's probes from requests that only carry its User-Agent.
+	if cfg.probeSources == probeSourcesAny {
+		log.Warn("--probe-sources=any: a probe's User-Agent is believed from every client, so a pod can hide its load behind it")
+		if err := acct.SetNodeAddrs([]netip.Addr{netip.IPv4Unspecified()}); err != nil {
+			return err
+		}
+	} else {
+		go func() {
+			errc <- nodeaddr.Run(ctx, nodeaddr.Options{
+				Netns: cfg.nodeNetns, Set: acct.SetNodeAddrs, Log: log.With("part", "nodeaddr"),
+				OnError: func(error) { agentMetrics.Error("node_addresses") },
+			})
+		}()
 	}
 	go smp.Run(ctx)
 	go owner.Run(ctx)

@@ -1,0 +1,242 @@
+//go:build linux
+
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ConnStore returns the file descriptor and the kernel's ID of the map that
+// holds each connection's state in its socket's storage: a socket-table
+// dump (sock_diag) asked for the map by its descriptor returns each
+// socket's state under the ID. Both stay valid until Close.
+func (a *Accounting) ConnStore() (fd int, id uint32, err error) {
+	info, err := a.objs.ConnStore.Info()
+	if err != nil {
+		return 0, 0, fmt.Errorf("connection state map: %w", err)
+	}
+	mid, ok := info.ID()
+	if !ok {
+		return 0, 0, errors.New("connection state map: the kernel reports no ID")
+	}
+	return a.objs.ConnStore.FD(), uint32(mid), nil
+}
+
+// OpenConn is one open server connection of a pod as the kernel's socket
+// table shows it (the server's socket, ESTABLISHED or CLOSE_WAIT: the
+// programs count a connection until the server closes its side).
+type OpenConn struct {
+	// Cookie is the socket's cookie, as bpf_get_socket_cookie returns it.
+	Cookie uint64
+	// State is the socket's storage in the map of ConnStore, nil if the
+	// socket has none: the programs never saw the connection.
+	State []byte
+}
+
+// Audit is what one check of a pod's connections against the socket
+// table found and corrected.
+type Audit struct {
+	// Open is how many server connections the socket table holds.
+	Open int
+	// Followed have state the programs count with; Learned are counted by
+	// the agent's correction since an earlier check (no segment since);
+	// Uncounted have state that counts nowhere (accepted while the slot
+	// changed hands, or the pod's own client connection to a port it also
+	// listens on).
+	Followed, Learned, Uncounted int
+	// Unseen had no state and were not learned: learned now.
+	Unseen int
+	// Gone were learned earlier and are closed now, or followed by the
+	// programs: no longer in the correction.
+	Gone int
+	// Drift is how many connections more than the socket table holds the
+	// counters had after the corrections above, corrected too; Stable says
+	// whether it could be measured (no connection came, went or was taken
+	// over while the table was read; else Drift is 0).
+	Drift  int64
+	Stable bool
+	// Full says some unseen connections could not be learned: the kernel's
+	// map of learned connections (MaxLearned) is full.
+	Full bool
+}
+
+// Miscounted is how far the counters were from the socket table before
+// this check's corrections: positive for connections counted that are not
+// open, negative for open ones not counted.
+func (r Audit) Miscounted() int64 { return int64(r.Gone-r.Unseen) + r.Drift }
+
+// Audit checks the pod at ip against its open server connections in the
+// kernel's socket table, which dump reads (sock_diag in the pod's network
+// namespace, with each socket's state from ConnStore). Connections the
+// programs never saw (accepted before they were loaded or before the pod
+// was added, idle since) are learned: counted by the agent's correction
+// until their first segment, when the programs take them over
+// (lib/adopt.h). Learned connections found closed are taken off. If the
+// pod's counters held still while the table was read, what they still
+// disagree on is drift (a connection that closed unseen), and is
+// corrected too.
+func (a *Accounting) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audit, error) {
+	key, err := ipKey(ip)
+	if err != nil {
+		return Audit{}, err
+	}
+	ip = keyIP(key)
+	a.mu.Lock()
+	slot, ok := a.slots[ip]
+	a.mu.Unlock()
+	if !ok {
+		return Audit{}, fmt.Errorf("audit pod %s: not accounted", ip)
+	}
+	var before, after accountingPodStats
+	if err := a.objs.PodCounters.LookupWithFlags(slot, &before, ebpf.LookupLock); err != nil {
+		return Audit{}, fmt.Errorf("audit pod %s: read counters: %w", ip, err)
+	}
+	conns, err := dump()
+	if err != nil {
+		return Audit{}, fmt.Errorf("audit pod %s: %w", ip, err)
+	}
+	// Serialised with the pod methods (a slot reset) and Snapshot (which
+	// reads the correction this writes).
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.slots[ip] != slot {
+		return Audit{}, fmt.Errorf("audit pod %s: removed while its connections were read", ip)
+	}
+	learned, err := a.learnedOf(slot, before.Tenure)
+	if err != nil {
+		return Audit{}, fmt.Errorf("audit pod %s: %w", ip, err)
+	}
+	if err := a.objs.PodCounters.LookupWithFlags(slot, &after, ebpf.LookupLock); err != nil {
+		return Audit{}, fmt.Errorf("audit pod %s: read counters: %w", ip, err)
+	}
+	if after.Tenure != before.Tenure {
+		return Audit{}, fmt.Errorf("audit pod %s: reset while its connections were read", ip)
+	}
+	var adj accountingConnAdjust
+	if err := a.objs.ConnAdjusts.Lookup(slot, &adj); err != nil {
+		return Audit{}, fmt.Errorf("audit pod %s: read correction: %w", ip, err)
+	}
+	if adj.Tenure != after.Tenure {
+		adj = accountingConnAdjust{Tenure: after.Tenure}
+	}
+
+	r := Audit{Open: len(conns)}
+	// Each open connection's cookie: whether it has state.
+	open := make(map[uint64]bool, len(conns))
+	for _, c := range conns {
+		open[c.Cookie] = c.State != nil
+		if c.State != nil {
+			if stateCounts(c.State, after.Tenure) {
+				r.Followed++
+			} else {
+				r.Uncounted++
+			}
+			continue // learned earlier and followed now: taken off below
+		}
+		if learned[c.Cookie] {
+			r.Learned++
+			continue
+		}
+		err := a.objs.Learned.Update(c.Cookie, &accountingLearnedConn{Tenure: after.Tenure, Slot: slot}, ebpf.UpdateNoExist)
+		switch {
+		case err == nil:
+			r.Unseen++
+			adj.Conns++
+		case errors.Is(err, ebpf.ErrKeyExist):
+			r.Learned++ // learned for another of its addresses' pods: impossible, but never counted twice
+		case errors.Is(err, unix.E2BIG):
+			r.Full = true // a hash map refuses new keys when full
+		default:
+			return r, a.writeAdjust(slot, adj, fmt.Errorf("audit pod %s: learn connection %#x: %w", ip, c.Cookie, err))
+		}
+	}
+	for cookie := range learned {
+		if hasState, ok := open[cookie]; ok && !hasState {
+			continue
+		}
+		// Closed unseen, or the programs follow it now. Whoever deletes
+		// the entry accounts for it: if the programs took it over in the
+		// meantime, they counted learned_gone.
+		err := a.objs.Learned.Delete(cookie)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue
+		}
+		if err != nil {
+			return r, a.writeAdjust(slot, adj, fmt.Errorf("audit pod %s: forget connection %#x: %w", ip, cookie, err))
+		}
+		r.Gone++
+		adj.Conns--
+	}
+	// Drift only when nothing moved while the table was read: no accept,
+	// no close, no learned connection taken over. Then the counters and
+	// the table describe the same instant.
+	r.Stable = before.ConnsInFlight == after.ConnsInFlight && before.ConnsTotal == after.ConnsTotal &&
+		before.LearnedGone == after.LearnedGone
+	if r.Stable {
+		counted := connsInFlight(after, adj)
+		r.Drift = counted - int64(r.Followed+r.Learned+r.Unseen)
+		adj.Conns -= r.Drift
+	}
+	return r, a.writeAdjust(slot, adj, nil)
+}
+
+// writeAdjust writes a slot's correction and joins any error to err.
+func (a *Accounting) writeAdjust(slot uint32, adj accountingConnAdjust, err error) error {
+	if werr := a.objs.ConnAdjusts.Update(slot, &adj, ebpf.UpdateAny); werr != nil {
+		return errors.Join(err, fmt.Errorf("write correction of slot %d: %w", slot, werr))
+	}
+	return err
+}
+
+// learnedOf returns the cookies of the connections learned for the slot in
+// its tenure. Entries of an earlier tenure (the pod went, or its address
+// came back as another pod) are deleted on the way: they count nowhere.
+func (a *Accounting) learnedOf(slot uint32, tenure uint64) (map[uint64]bool, error) {
+	out := make(map[uint64]bool)
+	var cookie uint64
+	var l accountingLearnedConn
+	var stale []uint64
+	it := a.objs.Learned.Iterate()
+	for it.Next(&cookie, &l) {
+		switch {
+		case l.Slot == slot && l.Tenure == tenure:
+			out[cookie] = true
+		case l.Slot == slot:
+			stale = append(stale, cookie)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read learned connections: %w", err)
+	}
+	for _, c := range stale {
+		if err := a.objs.Learned.Delete(c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, fmt.Errorf("forget connection %#x of an earlier pod: %w", c, err)
+		}
+	}
+	return out, nil
+}
+
+// Where stateCounts reads a connection's state (struct conn) in socket storage.
+var (
+	connSize       = int(unsafe.Sizeof(accountingConn{}))
+	connTenureOff  = int(unsafe.Offsetof(accountingConn{}.Tenure))
+	connClosedOff  = int(unsafe.Offsetof(accountingConn{}.Closed))
+	connCountedOff = int(unsafe.Offsetof(accountingConn{}.Counted))
+)
+
+// stateCounts says whether a connection's state (struct conn, as the socket's
+// storage holds it) counts as an open connection of the slot in tenure.
+func stateCounts(state []byte, tenure uint64) bool {
+	if len(state) < connSize {
+		return false
+	}
+	return state[connCountedOff] != 0 && state[connClosedOff] == 0 &&
+		binary.NativeEndian.Uint64(state[connTenureOff:]) == tenure
+}

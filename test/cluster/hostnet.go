@@ -165,8 +165,9 @@ func teardownHostNet(st *state, kubeProxy string) error {
 		errs = append(errs, err)
 	} else {
 		for _, name := range names {
+			// One the simulator removed since the listing is gone: fine.
 			if strings.HasPrefix(name, Prefix+"-") {
-				if err := namedns.Delete(name); err != nil {
+				if err := namedns.Delete(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 					errs = append(errs, err)
 				}
 			}

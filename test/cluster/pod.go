@@ -258,8 +258,8 @@ func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error 
 	if err != nil {
 		return fmt.Errorf("find bridge %s: %w", bridge, err)
 	}
-	// eth0 is made in the pod's namespace, not moved there: no moment with
-	// a second eth0 on the host.
+	// eth0 is made in the pod's namespace as the veth's peer: the host has
+	// an eth0 of its own.
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostVeth}, PeerName: "eth0",
 		PeerHardwareAddr: podMAC(ip), PeerNamespace: netlink.NsFd(nsh)}
 	if err := netlink.LinkAdd(veth); err != nil {

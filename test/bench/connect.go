@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/sockscale/sockscale/bpf/redirect"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/localroute"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
 )
 
@@ -144,14 +144,7 @@ func (rig *connectRig) close() error {
 
 // loopbackOnly checks that the kernel routes a to the loopback device.
 func loopbackOnly(a netip.Addr) error {
-	out, err := exec.Command("ip", "route", "get", a.String()).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip route get %s: %w: %s", a, err, out)
-	}
-	if !strings.HasPrefix(string(out), "local "+a.String()+" ") || !strings.Contains(string(out), " dev lo ") {
-		return fmt.Errorf("%s is not routed to the loopback device (refusing to send traffic off the machine): %s", a, out)
-	}
-	return nil
+	return localroute.Check(a, localroute.Loopback())
 }
 
 // connectCost compares what a client's new connections cost with the

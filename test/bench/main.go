@@ -402,6 +402,7 @@ func (b *bench) startQueueProxy(bin string) error {
 	if b.queueProxyPid != 0 {
 		return nil
 	}
+	// `ip netns exec`, as testpod starts its processes (see Pod.StartIn).
 	cmd := exec.Command("ip", "netns", "exec", b.pod.Name, bin)
 	cmd.Env = append(os.Environ(), queueProxyEnv(b.pod, b.proxyBackend.port)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sockscale/sockscale/internal/imagebuild"
+	"github.com/sockscale/sockscale/internal/testutil/localroute"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
@@ -305,9 +307,8 @@ func TestE2EDeploymentService(t *testing.T) {
 
 	// Never send to an address that has no local route.
 	ip := svc.Spec.ClusterIP
-	out, err := output("ip", "route", "get", ip)
-	if err != nil || strings.Contains(out, " dev eth0") || !strings.Contains(out, "dev "+Prefix) {
-		t.Fatalf("ip route get %s: %q %v: not routed to one of our links", ip, out, err)
+	if err := localroute.Check(netip.MustParseAddr(ip), localroute.DevPrefix(Prefix)); err != nil {
+		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	eventually(t, 30*time.Second, "both pods answer the ClusterIP from the host", func() error {

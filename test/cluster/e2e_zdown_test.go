@@ -1,10 +1,16 @@
 package cluster
 
 import (
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
 // TestE2EZDown runs last (files and tests run in name order): it stops the
@@ -15,14 +21,30 @@ func TestE2EZDown(t *testing.T) {
 		t.Fatalf("down: %v", err)
 	}
 	e2eDown = true
-	if links := ourLinks(); len(links) > 0 {
-		t.Errorf("links left: %v", links)
+	links, err := ourLinks()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if out, _ := output("ip", "netns", "list"); strings.Contains(out, Prefix) {
-		t.Errorf("netns left: %s", out)
+	for _, l := range links {
+		t.Errorf("link left: %s", l.Attrs().Name)
 	}
-	if out, _ := output("ip", "route", "show"); strings.Contains(out, "10.244.") || strings.Contains(out, "10.96.") {
-		t.Errorf("routes left:\n%s", out)
+	names, err := namedns.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if strings.Contains(name, Prefix) {
+			t.Errorf("netns left: %s", name)
+		}
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range routes {
+		if routeInRanges(r, ClusterCIDR, ServiceCIDR) {
+			t.Errorf("route left: %s", r)
+		}
 	}
 	for _, table := range []string{"filter", "nat", "mangle"} {
 		out, err := output("iptables", "-w", "-t", table, "-S")
@@ -46,4 +68,22 @@ func TestE2EZDown(t *testing.T) {
 	if _, err := os.Stat(statePath(c.StateDir())); err == nil {
 		t.Error("state file left")
 	}
+}
+
+// routeInRanges says r's destination, source or gateway is an address of
+// one of ranges.
+func routeInRanges(r netlink.Route, ranges ...netip.Prefix) bool {
+	ips := []net.IP{r.Src, r.Gw}
+	if r.Dst != nil {
+		ips = append(ips, r.Dst.IP)
+	}
+	for _, ip := range ips {
+		a, ok := netip.AddrFromSlice(ip)
+		for _, p := range ranges {
+			if ok && p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+	}
+	return false
 }

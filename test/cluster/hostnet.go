@@ -1,13 +1,19 @@
 package cluster
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/sockscale/sockscale/internal/testutil/localroute"
+	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
 // Host networking. Pods are on per-node bridges (one per simulated node, the
@@ -63,32 +69,57 @@ func (c *Cluster) setupHostNet() error {
 	// Each bridge's MAC is set, from its address, as pods' are (podMAC):
 	// a bridge without one takes its lowest port's, which changes as pods
 	// come and go and leaves the pods' entries for their gateway stale.
-	type link struct {
-		name, addr string
-		mac        netip.Addr
+	type bridge struct {
+		name string
+		addr netip.Prefix // none for ServiceBridge
+		mac  netip.Addr
 	}
-	links := []link{{HostBridge, HostIP.String() + "/16", HostIP}, {ServiceBridge, "", ServiceCIDR.Addr().Next()}}
+	bridges := []bridge{{HostBridge, netip.PrefixFrom(HostIP, ClusterCIDR.Bits()), HostIP}, {ServiceBridge, netip.Prefix{}, ServiceCIDR.Addr().Next()}}
 	for i := 0; i < c.opts.Nodes; i++ {
-		links = append(links, link{NodeBridge(NodeName(i)), fmt.Sprintf("%s/%d", NodeIP(i), NodeCIDR(i).Bits()), NodeIP(i)})
+		bridges = append(bridges, bridge{NodeBridge(NodeName(i)), netip.PrefixFrom(NodeIP(i), NodeCIDR(i).Bits()), NodeIP(i)})
 	}
-	for _, l := range links {
-		if err := run("ip", "link", "add", l.name, "address", podMAC(l.mac), "type", "bridge"); err != nil {
-			return err
-		}
-		if l.addr != "" {
-			if err := run("ip", "addr", "add", l.addr, "dev", l.name); err != nil {
-				return err
-			}
-		}
-		if err := run("ip", "link", "set", l.name, "up"); err != nil {
+	for _, b := range bridges {
+		if err := addBridge(b.name, b.addr, podMAC(b.mac)); err != nil {
 			return err
 		}
 	}
 	// Host-to-ClusterIP traffic leaves from HostIP, an address pods reach.
-	if err := run("ip", "route", "add", ServiceCIDR.String(), "dev", ServiceBridge, "src", HostIP.String()); err != nil {
-		return err
+	// Scope link, as `ip route add ... dev` gives a route without a gateway.
+	svc, err := netlink.LinkByName(ServiceBridge)
+	if err != nil {
+		return fmt.Errorf("find link %s: %w", ServiceBridge, err)
+	}
+	route := &netlink.Route{LinkIndex: svc.Attrs().Index, Dst: ipNet(ServiceCIDR), Src: addrIP(HostIP), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteAdd(route); err != nil {
+		return fmt.Errorf("add route %s dev %s src %s: %w", ServiceCIDR, ServiceBridge, HostIP, err)
 	}
 	return c.checkRoutes()
+}
+
+// addBridge makes bridge name with MAC mac and address addr (if valid), up.
+func addBridge(name string, addr netip.Prefix, mac net.HardwareAddr) error {
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return fmt.Errorf("add bridge %s: %w", name, err)
+	}
+	if addr.IsValid() {
+		if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: ipNet(addr)}); err != nil {
+			return fmt.Errorf("add address %s to %s: %w", addr, name, err)
+		}
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		return fmt.Errorf("set %s up: %w", name, err)
+	}
+	return nil
+}
+
+// addrIP is a as a net.IP (4 bytes for IPv4), for netlink.
+func addrIP(a netip.Addr) net.IP { return net.IP(a.AsSlice()) }
+
+// ipNet is p as a net.IPNet, for netlink: an interface's address and its
+// subnet's length, or (masked) a route's destination.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: addrIP(p.Addr()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // forwardGuard makes the chain ForwardChain, first in FORWARD: a forwarded
@@ -112,26 +143,15 @@ func forwardGuard() error {
 }
 
 // checkRoutes refuses to go on unless every range the cluster uses is
-// routed to one of our links.
+// routed to one of our links (or is a local address, as HostIP is).
 func (c *Cluster) checkRoutes() error {
-	probes := []string{HostIP.String(), "10.244.250.7", ServiceCIDR.Addr().Next().String(), "10.96.200.9"}
+	probes := []netip.Addr{HostIP, netip.MustParseAddr("10.244.250.7"), ServiceCIDR.Addr().Next(), netip.MustParseAddr("10.96.200.9")}
 	for i := 0; i < c.opts.Nodes; i++ {
-		probes = append(probes, NodeCIDR(i).Addr().Next().Next().String())
+		probes = append(probes, NodeCIDR(i).Addr().Next().Next())
 	}
 	for _, ip := range probes {
-		out, err := output("ip", "-j", "route", "get", ip)
-		if err != nil {
-			return err
-		}
-		var routes []struct {
-			Dev  string `json:"dev"`
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal([]byte(out), &routes); err != nil || len(routes) == 0 {
-			return fmt.Errorf("route check: ip route get %s: %q", ip, out)
-		}
-		if r := routes[0]; r.Type != "local" && !strings.HasPrefix(r.Dev, Prefix) {
-			return fmt.Errorf("route check: %s would leave through %s; refusing to start", ip, r.Dev)
+		if err := localroute.Check(ip, localroute.Local(), localroute.DevPrefix(Prefix)); err != nil {
+			return fmt.Errorf("route check: %w; refusing to start", err)
 		}
 	}
 	return nil
@@ -141,19 +161,26 @@ func (c *Cluster) checkRoutes() error {
 // restores the sysctls. Routes go with their links.
 func teardownHostNet(st *state, kubeProxy string) error {
 	var errs []error
-	if out, err := output("ip", "netns", "list"); err == nil {
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], Prefix+"-") {
-				if err := run("ip", "netns", "delete", f[0]); err != nil {
+	if names, err := namedns.List(); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, name := range names {
+			// One the simulator removed since the listing is gone: fine.
+			if strings.HasPrefix(name, Prefix+"-") {
+				if err := namedns.Delete(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 					errs = append(errs, err)
 				}
 			}
 		}
 	}
-	for _, l := range ourLinks() {
+	links, err := ourLinks()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range links {
 		// A pod's veth goes with its netns, asynchronously: gone is fine.
-		if err := run("ip", "link", "delete", l); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
-			errs = append(errs, err)
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("delete link %s: %w", l.Attrs().Name, err))
 		}
 	}
 	// kube-proxy removes its own KUBE-* chains.
@@ -200,20 +227,23 @@ func teardownHostNet(st *state, kubeProxy string) error {
 }
 
 // ourLinks lists the host's links named with Prefix.
-func ourLinks() []string {
-	out, err := output("ip", "-j", "link", "show")
-	if err != nil {
-		return nil
-	}
-	var links []struct {
-		Name string `json:"ifname"`
-	}
-	_ = json.Unmarshal([]byte(out), &links)
-	var ours []string
-	for _, l := range links {
-		if strings.HasPrefix(l.Name, Prefix) {
-			ours = append(ours, l.Name)
+func ourLinks() ([]netlink.Link, error) {
+	var links []netlink.Link
+	var err error
+	// A dump that links changed under (pods come and go) is retried.
+	for range 5 {
+		if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
 		}
 	}
-	return ours
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var ours []netlink.Link
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, Prefix) {
+			ours = append(ours, l)
+		}
+	}
+	return ours, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,7 +22,10 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
 // podWorker runs one pod: its sandbox (netns, veth, IP, cgroup), volumes,
@@ -183,7 +187,7 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 		w.mu.Unlock()
 		if err := podNetwork(ns, "veth"+shortUID(pod), NodeBridge(w.node.name), ip, NodeIP(w.node.index), NodeCIDR(w.node.index).Bits()); err != nil {
 			// Undone, so the next try starts from nothing.
-			_ = run("ip", "netns", "delete", ns)
+			_ = namedns.Delete(ns)
 			w.node.freeIP(ip)
 			w.mu.Lock()
 			w.ip, w.netns = netip.Addr{}, ""
@@ -245,21 +249,56 @@ func shortUID(p *corev1.Pod) string {
 func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error {
 	// Host veth names carry the prefix so `down` finds strays.
 	hostVeth = Prefix + strings.TrimPrefix(hostVeth, "veth")
-	cmds := [][]string{
-		{"netns", "add", ns},
-		{"link", "add", hostVeth, "type", "veth", "peer", "name", "eth0", "address", podMAC(ip), "netns", ns},
-		{"link", "set", hostVeth, "master", bridge},
-		{"link", "set", hostVeth, "type", "bridge_slave", "hairpin", "on"},
-		{"link", "set", hostVeth, "up"},
-		{"-n", ns, "addr", "add", fmt.Sprintf("%s/%d", ip, bits), "dev", "eth0"},
-		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "link", "set", "eth0", "up"},
-		{"-n", ns, "route", "add", "default", "via", gw.String()},
+	nsh, err := namedns.Add(ns)
+	if err != nil {
+		return err
 	}
-	for _, c := range cmds {
-		if err := run("ip", c...); err != nil {
-			return err
+	defer func() { _ = nsh.Close() }()
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("find bridge %s: %w", bridge, err)
+	}
+	// eth0 is made in the pod's namespace as the veth's peer: the host has
+	// an eth0 of its own.
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostVeth}, PeerName: "eth0",
+		PeerHardwareAddr: podMAC(ip), PeerNamespace: netlink.NsFd(nsh)}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth %s (eth0 in %s): %w", hostVeth, ns, err)
+	}
+	if err := netlink.LinkSetMaster(veth, br); err != nil {
+		return fmt.Errorf("set %s master %s: %w", hostVeth, bridge, err)
+	}
+	if err := netlink.LinkSetHairpin(veth, true); err != nil {
+		return fmt.Errorf("set %s hairpin on: %w", hostVeth, err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("set %s up: %w", hostVeth, err)
+	}
+	// The rest inside the namespace, through netlink sockets opened there:
+	// no thread of this process changes namespace for it.
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", ns, err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo in %s: %w", ns, err)
+	}
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("find eth0 in %s: %w", ns, err)
+	}
+	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ip, bits))}); err != nil {
+		return fmt.Errorf("add address %s/%d to eth0 in %s: %w", ip, bits, ns, err)
+	}
+	for _, l := range []netlink.Link{lo, eth0} {
+		if err := h.LinkSetUp(l); err != nil {
+			return fmt.Errorf("set %s up in %s: %w", l.Attrs().Name, ns, err)
 		}
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: addrIP(gw)}); err != nil {
+		return fmt.Errorf("add default route via %s in %s: %w", gw, ns, err)
 	}
 	return nil
 }
@@ -270,9 +309,9 @@ func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error 
 // and other pods still hold for the address stay right. With random MACs
 // a stale entry cost ~8 s (5 s in DELAY, then three 1 s probes) before a
 // reused address answered.
-func podMAC(ip netip.Addr) string {
+func podMAC(ip netip.Addr) net.HardwareAddr {
 	b := ip.As4()
-	return fmt.Sprintf("0a:58:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
+	return net.HardwareAddr{0x0a, 0x58, b[0], b[1], b[2], b[3]}
 }
 
 // runContainers runs the init containers in order, each to success, then
@@ -335,7 +374,7 @@ func (w *podWorker) stop(ctx context.Context) {
 
 func (w *podWorker) teardown() {
 	if w.netns != "" {
-		if err := run("ip", "netns", "delete", w.netns); err != nil {
+		if err := namedns.Delete(w.netns); err != nil {
 			w.log().Warn("teardown", "err", err)
 		}
 	}

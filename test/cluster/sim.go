@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
+	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
 // The node simulator is one long-running process (`sockscale-cluster
@@ -143,10 +144,13 @@ func (s *sim) cleanNode(n *simNode) error {
 			return err
 		}
 	}
-	out, _ := output("ip", "netns", "list")
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], Prefix+"-"+n.name+"-") {
-			_ = run("ip", "netns", "delete", f[0])
+	names, err := namedns.List()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, Prefix+"-"+n.name+"-") {
+			_ = namedns.Delete(name)
 		}
 	}
 	return nil

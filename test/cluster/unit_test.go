@@ -94,7 +94,7 @@ func TestHostPathTranslation(t *testing.T) {
 }
 
 func TestPodMACFollowsTheIP(t *testing.T) {
-	if got, want := podMAC(netip.MustParseAddr("10.244.1.7")), "0a:58:0a:f4:01:07"; got != want {
+	if got, want := podMAC(netip.MustParseAddr("10.244.1.7")).String(), "0a:58:0a:f4:01:07"; got != want {
 		t.Errorf("podMAC = %s, want %s", got, want)
 	}
 }

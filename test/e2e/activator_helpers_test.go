@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/localroute"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/e2e/e2etest"
 	"github.com/sockscale/sockscale/test/stack"
@@ -273,14 +272,8 @@ func raw(addr netip.AddrPort, method, request string) answer {
 // to it is one of the cluster's links (sccl-*).
 func localRoute(t *testing.T, ip netip.Addr) {
 	t.Helper()
-	out, err := exec.Command("ip", "route", "get", ip.String()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip route get %s: %v: %s", ip, err, out)
-	}
-	f := strings.Fields(string(out))
-	i := slices.Index(f, "dev")
-	if i < 0 || i+1 >= len(f) || !strings.HasPrefix(f[i+1], "sccl-") {
-		t.Fatalf("ip route get %s: %q is not a route to one of the cluster's links (sccl-*): refusing to send traffic there", ip, strings.TrimSpace(string(out)))
+	if err := localroute.Check(ip, localroute.DevPrefix("sccl-")); err != nil {
+		t.Fatal(err)
 	}
 }
 

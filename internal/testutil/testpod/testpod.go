@@ -2,7 +2,6 @@ package testpod
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sockscale/sockscale/internal/testutil/localroute"
+	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
 // namePrefix marks every namespace and link this package creates, so a run
@@ -76,32 +80,15 @@ func Create(opts Options) (*Pod, error) {
 		Cgroup:   filepath.Join(opts.CgroupParent, "pod-"+id),
 		hostLink: fmt.Sprintf("%sh%d", namePrefix, opts.Subnet), // link names are at most 15 bytes
 	}
-	podLink := fmt.Sprintf("%sp%d", namePrefix, opts.Subnet)
-	steps := [][]string{
-		{"netns", "add", p.Name},
-		{"link", "add", p.hostLink, "type", "veth", "peer", "name", podLink},
-		{"link", "set", podLink, "netns", p.Name},
-		{"addr", "add", p.HostIP.String() + "/24", "dev", p.hostLink},
-		{"link", "set", p.hostLink, "up"},
-		{"-n", p.Name, "addr", "add", p.IP.String() + "/24", "dev", podLink},
-		{"-n", p.Name, "link", "set", podLink, "up"},
-		{"-n", p.Name, "link", "set", "lo", "up"},
-	}
 	n := max(1, opts.Addresses)
 	if n > 250 {
 		return nil, fmt.Errorf("test pod: %d addresses, at most 250 fit its /24", n)
 	}
 	for i := range n {
-		a := netip.AddrFrom4([4]byte{10, 213, opts.Subnet, byte(2 + i)})
-		p.IPs = append(p.IPs, a)
-		if i > 0 {
-			steps = append(steps, []string{"-n", p.Name, "addr", "add", a.String() + "/24", "dev", podLink})
-		}
+		p.IPs = append(p.IPs, netip.AddrFrom4([4]byte{10, 213, opts.Subnet, byte(2 + i)}))
 	}
-	for _, args := range steps {
-		if err := ip(args...); err != nil {
-			return nil, errors.Join(err, p.Delete())
-		}
+	if err := p.network(fmt.Sprintf("%sp%d", namePrefix, opts.Subnet)); err != nil {
+		return nil, errors.Join(err, p.Delete())
 	}
 	if err := p.checkRoute(); err != nil {
 		return nil, errors.Join(err, p.Delete())
@@ -112,15 +99,63 @@ func Create(opts Options) (*Pod, error) {
 	return p, nil
 }
 
+// network makes the pod's namespace and its veth: the host end hostLink
+// at HostIP/24, the pod end podLink in the namespace with every address of
+// IPs, both up, and the namespace's lo up.
+func (p *Pod) network(podLink string) error {
+	nsh, err := namedns.Add(p.Name)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = nsh.Close() }()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.hostLink}, PeerName: podLink, PeerNamespace: netlink.NsFd(nsh)}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth %s (%s in %s): %w", p.hostLink, podLink, p.Name, err)
+	}
+	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(p.HostIP)}); err != nil {
+		return fmt.Errorf("add address %s/24 to %s: %w", p.HostIP, p.hostLink, err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("set %s up: %w", p.hostLink, err)
+	}
+	// Inside the namespace through netlink sockets opened there: no thread
+	// of this process changes namespace for it.
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", p.Name, err)
+	}
+	defer h.Close()
+	pod, err := h.LinkByName(podLink)
+	if err != nil {
+		return fmt.Errorf("find %s in %s: %w", podLink, p.Name, err)
+	}
+	for _, a := range p.IPs {
+		if err := h.AddrAdd(pod, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
+			return fmt.Errorf("add address %s/24 to %s in %s: %w", a, podLink, p.Name, err)
+		}
+	}
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo in %s: %w", p.Name, err)
+	}
+	for _, l := range []netlink.Link{pod, lo} {
+		if err := h.LinkSetUp(l); err != nil {
+			return fmt.Errorf("set %s up in %s: %w", l.Attrs().Name, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// ipNet is a in its /24, for netlink.
+func ipNet(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(24, 32)}
+}
+
 // checkRoute makes sure traffic to the pod stays on this machine: the
 // route to its address must be our veth, never the default route.
 func (p *Pod) checkRoute() error {
-	out, err := exec.Command("ip", "route", "get", p.IP.String()).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip route get %s: %w: %s", p.IP, err, out)
-	}
-	if !strings.Contains(string(out), "dev "+p.hostLink+" ") {
-		return fmt.Errorf("route to test pod %s does not use its veth %s (refusing to send traffic off the machine): %s", p.IP, p.hostLink, out)
+	if err := localroute.Check(p.IP, localroute.Dev(p.hostLink)); err != nil {
+		return fmt.Errorf("test pod %s: %w", p.Name, err)
 	}
 	return nil
 }
@@ -141,6 +176,10 @@ func (p *Pod) StartIn(cgroup, role string, port int, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("find test binary: %w", err)
 	}
+	// Through `ip netns exec`, not a setns before exec: it also gives the
+	// process a mount namespace of its own with /sys mounted for the pod's
+	// network namespace, which Go's exec cannot do between fork and exec
+	// (that would need a re-exec helper).
 	cmd := exec.Command("ip", append([]string{"netns", "exec", p.Name, self}, args...)...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+role)
 	if port != 0 {
@@ -205,12 +244,12 @@ func (p *Pod) Delete() error {
 		_ = cmd.Wait()
 	}
 	p.procs = nil
-	if err := ip("netns", "del", p.Name); err != nil && !strings.Contains(err.Error(), "No such file") {
+	if err := namedns.Delete(p.Name); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	// Deleting the namespace deletes the pod's veth end and so the pair;
 	// delete the host end too in case the namespace never got it.
-	_ = ip("link", "del", p.hostLink)
+	_ = delLink(p.hostLink)
 	if p.Cgroup != "" {
 		if err := removeCgroup(p.Cgroup); err != nil {
 			errs = append(errs, err)
@@ -235,12 +274,11 @@ func removeCgroup(dir string) error {
 
 // removeStale deletes namespaces left by test processes that are gone.
 func removeStale() {
-	out, err := exec.Command("ip", "netns", "list").Output()
+	names, err := namedns.List()
 	if err != nil {
 		return
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+	for _, name := range names {
 		rest, ok := strings.CutPrefix(name, namePrefix+"-")
 		if !ok {
 			continue
@@ -250,8 +288,8 @@ func removeStale() {
 		if err != nil || processAlive(pid) {
 			continue
 		}
-		_ = ip("netns", "del", name)
-		_ = ip("link", "del", namePrefix+"h"+subnet)
+		_ = namedns.Delete(name)
+		_ = delLink(namePrefix + "h" + subnet)
 	}
 }
 
@@ -259,12 +297,14 @@ func processAlive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil
 }
 
-func ip(args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+// delLink deletes the host's link name.
+func delLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkDel(l)
+	}
 	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("delete link %s: %w", name, err)
 	}
 	return nil
 }

@@ -23,6 +23,13 @@ const recvBufSize = 64 << 10
 // or CAP_SYS_ADMIN for the storage. The calling goroutine's namespace is
 // never changed: the netlink socket is made in the namespace by a
 // goroutine of its own.
+//
+// The kernel reads its table bucket by bucket, each family in turn, so the
+// answer is no snapshot of one instant: a connection opened or closed
+// while it reads may be missing. Its cost is mostly the kernel's: it walks
+// every bucket of the established-connections hash table, which all
+// namespaces share unless net.ipv4.tcp_child_ehash_entries gave them one of
+// their own, once per family (see BenchmarkDump).
 func Dump(ns Namespace, storageMapFDs []int) ([]Socket, error) {
 	h, err := ns.Open()
 	if err != nil {

@@ -19,10 +19,17 @@ import (
 // under NetnsDir or a process under ProcDir leads to, each once (by
 // inode), and lists its IPv4 addresses (want is IPv4: IPv4-mapped
 // addresses are unmapped, IPv6 ones never found). Processes that exit
-// while it looks are skipped. An address held by more than one namespace
-// (a namespace a CNI failed to clean up still holding a reused pod
-// address) is left out of the map and named in the error, which then
-// comes with the map of the other addresses.
+// while it looks are skipped.
+//
+// The map comes with an error, still valid, when the answer may be
+// incomplete: an address held by more than one namespace (one a CNI failed
+// to clean up still holding a reused pod address) is left out of the map
+// and named; and when some addresses were not found while some processes'
+// namespaces could not be read (no ptrace access to them), that is said.
+//
+// Its cost is about 0.1 ms per namespace on the node (entering each to
+// make a netlink socket there is most of it) plus a stat per process,
+// whatever the number of addresses wanted: ask for many at once.
 func (f Finder) Find(want []netip.Addr) (map[netip.Addr]Namespace, error) {
 	found := make(map[netip.Addr]Namespace)
 	wanted := make(map[netip.Addr]bool, len(want))
@@ -41,26 +48,38 @@ func (f Finder) Find(want []netip.Addr) (map[netip.Addr]Namespace, error) {
 	if netnsDir == "" {
 		netnsDir = "/var/run/netns"
 	}
-	// Every namespace file is on the one nsfs: a name under netnsDir on
-	// any other device is a mount point left behind by a deleted namespace.
+	// Every namespace file is on the one nsfs, ours too: a name under
+	// netnsDir on any other device is a mount point left behind by a
+	// deleted namespace.
 	var own unix.Stat_t
-	if err := unix.Stat(filepath.Join(procDir, "self/ns/net"), &own); err != nil {
+	if err := unix.Stat("/proc/thread-self/ns/net", &own); err != nil {
 		return nil, fmt.Errorf("find network namespaces: stat our own: %w", err)
 	}
 
 	seen := make(map[uint64]bool)
+	unreadable, firstUnreadable := 0, error(nil)
 	holders := make(map[netip.Addr][]Namespace)
 	visit := func(path string) error {
 		var st unix.Stat_t
-		if err := unix.Stat(path, &st); err != nil {
+		if err := unix.Stat(path, &st); errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
 			// Exited, or a name being deleted.
 			return nil
+		} else if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			// Reading another process's namespace takes ptrace access
+			// (CAP_SYS_PTRACE, and the kernel may still refuse a process
+			// with capabilities we lack): said below if it may matter.
+			if unreadable++; firstUnreadable == nil {
+				firstUnreadable = fmt.Errorf("stat %s: %w", path, err)
+			}
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("stat %s: %w", path, err)
 		}
 		if st.Dev != own.Dev || seen[st.Ino] {
 			return nil
 		}
 		ns := Namespace{Path: path, Dev: st.Dev, Inode: st.Ino}
-		addrs, err := ns.addrs()
+		addrs, err := ns.Addrs()
 		if errors.Is(err, ErrNamespaceGone) {
 			// Exited between stat and open: another of the namespace's
 			// processes, if any, will be looked at.
@@ -108,6 +127,9 @@ func (f Finder) Find(want []netip.Addr) (map[netip.Addr]Namespace, error) {
 			found[a] = nss[0]
 		}
 	}
+	if missing := len(wanted) - len(holders); missing > 0 && unreadable > 0 {
+		errs = append(errs, fmt.Errorf("%d of the addresses not found, and %d processes' namespaces could not be read (the first: %w)", missing, unreadable, firstUnreadable))
+	}
 	return found, errors.Join(errs...)
 }
 
@@ -134,8 +156,10 @@ func isPID(name string) bool {
 	return true
 }
 
-// addrs lists the IPv4 addresses of the namespace's interfaces.
-func (n Namespace) addrs() ([]netip.Addr, error) {
+// Addrs lists the IPv4 addresses of the namespace's interfaces, to check
+// that a namespace found before still holds an address without a whole
+// Find. It fails with ErrNamespaceGone as Open does.
+func (n Namespace) Addrs() ([]netip.Addr, error) {
 	h, err := n.Open()
 	if err != nil {
 		return nil, err

@@ -24,6 +24,11 @@ func (n Namespace) Open() (netns.NsHandle, error) {
 	return netns.None(), errUnsupported
 }
 
+// Addrs is implemented on Linux only.
+func (n Namespace) Addrs() ([]netip.Addr, error) {
+	return nil, errUnsupported
+}
+
 // Dump is implemented on Linux only.
 func Dump(ns Namespace, storageMapFDs []int) ([]Socket, error) {
 	return nil, errUnsupported

@@ -133,8 +133,8 @@ func (f Finder) Find(want []netip.Addr) (map[netip.Addr]Namespace, error) {
 	return found, errors.Join(errs...)
 }
 
-// readDirNames lists dir unsorted (os.ReadDir would sort, and stat nothing
-// more we need).
+// readDirNames lists the names in dir unsorted: os.ReadDir would sort
+// them, which costs and which nothing here needs.
 func readDirNames(dir string) ([]string, error) {
 	d, err := os.Open(dir)
 	if err != nil {

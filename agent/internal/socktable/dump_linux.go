@@ -16,7 +16,8 @@ import (
 const recvBufSize = 64 << 10
 
 // Dump lists the TCP sockets, IPv4 and IPv6, of the namespace ns in every
-// state but TIME_WAIT (see State for what else is left out). With
+// state but TIME_WAIT; connections the kernel has not made a socket of yet
+// (NEW_SYN_RECV requests) come as SYN_RECV without an inode. With
 // storageMapFDs, file descriptors of BPF_MAP_TYPE_SK_STORAGE maps, each
 // socket's values in those maps come along in its Storage, keyed by the
 // maps' IDs. It needs CAP_SYS_ADMIN (to enter the namespace), and CAP_BPF

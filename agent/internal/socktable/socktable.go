@@ -19,8 +19,8 @@ type State uint8
 
 // The TCP states. NewSynRecv and BoundInactive are never the state of a
 // connection: the first is a request the kernel has not made a socket of
-// yet, the second a pseudo-state sock_diag gives sockets bound but neither
-// listening nor connected.
+// yet (sock_diag reports those as SynRecv), the second a pseudo-state
+// sock_diag gives sockets bound but neither listening nor connected.
 const (
 	Established State = 1 + iota
 	SynSent

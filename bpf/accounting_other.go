@@ -51,13 +51,14 @@ func (a *Accounting) Events() (Events, error) { return Events{}, ErrUnsupported 
 
 // OpenConn is a pod's open server connection in the socket table.
 type OpenConn struct {
-	Cookie uint64
-	State  []byte
+	Cookie   uint64
+	State    []byte
+	Accepted bool
 }
 
 // Audit is what one check of a pod's connections found.
 type Audit struct {
-	Open, Followed, Learned, Uncounted, Unseen, Gone int
+	Open, Followed, Learned, Uncounted, Pending, Unseen, Gone int
 	Drift                                            int64
 	Stable, Full                                     bool
 }

@@ -38,6 +38,11 @@ type OpenConn struct {
 	// State is the socket's storage in the map of ConnStore, nil if the
 	// socket has none: the programs never saw the connection.
 	State []byte
+	// Accepted says the server's process has accepted the connection (the
+	// socket has a file: an inode). One without state that is not accepted
+	// yet may be in the instant between TCP establishing it and the
+	// programs' callback: it is left for the next check, never learned.
+	Accepted bool
 }
 
 // Audit is what one check of a pod's connections against the socket
@@ -49,8 +54,9 @@ type Audit struct {
 	// the agent's correction since an earlier check (no segment since);
 	// Uncounted have state that counts nowhere (accepted while the slot
 	// changed hands, or the pod's own client connection to a port it also
-	// listens on).
-	Followed, Learned, Uncounted int
+	// listens on); Pending have no state and are not accepted yet (see
+	// OpenConn.Accepted).
+	Followed, Learned, Uncounted, Pending int
 	// Unseen had no state and were not learned: learned now.
 	Unseen int
 	// Gone were learned earlier and are closed now, or followed by the
@@ -142,6 +148,10 @@ func (a *Accounting) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audi
 		}
 		if learned[c.Cookie] {
 			r.Learned++
+			continue
+		}
+		if !c.Accepted {
+			r.Pending++
 			continue
 		}
 		err := a.objs.Learned.Update(c.Cookie, &accountingLearnedConn{Tenure: after.Tenure, Slot: slot}, ebpf.UpdateNoExist)

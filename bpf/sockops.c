@@ -22,6 +22,7 @@
 
 #include "accounting.h"
 #include "lib/accept.h"
+#include "lib/adopt.h"
 #include "lib/conn.h"
 #include "lib/counters.h"
 #include "lib/maps.h"
@@ -115,6 +116,10 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 		count_event(EV_CONN_UNTRACKED);
 		return;
 	}
+	// The agent may have learned it from the socket table in the instant
+	// before this callback (it never learns one its server has not
+	// accepted, but a check can be slow): it counts here now.
+	forget_learned_sock(bpf_get_socket_cookie(skops));
 	// Not counted if the slot changed hands since the lookup; the state
 	// stays (TENURE_NONE counts nowhere) and is freed when the socket closes.
 	count_accepted(p, stored, key.pod_ip);

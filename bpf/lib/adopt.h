@@ -113,20 +113,18 @@ static __always_inline struct conn *store_state(struct __sk_buff *skb, struct co
 }
 #endif
 
-// forget_learned hands a connection the agent learned from the socket
+// forget_learned_sock hands a connection the agent learned from the socket
 // table (struct learned_conn) back to the programs at its first segment
 // since: the agent's correction stops counting it (learned_gone, under
 // the slot's lock like every count) and the programs count it from here
 // if it is still open (adopt). Deleting the entry decides who accounts for
 // it: the agent deletes the entries whose socket it finds gone and takes
-// them off its correction itself.
-static __always_inline void forget_learned(struct __sk_buff *skb)
+// them off its correction itself. cookie is the socket's.
+static __always_inline void forget_learned_sock(__u64 cookie)
 {
 	struct learned_conn *l, was;
 	struct pod_stats *p;
-	__u64 cookie;
 
-	cookie = bpf_get_socket_cookie(skb);
 	l = bpf_map_lookup_elem(&learned, &cookie);
 	if (!l)
 		return; // nearly always: the agent learns few connections
@@ -140,6 +138,13 @@ static __always_inline void forget_learned(struct __sk_buff *skb)
 	if (p->tenure == was.tenure)
 		p->learned_gone++; // else the slot was reset, and its correction with it
 	bpf_spin_unlock(&p->lock);
+}
+
+// forget_learned forgets the learned connection of a segment's socket
+// (see forget_learned_sock).
+static __always_inline void forget_learned(struct __sk_buff *skb)
+{
+	forget_learned_sock(bpf_get_socket_cookie(skb));
 }
 
 // forget_learned_of forgets a learned connection (see forget_learned) of a

@@ -93,6 +93,12 @@ func (c *Cluster) setupHostNet() error {
 	if err := netlink.RouteAdd(route); err != nil {
 		return fmt.Errorf("add route %s dev %s src %s: %w", ServiceCIDR, ServiceBridge, HostIP, err)
 	}
+	// The nodes' network namespace (the host's) under a name: an agent
+	// cannot open /proc/1/ns/net on every machine (a PID 1 holding more
+	// capabilities than the agent's root), as a node's agent would.
+	if err := namedns.Attach(HostNetns, "/proc/self/ns/net"); err != nil {
+		return err
+	}
 	return c.checkRoutes()
 }
 

@@ -15,6 +15,9 @@ const (
 	Prefix = "sccl"
 	// ClusterName names the cgroup subtree and the bpffs directory.
 	ClusterName = "sockscale-cluster"
+	// HostNetns names the nodes' network namespace (the host's) under
+	// /var/run/netns: the agents' chart value agent.nodeNetns.
+	HostNetns = Prefix + "-host"
 
 	// HostBridge has no ports: it carries HostIP (the apiserver's and the
 	// DNS's address, reachable from every pod through its gateway) and, with

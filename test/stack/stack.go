@@ -151,13 +151,20 @@ func ImageSets() []string {
 	return sets
 }
 
+// ClusterSets are ImageSets and what the local cluster's nodes need of the
+// current chart: the agents open the nodes' network namespace by the name
+// the cluster gave it.
+func ClusterSets() []string {
+	return append(ImageSets(), "agent.nodeNetns=/var/run/netns/"+cluster.HostNetns)
+}
+
 // Install installs (or upgrades) the chart pushed by PushChart from the
 // registry, its images from ImageRepo, and waits until its workloads are
 // ready. sets are extra --set key=value pairs.
 func (s *Stack) Install(ctx context.Context, sets ...string) error {
 	args := []string{"upgrade", "--install", "sockscale", "oci://" + ChartRepo + "/sockscale", "--version", mustChart().Version,
 		"--plain-http", "--namespace", Namespace, "--create-namespace", "--wait", "--timeout", "4m"}
-	for _, set := range append(ImageSets(), sets...) {
+	for _, set := range append(ClusterSets(), sets...) {
 		args = append(args, "--set", set)
 	}
 	return s.helm(ctx, args...)

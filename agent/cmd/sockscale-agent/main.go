@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/sockscale/sockscale/agent/internal/connaudit"
 	"github.com/sockscale/sockscale/agent/internal/lifecycle"
 	"github.com/sockscale/sockscale/agent/internal/metrics"
 	"github.com/sockscale/sockscale/agent/internal/nodeaddr"
@@ -171,6 +172,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 6)
+	if cfg.auditPeriod > 0 {
+		// Each pod's connection count against the kernel's socket table:
+		// every period, and a pod as soon as it is added (its idle
+		// connections from before are counted at once).
+		auditor := connaudit.New(acct, pods, connaudit.Options{Period: cfg.auditPeriod, Log: log.With("part", "connaudit"), Registerer: reg})
+		pods.OnAdded(auditor.Poke)
+		go auditor.Run(ctx)
+	}
 	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
 		go func() {

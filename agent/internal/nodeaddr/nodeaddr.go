@@ -20,6 +20,9 @@ type Options struct {
 	// event (a lost event: the netlink socket's buffer overflowed).
 	// Default 1 minute.
 	Resync time.Duration
+	// RetryOpen is how often a namespace that cannot be opened is tried
+	// again. Default 10 s.
+	RetryOpen time.Duration
 	// Settle is how long to wait after an event for more before reading
 	// the addresses (an interface coming up brings several). Default 100 ms.
 	Settle time.Duration

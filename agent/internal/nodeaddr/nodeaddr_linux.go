@@ -18,7 +18,36 @@ import (
 // than applied one by one, so a lost event (the socket's buffer overflowed,
 // which ends the subscription) costs a resubscription and a read, nothing
 // more.
+//
+// A namespace it cannot open (a wrong --node-netns, missing rights) is
+// retried every RetryOpen: until then the kernel knows no node address and
+// the kubelet's probes count as load, which the error log and OnError say.
 func Run(ctx context.Context, o Options) error {
+	retry := o.RetryOpen
+	if retry <= 0 {
+		retry = 10 * time.Second
+	}
+	for {
+		err := open(ctx, o)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if o.Log != nil {
+			o.Log.Error("cannot follow the node's addresses: until then the kubelet's probes count as load", "retryIn", retry, "err", err)
+		}
+		if o.OnError != nil {
+			o.OnError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(retry):
+		}
+	}
+}
+
+// open opens the namespace and follows it until ctx ends.
+func open(ctx context.Context, o Options) error {
 	ns := netns.None()
 	if o.Netns != "" {
 		var err error

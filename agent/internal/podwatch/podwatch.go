@@ -66,6 +66,9 @@ type Watcher struct {
 	skipped map[types.UID]string // pods not accounted, and why
 	synced  bool
 	errs    int
+	// onAdded is told each address given to a pod in the kernel (see
+	// OnAdded); called with mu held, so it must not block.
+	onAdded func(netip.Addr)
 }
 
 // podState is what decides which pod owns an address.
@@ -255,6 +258,26 @@ func (w *Watcher) syncIP(ip netip.Addr) {
 	}
 	w.inKernel[ip] = id
 	delete(w.dirty, ip)
+	if w.onAdded != nil {
+		w.onAdded(ip)
+	}
+}
+
+// OnAdded makes f hear of each address the watcher gives to a pod in the
+// kernel (a new pod, a reused address, or every pod after an agent
+// restart), as it happens; f must not block. Set before Run.
+func (w *Watcher) OnAdded(f func(netip.Addr)) { w.onAdded = f }
+
+// Accounted returns the addresses the kernel accounts for pods, as this
+// watcher last wrote them.
+func (w *Watcher) Accounted() []netip.Addr {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]netip.Addr, 0, len(w.inKernel))
+	for ip := range w.inKernel {
+		out = append(out, ip)
+	}
+	return out
 }
 
 func (w *Watcher) fail(ip netip.Addr, what string, err error) {

@@ -122,6 +122,27 @@ func add(name string) (netns.NsHandle, error) {
 	return r.h, r.err
 }
 
+// Attach names the existing network namespace at path (e.g.
+// /proc/self/ns/net) name, as `ip netns attach` does: a bind mount under
+// Dir, so that a process that cannot open path (another's /proc entries)
+// opens Path(name) instead.
+func Attach(name, path string) error {
+	if err := shareDir(Dir); err != nil {
+		return fmt.Errorf("attach netns %s: %w", name, err)
+	}
+	p := Path(name)
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0)
+	if err != nil {
+		return fmt.Errorf("attach netns %s: %w", name, err)
+	}
+	f.Close()
+	if err := unix.Mount(path, p, "none", unix.MS_BIND, ""); err != nil {
+		_ = os.Remove(p)
+		return fmt.Errorf("attach netns %s: bind mount %s: %w", name, path, err)
+	}
+	return nil
+}
+
 // Delete removes network namespace name, as `ip netns delete` does: the
 // namespace goes once no process is in it and no handle holds it. An error
 // for a name that does not exist wraps os.ErrNotExist.

@@ -59,8 +59,8 @@ type OpenConn struct {
 // Audit is what one check of a pod's connections found.
 type Audit struct {
 	Open, Followed, Learned, Uncounted, Pending, Unseen, Gone int
-	Drift                                            int64
-	Stable, Full                                     bool
+	Drift                                                     int64
+	Stable, Full                                              bool
 }
 
 // Miscounted is how far the counters were from the socket table.

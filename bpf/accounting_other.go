@@ -73,3 +73,14 @@ func (a *Accounting) ConnStore() (int, uint32, error) { return 0, 0, ErrUnsuppor
 func (a *Accounting) Audit(netip.Addr, func() ([]OpenConn, error)) (Audit, error) {
 	return Audit{}, ErrUnsupported
 }
+
+// AuditPass checks pods with one read of the learned connections.
+type AuditPass struct{}
+
+// NewAuditPass fails off Linux.
+func (a *Accounting) NewAuditPass() (*AuditPass, error) { return nil, ErrUnsupported }
+
+// Audit fails off Linux.
+func (p *AuditPass) Audit(netip.Addr, func() ([]OpenConn, error)) (Audit, error) {
+	return Audit{}, ErrUnsupported
+}

@@ -87,8 +87,69 @@ func (r Audit) Miscounted() int64 { return int64(r.Gone-r.Unseen) + r.Drift }
 // (lib/adopt.h). Learned connections found closed are taken off. If the
 // pod's counters held still while the table was read, what they still
 // disagree on is drift (a connection that closed unseen), and is
-// corrected too.
+// corrected too. To check many pods, AuditPass reads the learned
+// connections once for all of them.
 func (a *Accounting) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audit, error) {
+	p, err := a.NewAuditPass()
+	if err != nil {
+		return Audit{}, err
+	}
+	return p.Audit(ip, dump)
+}
+
+// AuditPass checks pods one after the other with one read of the learned
+// connections (a map of up to MaxLearned entries: read per pod, a node's
+// check would cost pods times that).
+type AuditPass struct {
+	a *Accounting
+	// learned are the learned connections by slot: cookie -> tenure.
+	learned map[uint32]map[uint64]uint64
+}
+
+// NewAuditPass reads the learned connections for a pass of Audits, and
+// deletes those of slots no pod holds (it went: they count nowhere).
+func (a *Accounting) NewAuditPass() (*AuditPass, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := &AuditPass{a: a, learned: make(map[uint32]map[uint64]uint64)}
+	var cookie uint64
+	var l accountingLearnedConn
+	var stale []uint64
+	it := a.objs.Learned.Iterate()
+	for it.Next(&cookie, &l) {
+		if l.Slot >= MaxPods || !a.slotUsed[l.Slot] {
+			stale = append(stale, cookie)
+			continue
+		}
+		if p.learned[l.Slot] == nil {
+			p.learned[l.Slot] = make(map[uint64]uint64)
+		}
+		p.learned[l.Slot][cookie] = l.Tenure
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read learned connections: %w", err)
+	}
+	if err := a.forget(stale); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// forget deletes learned connections that count nowhere.
+func (a *Accounting) forget(cookies []uint64) error {
+	for _, c := range cookies {
+		if err := a.objs.Learned.Delete(c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("forget connection %#x of a pod that went: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// Audit checks the pod at ip (see Accounting.Audit). The learned
+// connections it read may have been taken over by the programs since: those
+// have state, or are closed, and are found so in the table.
+func (p *AuditPass) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audit, error) {
+	a := p.a
 	key, err := ipKey(ip)
 	if err != nil {
 		return Audit{}, err
@@ -115,10 +176,6 @@ func (a *Accounting) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audi
 	if a.slots[ip] != slot {
 		return Audit{}, fmt.Errorf("audit pod %s: removed while its connections were read", ip)
 	}
-	learned, err := a.learnedOf(slot, before.Tenure)
-	if err != nil {
-		return Audit{}, fmt.Errorf("audit pod %s: %w", ip, err)
-	}
 	if err := a.objs.PodCounters.LookupWithFlags(slot, &after, ebpf.LookupLock); err != nil {
 		return Audit{}, fmt.Errorf("audit pod %s: read counters: %w", ip, err)
 	}
@@ -131,6 +188,20 @@ func (a *Accounting) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audi
 	}
 	if adj.Tenure != after.Tenure {
 		adj = accountingConnAdjust{Tenure: after.Tenure}
+	}
+	// This pod's learned connections; those of the slot's earlier tenures
+	// (the address's previous pod) count nowhere.
+	learned := make(map[uint64]bool, len(p.learned[slot]))
+	var stale []uint64
+	for cookie, tenure := range p.learned[slot] {
+		if tenure == after.Tenure {
+			learned[cookie] = true
+		} else {
+			stale = append(stale, cookie)
+		}
+	}
+	if err := a.forget(stale); err != nil {
+		return Audit{}, fmt.Errorf("audit pod %s: %w", ip, err)
 	}
 
 	r := Audit{Open: len(conns)}
@@ -203,34 +274,6 @@ func (a *Accounting) writeAdjust(slot uint32, adj accountingConnAdjust, err erro
 		return errors.Join(err, fmt.Errorf("write correction of slot %d: %w", slot, werr))
 	}
 	return err
-}
-
-// learnedOf returns the cookies of the connections learned for the slot in
-// its tenure. Entries of an earlier tenure (the pod went, or its address
-// came back as another pod) are deleted on the way: they count nowhere.
-func (a *Accounting) learnedOf(slot uint32, tenure uint64) (map[uint64]bool, error) {
-	out := make(map[uint64]bool)
-	var cookie uint64
-	var l accountingLearnedConn
-	var stale []uint64
-	it := a.objs.Learned.Iterate()
-	for it.Next(&cookie, &l) {
-		switch {
-		case l.Slot == slot && l.Tenure == tenure:
-			out[cookie] = true
-		case l.Slot == slot:
-			stale = append(stale, cookie)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read learned connections: %w", err)
-	}
-	for _, c := range stale {
-		if err := a.objs.Learned.Delete(c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil, fmt.Errorf("forget connection %#x of an earlier pod: %w", c, err)
-		}
-	}
-	return out, nil
 }
 
 // Where stateCounts reads a connection's state (struct conn) in socket storage.

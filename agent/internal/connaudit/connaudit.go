@@ -18,7 +18,7 @@ import (
 // Accounting is the kernel side, as the bpf package's Accounting has it.
 type Accounting interface {
 	ConnStore() (fd int, id uint32, err error)
-	Audit(ip netip.Addr, dump func() ([]bpf.OpenConn, error)) (bpf.Audit, error)
+	NewAuditPass() (*bpf.AuditPass, error)
 }
 
 // Pods are the node's accounted pods, as the pod watcher has them.
@@ -160,14 +160,19 @@ func (a *Auditor) check(ips []netip.Addr) {
 		a.fail(netip.Addr{}, err)
 		return
 	}
+	pass, err := a.acct.NewAuditPass()
+	if err != nil {
+		a.fail(netip.Addr{}, err)
+		return
+	}
 	a.findNamespaces(ips, false)
 	for _, ip := range ips {
-		r, err := a.checkOne(ip, fd, id)
+		r, err := a.checkOne(pass, ip, fd, id)
 		if errors.Is(err, errNoNamespace) || errors.Is(err, errNamespaceChanged) {
 			// The cached namespace went (a restarted pod sandbox keeps
 			// its address): look again, once.
 			a.findNamespaces([]netip.Addr{ip}, true)
-			r, err = a.checkOne(ip, fd, id)
+			r, err = a.checkOne(pass, ip, fd, id)
 		}
 		if err != nil {
 			a.fail(ip, err)
@@ -183,12 +188,12 @@ var (
 )
 
 // checkOne audits the pod at ip with the socket table of its namespace.
-func (a *Auditor) checkOne(ip netip.Addr, fd int, id uint32) (bpf.Audit, error) {
+func (a *Auditor) checkOne(pass *bpf.AuditPass, ip netip.Addr, fd int, id uint32) (bpf.Audit, error) {
 	ns, ok := a.namespaces[ip]
 	if !ok {
 		return bpf.Audit{}, errNoNamespace
 	}
-	return a.acct.Audit(ip, func() ([]bpf.OpenConn, error) {
+	return pass.Audit(ip, func() ([]bpf.OpenConn, error) {
 		socks, err := socktable.Dump(ns, []int{fd})
 		if err != nil {
 			if errors.Is(err, socktable.ErrNamespaceGone) {

@@ -29,7 +29,9 @@ type Pods interface {
 
 // Options configure an Auditor.
 type Options struct {
-	// Period is how often every pod is checked. Default 30 s.
+	// Period is how often every pod is checked. Default 5 minutes: a
+	// check costs a walk of the kernel's whole TCP table per pod (see
+	// docs/benchmarks.md).
 	Period time.Duration
 	// Settle is how long a check of poked pods waits for more pokes (a
 	// restarted agent adds every pod at once). Default 200 ms.
@@ -64,7 +66,7 @@ type Auditor struct {
 // New returns an Auditor of acct's pods; Run starts it.
 func New(acct Accounting, pods Pods, o Options) *Auditor {
 	if o.Period <= 0 {
-		o.Period = 30 * time.Second
+		o.Period = 5 * time.Minute
 	}
 	if o.Settle <= 0 {
 		o.Settle = 200 * time.Millisecond

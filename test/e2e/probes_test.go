@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
@@ -63,8 +67,16 @@ func TestE2EProbesOnlyFromTheNode(t *testing.T) {
 		t.Errorf("the agent's check of the pod's connections: miscounted %v (reported: %t), want 0", v, ok)
 	}
 
+	// The kubelet probes the pod's own address, never a Service.
+	var pods corev1.PodList
+	if err := s.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": "probes"}); err != nil || len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		t.Fatalf("the pod of probes: %v (%d pods)", err, len(pods.Items))
+	}
+	podURL := "http://" + net.JoinHostPort(pods.Items[0].Status.PodIP, "8080") + "/"
+	localRoute(t, netip.MustParseAddr(pods.Items[0].Status.PodIP))
+
 	req0, probes0 := settled()
-	fromNode := loadgen.Run(loadgen.Options{URLs: []string{url}, Concurrency: 2, Header: http.Header{"User-Agent": {"kube-probe/1.36"}}}, 2*time.Second)
+	fromNode := loadgen.Run(loadgen.Options{URLs: []string{podURL}, Concurrency: 2, Header: http.Header{"User-Agent": {"kube-probe/1.36"}}}, 2*time.Second)
 	if fromNode.Failed > 0 || fromNode.Completed == 0 {
 		t.Fatalf("probes from the node: %d completed, %d failed", fromNode.Completed, fromNode.Failed)
 	}
@@ -74,15 +86,20 @@ func TestE2EProbesOnlyFromTheNode(t *testing.T) {
 		t.Errorf("%d requests with a probe's User-Agent from the node: %v more load, %v more probes; want 0 and at least %d", fromNode.Completed, req1-req0, probes1-probes0, fromNode.Completed)
 	}
 
-	node := cluster.NodeName(0)
-	box := newClientSandbox(t, s, "prober", node)
-	fromPod := box.probeLoad(t, url, 2*time.Second)
-	if fromPod.Failed > 0 || fromPod.Completed == 0 {
-		t.Fatalf("probes from a pod: %d completed, %d failed", fromPod.Completed, fromPod.Failed)
-	}
-	req2, _ := settled()
-	if req2-req1 != float64(fromPod.Completed) {
-		t.Errorf("%d requests with a probe's User-Agent from a pod: %v counted as load, want all", fromPod.Completed, req2-req1)
+	// From a pod, straight to the pod and through the public Service
+	// (and the activators, if they are in its path: they disarm the
+	// header, see handler.disarmProbeAgents).
+	box := newClientSandbox(t, s, "prober", cluster.NodeName(0))
+	for _, u := range []string{podURL, url} {
+		fromPod := box.probeLoad(t, u, 2*time.Second)
+		if fromPod.Failed > 0 || fromPod.Completed == 0 {
+			t.Fatalf("probes from a pod to %s: %d completed, %d failed", u, fromPod.Completed, fromPod.Failed)
+		}
+		req2, _ := settled()
+		if req2-req1 != float64(fromPod.Completed) {
+			t.Errorf("%d requests with a probe's User-Agent from a pod to %s: %v counted as load, want all", fromPod.Completed, u, req2-req1)
+		}
+		req1 = req2
 	}
 }
 

@@ -329,6 +329,28 @@ X-App: app
 	}
 }
 
+// TestProbeAgentsDisarmed: a client's probe User-Agent reaches the pod
+// changed, so the pod's agent (which believes that header on an
+// activator's connections, for the activator's own prober) counts the
+// request as load; any other User-Agent is forwarded as sent.
+func TestProbeAgentsDisarmed(t *testing.T) {
+	e := newEnv(t, 0)
+	seen := make(chan string, 1)
+	p := newPod(t, func(w http.ResponseWriter, r *http.Request) { seen <- strings.Join(r.Header.Values("User-Agent"), " | ") })
+	e.serve(t, target.Target{Key: hello}, p.Server)
+	for _, tt := range []struct{ sent, want string }{
+		{"kube-probe/1.36", disarmedPrefix + "kube-probe/1.36"},
+		{"  sockscale-probe/readiness", disarmedPrefix + "sockscale-probe/readiness"},
+		{"curl/8.5.0", "curl/8.5.0"},
+		{"Kube-Probe/1.36", "Kube-Probe/1.36"}, // not what the kernel matches
+	} {
+		raw(t, e.addr(), "GET / HTTP/1.1\nHost: hello.default\nUser-Agent: "+tt.sent+"\n\n")
+		if got := <-seen; got != tt.want {
+			t.Errorf("User-Agent %q reached the pod as %q, want %q", tt.sent, got, tt.want)
+		}
+	}
+}
+
 func TestStreamingFlushesEachWrite(t *testing.T) {
 	e := newEnv(t, 0)
 	next := make(chan struct{})

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,6 +145,34 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Trailer = pr.In.Trailer
 	pr.Out.Header.Set(ProxiedHeader, h.podName)
 	pr.Out.Header.Del(resolve.Header) // ours, and spent
+	disarmProbeAgents(pr.Out.Header)
+}
+
+// probeAgents are the User-Agent prefixes the node agents' kernel programs
+// take for health probes (bpf/lib/message.h), matched as they match them:
+// case-sensitive, after leading spaces.
+var probeAgents = []string{"kube-probe/", "sockscale-probe/"}
+
+// disarmedPrefix goes in front of a client's probe User-Agent.
+const disarmedPrefix = "forwarded-by-sockscale-activator "
+
+// disarmProbeAgents keeps a client's User-Agent from passing for a health
+// probe at the pod. The agents believe a probe's User-Agent only on
+// connections from the node or from an activator (whose own prober sends
+// one); a request the activator forwards comes from the activator, so a
+// client could otherwise hide its load behind the header by calling
+// through the activator. The kubelet probes pods directly, never through
+// an activator: no real probe is changed.
+func disarmProbeAgents(h http.Header) {
+	for i, v := range h["User-Agent"] {
+		t := strings.TrimLeft(v, " \t")
+		for _, p := range probeAgents {
+			if strings.HasPrefix(t, p) {
+				h["User-Agent"][i] = disarmedPrefix + t
+				break
+			}
+		}
+	}
 }
 
 // proxyError answers a request whose pod did not answer. Timeouts are

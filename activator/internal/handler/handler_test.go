@@ -336,7 +336,9 @@ X-App: app
 func TestProbeAgentsDisarmed(t *testing.T) {
 	e := newEnv(t, 0)
 	seen := make(chan string, 1)
-	p := newPod(t, func(w http.ResponseWriter, r *http.Request) { seen <- strings.Join(r.Header.Values("User-Agent"), " | ") })
+	p := newPod(t, func(w http.ResponseWriter, r *http.Request) {
+		seen <- strings.Join(r.Header.Values("User-Agent"), " | ")
+	})
 	e.serve(t, target.Target{Key: hello}, p.Server)
 	for _, tt := range []struct{ sent, want string }{
 		{"kube-probe/1.36", disarmedPrefix + "kube-probe/1.36"},

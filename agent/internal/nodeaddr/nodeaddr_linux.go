@@ -54,7 +54,7 @@ func open(ctx context.Context, o Options) error {
 		if ns, err = netns.GetFromPath(o.Netns); err != nil {
 			return fmt.Errorf("open the node's network namespace %s: %w", o.Netns, err)
 		}
-		defer ns.Close()
+		defer func() { _ = ns.Close() }()
 	}
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {

@@ -269,7 +269,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// ready pod. Readiness probes feed the throttle; the throttle's first
 	// request held at zero pokes the controller through the stats counter.
 	table := resolve.NewTable(cfg.clusterDomain)
-	watcher := &watch.Watcher{Cache: objects, Table: table, Mapper: mapper, APIReader: direct, Log: log}
+	watcher := &watch.Watcher{Cache: objects, Table: table, Mapper: mapper, APIReader: direct, Registerer: reg, Log: log}
 	var reporter stats.Reporter = logReporter{log}
 	var sender *statsreport.Reporter
 	if cfg.statsAddr != "" {

@@ -206,7 +206,7 @@ func TestIntegrationRoutes(t *testing.T) {
 
 	// Route port: 60/40 per request, whatever form of the Route's address.
 	const n = 400
-	hosts := []string{"hello", "hello.default:80", "hello.default.svc", "hello.default.svc.cluster.local:80", addrSvc.Spec.ClusterIP + ":80"}
+	hosts := []string{"HELLO.default.", "hello.default:80", "hello.default.svc", "hello.default.svc.cluster.local:80", addrSvc.Spec.ClusterIP + ":80"}
 	count := map[string]int{}
 	for i := range n {
 		code, body := get(addrs[3], hosts[i%len(hosts)])

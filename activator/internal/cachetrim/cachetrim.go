@@ -28,7 +28,8 @@ import (
 //
 //   - Every object: metadata.namespace, .name, .labels (watch keys, index
 //     values), .ownerReferences (metav1.IsControlledBy, by UID),
-//     .deletionTimestamp and .creationTimestamp (PodAutoscalers).
+//     .deletionTimestamp and .creationTimestamp (PodAutoscalers; Ingresses
+//     and HTTPRoutes, whose age decides who owns a host they share).
 //   - Service (targetOf, clusterIPs, podPortName, podsOf,
 //     syncRouteService): labels serving.sockscale.dev/route and /tag,
 //     ownerReferences (the private Service's controller), spec.clusterIP,
@@ -39,11 +40,12 @@ import (
 //     addressType, ports[].name, .port, .protocol; and of a private
 //     Service's slice only, endpoints[].addresses,
 //     .conditions.ready and .conditions.terminating.
-//   - Ingress (ingressBackends, its index, routeTargets, routeHosts):
-//     spec.rules[].host, .http.paths[].backend.service.name,
-//     spec.defaultBackend.service.name.
+//   - Ingress (ingressBackends, routeClaims, their indexes, routeTargets,
+//     routeHosts, claimants): spec.rules[].host,
+//     .http.paths[].backend.service.name, spec.defaultBackend.service.name.
 //   - PodAutoscaler, ServerlessService, Route (sockscale's own) and
-//     HTTPRoute (unstructured, few): kept whole but for managed fields.
+//     HTTPRoute (unstructured, few; its status.parents say whether a
+//     Gateway accepted it): kept whole but for managed fields.
 //
 // Managed fields and annotations (kubectl's last-applied-configuration
 // alone is a copy of the object) are read of no object.

@@ -183,7 +183,7 @@ func TestWaysIn(t *testing.T) {
 	p := newPod(t, hi)
 	e.serve(t, target.Target{Key: hello, Ports: []uint16{80}}, p.Server)
 	for _, ns := range []string{"team-a", "team-b"} {
-		e.serve(t, target.Target{Key: target.Key{Namespace: ns, Name: "api"}}, p.Server)
+		e.serve(t, target.Target{Key: target.Key{Namespace: ns, Name: "api"}, Hosts: []string{"api.example.com"}}, p.Server)
 	}
 
 	tests := []struct {
@@ -211,8 +211,10 @@ func TestWaysIn(t *testing.T) {
 			code: 404, reason: reasonUnknownTarget, body: `Sockscale-Target "default/nope" names no target`},
 		{name: "malformed target header", request: "GET / HTTP/1.1\nHost: hello.default\nSockscale-Target: hello\n\n",
 			code: 400, reason: reasonBadTargetHeader, body: "want <namespace>/<name>"},
-		{name: "bare name in two namespaces", request: "GET / HTTP/1.1\nHost: api\n\n",
-			code: 404, reason: reasonAmbiguousTarget, body: "namespaces team-a, team-b"},
+		{name: "bare name", request: "GET / HTTP/1.1\nHost: hello\n\n",
+			code: 404, reason: reasonUnknownTarget, body: `host "hello" has no namespace: the activator serves every namespace and cannot know the client's, so a name alone never resolves; use hello.<namespace>`},
+		{name: "route host of two targets", request: "GET / HTTP/1.1\nHost: api.example.com\n\n",
+			code: 404, reason: reasonAmbiguousTarget, body: "route host of targets team-a/api, team-b/api"},
 		{name: "port not of the Service", request: "GET / HTTP/1.1\nHost: hello.default:8080\n\n",
 			code: 404, reason: reasonUnknownTarget, body: "whose ports are [80], not 8080"},
 		{name: "activator probe, any host, never forwarded", request: "GET / HTTP/1.1\nHost: 10.96.0.1:80\nSockscale-Probe: activator\nUser-Agent: sockscale-probe/activator\n\n",

@@ -44,18 +44,24 @@ var (
 //     with or without a trailing dot, with or without ":port":
 //     - a ClusterIP of a public Service;
 //     - "name.ns", "name.ns.svc", "name.ns.svc.<cluster-domain>";
-//     - "name" alone: the activator cannot know the client's namespace
-//     (search paths are the client's), so a bare name resolves only when
-//     exactly one namespace has a target of that name, otherwise the
-//     request gets a 404 saying which namespaces have it;
+//     - "name" alone (no dot) resolves to nothing, whatever exists: a
+//     client's search path made it name.<the client's namespace>, which
+//     the activator serving every namespace cannot know; taking the one
+//     namespace that has such a target would let another tenant turn
+//     working calls into 404s by creating a namesake (or, picking one,
+//     send them to the wrong tenant). The 404 says to use name.<namespace>.
+//     Knative's ingresses do not route short names either. Route hosts
+//     of one label are not looked up either: one would catch the bare-name
+//     calls of every other namespace's clients.
 //     For these Service forms a port, when given, must be one of the
 //     Service's ports: a client that reached the Service used one of them.
 //     No port is not checked (80 is implied, and clients that set Host by
 //     hand often leave it out).
 //  3. further host names registered for a target (HTTPRoute and Ingress
-//     hosts); their port is not checked: it is the gateway's, not the
-//     Service's. A host registered by several targets (a route that
-//     splits traffic between two public Services) is ambiguous: such
+//     hosts, which the watcher gives only by its rules of host claims:
+//     watch/routes.go); their port is not checked: it is the gateway's,
+//     not the Service's. A host registered by several targets (a route
+//     that splits traffic between two public Services) is ambiguous: such
 //     routes must set Sockscale-Target per backend.
 //
 // The same forms (and a Sockscale-Target header naming one) name a
@@ -78,7 +84,6 @@ type Table struct {
 	routes   map[target.Key]*Route
 	services map[target.Key]*RouteService
 	// Indexes over the Services of both targets and RouteServices.
-	names map[string][]target.Key   // bare Service name -> Services with it
 	ips   map[netip.Addr]target.Key // ClusterIP -> Service
 	hosts map[string][]target.Key   // extra host -> Services registering it
 }
@@ -96,7 +101,6 @@ func NewTable(clusterDomain string) *Table {
 		targets:  make(map[target.Key]*target.Target),
 		routes:   make(map[target.Key]*Route),
 		services: make(map[target.Key]*RouteService),
-		names:    make(map[string][]target.Key),
 		ips:      make(map[netip.Addr]target.Key),
 		hosts:    make(map[string][]target.Key),
 	}
@@ -151,7 +155,6 @@ func (tb *Table) forget(k target.Key) {
 
 // index adds the Service k to the secondary indexes. tb.mu must be held.
 func (tb *Table) index(k target.Key, ips []netip.Addr, hosts []string) {
-	tb.names[k.Name] = append(tb.names[k.Name], k)
 	for _, ip := range ips {
 		tb.ips[ip] = k
 	}
@@ -163,7 +166,6 @@ func (tb *Table) index(k target.Key, ips []netip.Addr, hosts []string) {
 // unindex removes the Service k from the secondary indexes. tb.mu must be
 // held.
 func (tb *Table) unindex(k target.Key, ips []netip.Addr, hosts []string) {
-	removeKey(tb.names, k.Name, k)
 	for _, ip := range ips {
 		// A ClusterIP moves to another Service only when a Service was
 		// deleted and its address reused: keep the newer owner.
@@ -284,16 +286,10 @@ func (tb *Table) service(host string) (target.Key, uint16, error) {
 
 	labels := strings.Split(name, ".")
 	if len(labels) == 1 {
-		switch keys := tb.names[name]; len(keys) {
-		case 0:
-			// Not a Service name: perhaps a route's host.
-		case 1:
-			return keys[0], port, nil
-		default:
-			return target.Key{}, 0, fmt.Errorf("%w: host %q is the Service name of targets or Routes in namespaces %s; the activator cannot know the client's namespace: use %s.<namespace> or the %s header",
-				ErrAmbiguous, host, namespaces(keys), name, Header)
-		}
-	} else if rest := strings.Join(labels[2:], "."); rest == "" || rest == "svc" || rest == "svc."+tb.domain {
+		return target.Key{}, 0, fmt.Errorf("%w: host %q has no namespace: the activator serves every namespace and cannot know the client's, so a name alone never resolves; use %s.<namespace> (or %s.<namespace>.svc.%s) or the %s header",
+			ErrNotFound, host, name, name, tb.domain, Header)
+	}
+	if rest := strings.Join(labels[2:], "."); rest == "" || rest == "svc" || rest == "svc."+tb.domain {
 		k := target.Key{Namespace: labels[1], Name: labels[0]}
 		if tb.targets[k] != nil || tb.services[k] != nil {
 			return k, port, nil
@@ -302,7 +298,7 @@ func (tb *Table) service(host string) (target.Key, uint16, error) {
 
 	switch keys := tb.hosts[name]; len(keys) {
 	case 0:
-		return target.Key{}, 0, fmt.Errorf("%w: host %q matches no target: tried ClusterIPs, Service names (name, name.ns, name.ns.svc, name.ns.svc.%s) and route hosts, of targets and of Routes",
+		return target.Key{}, 0, fmt.Errorf("%w: host %q matches no target: tried ClusterIPs, Service names (name.ns, name.ns.svc, name.ns.svc.%s) and route hosts, of targets and of Routes",
 			ErrNotFound, host, tb.domain)
 	case 1:
 		// The port of an extra host is the gateway's: not checked.
@@ -351,15 +347,6 @@ func splitHostPort(hostport string) (string, uint16, error) {
 
 func normalizeHost(h string) string {
 	return strings.ToLower(strings.TrimSuffix(h, "."))
-}
-
-func namespaces(keys []target.Key) string {
-	ns := make([]string, len(keys))
-	for i, k := range keys {
-		ns[i] = k.Namespace
-	}
-	slices.Sort(ns)
-	return strings.Join(ns, ", ")
 }
 
 func keyList(keys []target.Key) string {

@@ -37,7 +37,7 @@ func mustUpsert(t testing.TB, tb *Table, x target.Target) {
 
 func fixture(t testing.TB) *Table {
 	tb := NewTable("") // cluster.local
-	mustUpsert(t, tb, tgt("default", "hello").IP("10.96.0.10", "fd00::10").Ports(80, 8080).Hosts("Hello.Example.COM.", "shop.example.com").Obj())
+	mustUpsert(t, tb, tgt("default", "hello").IP("10.96.0.10", "fd00::10").Ports(80, 8080).Hosts("Hello.Example.COM.", "shop.example.com", "Intranet").Obj())
 	mustUpsert(t, tb, tgt("team-a", "api").IP("10.96.0.20").Obj())
 	mustUpsert(t, tb, tgt("team-b", "api").IP("10.96.0.21").Ports(80).Hosts("shop.example.com").Obj())
 	mustUpsert(t, tb, tgt("default", "grpc").Obj()) // headless: no ClusterIP, any port
@@ -68,9 +68,14 @@ func TestResolve(t *testing.T) {
 		{name: "Service with no ports listed takes any", host: "grpc.default:50051", want: key("default", "grpc")},
 		{name: "other cluster domain", host: "hello.default.svc.example.org", wantErr: ErrNotFound},
 		{name: "svc without namespace", host: "hello.svc", wantErr: ErrNotFound},
-		{name: "bare name, unique", host: "hello", want: key("default", "hello")},
-		{name: "bare name, unique, port", host: "hello:8080", want: key("default", "hello")},
-		{name: "bare name in two namespaces", host: "api", wantErr: ErrAmbiguous, wantMsg: `namespaces team-a, team-b`},
+		// A name alone never resolves: the client's namespace is unknown.
+		{name: "bare name, one namespace has it", host: "hello", wantErr: ErrNotFound,
+			wantMsg: `host "hello" has no namespace: the activator serves every namespace and cannot know the client's, so a name alone never resolves; use hello.<namespace> (or hello.<namespace>.svc.cluster.local) or the Sockscale-Target header`},
+		{name: "bare name with port", host: "hello:8080", wantErr: ErrNotFound, wantMsg: `host "hello:8080" has no namespace`},
+		{name: "bare name, upper case, trailing dot", host: "HELLO.", wantErr: ErrNotFound, wantMsg: `use hello.<namespace>`},
+		{name: "bare name in two namespaces", host: "api", wantErr: ErrNotFound, wantMsg: `host "api" has no namespace`},
+		{name: "bare name nobody has", host: "nope", wantErr: ErrNotFound, wantMsg: `host "nope" has no namespace`},
+		{name: "one-label route host", host: "intranet", wantErr: ErrNotFound, wantMsg: `host "intranet" has no namespace`},
 		{name: "api.team-b", host: "api.team-b:80", want: key("team-b", "api")},
 
 		// ClusterIPs, both families.
@@ -86,7 +91,7 @@ func TestResolve(t *testing.T) {
 		{name: "route host", host: "hello.example.com:443", want: key("default", "hello")},
 		{name: "route host shared by two targets", host: "shop.example.com", wantErr: ErrAmbiguous, wantMsg: "default/hello, team-b/api"},
 
-		{name: "unknown host", host: "example.org", wantErr: ErrNotFound, wantMsg: `host "example.org" matches no target: tried ClusterIPs, Service names (name, name.ns, name.ns.svc, name.ns.svc.cluster.local) and route hosts`},
+		{name: "unknown host", host: "example.org", wantErr: ErrNotFound, wantMsg: `host "example.org" matches no target: tried ClusterIPs, Service names (name.ns, name.ns.svc, name.ns.svc.cluster.local) and route hosts`},
 		{name: "no header, no host", wantErr: ErrNotFound, wantMsg: "neither"},
 		{name: "bad port", host: "hello:http", wantErr: ErrNotFound, wantMsg: "not a number"},
 		{name: "port 0", host: "hello:0", wantErr: ErrNotFound},
@@ -124,17 +129,16 @@ func TestUpsertReplacesAndDeleteUnindexes(t *testing.T) {
 	if got, err := tb.ResolveHost("shop.example.com"); err != nil || got.Key != key("team-b", "api") {
 		t.Errorf("shop.example.com = %v, %v; want team-b/api", got, err)
 	}
-	// Deleting team-a makes the bare name "api" unique.
 	tb.Delete(key("team-a", "api"))
-	if got, err := tb.ResolveHost("api"); err != nil || got.Key != key("team-b", "api") {
-		t.Errorf("api after delete = %v, %v; want team-b/api", got, err)
+	if _, err := tb.ResolveHost("10.96.0.20"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("10.96.0.20 after delete: %v, want ErrNotFound", err)
 	}
 	tb.Delete(key("team-a", "api")) // twice: no-op
 	tb.Delete(key("default", "hello"))
 	tb.Delete(key("team-b", "api"))
 	tb.Delete(key("default", "grpc"))
-	if tb.Len() != 0 || len(tb.names) != 0 || len(tb.ips) != 0 || len(tb.hosts) != 0 {
-		t.Errorf("empty table keeps indexes: names %v ips %v hosts %v", tb.names, tb.ips, tb.hosts)
+	if tb.Len() != 0 || len(tb.ips) != 0 || len(tb.hosts) != 0 {
+		t.Errorf("empty table keeps indexes: ips %v hosts %v", tb.ips, tb.hosts)
 	}
 }
 
@@ -161,6 +165,61 @@ func TestUpsertValidates(t *testing.T) {
 	}
 	if tb.Len() != 0 {
 		t.Error("an invalid target was added")
+	}
+}
+
+// TestBareNamesDoNotDependOnOtherTenants: what a name alone gets, and
+// what team-a's own forms get, is the same whatever targets and Routes
+// other namespaces have (before, team-b creating a target "hello" turned
+// team-a's working "Host: hello" calls into 404s).
+func TestBareNamesDoNotDependOnOtherTenants(t *testing.T) {
+	type result struct{ Key, Err string }
+	resolveAll := func(tb *Table) map[string]result {
+		out := map[string]result{}
+		for _, host := range []string{"hello", "hello:80", "hello.team-a", "hello.team-a:80", "hello.team-a.svc", "hello.team-a.svc.cluster.local"} {
+			got, err := tb.ResolveHost(host)
+			var r result
+			if err != nil {
+				r.Err = err.Error()
+			} else {
+				r.Key = got.Key.String()
+			}
+			out[host] = r
+		}
+		return out
+	}
+	base := NewTable("")
+	mustUpsert(t, base, tgt("team-a", "hello").Ports(80).Obj())
+	want := resolveAll(base)
+	noNS := `no such target: host "hello" has no namespace: the activator serves every namespace and cannot know the client's, so a name alone never resolves; use hello.<namespace> (or hello.<namespace>.svc.cluster.local) or the Sockscale-Target header`
+	if diff := cmp.Diff(result{Err: noNS}, want["hello"]); diff != "" {
+		t.Errorf("hello, team-a alone (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(result{Key: "team-a/hello"}, want["hello.team-a.svc"]); diff != "" {
+		t.Errorf("hello.team-a.svc, team-a alone (-want +got):\n%s", diff)
+	}
+
+	for name, others := range map[string]func(tb *Table){
+		"team-b has a target hello": func(tb *Table) { mustUpsert(t, tb, tgt("team-b", "hello").Obj()) },
+		"team-b and team-c have one": func(tb *Table) {
+			mustUpsert(t, tb, tgt("team-b", "hello").Obj())
+			mustUpsert(t, tb, tgt("team-c", "hello").Obj())
+		},
+		"team-b has a Route hello": func(tb *Table) {
+			if err := tb.UpsertRouteService(RouteService{Key: key("team-b", "hello"), Route: "hello"}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"team-b's route claims the host hello": func(tb *Table) { mustUpsert(t, tb, tgt("team-b", "web").Hosts("hello").Obj()) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tb := NewTable("")
+			mustUpsert(t, tb, tgt("team-a", "hello").Ports(80).Obj())
+			others(tb)
+			if diff := cmp.Diff(want, resolveAll(tb)); diff != "" {
+				t.Errorf("team-a's hosts change with another namespace's objects (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -196,13 +255,16 @@ func FuzzResolveHost(f *testing.F) {
 			t.Fatalf("%q resolved to %s but does not parse: %v", host, got.Key, err)
 		}
 		k := got.Key
-		forms := []string{k.Name, k.Name + "." + k.Namespace, k.Name + "." + k.Namespace + ".svc", k.Name + "." + k.Namespace + ".svc.cluster.local"}
+		forms := []string{k.Name + "." + k.Namespace, k.Name + "." + k.Namespace + ".svc", k.Name + "." + k.Namespace + ".svc.cluster.local"}
 		forms = append(forms, got.Hosts...)
 		for _, ip := range got.ClusterIPs {
 			forms = append(forms, ip.String())
 		}
 		if ip, err := netip.ParseAddr(name); err == nil {
 			name = ip.Unmap().String()
+		}
+		if !strings.Contains(name, ".") && !strings.Contains(name, ":") {
+			t.Fatalf("%q resolved to %s: a name without a dot never resolves", host, k)
 		}
 		for _, f := range forms {
 			if name == f {

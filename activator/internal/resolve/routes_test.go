@@ -127,8 +127,6 @@ func TestResolveRouteHosts(t *testing.T) {
 		header, host string
 		want         []target.Key // the possible results
 	}{
-		{host: "hello", want: split},
-		{host: "hello:80", want: split},
 		{host: "hello.default", want: split},
 		{host: "hello.default.svc", want: split},
 		{host: "hello.default.svc.cluster.local", want: split},
@@ -137,7 +135,6 @@ func TestResolveRouteHosts(t *testing.T) {
 		{host: "10.96.1.1:80", want: split},
 		{host: "hello.example.com:443", want: split}, // an Ingress's host: port not checked
 		{header: "default/hello", host: "whatever", want: split},
-		{host: "latest-hello", want: latest},
 		{host: "latest-hello.default:80", want: latest},
 		{host: "latest-hello.default.svc", want: latest},
 		{host: "latest-hello.default.svc.cluster.local", want: latest},
@@ -264,12 +261,14 @@ func TestRouteErrors(t *testing.T) {
 			tb.UpsertRoute(Route{Key: key("default", "hello"), Traffic: []Traffic{{Revision: "hello-00009", Percent: 100}}})
 		}, host: "hello.default", wantErr: ErrRevisionUnknown,
 			wantMsg: `names Route default/hello, whose revision hello-00009 is no target this activator knows (no PodAutoscaler names a public Service default/hello-00009); not sent elsewhere`},
-		{name: "tagged revision unknown", edit: func(tb *Table) { tb.Delete(key("default", "hello-00003")) }, host: "old-hello",
+		{name: "tagged revision unknown", edit: func(tb *Table) { tb.Delete(key("default", "hello-00003")) }, host: "old-hello.default",
 			wantErr: ErrRevisionUnknown, wantMsg: `names tag "old" of Route default/hello, whose revision hello-00003 is no target`},
 		{name: "port not the Route Service's", host: "hello.default:8080",
 			wantErr: ErrNotFound, wantMsg: `host "hello.default:8080" names Service default/hello of Route default/hello, whose ports are [80], not 8080`},
 		{name: "tag Service gone", edit: func(tb *Table) { tb.Delete(key("default", "latest-hello")) }, host: "latest-hello.default",
 			wantErr: ErrNotFound, wantMsg: "matches no target"},
+		{name: "a Route's bare name", host: "hello", wantErr: ErrNotFound, wantMsg: `host "hello" has no namespace`},
+		{name: "a tag's bare name", host: "latest-hello:80", wantErr: ErrNotFound, wantMsg: `use latest-hello.<namespace>`},
 		{name: "tag Service's ClusterIP gone", edit: func(tb *Table) { tb.Delete(key("default", "latest-hello")) }, host: "10.96.1.2",
 			wantErr: ErrNotFound, wantMsg: "is not the ClusterIP of any target's public Service or of a Route's Service"},
 	}
@@ -316,16 +315,10 @@ func TestReaches(t *testing.T) {
 	}
 }
 
-// TestRouteServiceIndexes: a bare name shared by a Route's Service and a
-// target in another namespace is ambiguous; a Service key is a target's
-// or a Route's, the last upsert wins; Delete removes either, indexes too.
+// TestRouteServiceIndexes: a Service key is a target's or a Route's, the
+// last upsert wins; Delete removes either, indexes too.
 func TestRouteServiceIndexes(t *testing.T) {
 	tb := routeFixture(t)
-	mustUpsert(t, tb, tgt("team", "hello").Obj())
-	if _, err := tb.ResolveHost("hello"); !errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), "namespaces default, team") {
-		t.Errorf("bare hello in two namespaces: %v, want ErrAmbiguous naming both", err)
-	}
-	tb.Delete(key("team", "hello"))
 
 	// default/latest-hello becomes a target's public Service.
 	mustUpsert(t, tb, tgt("default", "latest-hello").IP("10.96.1.2").Obj())
@@ -347,8 +340,8 @@ func TestRouteServiceIndexes(t *testing.T) {
 		key("default", "hello-00001"), key("default", "hello-00002"), key("default", "hello-00003")} {
 		tb.Delete(k)
 	}
-	if tb.Len() != 0 || len(tb.services) != 0 || len(tb.names) != 0 || len(tb.ips) != 0 || len(tb.hosts) != 0 {
-		t.Errorf("empty table keeps indexes: services %v names %v ips %v hosts %v", tb.services, tb.names, tb.ips, tb.hosts)
+	if tb.Len() != 0 || len(tb.services) != 0 || len(tb.ips) != 0 || len(tb.hosts) != 0 {
+		t.Errorf("empty table keeps indexes: services %v ips %v hosts %v", tb.services, tb.ips, tb.hosts)
 	}
 }
 

@@ -164,7 +164,7 @@ func routeOf(route *servingv1alpha1.Route) resolve.Route {
 // Service that was a target before stops being one.
 func (w *Watcher) syncRouteService(ctx context.Context, r client.Reader, svc *corev1.Service) error {
 	k := target.Key{Namespace: svc.Namespace, Name: svc.Name}
-	hosts, err := w.routeHosts(ctx, r, k)
+	hosts, conflicts, err := w.routeHosts(ctx, r, k)
 	if err != nil {
 		return err
 	}
@@ -187,5 +187,6 @@ func (w *Watcher) syncRouteService(ctx context.Context, r client.Reader, svc *co
 		return nil
 	}
 	w.forgetTarget(k)
+	w.setConflicts(k, conflicts)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -93,7 +94,9 @@ type Watcher struct {
 	// RouteRetryPeriod is how often Routes are tried again while they
 	// cannot be watched (0: DefaultRouteRetryPeriod).
 	RouteRetryPeriod time.Duration
-	Log              *slog.Logger
+	// Registerer takes the watcher's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
 
 	queue  workqueue.TypedRateLimitingInterface[item]
 	synced atomic.Bool
@@ -101,6 +104,9 @@ type Watcher struct {
 	httpRoutes bool
 	// routes: serving Routes are watched.
 	routes atomic.Bool
+	// conflicts: route host claims ignored (claims).
+	conflicts     *conflicts
+	conflictsOnce sync.Once
 
 	mu sync.RWMutex
 	// workloads maps a target to its Deployment's name, for stats records.
@@ -146,6 +152,18 @@ func Indexes() []Index {
 		{&networkingv1.Ingress{}, backendField, func(o client.Object) []string {
 			return backendKeys(ingressBackends(o.(*networkingv1.Ingress)))
 		}},
+		{&networkingv1.Ingress{}, hostField, routeClaims},
+	}
+}
+
+// HTTPRouteIndexes are the field indexes of HTTPRoutes, which Run adds
+// where the Gateway API is installed.
+func HTTPRouteIndexes() []Index {
+	return []Index{
+		{newHTTPRoute(), backendField, func(o client.Object) []string {
+			return backendKeys(routeBackends(o.(*unstructured.Unstructured)))
+		}},
+		{newHTTPRoute(), hostField, routeClaims},
 	}
 }
 
@@ -169,12 +187,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.httpRoutes = served
 	}
 	if w.httpRoutes {
-		if err := w.Cache.IndexField(ctx, newHTTPRoute(), backendField, func(o client.Object) []string {
-			return backendKeys(routeBackends(o.(*unstructured.Unstructured)))
-		}); err != nil {
-			return fmt.Errorf("index HTTPRoutes by backend: %w", err)
+		for _, ix := range HTTPRouteIndexes() {
+			if err := w.Cache.IndexField(ctx, ix.Object, ix.Field, ix.Extract); err != nil {
+				return fmt.Errorf("index HTTPRoutes by %s: %w", ix.Field, err)
+			}
 		}
 	}
+	w.claims() // registers the metrics
 	// Routes are watched from the start when they can be; otherwise the
 	// activator serves public Services without them and tries again.
 	routesNow := false
@@ -187,6 +206,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}
 	w.Log.Info("watching targets", "httpRoutes", w.httpRoutes, "routes", routesNow)
+	routeEvent := func(o client.Object) []target.Key { return w.routeEventTargets(ctx, w.Cache, o) }
 	watches := []struct {
 		obj  client.Object
 		keys func(client.Object) []target.Key
@@ -214,13 +234,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			sks := o.(*v1alpha1.ServerlessService)
 			return []target.Key{{Namespace: sks.Namespace, Name: sks.Spec.PublicService}}
 		}},
-		{&networkingv1.Ingress{}, routeTargets},
+		{&networkingv1.Ingress{}, routeEvent},
 	}
 	if w.httpRoutes {
 		watches = append(watches, struct {
 			obj  client.Object
 			keys func(client.Object) []target.Key
-		}{newHTTPRoute(), routeTargets})
+		}{newHTTPRoute(), routeEvent})
 	}
 	for _, h := range watches {
 		inf, err := w.Cache.GetInformer(ctx, h.obj)
@@ -408,9 +428,11 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 	if err != nil {
 		return err
 	}
-	if t.Hosts, err = w.routeHosts(ctx, r, k); err != nil {
+	hosts, conflicts, err := w.routeHosts(ctx, r, k)
+	if err != nil {
 		return err
 	}
+	t.Hosts = hosts
 	// The throttle learns the target before the table resolves it, so a
 	// request that resolves always finds its queue; pods come last (the
 	// throttle ignores pods of targets it does not know).
@@ -421,6 +443,7 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 		return fmt.Errorf("resolve table %s: %w", k, err)
 	}
 	w.Pods.SetPods(k, pods)
+	w.setConflicts(k, conflicts)
 	w.mu.Lock()
 	if w.workloads == nil { // Sync called without Run (a test's reader)
 		w.workloads = make(map[target.Key]string)
@@ -434,6 +457,7 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 func (w *Watcher) remove(k target.Key) {
 	w.Table.Delete(k)
 	w.forgetTarget(k)
+	w.setConflicts(k, nil)
 }
 
 // forgetTarget forgets all but the table's entry of target k.

@@ -180,9 +180,14 @@ func (r routesReader) List(_ context.Context, list client.ObjectList, opts ...cl
 //	|                      | are (the API server and the Gateway API schema see to it)  |
 //	| every host           | from a route in the target's namespace: an Ingress rule    |
 //	|                      | with a path to the target's Service, any rule of an        |
-//	|                      | Ingress whose default backend it is, or an HTTPRoute with  |
-//	|                      | a backendRef to it (core Service, own namespace); never a  |
+//	|                      | Ingress whose default backend it is, or an attached        |
+//	|                      | HTTPRoute (Accepted True, of its generation) with a        |
+//	|                      | backendRef to it (core Service, own namespace); never a    |
 //	|                      | host only a rule to another Service has                    |
+//	| every host           | owned by the target's namespace: the oldest route of any   |
+//	|                      | namespace claiming it (then namespace/name) is there       |
+//	| every conflict       | a host of the target's routes left out, whose owner is an  |
+//	|                      | older route of another namespace                           |
 //	| the list             | sorted, each host once, equal to a simple model            |
 func FuzzRouteHosts(f *testing.F) {
 	f.Add("Shop.Example.com.", "cart.example.com", "www.example.com", []byte{3, 0, 3, 0, 1, 2, 0, 1, 1, 0, 2, 2, 1, 0, 1, 1, 2, 1, 1})
@@ -196,7 +201,8 @@ func FuzzRouteHosts(f *testing.F) {
 		}
 		var r routesReader
 		for i := range b.next() % 4 {
-			ing := networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: pick(&b, ns, ns, "other"), Name: "ing" + string(rune('a'+i))}}
+			ing := networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: pick(&b, ns, ns, "other"), Name: "ing" + string(rune('a'+i)),
+				CreationTimestamp: metav1.Unix(int64(b.next()%3), 0)}}
 			for range b.next() % 4 {
 				rule := networkingv1.IngressRule{Host: host()}
 				if b.next()%5 != 0 {
@@ -220,6 +226,27 @@ func FuzzRouteHosts(f *testing.F) {
 			u := newHTTPRoute()
 			u.SetNamespace(pick(&b, ns, ns, "other"))
 			u.SetName("route" + string(rune('a'+i)))
+			u.SetCreationTimestamp(metav1.Unix(int64(b.next()%3), 0))
+			u.SetGeneration(2)
+			accepted := func(status string, gen int64) map[string]any {
+				c := map[string]any{"type": "Accepted", "status": status}
+				if gen != 0 {
+					c["observedGeneration"] = gen
+				}
+				return map[string]any{"parentRef": map[string]any{"name": "gw"}, "conditions": []any{c}}
+			}
+			switch b.next() % 6 {
+			case 1:
+				u.Object["status"] = map[string]any{"parents": []any{accepted("True", 0)}}
+			case 2:
+				u.Object["status"] = map[string]any{"parents": []any{accepted("False", 2)}}
+			case 3: // accepted before the last edit
+				u.Object["status"] = map[string]any{"parents": []any{accepted("True", 1)}}
+			case 4: // one Gateway refuses, another accepts
+				u.Object["status"] = map[string]any{"parents": []any{accepted("False", 2), accepted("True", 2)}}
+			case 5:
+				u.Object["status"] = map[string]any{"parents": []any{"not a parent", map[string]any{"conditions": "not a list"}}}
+			}
 			var hostnames []any
 			for range b.next() % 4 {
 				hostnames = append(hostnames, host())
@@ -251,9 +278,14 @@ func FuzzRouteHosts(f *testing.F) {
 		}
 
 		w := &Watcher{httpRoutes: true}
-		got, err := w.routeHosts(context.Background(), r, hello)
+		got, conflicts, err := w.routeHosts(context.Background(), r, hello)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, c := range conflicts {
+			if slices.Contains(got, c.Host) || c.Route.Namespace != ns || c.Owner.Namespace == ns || c.Owner.compare(c.Route) >= 0 {
+				t.Errorf("conflict %+v: its host is kept, or its route is not the target's namespace's, or its owner is not an older route of another namespace", c)
+			}
 		}
 		for i, h := range got {
 			if h == "" || h != strings.ToLower(h) || strings.HasSuffix(h, ".") || strings.Contains(h, "*") {
@@ -281,36 +313,60 @@ func FuzzRouteHosts(f *testing.F) {
 
 // routeHostsModel is what routeHosts documents, written plainly.
 func routeHostsModel(r routesReader, ns, name string) []string {
-	set := map[string]bool{}
-	add := func(h string) {
-		if h = strings.ToLower(strings.TrimSuffix(h, ".")); h != "" && !strings.Contains(h, "*") {
-			set[h] = true
+	norm := func(h string) string {
+		if h = strings.ToLower(strings.TrimSuffix(h, ".")); strings.Contains(h, "*") {
+			return ""
 		}
+		return h
 	}
+	type claimant struct {
+		created      int64
+		nsName, kind string
+	}
+	claimants := map[string][]claimant{} // host -> every route claiming it
+	set := map[string]bool{}             // hosts the target's routes give it
 	for _, ing := range r.ings {
+		for _, rule := range ing.Spec.Rules {
+			if h := norm(rule.Host); h != "" {
+				claimants[h] = append(claimants[h], claimant{ing.CreationTimestamp.Unix(), ing.Namespace + "/" + ing.Name, "Ingress"})
+			}
+		}
 		if ing.Namespace != ns {
 			continue
 		}
 		isDefault := ing.Spec.DefaultBackend != nil && ing.Spec.DefaultBackend.Service != nil && ing.Spec.DefaultBackend.Service.Name == name
 		for _, rule := range ing.Spec.Rules {
-			if rule.Host == "" {
+			h := norm(rule.Host)
+			if h == "" {
 				continue
 			}
 			if isDefault {
-				add(rule.Host)
+				set[h] = true
 			}
 			if rule.HTTP == nil {
 				continue
 			}
 			for _, p := range rule.HTTP.Paths {
 				if p.Backend.Service != nil && p.Backend.Service.Name == name {
-					add(rule.Host)
+					set[h] = true
 				}
 			}
 		}
 	}
 	for _, u := range r.routes {
-		if u.GetNamespace() != ns {
+		accepted := false
+		status, _ := u.Object["status"].(map[string]any)
+		parents, _ := status["parents"].([]any)
+		for _, p := range parents {
+			pm, _ := p.(map[string]any)
+			conds, _ := pm["conditions"].([]any)
+			for _, c := range conds {
+				cm := c.(map[string]any)
+				gen, _ := cm["observedGeneration"].(int64)
+				accepted = accepted || (cm["type"] == "Accepted" && cm["status"] == "True" && (gen == 0 || gen == u.GetGeneration()))
+			}
+		}
+		if !accepted {
 			continue
 		}
 		spec := u.Object["spec"].(map[string]any)
@@ -321,7 +377,15 @@ func routeHostsModel(r routesReader, ns, name string) []string {
 				hosts = nil
 				break
 			}
-			hosts = append(hosts, s)
+			if s = norm(s); s != "" {
+				hosts = append(hosts, s)
+			}
+		}
+		for _, h := range hosts {
+			claimants[h] = append(claimants[h], claimant{u.GetCreationTimestamp().Unix(), u.GetNamespace() + "/" + u.GetName(), "HTTPRoute"})
+		}
+		if u.GetNamespace() != ns {
+			continue
 		}
 		for _, rule := range spec["rules"].([]any) {
 			for _, ref := range rule.(map[string]any)["backendRefs"].([]any) {
@@ -329,7 +393,7 @@ func routeHostsModel(r routesReader, ns, name string) []string {
 				str := func(k string) string { s, _ := m[k].(string); return s }
 				if str("name") == name && str("group") == "" && (str("kind") == "" || str("kind") == "Service") && (str("namespace") == "" || str("namespace") == ns) {
 					for _, h := range hosts {
-						add(h)
+						set[h] = true
 					}
 				}
 			}
@@ -337,7 +401,18 @@ func routeHostsModel(r routesReader, ns, name string) []string {
 	}
 	out := make([]string, 0, len(set))
 	for h := range set {
-		out = append(out, h)
+		oldest := slices.MinFunc(claimants[h], func(a, b claimant) int {
+			if a.created != b.created {
+				return int(a.created - b.created)
+			}
+			if a.nsName != b.nsName {
+				return strings.Compare(a.nsName, b.nsName)
+			}
+			return strings.Compare(a.kind, b.kind)
+		})
+		if strings.HasPrefix(oldest.nsName, ns+"/") {
+			out = append(out, h)
+		}
 	}
 	slices.Sort(out)
 	return out

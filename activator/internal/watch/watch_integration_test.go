@@ -116,18 +116,15 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	})
 
 	// Host names of routes whose backend is the public Service: an
-	// Ingress rule, and an HTTPRoute (the Gateway API is "installed": its
-	// CRD exists, so HTTPRoutes are watched).
-	route := newHTTPRoute()
-	route.SetNamespace("team")
-	route.SetName("shop")
-	route.Object["spec"] = map[string]any{"hostnames": []any{"shop.example.com"},
-		"rules": []any{map[string]any{"backendRefs": []any{map[string]any{"name": "hello", "port": int64(80)}}}}}
+	// Ingress rule, and an HTTPRoute a Gateway accepted (the Gateway API
+	// is "installed": its CRD exists, so HTTPRoutes are watched).
+	route := httpRoute("team", "shop", 0, nil, []string{"shop.example.com"}, "hello")
 	for _, o := range []client.Object{ingress("www", "", rule("www.example.com", "hello")), route} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
+	setParents(ctx, t, c, "team", "shop", "True", 0)
 	for _, host := range []string{"www.example.com", "shop.example.com"} {
 		eventually(t, host+" resolves to the target", func() string {
 			got, err := table.Resolve("", host)
@@ -165,6 +162,29 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// setParents writes an HTTPRoute's status as a Gateway's controller
+// would: one parent whose Accepted condition is accepted ("True" or
+// "False"), for generation gen (0: the route's current one).
+func setParents(ctx context.Context, t *testing.T, c client.Client, ns, name, accepted string, gen int64) {
+	t.Helper()
+	u := newHTTPRoute()
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	if gen == 0 {
+		gen = u.GetGeneration()
+	}
+	u.Object["status"] = map[string]any{"parents": []any{map[string]any{
+		"parentRef":      map[string]any{"name": "gw", "namespace": "infra"},
+		"controllerName": "example.com/gateway",
+		"conditions": []any{map[string]any{"type": "Accepted", "status": accepted, "reason": "Test", "message": "test",
+			"observedGeneration": gen, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
+	}}}
+	if err := c.Status().Update(ctx, u); err != nil {
+		t.Fatalf("status of HTTPRoute %s/%s: %v", ns, name, err)
 	}
 }
 

@@ -154,13 +154,11 @@ func scheme(t *testing.T) *runtime.Scheme {
 }
 
 func reader(t *testing.T, objs ...client.Object) client.Reader {
-	return fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).
-		WithIndex(&v1alpha1.PodAutoscaler{}, serviceNameField, func(o client.Object) []string {
-			return []string{o.(*v1alpha1.PodAutoscaler).Spec.Service.Name}
-		}).
-		WithIndex(&networkingv1.Ingress{}, backendField, func(o client.Object) []string {
-			return backendKeys(ingressBackends(o.(*networkingv1.Ingress)))
-		}).Build()
+	b := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...)
+	for _, ix := range append(Indexes(), HTTPRouteIndexes()...) {
+		b = b.WithIndex(ix.Object, ix.Field, ix.Extract)
+	}
+	return b.Build()
 }
 
 func watcher(s *sinks) *Watcher {

@@ -202,8 +202,9 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 }
 
 // InstallHTTPRouteCRD installs a minimal HTTPRoute CRD (the Gateway API's
-// group, kind and version, any spec), as a cluster with the Gateway API
-// has, and waits until it is served.
+// group, kind and version, any spec, and as there a status subresource:
+// status is written apart, and only a spec change bumps the generation),
+// as a cluster with the Gateway API has, and waits until it is served.
 func (c *Cluster) InstallHTTPRouteCRD(t testing.TB) {
 	t.Helper()
 	s := kruntime.NewScheme()
@@ -225,7 +226,8 @@ func (c *Cluster) InstallHTTPRouteCRD(t testing.TB) {
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "httproutes", Singular: "httproute", Kind: "HTTPRoute", ListKind: "HTTPRouteList"},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: &preserve}}}},
+					Type: "object", XPreserveUnknownFields: &preserve}},
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}}},
 		},
 	}
 	ctx := context.Background()

@@ -106,7 +106,7 @@ func dumpFamily(fd int, family uint8, mapFDs []int, buf []byte, socks []Socket) 
 			return socks, malformed("empty datagram before NLMSG_DONE")
 		}
 		var done bool
-		socks, done, err = parseDump(buf[:n], req.Seq, socks)
+		socks, done, err = parseDump(buf[:n], req.Seq, sockDiagByFamily, socks)
 		if err != nil {
 			return socks, err
 		}

@@ -18,21 +18,26 @@ import (
 // BenchmarkDump: one Dump of a namespace without sockets (the fixed cost:
 // the kernel walks every bucket of the established-connections hash table,
 // shared by all namespaces unless they were made with one of their own,
-// for each family), of one with a hash table of its own, and of one with 10,000 open server connections (clients in another
-// namespace, a process of their own), without and with an sk_storage map that holds a value for
-// every one; then ServerConns of the 10,000.
+// once with the legacy request and once per family without it), of one
+// with a hash table of its own, and of one with 10,000 open server
+// connections (clients in another namespace, a process of their own),
+// without and with an sk_storage map that holds a value for every one;
+// "by-family" as on a kernel without the legacy request; then ServerConns
+// of the 10,000.
 func BenchmarkDump(b *testing.B) {
 	testenv.RequireRoot(b)
 	const conns = 10000
 	_, empty := newNetns(b, "", "")
-	b.Run("sockets=0", func(b *testing.B) { benchDump(b, empty, nil) })
-	b.Run("sockets=0,own-ehash", func(b *testing.B) { benchDump(b, newNetnsOwnEhash(b, 1024), nil) })
+	b.Run("sockets=0", func(b *testing.B) { benchDump(b, Dump, empty, nil) })
+	b.Run("sockets=0,by-family", func(b *testing.B) { withoutLegacy(b, func() { benchDump(b, Dump, empty, nil) }) })
+	b.Run("sockets=0,own-ehash", func(b *testing.B) { benchDump(b, Dump, newNetnsOwnEhash(b, 1024), nil) })
 
 	p := newPair(b, "", 10)
 	ln, accepted := listen(b, p.pod, "tcp4", netip.AddrPortFrom(p.podAddr, 8080).String())
 	dialFromChild(b, p.peer, ln.Addr().String(), conns)
 	servers := take(b, accepted, conns)
-	b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) { benchDump(b, p.podNS, nil) })
+	b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, nil) })
+	b.Run(fmt.Sprintf("conns=%d,by-family", conns), func(b *testing.B) { withoutLegacy(b, func() { benchDump(b, Dump, p.podNS, nil) }) })
 
 	m, err := ebpf.NewMap(skStorageSpec("sockscale_bench"))
 	if err != nil {
@@ -45,7 +50,7 @@ func BenchmarkDump(b *testing.B) {
 			b.Fatal(err, uerr)
 		}
 	}
-	b.Run(fmt.Sprintf("conns=%d,storage", conns), func(b *testing.B) { benchDump(b, p.podNS, []int{m.FD()}) })
+	b.Run(fmt.Sprintf("conns=%d,storage", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, []int{m.FD()}) })
 
 	socks, err := Dump(p.podNS, nil)
 	if err != nil {
@@ -62,11 +67,11 @@ func BenchmarkDump(b *testing.B) {
 	})
 }
 
-func benchDump(b *testing.B, ns Namespace, mapFDs []int) {
+func benchDump(b *testing.B, dump func(Namespace, []int) ([]Socket, error), ns Namespace, mapFDs []int) {
 	var socks []Socket
 	for b.Loop() {
 		var err error
-		if socks, err = Dump(ns, mapFDs); err != nil {
+		if socks, err = dump(ns, mapFDs); err != nil {
 			b.Fatal(err)
 		}
 	}

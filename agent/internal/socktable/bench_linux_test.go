@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netns"
@@ -22,8 +23,10 @@ import (
 // with a hash table of its own, and of one with 10,000 open server
 // connections (clients in another namespace, a process of their own),
 // without and with an sk_storage map that holds a value for every one;
-// "by-family" as on a kernel without the legacy request; then ServerConns
-// of the 10,000.
+// "by-family" as on a kernel without the legacy request, "server-side"
+// DumpServerSide; then ServerConns of the 10,000; then Dump and
+// DumpServerSide once the server has closed them all (FIN_WAIT2 until the
+// clients close: sockets only Dump reports).
 func BenchmarkDump(b *testing.B) {
 	testenv.RequireRoot(b)
 	const conns = 10000
@@ -51,6 +54,7 @@ func BenchmarkDump(b *testing.B) {
 		}
 	}
 	b.Run(fmt.Sprintf("conns=%d,storage", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, []int{m.FD()}) })
+	b.Run(fmt.Sprintf("conns=%d,storage,server-side", conns), func(b *testing.B) { benchDump(b, DumpServerSide, p.podNS, []int{m.FD()}) })
 
 	socks, err := Dump(p.podNS, nil)
 	if err != nil {
@@ -65,6 +69,36 @@ func BenchmarkDump(b *testing.B) {
 			b.Fatalf("%d server connections, want %d", n, conns)
 		}
 	})
+
+	// The server closes them all: each waits in FIN_WAIT2 for the client's
+	// FIN (at most net.ipv4.tcp_fin_timeout), which Dump reports and
+	// DumpServerSide leaves out.
+	for _, c := range servers {
+		c.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		socks, err := Dump(p.podNS, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if finWait2 := countState(socks, FinWait2); finWait2 == conns {
+			break
+		} else if time.Now().After(deadline) {
+			b.Fatalf("%d of %d connections in FIN_WAIT2 after 10s", finWait2, conns)
+		}
+	}
+	b.Run(fmt.Sprintf("server-closed=%d", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, nil) })
+	b.Run(fmt.Sprintf("server-closed=%d,server-side", conns), func(b *testing.B) { benchDump(b, DumpServerSide, p.podNS, nil) })
+}
+
+func countState(socks []Socket, st State) int {
+	n := 0
+	for _, s := range socks {
+		if s.State == st {
+			n++
+		}
+	}
+	return n
 }
 
 func benchDump(b *testing.B, dump func(Namespace, []int) ([]Socket, error), ns Namespace, mapFDs []int) {

@@ -38,6 +38,19 @@ func Dump(ns Namespace, storageMapFDs []int) ([]Socket, error) {
 	return dumpInStates(ns, storageMapFDs, dumpedStates)
 }
 
+// DumpServerSide is Dump of the sockets ServerConns looks at and no
+// others: listeners, and connections in ESTABLISHED or CLOSE_WAIT (a
+// server's, and the namespace's own outbound ones). ServerConns of its
+// answer is ServerConns of Dump's. The kernel walks the same tables, but
+// sends (and this package parses) nothing for connections being opened or
+// closed, the server's side of those it has closed among them, nor for
+// requests not yet accepted, which on a busy server can outnumber the
+// open connections: each costs about as much as an open one (see
+// BenchmarkDump's server-closed).
+func DumpServerSide(ns Namespace, storageMapFDs []int) ([]Socket, error) {
+	return dumpInStates(ns, storageMapFDs, serverSideStates)
+}
+
 // legacyRefused is set once the kernel has refused a legacy request that
 // it then accepted as SOCK_DIAG_BY_FAMILY requests: it lacks the legacy
 // request, and every later dump asks by family at once.

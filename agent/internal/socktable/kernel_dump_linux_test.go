@@ -163,3 +163,35 @@ func TestKernelDumpFallsBack(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelDumpServerSide: DumpServerSide gives what Dump gives in
+// LISTEN, ESTABLISHED and CLOSE_WAIT and nothing else, so the same
+// ServerConns; by family too.
+func TestKernelDumpServerSide(t *testing.T) {
+	testenv.RequireRoot(t)
+	p, m, _ := mixedNamespace(t, 22)
+	check := func(t *testing.T) {
+		all := dump(t, p.podNS, m.FD())
+		narrow, err := DumpServerSide(p.podNS, []int{m.FD()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []Socket
+		for _, s := range all {
+			if serverSideStates&(1<<s.State) != 0 {
+				want = append(want, s)
+			}
+		}
+		if len(want) == len(all) {
+			t.Fatalf("Dump gave no socket in another state: %v", all)
+		}
+		if diff := gocmp.Diff(byCookie(want), byCookie(narrow), equateAddrs); diff != "" {
+			t.Errorf("DumpServerSide (-Dump's in its states +got):\n%s", diff)
+		}
+		if diff := gocmp.Diff(byCookie(ServerConns(all)), byCookie(ServerConns(narrow)), equateAddrs); diff != "" || len(ServerConns(all)) == 0 {
+			t.Errorf("ServerConns of Dump (-) and of DumpServerSide (+):\n%s", diff)
+		}
+	}
+	t.Run("legacy", check)
+	t.Run("by family", func(t *testing.T) { withoutLegacy(t, func() { check(t) }) })
+}

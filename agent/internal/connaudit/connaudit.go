@@ -196,7 +196,9 @@ func (a *Auditor) checkOne(pass *bpf.AuditPass, ip netip.Addr, fd int, id uint32
 		return bpf.Audit{}, errNoNamespace
 	}
 	return pass.Audit(ip, func() ([]bpf.OpenConn, error) {
-		socks, err := socktable.Dump(ns, []int{fd})
+		// Only what openConns's ServerConns looks at: the kernel sends
+		// nothing of the pod's connections being opened or closed.
+		socks, err := socktable.DumpServerSide(ns, []int{fd})
 		if err != nil {
 			if errors.Is(err, socktable.ErrNamespaceGone) {
 				return nil, errors.Join(errNamespaceChanged, err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netns"
@@ -18,21 +19,28 @@ import (
 // BenchmarkDump: one Dump of a namespace without sockets (the fixed cost:
 // the kernel walks every bucket of the established-connections hash table,
 // shared by all namespaces unless they were made with one of their own,
-// for each family), of one with a hash table of its own, and of one with 10,000 open server connections (clients in another
-// namespace, a process of their own), without and with an sk_storage map that holds a value for
-// every one; then ServerConns of the 10,000.
+// once with the legacy request and once per family without it), of one
+// with a hash table of its own, and of one with 10,000 open server
+// connections (clients in another namespace, a process of their own),
+// without and with an sk_storage map that holds a value for every one;
+// "by-family" as on a kernel without the legacy request, "server-side"
+// DumpServerSide; then ServerConns of the 10,000; then Dump and
+// DumpServerSide once the server has closed them all (FIN_WAIT2 until the
+// clients close: sockets only Dump reports).
 func BenchmarkDump(b *testing.B) {
 	testenv.RequireRoot(b)
 	const conns = 10000
 	_, empty := newNetns(b, "", "")
-	b.Run("sockets=0", func(b *testing.B) { benchDump(b, empty, nil) })
-	b.Run("sockets=0,own-ehash", func(b *testing.B) { benchDump(b, newNetnsOwnEhash(b, 1024), nil) })
+	b.Run("sockets=0", func(b *testing.B) { benchDump(b, Dump, empty, nil) })
+	b.Run("sockets=0,by-family", func(b *testing.B) { withoutLegacy(b, func() { benchDump(b, Dump, empty, nil) }) })
+	b.Run("sockets=0,own-ehash", func(b *testing.B) { benchDump(b, Dump, newNetnsOwnEhash(b, 1024), nil) })
 
 	p := newPair(b, "", 10)
 	ln, accepted := listen(b, p.pod, "tcp4", netip.AddrPortFrom(p.podAddr, 8080).String())
 	dialFromChild(b, p.peer, ln.Addr().String(), conns)
 	servers := take(b, accepted, conns)
-	b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) { benchDump(b, p.podNS, nil) })
+	b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, nil) })
+	b.Run(fmt.Sprintf("conns=%d,by-family", conns), func(b *testing.B) { withoutLegacy(b, func() { benchDump(b, Dump, p.podNS, nil) }) })
 
 	m, err := ebpf.NewMap(skStorageSpec("sockscale_bench"))
 	if err != nil {
@@ -45,7 +53,8 @@ func BenchmarkDump(b *testing.B) {
 			b.Fatal(err, uerr)
 		}
 	}
-	b.Run(fmt.Sprintf("conns=%d,storage", conns), func(b *testing.B) { benchDump(b, p.podNS, []int{m.FD()}) })
+	b.Run(fmt.Sprintf("conns=%d,storage", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, []int{m.FD()}) })
+	b.Run(fmt.Sprintf("conns=%d,storage,server-side", conns), func(b *testing.B) { benchDump(b, DumpServerSide, p.podNS, []int{m.FD()}) })
 
 	socks, err := Dump(p.podNS, nil)
 	if err != nil {
@@ -60,13 +69,43 @@ func BenchmarkDump(b *testing.B) {
 			b.Fatalf("%d server connections, want %d", n, conns)
 		}
 	})
+
+	// The server closes them all: each waits in FIN_WAIT2 for the client's
+	// FIN (at most net.ipv4.tcp_fin_timeout), which Dump reports and
+	// DumpServerSide leaves out.
+	for _, c := range servers {
+		c.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		socks, err := Dump(p.podNS, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if finWait2 := countState(socks, FinWait2); finWait2 == conns {
+			break
+		} else if time.Now().After(deadline) {
+			b.Fatalf("%d of %d connections in FIN_WAIT2 after 10s", finWait2, conns)
+		}
+	}
+	b.Run(fmt.Sprintf("server-closed=%d", conns), func(b *testing.B) { benchDump(b, Dump, p.podNS, nil) })
+	b.Run(fmt.Sprintf("server-closed=%d,server-side", conns), func(b *testing.B) { benchDump(b, DumpServerSide, p.podNS, nil) })
 }
 
-func benchDump(b *testing.B, ns Namespace, mapFDs []int) {
+func countState(socks []Socket, st State) int {
+	n := 0
+	for _, s := range socks {
+		if s.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+func benchDump(b *testing.B, dump func(Namespace, []int) ([]Socket, error), ns Namespace, mapFDs []int) {
 	var socks []Socket
 	for b.Loop() {
 		var err error
-		if socks, err = Dump(ns, mapFDs); err != nil {
+		if socks, err = dump(ns, mapFDs); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -25,13 +26,42 @@ const recvBufSize = 64 << 10
 // never changed: the netlink socket is made in the namespace by a
 // goroutine of its own.
 //
-// The kernel reads its table bucket by bucket, each family in turn, so the
-// answer is no snapshot of one instant: a connection opened or closed
-// while it reads may be missing. Its cost is mostly the kernel's: it walks
-// every bucket of the established-connections hash table, which all
-// namespaces share unless net.ipv4.tcp_child_ehash_entries gave them one of
-// their own, once per family (see BenchmarkDump).
+// The kernel reads its tables bucket by bucket, so the answer is no
+// snapshot of one instant: a connection opened or closed while it reads
+// may be missing; nor is it in any particular order. Its cost is mostly
+// the kernel's: it walks every bucket of the established-connections hash
+// table, which all namespaces share unless
+// net.ipv4.tcp_child_ehash_entries gave them one of their own, once for
+// both families (twice on a kernel without the legacy request, see
+// dumpLegacy; BenchmarkDump).
 func Dump(ns Namespace, storageMapFDs []int) ([]Socket, error) {
+	return dumpInStates(ns, storageMapFDs, dumpedStates)
+}
+
+// DumpServerSide is Dump of the sockets ServerConns looks at and no
+// others: listeners, and connections in ESTABLISHED or CLOSE_WAIT (a
+// server's, and the namespace's own outbound ones). ServerConns of its
+// answer is ServerConns of Dump's. The kernel walks the same tables, but
+// sends (and this package parses) nothing for connections being opened or
+// closed, the server's side of those it has closed among them, nor for
+// requests not yet accepted, which on a busy server can outnumber the
+// open connections: each costs about as much as an open one (see
+// BenchmarkDump's server-closed).
+func DumpServerSide(ns Namespace, storageMapFDs []int) ([]Socket, error) {
+	return dumpInStates(ns, storageMapFDs, serverSideStates)
+}
+
+// legacyRefused is set once the kernel has refused a legacy request that
+// it then accepted as SOCK_DIAG_BY_FAMILY requests: it lacks the legacy
+// request, and every later dump asks by family at once.
+var legacyRefused atomic.Bool
+
+// legacyRequestType is the legacy request's nlmsg_type, a variable so that
+// a test can make it one the kernel does not know.
+var legacyRequestType uint16 = tcpDiagGetSock
+
+// dumpInStates lists the TCP sockets of ns in states (an idiag_states mask).
+func dumpInStates(ns Namespace, storageMapFDs []int, states uint32) ([]Socket, error) {
 	h, err := ns.Open()
 	if err != nil {
 		return nil, fmt.Errorf("dump sockets: %w", err)
@@ -48,12 +78,76 @@ func Dump(ns Namespace, storageMapFDs []int) ([]Socket, error) {
 	}
 
 	buf := make([]byte, recvBufSize)
+	// The legacy request takes both families in one walk of the kernel's
+	// tables (dumpLegacy); the requests by family, a walk each, are the
+	// fallback for a kernel that refuses it: TCPDIAG_GETSOCK is kept for
+	// tools older than SOCK_DIAG_BY_FAMILY, and a kernel may drop it.
+	if legacyRefused.Load() {
+		return dumpByFamily(ns, fd, states, storageMapFDs, buf)
+	}
+	socks, err := dumpLegacy(fd, states, storageMapFDs, buf)
+	if err == nil {
+		return socks, nil
+	}
+	if !legacyUnknown(err) {
+		return nil, fmt.Errorf("dump sockets of %s: %w", ns, err)
+	}
+	// Refused as a kernel without the legacy request refuses it, but a
+	// storage map fd that is no sk_storage is refused with EINVAL too:
+	// only the same request accepted by family shows it was the request
+	// type, and then the refusal is remembered.
+	socks, err = dumpByFamily(ns, fd, states, storageMapFDs, buf)
+	if err != nil {
+		return nil, err
+	}
+	legacyRefused.Store(true)
+	return socks, nil
+}
+
+// dumpLegacy dumps the TCP sockets of both families in states with one
+// TCPDIAG_GETSOCK request, struct inet_diag_req, the request sock_diag
+// keeps for the tools that predate SOCK_DIAG_BY_FAMILY. The kernel turns
+// it into the SOCK_DIAG_BY_FAMILY request it would have been but with the
+// family AF_UNSPEC (net/ipv4/inet_diag.c, inet_diag_dump_compat), which
+// SOCK_DIAG_BY_FAMILY itself refuses (sock_diag picks its handler by the
+// family), so TCP's dump takes the sockets of both families in one walk of
+// each table (net/ipv4/tcp_diag.c, tcp_diag_dump); and it reads the
+// request's attributes, INET_DIAG_REQ_SK_BPF_STORAGES among them, as it
+// does SOCK_DIAG_BY_FAMILY's (both start with __inet_diag_dump_start since
+// Linux 5.7, which added the storage attribute). Every socket is reported
+// as SOCK_DIAG_BY_FAMILY would report it, but in a message of the
+// request's type. It is preferred because it halves the walks, which are
+// most of a dump's cost (BenchmarkDump's sockets=0 and by-family).
+func dumpLegacy(fd int, states uint32, mapFDs []int, buf []byte) ([]Socket, error) {
+	// idiag_family stays 0: the dump ignores it. A zero id matches every
+	// socket; idiag_ext asks for no extension, idiag_dbs is unused.
+	r := make(rawData, inetDiagReqLen)
+	binary.NativeEndian.PutUint32(r[52:56], states)
+	return dumpRequest(fd, legacyRequestType, r, mapFDs, buf, nil)
+}
+
+// legacyUnknown tells whether err is the refusal a kernel without the
+// legacy request would answer it with: EINVAL from sock_diag for a type it
+// does not handle, EOPNOTSUPP for TCPDIAG_GETSOCK without inet_diag's
+// handler of it (net/core/sock_diag.c, sock_diag_rcv_msg).
+func legacyUnknown(err error) bool {
+	return errors.Is(err, errRefused) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP))
+}
+
+// dumpByFamily dumps the TCP sockets in states with one SOCK_DIAG_BY_FAMILY
+// request per family: sock_diag picks its handler by the request's
+// family, and an AF_INET dump leaves out the IPv6 sockets (IPv4
+// connections accepted on [::] among them).
+func dumpByFamily(ns Namespace, fd int, states uint32, mapFDs []int, buf []byte) ([]Socket, error) {
 	var socks []Socket
-	// One dump per family: sock_diag picks its handler by the request's
-	// family, and an AF_INET dump leaves out the IPv6 sockets (IPv4
-	// connections accepted on [::] among them).
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		socks, err = dumpFamily(fd, family, storageMapFDs, buf, socks)
+		// struct inet_diag_req_v2; a zero id matches every socket.
+		r := make(rawData, inetDiagReqV2Len)
+		r[0] = family
+		r[1] = unix.IPPROTO_TCP
+		binary.NativeEndian.PutUint32(r[4:8], states)
+		var err error
+		socks, err = dumpRequest(fd, sockDiagByFamily, r, mapFDs, buf, socks)
 		if err != nil {
 			return nil, fmt.Errorf("dump %s sockets of %s: %w", familyName(family), ns, err)
 		}
@@ -68,15 +162,12 @@ func familyName(f uint8) string {
 	return "IPv6"
 }
 
-// dumpFamily sends one SOCK_DIAG_BY_FAMILY dump request for TCP sockets of
-// family and appends the answer's sockets to socks.
-func dumpFamily(fd int, family uint8, mapFDs []int, buf []byte, socks []Socket) ([]Socket, error) {
-	req := nl.NewNetlinkRequest(sockDiagByFamily, unix.NLM_F_DUMP)
-	// struct inet_diag_req_v2; a zero id matches every socket.
-	r := make(rawData, inetDiagReqV2Len)
-	r[0] = family
-	r[1] = unix.IPPROTO_TCP
-	binary.NativeEndian.PutUint32(r[4:8], dumpedStates)
+// dumpRequest sends one sock_diag dump request of type typ with the
+// request struct r and, with mapFDs, the attribute asking for the sockets'
+// values in those sk_storage maps, and appends the answer's sockets to
+// socks.
+func dumpRequest(fd int, typ uint16, r rawData, mapFDs []int, buf []byte, socks []Socket) ([]Socket, error) {
+	req := nl.NewNetlinkRequest(int(typ), unix.NLM_F_DUMP)
 	req.AddData(r)
 	if len(mapFDs) > 0 {
 		stores := nl.NewRtAttr(reqSkBPFStorages|unix.NLA_F_NESTED, nil)
@@ -106,7 +197,7 @@ func dumpFamily(fd int, family uint8, mapFDs []int, buf []byte, socks []Socket) 
 			return socks, malformed("empty datagram before NLMSG_DONE")
 		}
 		var done bool
-		socks, done, err = parseDump(buf[:n], req.Seq, socks)
+		socks, done, err = parseDump(buf[:n], req.Seq, typ, socks)
 		if err != nil {
 			return socks, err
 		}

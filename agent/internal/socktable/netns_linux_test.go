@@ -25,7 +25,8 @@ import (
 // onOwnThread runs f on a locked thread of its own and then puts that
 // thread back in its network namespace, so no other code ever runs in
 // another namespace by mistake (a thread that cannot be put back ends
-// with its goroutine, locked).
+// with its goroutine, locked). The handle of the thread's namespace is
+// closed before the answer, as tests count the process's descriptors.
 func onOwnThread(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
@@ -36,9 +37,10 @@ func onOwnThread(f func() error) error {
 			errc <- err
 			return
 		}
-		defer orig.Close()
 		ferr := f()
-		if err := netns.Set(orig); err != nil {
+		err = netns.Set(orig)
+		orig.Close()
+		if err != nil {
 			errc <- fmt.Errorf("return to our network namespace: %w", err)
 			return
 		}

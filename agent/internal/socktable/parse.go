@@ -16,9 +16,11 @@ const (
 	nlmsgNoop         = 1
 	nlmsgError        = 2
 	nlmsgDone         = 3
+	tcpDiagGetSock    = 18 // TCPDIAG_GETSOCK, the legacy request
 	sockDiagByFamily  = 20
 	nlaTypeMask       = 0x3fff // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 	inetDiagMsgLen    = 72     // struct inet_diag_msg
+	inetDiagReqLen    = 60     // struct inet_diag_req, the legacy request's
 	inetDiagReqV2Len  = 56     // struct inet_diag_req_v2
 	inetDiagSkV6Only  = 11     // INET_DIAG_SKV6ONLY, u8
 	inetDiagStorages  = 20     // INET_DIAG_SK_BPF_STORAGES, nested
@@ -33,6 +35,10 @@ const (
 // one, so it means a bug on either side, never a retry.
 var errMalformed = errors.New("malformed sock_diag answer")
 
+// errRefused marks the kernel's NLMSG_ERROR answer to a request: the dump
+// never started (the error also wraps the kernel's errno).
+var errRefused = errors.New("the kernel refused the request")
+
 func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
 }
@@ -41,19 +47,21 @@ func malformed(format string, args ...any) error {
 func align4(n int) int { return (n + 3) &^ 3 }
 
 // parseDump parses one datagram of the answer to a sock_diag dump request
-// with sequence number seq: SOCK_DIAG_BY_FAMILY messages, each appended to
-// socks, and at the end NLMSG_DONE, after which done is true. An
-// NLMSG_ERROR (the kernel refused the request) is returned as an error
-// wrapping its errno; anything truncated or malformed as an error wrapping
-// errMalformed. It never panics and keeps no reference to b.
-func parseDump(b []byte, seq uint32, socks []Socket) (_ []Socket, done bool, err error) {
+// with sequence number seq and message type typ: messages of type typ
+// (the kernel answers each socket with the request's own type,
+// SOCK_DIAG_BY_FAMILY or TCPDIAG_GETSOCK), each appended to socks, and at
+// the end NLMSG_DONE, after which done is true. An NLMSG_ERROR (the kernel
+// refused the request) is returned as an error wrapping errRefused and its
+// errno; anything truncated or malformed as an error wrapping errMalformed.
+// It never panics and keeps no reference to b.
+func parseDump(b []byte, seq uint32, typ uint16, socks []Socket) (_ []Socket, done bool, err error) {
 	ne := binary.NativeEndian
 	for len(b) > 0 {
 		if len(b) < nlmsgHdrLen {
 			return socks, false, malformed("%d bytes left, less than a message header", len(b))
 		}
 		n := int(ne.Uint32(b[0:4]))
-		typ := ne.Uint16(b[4:6])
+		msgType := ne.Uint16(b[4:6])
 		if n < nlmsgHdrLen || n > len(b) {
 			return socks, false, malformed("message of %d bytes with %d left", n, len(b))
 		}
@@ -63,7 +71,7 @@ func parseDump(b []byte, seq uint32, socks []Socket) (_ []Socket, done bool, err
 		body := b[nlmsgHdrLen:n]
 		// The last message of a datagram may lack its padding.
 		b = b[min(align4(n), len(b)):]
-		switch typ {
+		switch msgType {
 		case nlmsgNoop:
 		case nlmsgDone:
 			// A dump that failed after it started says so in DONE's int.
@@ -88,15 +96,15 @@ func parseDump(b []byte, seq uint32, socks []Socket) (_ []Socket, done bool, err
 			if code > 0 {
 				return socks, false, malformed("NLMSG_ERROR with positive code %d", code)
 			}
-			return socks, false, fmt.Errorf("the kernel refused the request: %w", syscall.Errno(-code))
-		case sockDiagByFamily:
+			return socks, false, fmt.Errorf("%w: %w", errRefused, syscall.Errno(-code))
+		case typ:
 			s, err := parseSocket(body)
 			if err != nil {
 				return socks, false, err
 			}
 			socks = append(socks, s)
 		default:
-			return socks, false, malformed("message type %d", typ)
+			return socks, false, malformed("message type %d answering a request of type %d", msgType, typ)
 		}
 	}
 	return socks, false, nil

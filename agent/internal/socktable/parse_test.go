@@ -53,7 +53,11 @@ func putAddr(b []byte, family uint8, a netip.Addr) {
 }
 
 // encodeSocket is the SOCK_DIAG_BY_FAMILY message of s.
-func encodeSocket(s Socket, seq uint32) []byte {
+func encodeSocket(s Socket, seq uint32) []byte { return encodeSocketAs(sockDiagByFamily, s, seq) }
+
+// encodeSocketAs is the message of s answering a request of type typ: the
+// kernel gives each the request's type.
+func encodeSocketAs(typ uint16, s Socket, seq uint32) []byte {
 	ne := binary.NativeEndian
 	m := make([]byte, inetDiagMsgLen)
 	m[0] = s.Family
@@ -79,7 +83,7 @@ func encodeSocket(s Socket, seq uint32) []byte {
 		}
 		m = append(m, attr(inetDiagStorages|0x8000, stores)...)
 	}
-	return nlmsg(sockDiagByFamily, seq, m)
+	return nlmsg(typ, seq, m)
 }
 
 // unpadded is m, one message ending in an attribute of one byte, as it
@@ -109,6 +113,7 @@ func TestParseDump(t *testing.T) {
 	tests := []struct {
 		name     string
 		in       []byte
+		typ      uint16 // of the request; SOCK_DIAG_BY_FAMILY when 0
 		want     []Socket
 		wantDone bool
 		wantErr  string
@@ -120,9 +125,18 @@ func TestParseDump(t *testing.T) {
 		{name: "done alone", in: encodeDone(seq), wantDone: true},
 		{name: "done without its int", in: nlmsg(nlmsgDone, seq, nil), wantDone: true},
 		{name: "last message without padding", in: unpadded(encodeSocket(listener, seq)), want: []Socket{listener}},
+		{name: "legacy request's answer", typ: tcpDiagGetSock,
+			in:   concat(encodeSocketAs(tcpDiagGetSock, listener, seq), encodeSocketAs(tcpDiagGetSock, conn6, seq), encodeDone(seq)),
+			want: []Socket{listener, conn6}, wantDone: true},
+		{name: "SOCK_DIAG_BY_FAMILY answering a legacy request", typ: tcpDiagGetSock, in: encodeSocket(listener, seq),
+			wantErr: "message type 20 answering a request of type 18", wantIs: errMalformed},
+		{name: "legacy answer to SOCK_DIAG_BY_FAMILY", in: encodeSocketAs(tcpDiagGetSock, listener, seq),
+			wantErr: "message type 18 answering a request of type 20", wantIs: errMalformed},
 		{name: "noop skipped", in: concat(nlmsg(nlmsgNoop, seq, nil), encodeSocket(listener, seq)), want: []Socket{listener}},
 		{name: "kernel refuses", in: nlmsg(nlmsgError, seq, concat(i32(-int32(syscall.EINVAL)), make([]byte, 16))),
 			wantErr: "refused the request", wantIs: syscall.EINVAL},
+		{name: "kernel refuses the legacy request", typ: tcpDiagGetSock, in: nlmsg(nlmsgError, seq, concat(i32(-int32(syscall.EOPNOTSUPP)), make([]byte, 16))),
+			wantErr: "refused the request", wantIs: errRefused},
 		{name: "dump failed midway", in: nlmsg(nlmsgDone, seq, i32(-int32(syscall.ENOBUFS))), wantDone: true,
 			wantErr: "ended the dump", wantIs: syscall.ENOBUFS},
 		{name: "acknowledgement", in: nlmsg(nlmsgError, seq, i32(0)), wantErr: "acknowledgement", wantIs: errMalformed},
@@ -140,7 +154,11 @@ func TestParseDump(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, done, err := parseDump(tt.in, seq, nil)
+			typ := tt.typ
+			if typ == 0 {
+				typ = sockDiagByFamily
+			}
+			got, done, err := parseDump(tt.in, seq, typ, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, tt.wantIs) {
 					t.Fatalf("err = %v, want one saying %q and wrapping %v", err, tt.wantErr, tt.wantIs)
@@ -160,14 +178,18 @@ func TestParseDump(t *testing.T) {
 	}
 }
 
-// FuzzParseDump feeds parseDump any datagram. Invariants:
-//   - it never panics, and every error is errMalformed or a kernel errno;
+// FuzzParseDump feeds parseDump any datagram, as the answer to a
+// SOCK_DIAG_BY_FAMILY request and as the answer to a legacy
+// TCPDIAG_GETSOCK one. Invariants:
+//   - it never panics, and every error is errMalformed or a kernel errno
+//     (a refusal both errRefused and the errno);
 //   - every socket it returns is IPv4 or IPv6, with no IPv4-mapped address
 //     left, an IPv4 socket only IPv4 addresses, and storage values never
 //     empty maps;
 //   - what it returns does not change when b is overwritten afterwards;
 //   - encoding what it returned the way the kernel would parses back to
-//     the same sockets and the same done.
+//     the same sockets and the same done;
+//   - no datagram gives sockets as the answer to both request types.
 func FuzzParseDump(f *testing.F) {
 	const seq = 5
 	f.Add(concat(encodeSocket(listener, seq), encodeSocket(conn6, seq), encodeSocket(listen6, seq), encodeDone(seq)))
@@ -175,51 +197,72 @@ func FuzzParseDump(f *testing.F) {
 	f.Add(encodeDone(seq))
 	f.Add(nlmsg(nlmsgError, seq, i32(-int32(syscall.EPERM))))
 	f.Add(encodeSocket(conn6, seq)[:100])
+	f.Add(concat(encodeSocketAs(tcpDiagGetSock, listen6, seq), encodeSocketAs(tcpDiagGetSock, conn6, seq), encodeDone(seq)))
+	f.Add(nlmsg(nlmsgError, seq, i32(-int32(syscall.EOPNOTSUPP))))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		in := slices.Clone(b)
-		got, done, err := parseDump(in, seq, nil)
-		var errno syscall.Errno
-		if err != nil && !errors.Is(err, errMalformed) && !errors.As(err, &errno) {
-			t.Fatalf("error neither malformed nor the kernel's: %v", err)
-		}
-		for _, s := range got {
-			l, r := s.Local.Addr(), s.Remote.Addr()
-			switch {
-			case s.Family != FamilyIPv4 && s.Family != FamilyIPv6:
-				t.Fatalf("family %d", s.Family)
-			case l.Is4In6() || r.Is4In6():
-				t.Fatalf("mapped address left: %v", s)
-			case s.Family == FamilyIPv4 && (!l.Is4() || !r.Is4()):
-				t.Fatalf("IPv4 socket with other addresses: %v", s)
-			case s.Storage != nil && len(s.Storage) == 0:
-				t.Fatalf("empty storage map: %v", s)
+		n := 0
+		for _, typ := range []uint16{sockDiagByFamily, tcpDiagGetSock} {
+			if checkParse(t, b, seq, typ) > 0 {
+				n++
 			}
 		}
-		if err != nil {
-			return
-		}
-		before := cloneSockets(got)
-		for i := range in {
-			in[i] ^= 0xff
-		}
-		if diff := cmp.Diff(before, got, equateAddrs); diff != "" {
-			t.Fatalf("the result changed with its input buffer (-before +after):\n%s", diff)
-		}
-		var again []byte
-		for _, s := range got {
-			again = append(again, encodeSocket(s, seq)...)
-		}
-		if done {
-			again = append(again, encodeDone(seq)...)
-		}
-		got2, done2, err := parseDump(again, seq, nil)
-		if err != nil {
-			t.Fatalf("re-encoded answer: %v", err)
-		}
-		if diff := cmp.Diff(got, got2, equateAddrs); diff != "" || done2 != done {
-			t.Fatalf("round trip (-first +second), done %v then %v:\n%s", done, done2, diff)
+		if n > 1 {
+			t.Fatal("sockets as the answer to both request types")
 		}
 	})
+}
+
+// checkParse checks FuzzParseDump's invariants for b as the answer to a
+// request of type typ, and says how many sockets it gave without error.
+func checkParse(t *testing.T, b []byte, seq uint32, typ uint16) int {
+	t.Helper()
+	in := slices.Clone(b)
+	got, done, err := parseDump(in, seq, typ, nil)
+	var errno syscall.Errno
+	if err != nil && !errors.Is(err, errMalformed) && !errors.As(err, &errno) {
+		t.Fatalf("type %d: error neither malformed nor the kernel's: %v", typ, err)
+	}
+	if errors.Is(err, errRefused) && !errors.As(err, &errno) {
+		t.Fatalf("type %d: refusal without the kernel's errno: %v", typ, err)
+	}
+	for _, s := range got {
+		l, r := s.Local.Addr(), s.Remote.Addr()
+		switch {
+		case s.Family != FamilyIPv4 && s.Family != FamilyIPv6:
+			t.Fatalf("family %d", s.Family)
+		case l.Is4In6() || r.Is4In6():
+			t.Fatalf("mapped address left: %v", s)
+		case s.Family == FamilyIPv4 && (!l.Is4() || !r.Is4()):
+			t.Fatalf("IPv4 socket with other addresses: %v", s)
+		case s.Storage != nil && len(s.Storage) == 0:
+			t.Fatalf("empty storage map: %v", s)
+		}
+	}
+	if err != nil {
+		return 0
+	}
+	before := cloneSockets(got)
+	for i := range in {
+		in[i] ^= 0xff
+	}
+	if diff := cmp.Diff(before, got, equateAddrs); diff != "" {
+		t.Fatalf("type %d: the result changed with its input buffer (-before +after):\n%s", typ, diff)
+	}
+	var again []byte
+	for _, s := range got {
+		again = append(again, encodeSocketAs(typ, s, seq)...)
+	}
+	if done {
+		again = append(again, encodeDone(seq)...)
+	}
+	got2, done2, err := parseDump(again, seq, typ, nil)
+	if err != nil {
+		t.Fatalf("type %d: re-encoded answer: %v", typ, err)
+	}
+	if diff := cmp.Diff(got, got2, equateAddrs); diff != "" || done2 != done {
+		t.Fatalf("type %d: round trip (-first +second), done %v then %v:\n%s", typ, done, done2, diff)
+	}
+	return len(got)
 }
 
 func cloneSockets(socks []Socket) []Socket {

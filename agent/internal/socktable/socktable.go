@@ -69,6 +69,11 @@ func (s State) String() string {
 // never server connections.
 const dumpedStates uint32 = (1<<(Closing+1) - 1) &^ (1 << TimeWait) &^ 1
 
+// serverSideStates is the idiag_states mask DumpServerSide asks for: the
+// states ServerConns looks at. Without SYN_RECV the kernel adds no
+// NEW_SYN_RECV either.
+const serverSideStates uint32 = 1<<Established | 1<<CloseWait | 1<<Listen
+
 // Socket is one TCP socket of a namespace as sock_diag reports it.
 type Socket struct {
 	// Family is the socket's own address family (FamilyIPv4 or

@@ -33,3 +33,8 @@ func (n Namespace) Addrs() ([]netip.Addr, error) {
 func Dump(ns Namespace, storageMapFDs []int) ([]Socket, error) {
 	return nil, errUnsupported
 }
+
+// DumpServerSide is implemented on Linux only.
+func DumpServerSide(ns Namespace, storageMapFDs []int) ([]Socket, error) {
+	return nil, errUnsupported
+}

@@ -74,3 +74,14 @@ func TestDumpedStates(t *testing.T) {
 		}
 	}
 }
+
+// TestServerSideStates pins the mask DumpServerSide asks the kernel for:
+// the states ServerConns looks at, and no other.
+func TestServerSideStates(t *testing.T) {
+	for st := State(0); st < 16; st++ {
+		want := st == Established || st == CloseWait || st == Listen
+		if got := serverSideStates&(1<<st) != 0; got != want {
+			t.Errorf("%v dumped = %v, want %v", st, got, want)
+		}
+	}
+}

@@ -231,7 +231,7 @@ func (p *AuditPass) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audit
 			r.Unseen++
 			adj.Conns++
 		case errors.Is(err, ebpf.ErrKeyExist):
-			r.Learned++ // learned for another of its addresses' pods: impossible, but never counted twice
+			r.Learned++ // in the map already, though not when this pass read it: counted once
 		case errors.Is(err, unix.E2BIG):
 			r.Full = true // a hash map refuses new keys when full
 		default:

@@ -92,8 +92,9 @@ func TestAgentDaemonSet(t *testing.T) {
 		t.Error("hostNetwork is on by default; the agent attaches at the cgroup root and needs no host network")
 	}
 
-	// Security: no privileged, all capabilities dropped, exactly the three
-	// the BPF programs need added, read-only root.
+	// Security: no privileged, all capabilities dropped, the three the BPF
+	// programs need added and, for agent.namespaceAccess (on by default),
+	// SYS_ADMIN and SYS_PTRACE with the node's PIDs; read-only root.
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
 		t.Fatal("the agent has no securityContext.capabilities")
@@ -104,14 +105,17 @@ func TestAgentDaemonSet(t *testing.T) {
 	if diff := cmp.Diff([]corev1.Capability{"ALL"}, sc.Capabilities.Drop); diff != "" {
 		t.Errorf("capabilities dropped (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]corev1.Capability{"BPF", "NET_ADMIN", "PERFMON"}, sc.Capabilities.Add); diff != "" {
+	if diff := cmp.Diff([]corev1.Capability{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}, sc.Capabilities.Add); diff != "" {
 		t.Errorf("capabilities added (-want +got):\n%s", diff)
+	}
+	if !spec.HostPID {
+		t.Error("agent.namespaceAccess without hostPID: the agent cannot open the node's network namespace")
 	}
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("the agent's root filesystem is writable")
 	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Error("the agent allows privilege escalation")
+	if sc.AllowPrivilegeEscalation != nil {
+		t.Errorf("allowPrivilegeEscalation %v with CAP_SYS_ADMIN: the API server refuses false", *sc.AllowPrivilegeEscalation)
 	}
 
 	// The host's cgroup v2 root and bpffs, by hostPath.
@@ -566,11 +570,28 @@ controller:
 func TestAgentCapabilitiesValue(t *testing.T) {
 	objs := render(t, "--set", "agent.capabilities={SYS_ADMIN,NET_ADMIN}")
 	sc := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec.Containers[0].SecurityContext
-	if diff := cmp.Diff([]corev1.Capability{"SYS_ADMIN", "NET_ADMIN"}, sc.Capabilities.Add); diff != "" {
+	// agent.namespaceAccess adds what it needs, once.
+	if diff := cmp.Diff([]corev1.Capability{"SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"}, sc.Capabilities.Add); diff != "" {
 		t.Errorf("capabilities added (-want +got):\n%s", diff)
 	}
 	if sc.AllowPrivilegeEscalation != nil {
 		t.Errorf("allowPrivilegeEscalation %v with CAP_SYS_ADMIN: the API server refuses false", *sc.AllowPrivilegeEscalation)
+	}
+
+	// Without agent.namespaceAccess: exactly the three the programs need,
+	// no escalation, no node PIDs, and the agent told that it cannot see
+	// the node's addresses.
+	objs = render(t, "--set", "agent.namespaceAccess=false")
+	spec := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec
+	sc = spec.Containers[0].SecurityContext
+	if diff := cmp.Diff([]corev1.Capability{"BPF", "NET_ADMIN", "PERFMON"}, sc.Capabilities.Add); diff != "" {
+		t.Errorf("namespaceAccess=false: capabilities added (-want +got):\n%s", diff)
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("namespaceAccess=false: the agent allows privilege escalation")
+	}
+	if spec.HostPID || !slices.Contains(spec.Containers[0].Args, "--probe-sources=any") || !slices.Contains(spec.Containers[0].Args, "--connection-audit-period=0") {
+		t.Errorf("namespaceAccess=false: hostPID %t, args %q; want no hostPID, --probe-sources=any and no connection check", spec.HostPID, spec.Containers[0].Args)
 	}
 
 	objs = render(t, "--set", "agent.privileged=true,agent.bpffs.mountPropagation=Bidirectional")

@@ -129,6 +129,8 @@ func (a *Auditor) Run(ctx context.Context) {
 }
 
 // CheckAll checks every accounted pod once, and forgets pods that are gone.
+// Run calls it; call it only where Run does not run (its namespace cache
+// belongs to one goroutine).
 func (a *Auditor) CheckAll() {
 	ips := a.pods.Accounted()
 	live := make(map[netip.Addr]bool, len(ips))

@@ -63,7 +63,12 @@ func TestE2EAgent(t *testing.T) {
 						// which the redirect watches (the chart installs both):
 						// the agent must count anyway, and say why it does not
 						// redirect.
-						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms"},
+						// Neither in the node's network namespace nor able to
+						// open it (no hostPID, no SYS_ADMIN): the flags the
+						// chart gives such an agent (agent.namespaceAccess=false),
+						// or the kubelet's probes would count as load.
+						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms",
+							"--probe-sources=any", "--connection-audit-period=0"},
 						// The activators' namespace defaults to the agent's own.
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/activator/internal/target"
@@ -154,10 +155,12 @@ func routeTargets(o client.Object) []target.Key {
 }
 
 // exactHost is h as hosts are compared (lower case, no trailing dot), or
-// "" when h names no one host (empty, or a wildcard).
+// "" when h names no one host: empty, a wildcard, or no host name at all
+// (".." is "." without its trailing dot; the API server refuses such
+// hosts in Ingresses and HTTPRoutes, but a host is never taken on trust).
 func exactHost(h string) string {
 	h = strings.ToLower(strings.TrimSuffix(h, "."))
-	if strings.Contains(h, "*") {
+	if strings.Contains(h, "*") || len(validation.IsDNS1123Subdomain(h)) > 0 {
 		return ""
 	}
 	return h

@@ -314,7 +314,8 @@ func FuzzRouteHosts(f *testing.F) {
 // routeHostsModel is what routeHosts documents, written plainly.
 func routeHostsModel(r routesReader, ns, name string) []string {
 	norm := func(h string) string {
-		if h = strings.ToLower(strings.TrimSuffix(h, ".")); strings.Contains(h, "*") {
+		// Wildcards and what is no host name at all name no one host.
+		if h = strings.ToLower(strings.TrimSuffix(h, ".")); strings.Contains(h, "*") || len(validation.IsDNS1123Subdomain(h)) > 0 {
 			return ""
 		}
 		return h

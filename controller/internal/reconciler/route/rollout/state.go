@@ -120,6 +120,10 @@ func (s *State) validate() error {
 			return fmt.Errorf("%s: stepPercent %d is outside 0..%d (the group's percent)", where, g.Timing.StepPercent, g.Percent)
 		case g.Timing.StartUnixNano < 0 || g.Timing.StepNanos < 0 || g.Timing.NextStepUnixNano < 0:
 			return fmt.Errorf("%s: negative time in timing %+v", where, g.Timing)
+		case g.Timing.NextStepUnixNano > 0 && (g.Timing.StepNanos == 0 || g.Timing.StepPercent == 0):
+			// Only a planned pace sets a step's time (plan): a step due
+			// without one would be due again at once, forever.
+			return fmt.Errorf("%s: a step due at %d without a pace (stepNanos %d, stepPercent %d)", where, g.Timing.NextStepUnixNano, g.Timing.StepNanos, g.Timing.StepPercent)
 		case g.rolling() && g.Percent < 2:
 			return fmt.Errorf("%s: %d revisions share %d %%; a rollout needs at least 2 %%", where, len(g.Revisions), g.Percent)
 		}

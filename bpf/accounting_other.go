@@ -69,10 +69,6 @@ func (r Audit) Miscounted() int64 { return int64(r.Gone-r.Unseen) + r.Drift }
 // ConnStore fails off Linux.
 func (a *Accounting) ConnStore() (int, uint32, error) { return 0, 0, ErrUnsupported }
 
-// Audit fails off Linux.
-func (a *Accounting) Audit(netip.Addr, func() ([]OpenConn, error)) (Audit, error) {
-	return Audit{}, ErrUnsupported
-}
 
 // AuditPass checks pods with one read of the learned connections.
 type AuditPass struct{}

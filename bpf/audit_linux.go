@@ -78,25 +78,6 @@ type Audit struct {
 // open, negative for open ones not counted.
 func (r Audit) Miscounted() int64 { return int64(r.Gone-r.Unseen) + r.Drift }
 
-// Audit checks the pod at ip against its open server connections in the
-// kernel's socket table, which dump reads (sock_diag in the pod's network
-// namespace, with each socket's state from ConnStore). Connections the
-// programs never saw (accepted before they were loaded or before the pod
-// was added, idle since) are learned: counted by the agent's correction
-// until their first segment, when the programs take them over
-// (lib/adopt.h). Learned connections found closed are taken off. If the
-// pod's counters held still while the table was read, what they still
-// disagree on is drift (a connection that closed unseen), and is
-// corrected too. To check many pods, AuditPass reads the learned
-// connections once for all of them.
-func (a *Accounting) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audit, error) {
-	p, err := a.NewAuditPass()
-	if err != nil {
-		return Audit{}, err
-	}
-	return p.Audit(ip, dump)
-}
-
 // AuditPass checks pods one after the other with one read of the learned
 // connections (a map of up to MaxLearned entries: read per pod, a node's
 // check would cost pods times that).
@@ -145,9 +126,18 @@ func (a *Accounting) forget(cookies []uint64) error {
 	return nil
 }
 
-// Audit checks the pod at ip (see Accounting.Audit). The learned
-// connections it read may have been taken over by the programs since: those
-// have state, or are closed, and are found so in the table.
+// Audit checks the pod at ip against its open server connections in the
+// kernel's socket table, which dump reads (sock_diag in the pod's network
+// namespace, with each socket's state from ConnStore). Connections the
+// programs never saw (accepted before they were loaded or before the pod
+// was added, idle since) are learned: counted by the agent's correction
+// until their first segment, when the programs take them over
+// (lib/adopt.h). Learned connections found closed are taken off. If the
+// pod's counters held still while the table was read, what they still
+// disagree on is drift (a connection that closed unseen), and is
+// corrected too. The learned connections the pass read may have been
+// taken over by the programs since: those have state, or are closed, and
+// are found so in the table.
 func (p *AuditPass) Audit(ip netip.Addr, dump func() ([]OpenConn, error)) (Audit, error) {
 	a := p.a
 	key, err := ipKey(ip)

@@ -109,6 +109,7 @@ enum {
 	HF_LENGTH = 1,   // Content-Length seen
 	HF_CHUNKED = 2,  // Transfer-Encoding: chunked
 	HF_CLASSIFY = 4, // requests: still looking for a probe's User-Agent
+	HF_BEGUN = 8,    // requests: begun, its headers not yet all in (not counted yet)
 };
 
 // Tokens are recognised by their length and FNV-1a hash, so the parsers
@@ -146,7 +147,7 @@ struct scan {
 	__u32 off, end; // bytes of the segment not yet parsed
 	__u32 skip;     // bytes of the window already parsed
 	__u32 used;     // bytes of the window parsed when bpf_loop stopped
-	__u32 done;     // requests begun (rx) or responses completed (tx) in this segment
+	__u32 done;     // requests whose headers ended (rx) or responses completed (tx) in this segment
 	__s32 err;      // 0, PARSE_ERROR or PARSE_LIMIT
 };
 

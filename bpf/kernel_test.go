@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -421,4 +422,64 @@ func TestKernelUpgradeDetachesPreviousVersion(t *testing.T) {
 	}
 	resp.Body.Close()
 	e.waitCounters(t, "the new version counts", func(c PodCounters) bool { return c.Requests.Completed == 1 })
+}
+
+// TestKernelSlowHeadersAreNotLoad: a request counts from the end of its
+// headers, the point from which a server serves it (Knative's queue-proxy
+// counts from there too), so clients that send their headers slowly hold
+// no place in the count meanwhile, however long they take.
+func TestKernelSlowHeadersAreNotLoad(t *testing.T) {
+	e := newKernelEnv(t, "")
+	const slow = 20
+	const sleep = 100 * time.Millisecond
+	conns := make([]net.Conn, slow)
+	for i := range conns {
+		c, err := net.Dial("tcp", e.pod.Addr(testpod.HTTPPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		conns[i] = c
+		if _, err := fmt.Fprintf(c, "GET /?sleep=%s HTTP/1.1\r\nHost: pod\r\n", sleep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.waitCounters(t, "slow clients connected", func(c PodCounters) bool { return c.ConnsInFlight == slow })
+	// A header line from each client every 250 ms, for a second.
+	for i := range 4 {
+		time.Sleep(250 * time.Millisecond)
+		for _, c := range conns {
+			if _, err := fmt.Fprintf(c, "X-Slow-%d: %s\r\n", i, strings.Repeat("s", 40)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	held, _ := e.counters(t)
+	if held.Requests.Started != 0 || held.Requests.InFlight != 0 || held.Requests.Area != before.Requests.Area {
+		t.Errorf("while %d clients sent their headers for 1 s: started=%d in flight=%d area grew by %v, want 0, 0, 0",
+			slow, held.Requests.Started, held.Requests.InFlight, held.Requests.Area-before.Requests.Area)
+	}
+
+	for _, c := range conns {
+		if _, err := io.WriteString(c, "\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	done := e.waitCounters(t, "slow requests answered", func(c PodCounters) bool { return c.Requests.Completed == slow })
+	// Each request was served for about its sleep after its headers' end:
+	// 20 x 100 ms = 2 s in all. Counted from their first bytes they would
+	// add more than 20 x 1.1 s.
+	area := done.Requests.Area - held.Requests.Area
+	t.Logf("%d requests whose headers took 1 s, each served for %v: area %v (from the first byte it would be > %v)", slow, sleep, area, slow*(time.Second+sleep))
+	if area < slow*sleep*9/10 || area > slow*sleep*3 {
+		t.Errorf("area of %d requests served %v each = %v, want about %v", slow, sleep, area, slow*sleep)
+	}
 }

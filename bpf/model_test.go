@@ -41,7 +41,7 @@ const (
 
 	ipTCPHeaderLen = 40 // the crafted packets: IPv4 and TCP without options
 
-	hfLength, hfChunked, hfClassify = 1, 2, 4
+	hfLength, hfChunked, hfClassify, hfBegun = 1, 2, 4, 8
 	parseError, parseLimit          = -1, -2
 )
 
@@ -258,18 +258,22 @@ func (c *modelConn) requestBegin(m *modelMsg, sc *modelScan) bool {
 		sc.err = parseLimit
 		return true
 	}
-	sc.done++
 	c.headBits &^= ringBit(n)
 	c.probeBits &^= ringBit(n)
-	m.hflags = 0
+	m.hflags = hfBegun
 	if !c.load {
-		m.hflags = hfClassify
+		m.hflags |= hfClassify
 	}
 	return false
 }
 
+func requestCounted(m *modelMsg, sc *modelScan) {
+	m.hflags &^= hfBegun
+	sc.done++
+}
+
 func (c *modelConn) requestHead(sc *modelScan) {
-	c.headBits |= ringBit(c.pushed + uint32(sc.done) - 1)
+	c.headBits |= ringBit(c.pushed + uint32(sc.done))
 }
 
 func (c *modelConn) requestLoad(m *modelMsg) {
@@ -279,9 +283,7 @@ func (c *modelConn) requestLoad(m *modelMsg) {
 
 func (c *modelConn) requestProbe(m *modelMsg, sc *modelScan) {
 	m.hflags &^= hfClassify
-	if sc.done > 0 {
-		c.probeBits |= ringBit(c.pushed + uint32(sc.done) - 1)
-	}
+	c.probeBits |= ringBit(c.pushed + uint32(sc.done))
 }
 
 func (c *modelConn) messageDone(m *modelMsg, sc *modelScan, req bool) {
@@ -303,6 +305,7 @@ func (c *modelConn) headersDone(m *modelMsg, sc *modelScan, req bool) bool {
 		if m.hflags&hfClassify != 0 {
 			c.requestLoad(m)
 		}
+		requestCounted(m, sc)
 		if m.hflags&hfChunked != 0 {
 			m.state, m.length = msChunkSize, 0
 			return false
@@ -952,15 +955,19 @@ func (c *modelConn) onRequestBytes(p *modelPod, payload []byte, off, end int) {
 	err := c.parseMsg(payload, off, end, true)
 	c.seen = true
 	if err != 0 {
-		if !c.answered && int(c.pushed)+sc.done <= 1 {
+		begun := 0
+		if m.hflags&hfBegun != 0 {
+			begun = 1
+		}
+		if !c.answered && int(c.pushed)+sc.done+begun <= 1 {
 			c.goOpaque(p)
 			return
 		}
 		p.events[map[int]int{parseError: evParseError, parseLimit: evParseLimit}[err]]++
 		m.state = msLost
-	}
-	if m.hflags&hfClassify != 0 {
-		c.requestLoad(m)
+		if begun != 0 {
+			requestCounted(m, sc)
+		}
 	}
 	if sc.done > 0 {
 		c.pushRequests(p, uint32(sc.done))
@@ -980,34 +987,40 @@ func (c *modelConn) noteGap(seq, end uint32) {
 	}
 }
 
-func (c *modelConn) closeGap(p *modelPod) {
+// closeGap mirrors close_gap; it returns true where that returns 1.
+func (c *modelConn) closeGap(p *modelPod) bool {
 	m := &c.rx
 	if int32(c.rxNext-c.gapSeq) < 0 {
-		return
+		return false
 	}
 	c.rxGap = false
 	if int32(c.gapEnd-c.rxNext) <= 0 {
-		return
+		return false
 	}
 	missed := uint64(c.gapEnd - c.rxNext)
 	c.rxNext = c.gapEnd
 	if c.opaque || m.state == msLost || c.tunnel {
-		return
+		return false
 	}
 	if (m.state == msBody || m.state == msChunkData) && m.remaining >= missed {
 		m.remaining -= missed
 		if m.remaining != 0 {
-			return
+			return false
 		}
 		if m.state == msChunkData {
 			m.state = msChunkEnd
-			return
+			return false
 		}
 		c.messageDone(m, &c.rxs, true)
-		return
+		return false
 	}
 	m.state = msLost
 	p.events[evStreamGap]++
+	if m.hflags&hfBegun == 0 {
+		return false
+	}
+	m.hflags &^= hfBegun
+	return true
 }
 
 // The response side (lib/response.h).
@@ -1091,8 +1104,8 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 	}
 	c.rxNext = end
 	c.onRequestBytes(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
-	if c.rxGap {
-		c.closeGap(p)
+	if c.rxGap && c.closeGap(p) {
+		c.pushRequests(p, 1)
 	}
 }
 

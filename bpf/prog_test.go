@@ -286,6 +286,9 @@ func out(off uint32, data string) seg { return seg{false, off, data} }
 
 const get = "GET /x HTTP/1.1\r\nHost: hello\r\nUser-Agent: hey/1.0\r\n\r\n"
 
+// slowGet is a request with a header line long enough to cut anywhere.
+const slowGet = "GET / HTTP/1.1\r\nHost: a\r\nX-Long: 0123456789\r\n\r\n"
+
 func TestProgRequestRules(t *testing.T) {
 	ok5 := "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello"
 	chunked := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1a;ext=1\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nTrailer: x\r\n\r\n"
@@ -304,6 +307,28 @@ func TestProgRequestRules(t *testing.T) {
 			counts{Started: 1, Completed: 1}},
 		{"response split before the body: not complete yet", false,
 			[]seg{in(0, get), out(0, ok5[:20])}, counts{InFlight: 1, Started: 1}},
+		{"a request whose headers are not all in is not counted yet", false,
+			[]seg{in(0, get[:30])}, counts{}},
+		{"a request counts from its headers' end", false,
+			[]seg{in(0, get[:30]), in(30, get[30:len(get)-2])}, counts{}},
+		{"the empty line that ends the headers counts it", false,
+			[]seg{in(0, get[:30]), in(30, get[30:len(get)-2]), in(uint32(len(get)-2), "\r\n")}, counts{InFlight: 1, Started: 1}},
+		{"a request body still to come: counted from the headers' end", false,
+			[]seg{in(0, "POST /u HTTP/1.1\r\nContent-Length: 10\r\n\r\n01234")}, counts{InFlight: 1, Started: 1}},
+		{"a probe's User-Agent in a later segment is still a probe", false,
+			[]seg{in(0, "GET /healthz HTTP/1.1\r\n"), in(23, "User-Agent: kube-probe/1.36\r\n\r\n"), out(0, ok5)},
+			counts{Probes: 1}},
+		{"headers the parser loses count from where it lost them", false,
+			[]seg{in(0, get), out(0, ok5), in(uint32(len(get)), "GET / HTTP/1.1\r\nContent-Length: x\r\n")},
+			counts{InFlight: 1, Started: 2, Completed: 1}},
+		{"headers lost to a hole count from where they were lost", false,
+			// The last segment fills the hole; TCP then delivers the bytes
+			// seen ahead of it, which ingress never sees again.
+			[]seg{in(0, slowGet[:25]), in(35, slowGet[35:]), in(25, slowGet[25:35])},
+			counts{InFlight: 1, Started: 1}},
+		{"a first request with malformed headers is accounted at connection level", false,
+			[]seg{in(0, "GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n")},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
 		{"request split over segments starts once", false,
 			[]seg{in(0, get[:7]), in(7, get[7:]), out(0, ok5)}, counts{Started: 1, Completed: 1}},
 		{"retransmitted request after the response is no new request", false,

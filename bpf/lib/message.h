@@ -44,10 +44,12 @@ static __always_inline __u16 ring_bit(__u32 n)
 	return 1 << (n & RING_MASK);
 }
 
-// request_begin starts a request at its method's first byte: the next slot
-// of the ring, which ingress counts once the segment is parsed. Returns 1
-// if the ring is full (more requests in flight than MAX_PIPELINE), which
-// ends the parse with PARSE_LIMIT.
+// request_begin starts a request at its method's first byte: it takes
+// the next number of the ring, and is counted once its headers are all in
+// (headers_done), the point from which an HTTP server serves it: a client
+// that sends its headers slowly holds no place in the count meanwhile.
+// Returns 1 if the ring is full (more requests in flight than
+// MAX_PIPELINE), which ends the parse with PARSE_LIMIT.
 static __always_inline int request_begin(struct conn *c, struct msg *m, struct scan *sc)
 {
 	__u32 n = c->pushed + sc->done;
@@ -57,21 +59,28 @@ static __always_inline int request_begin(struct conn *c, struct msg *m, struct s
 		sc->err = PARSE_LIMIT;
 		return 1;
 	}
-	sc->done++;
 	// Written on change only: egress reads this cache line.
 	if (c->head_bits & bit)
 		c->head_bits &= ~bit;
 	if (c->probe_bits & bit)
 		c->probe_bits &= ~bit;
-	m->hflags = c->load ? 0 : HF_CLASSIFY;
+	m->hflags = c->load ? HF_BEGUN : HF_BEGUN | HF_CLASSIFY;
 	return 0;
 }
 
-// request_head marks the request being parsed (the last one begun) HEAD:
-// its response has no body.
+// request_counted ends a begun request's headers: it counts from the end
+// of the segment being parsed (ingress pushes scan.done then).
+static __always_inline void request_counted(struct msg *m, struct scan *sc)
+{
+	m->hflags &= ~HF_BEGUN;
+	sc->done++;
+}
+
+// request_head marks the request being parsed (begun, not yet counted)
+// HEAD: its response has no body.
 static __always_inline void request_head(struct conn *c, struct scan *sc)
 {
-	c->head_bits |= ring_bit(c->pushed + sc->done - 1);
+	c->head_bits |= ring_bit(c->pushed + sc->done);
 }
 
 // request_load ends the classification of the request being parsed: it is
@@ -87,18 +96,17 @@ static __always_inline void request_load(struct conn *c, struct msg *m)
 }
 
 // request_probe ends the classification of the request being parsed: a
-// health probe, not load. A request begun in an earlier segment was counted
-// as load already (an undecided classification is load).
+// health probe, not load. The request is not counted before its headers
+// end, so its flag is set in time however its bytes were cut.
 static __always_inline void request_probe(struct conn *c, struct msg *m, struct scan *sc)
 {
 	m->hflags &= ~HF_CLASSIFY;
-	if (sc->done)
-		c->probe_bits |= ring_bit(c->pushed + sc->done - 1);
+	c->probe_bits |= ring_bit(c->pushed + sc->done);
 }
 
 // message_done ends a message: the parser waits for the next start line. A
 // response ends the oldest request in flight (egress counts it once the
-// segment is parsed).
+// segment is parsed); a request was counted at its headers' end.
 static __always_inline void message_done(struct conn *c, struct msg *m, struct scan *sc, int req)
 {
 	m->state = MS_START;
@@ -123,6 +131,7 @@ static __always_inline long headers_done(struct conn *c, struct msg *m, struct s
 	if (req) {
 		if (m->hflags & HF_CLASSIFY)
 			request_load(c, m); // no probe's User-Agent
+		request_counted(m, sc);
 		if (m->hflags & HF_CHUNKED) {
 			m->state = MS_CHUNK_SIZE;
 			m->length = 0;
@@ -780,7 +789,7 @@ static long response_step(__u64 i, void *data)
 // packet. Body and chunk bytes are skipped by count, so a message costs
 // parse steps for its start line, headers and chunk-size lines only.
 // Returns 0, PARSE_ERROR or PARSE_LIMIT; scan.done counts the requests
-// begun or the responses completed.
+// whose headers ended or the responses completed.
 static __always_inline int parse_msg(struct __sk_buff *skb, struct conn *c, __u32 off, __u32 end, int req)
 {
 	struct scan *sc = scan_of(c, req);

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // The request side: what ingress does with client bytes it has not seen
 // before. The message parser (message.h) follows the requests and begins
-// one per request line; they are counted when the segment is parsed, so a
-// request starts with its first bytes. The first bytes of a connection
+// one per request line; a request is counted from the end of the segment
+// in which its headers end (the point from which a server serves it, and
+// Knative's queue-proxy counts it), so a client that sends its headers
+// slowly adds nothing to the load meanwhile. The first bytes of a connection
 // decide whether it is HTTP/1.x at all (else it is opaque, counted at
 // connection level); later the parser can lose the stream (bytes it never
 // saw, a malformed request, one of its limits), and then it waits for a
@@ -91,6 +93,7 @@ static __always_inline void on_request_bytes(struct __sk_buff *skb, struct conn 
 {
 	struct scan *sc = &c->rxs;
 	struct msg *m = &c->rx;
+	__u32 begun;
 	int err;
 
 	// After an upgrade (101) the client's bytes are not HTTP/1.x any more.
@@ -112,20 +115,21 @@ static __always_inline void on_request_bytes(struct __sk_buff *skb, struct conn 
 	if (!c->seen)
 		c->seen = 1; // written once: ingress and egress share its line
 	if (err) {
+		begun = (m->hflags & HF_BEGUN) ? 1 : 0;
 		// Whether a connection is HTTP/1.x is decided by its first request:
 		// bytes that are no request there (TLS, h2) make it opaque, which
 		// is no parse error.
-		if (!c->answered && c->pushed + sc->done <= 1) {
+		if (!c->answered && c->pushed + sc->done + begun <= 1) {
 			go_opaque(counters_of(c), c, bpf_ktime_get_ns());
 			return;
 		}
 		count_event(err == PARSE_ERROR ? EV_PARSE_ERROR : EV_PARSE_LIMIT);
 		m->state = MS_LOST;
+		// A request whose headers the parser could not follow to their end
+		// (it had a method) is a request all the same: it counts from here.
+		if (begun)
+			request_counted(m, sc);
 	}
-	// A request still classified when its segment ends is load (bytes
-	// beyond the segment are not waited for).
-	if (m->hflags & HF_CLASSIFY)
-		request_load(c, m);
 	if (sc->done)
 		push_requests(counters_of(c), c, sc->done, bpf_ktime_get_ns());
 }
@@ -152,34 +156,40 @@ static __always_inline void note_gap(struct conn *c, __u32 seq, __u32 end)
 // (TCP delivers them from its queue): the parser skips them by count where
 // they are body or chunk bytes, and else has lost the stream. Bytes beyond
 // a second hole are counted as missed too (only the outermost range is
-// kept), which can only lose the stream, never misplace it.
-static __always_inline void close_gap(struct conn *c)
+// kept), which can only lose the stream, never misplace it. Returns 1 if
+// it lost the stream in the headers of a begun request, which then counts
+// (as in on_request_bytes).
+static __always_inline __u32 close_gap(struct conn *c)
 {
 	struct msg *m = &c->rx;
 	__u32 missed;
 
 	if ((__s32)(c->rx_next - c->gap_seq) < 0)
-		return; // the hole is still open
+		return 0; // the hole is still open
 	c->rx_gap = 0;
 	if ((__s32)(c->gap_end - c->rx_next) <= 0)
-		return; // this segment brought them again
+		return 0; // this segment brought them again
 	missed = c->gap_end - c->rx_next;
 	c->rx_next = c->gap_end;
 	if (c->opaque || m->state == MS_LOST || c->tunnel)
-		return;
+		return 0;
 	if ((m->state == MS_BODY || m->state == MS_CHUNK_DATA) && m->remaining >= missed) {
 		m->remaining -= missed;
 		if (m->remaining)
-			return;
+			return 0;
 		if (m->state == MS_CHUNK_DATA) {
 			m->state = MS_CHUNK_END;
-			return;
+			return 0;
 		}
 		message_done(c, m, &c->rxs, 1); // the request ended with them
-		return;
+		return 0;
 	}
 	m->state = MS_LOST;
 	count_event(EV_STREAM_GAP);
+	if (!(m->hflags & HF_BEGUN))
+		return 0;
+	m->hflags &= ~HF_BEGUN;
+	return 1;
 }
 
 #endif

@@ -65,8 +65,8 @@ __attribute__((noinline)) int request_bytes(struct __sk_buff *skb, struct conn *
 	if (!c)
 		return 0; // the verifier's rule for a global function's pointers
 	on_request_bytes(skb, c, off, end);
-	if (c->rx_gap)
-		close_gap(c);
+	if (c->rx_gap && close_gap(c))
+		push_requests(counters_of(c), c, 1, bpf_ktime_get_ns());
 	return 0;
 }
 

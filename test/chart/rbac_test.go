@@ -136,3 +136,49 @@ func TestEveryRBACMarkerIsGenerated(t *testing.T) {
 		t.Errorf("found markers in %d files; the walk missed the tree", n)
 	}
 }
+
+// A namespace's users get sockscale's resources through Kubernetes'
+// default roles (aggregated), may write only what they own, and no
+// status: the controller writes statuses, and the activators and agents
+// act on them.
+func TestTenantRolesAggregate(t *testing.T) {
+	edit := get[rbacv1.ClusterRole](t, render(t), "ClusterRole", "sockscale-tenant-edit")
+	view := get[rbacv1.ClusterRole](t, render(t), "ClusterRole", "sockscale-tenant-view")
+	for _, c := range []struct {
+		role *rbacv1.ClusterRole
+		into []string
+	}{{edit, []string{"admin", "edit"}}, {view, []string{"view"}}} {
+		for _, r := range c.into {
+			if c.role.Labels["rbac.authorization.k8s.io/aggregate-to-"+r] != "true" {
+				t.Errorf("%s: not aggregated into %q (labels %v)", c.role.Name, r, c.role.Labels)
+			}
+		}
+		for _, rule := range c.role.Rules {
+			for _, res := range rule.Resources {
+				if strings.Contains(res, "/") {
+					t.Errorf("%s grants the subresource %s", c.role.Name, res)
+				}
+			}
+		}
+	}
+	writes := map[string]bool{}
+	for _, rule := range edit.Rules {
+		if slices.Contains(rule.Verbs, "create") || slices.Contains(rule.Verbs, "update") {
+			for _, res := range rule.Resources {
+				writes[rule.APIGroups[0]+"/"+res] = true
+			}
+		}
+	}
+	want := map[string]bool{"sockscale.dev/podautoscalers": true, "serving.sockscale.dev/services": true, "serving.sockscale.dev/routes": true}
+	if diff := cmp.Diff(want, writes); diff != "" {
+		t.Errorf("what tenant-edit may create or update (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"sockscale-tenant-edit", "sockscale-tenant-view"} {
+		role := get[rbacv1.ClusterRole](t, render(t, "--set", "tenantRoles.aggregate=false"), "ClusterRole", name)
+		for k := range role.Labels {
+			if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+				t.Errorf("tenantRoles.aggregate=false: %s still has %s", name, k)
+			}
+		}
+	}
+}

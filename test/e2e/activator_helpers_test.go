@@ -106,7 +106,13 @@ func activatorsKnow(ctx context.Context, s *stack.Stack, name string) error {
 // EndpointSlices hold exactly the ready activators' addresses (those in
 // the PodAutoscaler's status), every port being the activators' proxy port.
 func expectActivatorEndpoints(ctx context.Context, s *stack.Stack, name string) error {
-	pa, err := s.PA(ctx, appNS, name)
+	return expectActivatorEndpointsIn(ctx, s, appNS, name)
+}
+
+// expectActivatorEndpointsIn is expectActivatorEndpoints for a target of
+// namespace ns.
+func expectActivatorEndpointsIn(ctx context.Context, s *stack.Stack, ns, name string) error {
+	pa, err := s.PA(ctx, ns, name)
 	if err != nil {
 		return err
 	}
@@ -134,7 +140,7 @@ func expectActivatorEndpoints(ctx context.Context, s *stack.Stack, name string) 
 		}
 		want = append(want, ip)
 	}
-	got, ports, err := publicEndpoints(ctx, s, name)
+	got, ports, err := publicEndpointsIn(ctx, s, ns, name)
 	if err != nil {
 		return err
 	}
@@ -153,8 +159,12 @@ func expectActivatorEndpoints(ctx context.Context, s *stack.Stack, name string) 
 // publicEndpoints are the addresses (sorted) and ports of the public
 // Service's EndpointSlices.
 func publicEndpoints(ctx context.Context, s *stack.Stack, name string) ([]string, []int32, error) {
+	return publicEndpointsIn(ctx, s, appNS, name)
+}
+
+func publicEndpointsIn(ctx context.Context, s *stack.Stack, ns, name string) ([]string, []int32, error) {
 	var slices discoveryv1.EndpointSliceList
-	if err := s.Client.List(ctx, &slices, client.InNamespace(appNS), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+	if err := s.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
 		return nil, nil, err
 	}
 	var addrs []string

@@ -4,10 +4,11 @@
 // In-kernel request accounting for sockscale.
 //
 // Three programs attach once at a cgroup v2 root and so see the TCP sockets
-// of every pod below it:
+// of every pod below it (a fourth, sockscale_drain, only the connections of
+// leaving pods that the agent hands it):
 //
 //   sockops          accepts and closes: creates and ends per-connection state
-//   cgroup_skb/in    bytes from clients: a request starts with its first bytes
+//   cgroup_skb/in    bytes from clients: a request counts from its headers' end
 //   cgroup_skb/out   bytes to clients: an HTTP/1.x response parser ends it
 //
 // Pods are identified by the server socket's local IPv4 address through the
@@ -63,6 +64,7 @@
 //   sockops.c        program sockscale_sockops (sock_ops)
 //   ingress.c        program sockscale_ingress (cgroup_skb ingress)
 //   egress.c         program sockscale_egress (cgroup_skb egress)
+//   drain.c          program sockscale_drain (sk_msg of the draining sockhash)
 //   testprogs.c      programs of the test object only (sockscale_test_accept, sockscale_test_drop)
 
 #include <linux/bpf.h>
@@ -85,6 +87,7 @@ char __license[] SEC("license") = "Dual MIT/GPL";
 #include "sockops.c"
 #include "ingress.c"
 #include "egress.c"
+#include "drain.c"
 
 #ifdef SOCKSCALE_TEST_TUPLE
 #include "testprogs.c"

@@ -11,6 +11,7 @@
 #define MAX_ACTIVATORS 1024   // activator pods in the cluster
 #define MAX_NODE_ADDRS 256    // addresses of the node itself (its health probes come from one)
 #define MAX_LEARNED 65536     // connections the agent found in the socket table before the programs saw them
+#define MAX_DRAINING 65536    // connections of leaving pods whose next response asks the client to close
 
 #define SCAN_WINDOW 64        // bytes parsed per bpf_loop call (stack buffer)
 #define MAX_WINDOWS 256       // parse steps per segment and direction before the parser gives up

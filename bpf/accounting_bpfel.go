@@ -137,12 +137,15 @@ const (
 	accountingMapConnScratch       = "conn_scratch"
 	accountingMapConnStore         = "conn_store"
 	accountingMapConnZero          = "conn_zero"
+	accountingMapDrainSeen         = "drain_seen"
+	accountingMapDraining          = "draining"
 	accountingMapEvents            = "events"
 	accountingMapLearned           = "learned"
 	accountingMapNodeAddrs         = "node_addrs"
 	accountingMapPodCounters       = "pod_counters"
 	accountingMapPodSlots          = "pod_slots"
 	accountingMapStash             = "stash"
+	accountingProgSockscaleDrain   = "sockscale_drain"
 	accountingProgSockscaleEgress  = "sockscale_egress"
 	accountingProgSockscaleIngress = "sockscale_ingress"
 	accountingProgSockscaleSockops = "sockscale_sockops"
@@ -190,6 +193,7 @@ type accountingSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingProgramSpecs struct {
+	SockscaleDrain   *ebpf.ProgramSpec `ebpf:"sockscale_drain"`
 	SockscaleEgress  *ebpf.ProgramSpec `ebpf:"sockscale_egress"`
 	SockscaleIngress *ebpf.ProgramSpec `ebpf:"sockscale_ingress"`
 	SockscaleSockops *ebpf.ProgramSpec `ebpf:"sockscale_sockops"`
@@ -204,6 +208,8 @@ type accountingMapSpecs struct {
 	ConnScratch *ebpf.MapSpec `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
 	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
+	DrainSeen   *ebpf.MapSpec `ebpf:"drain_seen"`
+	Draining    *ebpf.MapSpec `ebpf:"draining"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Learned     *ebpf.MapSpec `ebpf:"learned"`
 	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
@@ -243,6 +249,8 @@ type accountingMaps struct {
 	ConnScratch *ebpf.Map `ebpf:"conn_scratch"`
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
 	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
+	DrainSeen   *ebpf.Map `ebpf:"drain_seen"`
+	Draining    *ebpf.Map `ebpf:"draining"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Learned     *ebpf.Map `ebpf:"learned"`
 	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
@@ -258,6 +266,8 @@ func (m *accountingMaps) Close() error {
 		m.ConnScratch,
 		m.ConnStore,
 		m.ConnZero,
+		m.DrainSeen,
+		m.Draining,
 		m.Events,
 		m.Learned,
 		m.NodeAddrs,
@@ -277,6 +287,7 @@ type accountingVariables struct {
 //
 // It can be passed to loadAccountingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingPrograms struct {
+	SockscaleDrain   *ebpf.Program `ebpf:"sockscale_drain"`
 	SockscaleEgress  *ebpf.Program `ebpf:"sockscale_egress"`
 	SockscaleIngress *ebpf.Program `ebpf:"sockscale_ingress"`
 	SockscaleSockops *ebpf.Program `ebpf:"sockscale_sockops"`
@@ -284,6 +295,7 @@ type accountingPrograms struct {
 
 func (p *accountingPrograms) Close() error {
 	return _AccountingClose(
+		p.SockscaleDrain,
 		p.SockscaleEgress,
 		p.SockscaleIngress,
 		p.SockscaleSockops,

@@ -109,6 +109,14 @@ func New(opts Options) (*Accounting, error) {
 	if err := a.loadSlots(); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
+	// sockscale_drain sees only what the agent puts in the draining map.
+	// Attached to the map, not to a cgroup: a pinned map keeps it across
+	// restarts, and attaching again replaces it.
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
+		Target: a.objs.Draining.FD(), Program: a.objs.SockscaleDrain, Attach: ebpf.AttachSkMsgVerdict,
+	}); err != nil {
+		return nil, errors.Join(fmt.Errorf("attach the drain program to its map: %w", err), a.Close())
+	}
 	for _, at := range attachments {
 		l, err := attach(opts.CgroupRoot, pinDir, at.name, at.attach, at.prog(&a.objs.accountingPrograms))
 		if err != nil {

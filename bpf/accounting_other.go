@@ -80,3 +80,15 @@ func (a *Accounting) NewAuditPass() (*AuditPass, error) { return nil, ErrUnsuppo
 func (p *AuditPass) Audit(netip.Addr, func() ([]OpenConn, error)) (Audit, error) {
 	return Audit{}, ErrUnsupported
 }
+
+// ConnActivity says what a connection is doing (never anything off Linux).
+type ConnActivity uint8
+
+// ConnUnknown is the only activity off Linux.
+const ConnUnknown ConnActivity = 0
+
+// Drain fails off Linux.
+func (a *Accounting) Drain(int) error { return ErrUnsupported }
+
+// ConnActivity fails off Linux.
+func (a *Accounting) ConnActivity(int) (ConnActivity, error) { return ConnUnknown, ErrUnsupported }

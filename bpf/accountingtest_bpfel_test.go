@@ -38,6 +38,8 @@ const (
 	accountingtestMapConnStore            = "conn_store"
 	accountingtestMapConnZero             = "conn_zero"
 	accountingtestMapConns                = "conns"
+	accountingtestMapDrainSeen            = "drain_seen"
+	accountingtestMapDraining             = "draining"
 	accountingtestMapDropRules            = "drop_rules"
 	accountingtestMapEvents               = "events"
 	accountingtestMapLearned              = "learned"
@@ -46,6 +48,7 @@ const (
 	accountingtestMapPodSlots             = "pod_slots"
 	accountingtestMapStash                = "stash"
 	accountingtestMapTestSockets          = "test_sockets"
+	accountingtestProgSockscaleDrain      = "sockscale_drain"
 	accountingtestProgSockscaleEgress     = "sockscale_egress"
 	accountingtestProgSockscaleIngress    = "sockscale_ingress"
 	accountingtestProgSockscaleSockops    = "sockscale_sockops"
@@ -95,6 +98,7 @@ type accountingtestSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountingtestProgramSpecs struct {
+	SockscaleDrain      *ebpf.ProgramSpec `ebpf:"sockscale_drain"`
 	SockscaleEgress     *ebpf.ProgramSpec `ebpf:"sockscale_egress"`
 	SockscaleIngress    *ebpf.ProgramSpec `ebpf:"sockscale_ingress"`
 	SockscaleSockops    *ebpf.ProgramSpec `ebpf:"sockscale_sockops"`
@@ -112,6 +116,8 @@ type accountingtestMapSpecs struct {
 	ConnStore   *ebpf.MapSpec `ebpf:"conn_store"`
 	ConnZero    *ebpf.MapSpec `ebpf:"conn_zero"`
 	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	DrainSeen   *ebpf.MapSpec `ebpf:"drain_seen"`
+	Draining    *ebpf.MapSpec `ebpf:"draining"`
 	DropRules   *ebpf.MapSpec `ebpf:"drop_rules"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Learned     *ebpf.MapSpec `ebpf:"learned"`
@@ -154,6 +160,8 @@ type accountingtestMaps struct {
 	ConnStore   *ebpf.Map `ebpf:"conn_store"`
 	ConnZero    *ebpf.Map `ebpf:"conn_zero"`
 	Conns       *ebpf.Map `ebpf:"conns"`
+	DrainSeen   *ebpf.Map `ebpf:"drain_seen"`
+	Draining    *ebpf.Map `ebpf:"draining"`
 	DropRules   *ebpf.Map `ebpf:"drop_rules"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Learned     *ebpf.Map `ebpf:"learned"`
@@ -172,6 +180,8 @@ func (m *accountingtestMaps) Close() error {
 		m.ConnStore,
 		m.ConnZero,
 		m.Conns,
+		m.DrainSeen,
+		m.Draining,
 		m.DropRules,
 		m.Events,
 		m.Learned,
@@ -193,6 +203,7 @@ type accountingtestVariables struct {
 //
 // It can be passed to loadAccountingtestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountingtestPrograms struct {
+	SockscaleDrain      *ebpf.Program `ebpf:"sockscale_drain"`
 	SockscaleEgress     *ebpf.Program `ebpf:"sockscale_egress"`
 	SockscaleIngress    *ebpf.Program `ebpf:"sockscale_ingress"`
 	SockscaleSockops    *ebpf.Program `ebpf:"sockscale_sockops"`
@@ -202,6 +213,7 @@ type accountingtestPrograms struct {
 
 func (p *accountingtestPrograms) Close() error {
 	return _AccountingtestClose(
+		p.SockscaleDrain,
 		p.SockscaleEgress,
 		p.SockscaleIngress,
 		p.SockscaleSockops,

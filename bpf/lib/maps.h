@@ -70,6 +70,17 @@ struct {
 	__type(value, struct conn_adjust);  // written by the agent only
 } conn_adjusts SEC(".maps");
 
+// Server connections of pods that are leaving, which the agent puts here
+// (by socket: the value it writes is a file descriptor of the socket) so
+// that sockscale_drain sees what their servers write (drain.c). A socket
+// leaves the map when it closes.
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, MAX_DRAINING);
+	__type(key, __u64);   // socket cookie
+	__type(value, __u64); // the socket (a file descriptor when written, its cookie when read)
+} draining SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EV_MAX);

@@ -69,14 +69,20 @@ type Watcher struct {
 	// onAdded is told each address given to a pod in the kernel (see
 	// OnAdded); called with mu held, so it must not block.
 	onAdded func(netip.Addr)
+	// onLeaving is told each pod that starts terminating (see OnLeaving);
+	// called with mu held, so it must not block.
+	onLeaving func(Pod)
 }
 
 // podState is what decides which pod owns an address.
 type podState struct {
 	ip          netip.Addr
 	terminating bool
-	created     metav1.Time
-	desc        Pod
+	// leavingSince is when the pod's deletion was asked for (its deletion
+	// timestamp less its grace period); zero while it is not terminating.
+	leavingSince time.Time
+	created      metav1.Time
+	desc         Pod
 }
 
 // New returns a watcher that keeps acct in step with the pods it is given.
@@ -176,7 +182,17 @@ func (w *Watcher) Update(pod *corev1.Pod) {
 	if reason != "" || !ip.IsValid() { // skipped, no address yet, or finished
 		delete(w.pods, pod.UID)
 	} else {
-		w.pods[pod.UID] = podState{ip: ip, terminating: pod.DeletionTimestamp != nil, created: pod.CreationTimestamp, desc: describe(pod)}
+		st := podState{ip: ip, terminating: pod.DeletionTimestamp != nil, created: pod.CreationTimestamp, desc: describe(pod)}
+		if st.terminating {
+			st.leavingSince = pod.DeletionTimestamp.Time
+			if g := pod.DeletionGracePeriodSeconds; g != nil {
+				st.leavingSince = st.leavingSince.Add(-time.Duration(*g) * time.Second)
+			}
+		}
+		w.pods[pod.UID] = st
+		if st.terminating && (!had || !old.terminating) && w.onLeaving != nil {
+			w.onLeaving(st.desc)
+		}
 	}
 	if had && old.ip != ip {
 		w.syncIP(old.ip) // the pod's address changed, or it has none now
@@ -325,6 +341,38 @@ func (w *Watcher) Resync() error {
 // RemoveStale is the first full sync (Resync), for callers that drive the
 // watcher without Run.
 func (w *Watcher) RemoveStale() error { return w.Resync() }
+
+// OnLeaving sets f to be told each pod that starts terminating (its
+// deletion was asked for). f runs on the watcher's goroutine with its lock
+// held: it must hand the work on, not do it. Set it before Run.
+func (w *Watcher) OnLeaving(f func(Pod)) { w.onLeaving = f }
+
+// Leaving is a pod of the node that is terminating and still holds its
+// address.
+type Leaving struct {
+	Pod
+	IP netip.Addr
+	// Since is when its deletion was asked for.
+	Since time.Time
+}
+
+// Leaving lists the node's terminating pods that still own their address
+// (a pod whose address a newer pod took has nothing left to drain there).
+func (w *Watcher) Leaving() []Leaving {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	var out []Leaving
+	for uid, st := range w.pods {
+		if !st.terminating {
+			continue
+		}
+		if owner, ok := w.byIP[st.ip]; !ok || owner.UID != uid {
+			continue
+		}
+		out = append(out, Leaving{Pod: st.desc, IP: st.ip, Since: st.leavingSince})
+	}
+	return out
+}
 
 // Lookup says who the pod at ip is.
 func (w *Watcher) Lookup(ip netip.Addr) (Pod, bool) {

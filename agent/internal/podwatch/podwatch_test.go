@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 )
 
 // fakeAccounting is the kernel map as a Go map; the next fail calls of
@@ -98,6 +99,7 @@ func (b *podBuilder) Created(sec int64) *podBuilder {
 func (b *podBuilder) Terminating() *podBuilder {
 	now := metav1.Unix(1e9, 0)
 	b.p.DeletionTimestamp = &now
+	b.p.DeletionGracePeriodSeconds = ptr.To(int64(30))
 	return b
 }
 func (b *podBuilder) Owner(kind, name, hash string) *podBuilder {
@@ -303,5 +305,34 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLeaving: a pod that starts terminating is told once and listed with
+// when its deletion was asked for, while it still owns its address; a pod
+// whose address a newer pod took is not listed.
+func TestLeaving(t *testing.T) {
+	w := New(newFakeAccounting(), quiet())
+	var told []string
+	w.OnLeaving(func(p Pod) { told = append(told, p.Name) })
+	w.Update(pod("a").IP("10.0.0.5").Obj())
+	w.Update(pod("b").IP("10.0.0.6").Created(100).Obj())
+	if got := w.Leaving(); len(got) != 0 || len(told) != 0 {
+		t.Fatalf("before any deletion: leaving %v, told %v", got, told)
+	}
+	w.Update(pod("a").IP("10.0.0.5").Terminating().Obj())
+	w.Update(pod("a").IP("10.0.0.5").Terminating().Obj()) // a later update of the same pod
+	w.Update(pod("b").IP("10.0.0.6").Created(100).Terminating().Obj())
+	w.Update(pod("c").IP("10.0.0.6").Created(200).Obj()) // takes b's address
+	got := w.Leaving()
+	if len(got) != 1 || got[0].Name != "a" || got[0].IP != addr("10.0.0.5") {
+		t.Fatalf("leaving %+v, want a at 10.0.0.5 only", got)
+	}
+	term := pod("a").Terminating().Obj()
+	if want := term.DeletionTimestamp.Add(-time.Duration(*term.DeletionGracePeriodSeconds) * time.Second); !got[0].Since.Equal(want) {
+		t.Errorf("a leaving since %v, want %v (deletion timestamp less the grace period)", got[0].Since, want)
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, told); diff != "" {
+		t.Errorf("told (-want +got):\n%s", diff)
 	}
 }

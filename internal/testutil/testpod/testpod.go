@@ -209,6 +209,15 @@ func (p *Pod) StartIn(cgroup, role string, port int, args ...string) error {
 	return p.WaitListening(port, 10*time.Second)
 }
 
+// PIDs are the pod's processes that Start and Adopt gave it, in order.
+func (p *Pod) PIDs() []int {
+	pids := make([]int, 0, len(p.procs))
+	for _, cmd := range p.procs {
+		pids = append(pids, cmd.Process.Pid)
+	}
+	return pids
+}
+
 // Adopt makes cmd, started in the pod by the caller, one of the pod's
 // processes: Delete kills it.
 func (p *Pod) Adopt(cmd *exec.Cmd) { p.procs = append(p.procs, cmd) }

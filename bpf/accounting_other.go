@@ -69,7 +69,6 @@ func (r Audit) Miscounted() int64 { return int64(r.Gone-r.Unseen) + r.Drift }
 // ConnStore fails off Linux.
 func (a *Accounting) ConnStore() (int, uint32, error) { return 0, 0, ErrUnsupported }
 
-
 // AuditPass checks pods with one read of the learned connections.
 type AuditPass struct{}
 

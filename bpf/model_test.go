@@ -42,7 +42,7 @@ const (
 	ipTCPHeaderLen = 40 // the crafted packets: IPv4 and TCP without options
 
 	hfLength, hfChunked, hfClassify, hfBegun = 1, 2, 4, 8
-	parseError, parseLimit          = -1, -2
+	parseError, parseLimit                   = -1, -2
 )
 
 // Message parser states (MS_* in accounting.h).

@@ -80,12 +80,6 @@ func (p *AuditPass) Audit(netip.Addr, func() ([]OpenConn, error)) (Audit, error)
 	return Audit{}, ErrUnsupported
 }
 
-// ConnActivity says what a connection is doing (never anything off Linux).
-type ConnActivity uint8
-
-// ConnUnknown is the only activity off Linux.
-const ConnUnknown ConnActivity = 0
-
 // Drain fails off Linux.
 func (a *Accounting) Drain(int) error { return ErrUnsupported }
 

@@ -35,41 +35,6 @@ func (a *Accounting) Drain(fd int) error {
 	return nil
 }
 
-// ConnActivity is what a server connection is doing, as its state in the
-// programs' socket storage says.
-type ConnActivity uint8
-
-const (
-	// ConnUnknown: no state, or state the parsers cannot vouch for (the
-	// request stream was lost).
-	ConnUnknown ConnActivity = iota
-	// ConnIdle: HTTP/1.x with no request in flight and no bytes of the
-	// next one: the client may send one any moment.
-	ConnIdle
-	// ConnWaiting: a request is in flight and its response has not begun
-	// (the server is working on it).
-	ConnWaiting
-	// ConnBusy: a request is being received or its response sent.
-	ConnBusy
-	// ConnOpaque: accounted per connection (TLS, h2, other protocols) or
-	// upgraded (a websocket): its requests cannot be seen.
-	ConnOpaque
-)
-
-func (c ConnActivity) String() string {
-	switch c {
-	case ConnIdle:
-		return "idle"
-	case ConnWaiting:
-		return "waiting"
-	case ConnBusy:
-		return "busy"
-	case ConnOpaque:
-		return "opaque"
-	}
-	return "unknown"
-}
-
 // Where connActivityOf reads a connection's state (struct conn).
 var (
 	connPushedOff  = int(unsafe.Offsetof(accountingConn{}.Pushed))

@@ -1,0 +1,256 @@
+package drain
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/agent/internal/podwatch"
+	"github.com/sockscale/sockscale/bpf"
+)
+
+// Kernel is what a drain asks of the accounting programs (bpf.Accounting).
+type Kernel interface {
+	ConnActivity(fd int) (bpf.ConnActivity, error)
+	Drain(fd int) error
+}
+
+// Pods lists the node's leaving pods (podwatch.Watcher).
+type Pods interface {
+	Leaving() []podwatch.Leaving
+}
+
+// ConnSource finds a pod's connections (Sockets).
+type ConnSource interface {
+	ServerConns(pod netip.Addr) ([]int, error)
+}
+
+// Options tune a Drainer; zero values take the defaults.
+type Options struct {
+	// Poll is how often the leaving pods' connections are looked at
+	// (default 100 ms).
+	Poll time.Duration
+	// IdleClose is how long an idle connection that was handed over is
+	// left open for its client's next request before our side closes it
+	// (default 1 s).
+	IdleClose time.Duration
+	// MinWait is how long after its deletion a pod is held at least
+	// (default 2 s): the time kube-proxy and the activators take to stop
+	// sending it new connections, which a pod without any would otherwise
+	// refuse once its app stopped.
+	MinWait    time.Duration
+	Clock      clock.WithTicker
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+}
+
+// Drainer drains every leaving pod of the node, from the moment its
+// deletion is seen: each HTTP/1.x connection is handed to the kernel's
+// drain program between two responses, so its next response asks the
+// client to close it, and an idle one is closed after IdleClose. A pod is
+// drained when none of its connections has a request in flight or is
+// idle, and MinWait has passed since its deletion; Wait tells a preStop
+// hook so.
+type Drainer struct {
+	kernel  Kernel
+	pods    Pods
+	conns   ConnSource
+	opts    Options
+	clock   clock.WithTicker
+	log     *slog.Logger
+	metrics *metrics
+
+	mu     sync.Mutex
+	states map[types.UID]*podState
+	// tick is closed and replaced at the end of every round: waiters
+	// look again then.
+	tick chan struct{}
+}
+
+type podState struct {
+	leaving podwatch.Leaving
+	drain   *podDrain
+	last    Round
+	// done: drained and held for MinWait; then no longer looked at.
+	done bool
+}
+
+// New returns a Drainer; Run drives it.
+func New(kernel Kernel, pods Pods, conns ConnSource, o Options) *Drainer {
+	if o.Poll <= 0 {
+		o.Poll = 100 * time.Millisecond
+	}
+	if o.IdleClose <= 0 {
+		o.IdleClose = time.Second
+	}
+	if o.MinWait <= 0 {
+		o.MinWait = 2 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Drainer{kernel: kernel, pods: pods, conns: conns, opts: o, clock: o.Clock, log: o.Log,
+		metrics: newMetrics(o.Registerer), states: map[types.UID]*podState{}, tick: make(chan struct{})}
+}
+
+// Run looks at the leaving pods every Poll until ctx ends.
+func (d *Drainer) Run(ctx context.Context) {
+	t := d.clock.NewTicker(d.opts.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			d.Round()
+		}
+	}
+}
+
+// Round looks once at every leaving pod that is not drained yet.
+func (d *Drainer) Round() {
+	now := d.clock.Now()
+	leaving := d.pods.Leaving()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	present := make(map[types.UID]bool, len(leaving))
+	for _, l := range leaving {
+		present[l.UID] = true
+		st := d.states[l.UID]
+		if st == nil {
+			st = &podState{leaving: l, drain: newPodDrain()}
+			d.states[l.UID] = st
+			d.log.Info("draining", "pod", l.Namespace+"/"+l.Name, "ip", l.IP)
+		}
+		if st.done {
+			continue
+		}
+		st.last = d.look(now, st)
+		if st.last.Drained() && now.Sub(l.Since) >= d.opts.MinWait {
+			st.done = true
+			d.metrics.drains.WithLabelValues(resultDrained).Inc()
+			d.metrics.took.Observe(now.Sub(l.Since).Seconds())
+			d.log.Info("drained", "pod", l.Namespace+"/"+l.Name, "after", now.Sub(l.Since).Round(time.Millisecond),
+				"opaque", st.last.Opaque, "unknown", st.last.Unknown)
+		}
+	}
+	for uid, st := range d.states {
+		if present[uid] {
+			continue
+		}
+		// Deleted (or its address taken) before it was drained: its app
+		// stopped with these requests in flight.
+		if !st.done {
+			d.metrics.drains.WithLabelValues(resultGone).Inc()
+			d.metrics.cut.Add(float64(st.last.InFlight))
+			d.log.Warn("pod went before it was drained", "pod", st.leaving.Namespace+"/"+st.leaving.Name,
+				"requests_in_flight", st.last.InFlight)
+		}
+		delete(d.states, uid)
+	}
+	close(d.tick)
+	d.tick = make(chan struct{})
+}
+
+// look runs one round over a pod's connections. Called with d.mu held:
+// the socket reads are quick, and rounds are serial anyway.
+func (d *Drainer) look(now time.Time, st *podState) Round {
+	fds, err := d.conns.ServerConns(st.leaving.IP)
+	if err != nil {
+		d.metrics.errors.Inc()
+		d.log.Warn("drain: cannot read the pod's connections", "pod", st.leaving.Namespace+"/"+st.leaving.Name, "error", err)
+		return Round{Unknown: 1}
+	}
+	defer func() {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+	}()
+	conns := make([]Conn, 0, len(fds))
+	for _, fd := range fds {
+		c := Conn{Activity: bpf.ConnUnknown}
+		if c.Cookie, err = cookieOf(fd); err == nil {
+			c.Activity, err = d.kernel.ConnActivity(fd)
+		}
+		if err == nil {
+			c.Unsent, err = unsentBytes(fd)
+		}
+		if err != nil {
+			c.Activity = bpf.ConnUnknown
+		}
+		conns = append(conns, c)
+	}
+	acts, r := st.drain.round(now, conns, d.opts.IdleClose)
+	for i, a := range acts {
+		switch a {
+		case HandOver:
+			if err := d.kernel.Drain(fds[i]); err != nil {
+				d.metrics.errors.Inc()
+				d.log.Warn("drain: hand a connection over", "pod", st.leaving.Namespace+"/"+st.leaving.Name, "error", err)
+				continue
+			}
+			d.metrics.handed.Inc()
+		case CloseIdle:
+			if err := closeWrite(fds[i]); err != nil {
+				d.metrics.errors.Inc()
+				continue
+			}
+			d.metrics.idleClosed.Inc()
+		}
+	}
+	return r
+}
+
+// Result is what Wait found.
+type Result struct {
+	// Pods are the leaving pods that matched; Drained how many of them are.
+	Pods, Drained int
+	// InFlight counts the requests the undrained ones still had.
+	InFlight int
+}
+
+// Wait blocks until every leaving pod of namespace and workload is drained,
+// ctx ends (the caller's deadline), or, if none is leaving, for
+// noneGrace: the kubelet calls a preStop hook only after the pod's
+// deletion, which the agent sees a moment later, or never if its watch is
+// behind.
+func (d *Drainer) Wait(ctx context.Context, namespace, workload string, noneGrace time.Duration) Result {
+	start := d.clock.Now()
+	for {
+		d.mu.Lock()
+		var r Result
+		for _, st := range d.states {
+			if st.leaving.Namespace != namespace || st.leaving.Workload != workload {
+				continue
+			}
+			r.Pods++
+			if st.done {
+				r.Drained++
+			} else {
+				r.InFlight += st.last.InFlight
+			}
+		}
+		tick := d.tick
+		d.mu.Unlock()
+		if r.Pods > 0 && r.Drained == r.Pods {
+			return r
+		}
+		if r.Pods == 0 && d.clock.Since(start) >= noneGrace {
+			return r
+		}
+		select {
+		case <-ctx.Done():
+			return r
+		case <-tick:
+		}
+	}
+}

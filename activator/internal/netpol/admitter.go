@@ -60,17 +60,22 @@ func PodIPs(o client.Object) []string {
 // own address, which the policies must admit, so without this any client
 // the activator admits reaches every target).
 type Admitter struct {
-	reader client.Reader
-	m      *metrics
-	log    *slog.Logger
-	synced atomic.Bool
+	reader   client.Reader
+	m        *metrics
+	log      *slog.Logger
+	synced   atomic.Bool
+	isSynced func() bool
 }
 
 // Options configure an Admitter.
 type Options struct {
 	// Reader reads Pods (indexed by PodIPField), Namespaces and
 	// NetworkPolicies: the cache Run fills.
-	Reader     client.Reader
+	Reader client.Reader
+	// Synced, if set, says whether Reader is complete, instead of Run (a
+	// reader that is no informer cache, such as a test's fake, is
+	// complete from the start).
+	Synced     func() bool
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
 }
@@ -78,7 +83,10 @@ type Options struct {
 // New returns an Admitter that answers ErrUndecided until Run has synced
 // its caches.
 func New(o Options) *Admitter {
-	a := &Admitter{reader: o.Reader, m: newMetrics(o.Registerer), log: o.Log}
+	a := &Admitter{reader: o.Reader, m: newMetrics(o.Registerer), log: o.Log, isSynced: o.Synced}
+	if a.isSynced == nil {
+		a.isSynced = a.synced.Load
+	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -107,7 +115,7 @@ func (a *Admitter) Run(ctx context.Context, c cache.Cache) error {
 }
 
 // Synced says whether Admit decides (Run has synced the caches).
-func (a *Admitter) Synced() bool { return a.synced.Load() }
+func (a *Admitter) Synced() bool { return a.isSynced() }
 
 // Admit says whether the client at addr may reach pod dest of target key:
 // nil when the NetworkPolicies of key's namespace admit it on dest's TCP

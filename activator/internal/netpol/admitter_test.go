@@ -162,7 +162,5 @@ func newReader(t *testing.T, objs ...client.Object) client.Reader {
 // newTestAdmitter is an Admitter synced on a fake cache holding objs.
 func newTestAdmitter(t *testing.T, objs ...client.Object) *Admitter {
 	t.Helper()
-	a := New(Options{Reader: newReader(t, objs...)})
-	a.synced.Store(true)
-	return a
+	return New(Options{Reader: newReader(t, objs...), Synced: func() bool { return true }})
 }

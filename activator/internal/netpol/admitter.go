@@ -18,13 +18,13 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/target"
 )
 
-// ErrDenied: the NetworkPolicies of the target's namespace do not admit
-// the request's client to the pod it would be forwarded to.
+// ErrDenied means the NetworkPolicies of the target's namespace do not
+// admit the request's client to the pod it would be forwarded to.
 var ErrDenied = errors.New("the target's NetworkPolicies do not admit it")
 
-// ErrUndecided: the activator cannot tell yet whether the policies admit
-// the client (its caches are not synced, or the chosen pod is not in them
-// yet). The request is not forwarded; it may be retried.
+// ErrUndecided means the activator cannot tell yet whether the policies
+// admit the client (its caches are not synced, or the chosen pod is not
+// in them yet). The request is not forwarded; it may be retried.
 var ErrUndecided = errors.New("NetworkPolicies cannot be checked yet")
 
 // PodIPField is the cache index of Pods by each of their addresses

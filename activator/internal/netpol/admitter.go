@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,12 +40,16 @@ func PodIPs(o client.Object) []string {
 	if !ok || p.Spec.HostNetwork {
 		return nil
 	}
-	var ips []string
+	raw := []string{p.Status.PodIP}
 	for _, ip := range p.Status.PodIPs {
-		ips = append(ips, ip.IP)
+		raw = append(raw, ip.IP)
 	}
-	if len(ips) == 0 && p.Status.PodIP != "" {
-		ips = []string{p.Status.PodIP}
+	// In netip's spelling, which is how Admit looks addresses up.
+	var ips []string
+	for _, s := range raw {
+		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(ips, a.Unmap().String()) {
+			ips = append(ips, a.Unmap().String())
+		}
 	}
 	return ips
 }

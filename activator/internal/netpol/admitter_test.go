@@ -104,6 +104,11 @@ func TestAdmitterAdmit(t *testing.T) {
 			},
 			client: "10.244.2.8",
 		},
+		{
+			name:   "IPv6 addresses as netip spells them",
+			objs:   []client.Object{pod("team", "fe6", "fd00:0:0::21", "role", "frontend").Obj()},
+			client: "fd00::21",
+		},
 		{name: "a destination pod not in the cache yet", client: "10.244.2.1", dest: "10.244.1.99:8080", want: ErrUndecided},
 	}
 	for _, tt := range tests {

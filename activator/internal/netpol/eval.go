@@ -2,11 +2,11 @@ package netpol
 
 import (
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -70,15 +70,44 @@ func ingressPolicy(p *networkingv1.NetworkPolicy) bool {
 	return false
 }
 
-// matches says whether sel selects set. An empty selector selects
-// everything. A selector that does not parse selects nothing (the API
-// server validates them, so this is only a guard, and the safe side).
+// matches says whether sel selects set: every matchLabels pair and every
+// matchExpressions requirement holds; an empty selector selects
+// everything. It is metav1.LabelSelectorAsSelector's meaning without
+// building a selector, which cost most of a forward's check
+// (BenchmarkAdmits, ten policies: 75 µs and 220 allocations with it, 8 µs
+// and none without). A requirement the API server would refuse (an
+// unknown operator, In or NotIn without values, Exists or DoesNotExist
+// with some) selects nothing: the safe side.
 func matches(sel *metav1.LabelSelector, set map[string]string) bool {
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return false
+	for k, v := range sel.MatchLabels {
+		if got, ok := set[k]; !ok || got != v {
+			return false
+		}
 	}
-	return s.Matches(labels.Set(set))
+	for _, r := range sel.MatchExpressions {
+		v, has := set[r.Key]
+		switch r.Operator {
+		case metav1.LabelSelectorOpIn:
+			if len(r.Values) == 0 || !has || !slices.Contains(r.Values, v) {
+				return false
+			}
+		case metav1.LabelSelectorOpNotIn:
+			if len(r.Values) == 0 || has && slices.Contains(r.Values, v) {
+				return false
+			}
+		case metav1.LabelSelectorOpExists:
+			if len(r.Values) > 0 || !has {
+				return false
+			}
+		case metav1.LabelSelectorOpDoesNotExist:
+			if len(r.Values) > 0 || has {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // fromMatches: an empty or absent from admits every source; else one of

@@ -1,6 +1,7 @@
 package netpol
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -309,5 +311,57 @@ func TestAdmits(t *testing.T) {
 				t.Errorf("admitted (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// BenchmarkAdmits is the evaluator's share of a forward in a namespace
+// with ten policies, the admitting one last.
+func BenchmarkAdmits(b *testing.B) {
+	var policies []networkingv1.NetworkPolicy
+	for i := range 9 {
+		policies = append(policies, policy(fmt.Sprint("p", i)).Selecting("app", "hello").
+			Ingress(rule(peers(both(sel("tier", "web"), sel("role", fmt.Sprint("r", i)))), namedPort("http"))).Obj())
+	}
+	policies = append(policies, policy("fe").Selecting("app", "hello").Ingress(rule(peers(pods("role", "frontend")), port(8080))).Obj())
+	for b.Loop() {
+		if !Admits(policies, dest, 8080, corev1.ProtocolTCP, frontend) {
+			b.Fatal("not admitted")
+		}
+	}
+}
+
+// TestMatchesAsKubernetes: matches agrees with the selectors Kubernetes
+// builds (metav1.LabelSelectorAsSelector), and selects nothing where
+// Kubernetes refuses the selector.
+func TestMatchesAsKubernetes(t *testing.T) {
+	req := func(key string, op metav1.LabelSelectorOperator, values ...string) metav1.LabelSelectorRequirement {
+		return metav1.LabelSelectorRequirement{Key: key, Operator: op, Values: values}
+	}
+	selectors := []*metav1.LabelSelector{
+		{},
+		sel("app", "hello"),
+		sel("app", "hello", "tier", "web"),
+		sel("app", ""),
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", metav1.LabelSelectorOpIn, "hello", "other")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", metav1.LabelSelectorOpNotIn, "hello")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tier", metav1.LabelSelectorOpExists)}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tier", metav1.LabelSelectorOpDoesNotExist)}},
+		{MatchLabels: map[string]string{"app": "hello"}, MatchExpressions: []metav1.LabelSelectorRequirement{req("tier", metav1.LabelSelectorOpNotIn, "web", "db")}},
+		// Refused by Kubernetes: must select nothing.
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", metav1.LabelSelectorOpIn)}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", metav1.LabelSelectorOpNotIn)}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", metav1.LabelSelectorOpExists, "x")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", metav1.LabelSelectorOpDoesNotExist, "x")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("app", "Near", "x")}},
+	}
+	sets := []map[string]string{nil, {"app": "hello"}, {"app": "other"}, {"app": ""}, {"app": "hello", "tier": "web"}, {"tier": "db"}, {"app": "hello", "tier": "cache"}}
+	for i, s := range selectors {
+		k8s, err := metav1.LabelSelectorAsSelector(s)
+		for _, set := range sets {
+			want := err == nil && k8s.Matches(labels.Set(set))
+			if got := matches(s, set); got != want {
+				t.Errorf("selector %d %v on %v: %v, Kubernetes says %v (selector error %v)", i, s, set, got, want, err)
+			}
+		}
 	}
 }

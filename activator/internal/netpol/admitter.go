@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -111,13 +112,31 @@ func (a *Admitter) Run(ctx context.Context, c cache.Cache) error {
 			return fmt.Errorf("watch %T: %w", o, err)
 		}
 	}
-	if !c.WaitForCacheSync(ctx) {
-		return fmt.Errorf("wait for the pods, namespaces and NetworkPolicies to sync: %w", context.Cause(ctx))
+	// An informer the ClusterRole does not grant retries for ever without
+	// an error: say so while waiting, since the activator is not ready
+	// meanwhile.
+	start, synced := time.Now(), make(chan bool, 1)
+	go func() { synced <- c.WaitForCacheSync(ctx) }()
+	for waiting := true; waiting; {
+		select {
+		case ok := <-synced:
+			if !ok {
+				return fmt.Errorf("wait for the pods, namespaces and NetworkPolicies to sync: %w", context.Cause(ctx))
+			}
+			waiting = false
+		case <-time.After(syncWarnAfter):
+			a.log.Warn("pods, namespaces or NetworkPolicies still not synced: the activator is not ready until they are; does its ClusterRole grant list and watch on them?",
+				"waited", time.Since(start).Round(time.Second))
+		}
 	}
 	a.synced.Store(true)
 	a.log.Info("NetworkPolicies enforced for the requests the activator forwards")
 	return nil
 }
+
+// syncWarnAfter is how long Run waits for its caches before it warns
+// (then again every as long).
+const syncWarnAfter = 30 * time.Second
 
 // Synced says whether Admit decides (Run has synced the caches).
 func (a *Admitter) Synced() bool { return a.isSynced() }

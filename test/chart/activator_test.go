@@ -95,6 +95,7 @@ func TestActivatorDeployment(t *testing.T) {
 		// memory limit.
 		"--probe-period=15ms",
 		"--cluster-domain=cluster.local",
+		"--network-policies=enforce",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
 		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
 		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",
@@ -105,7 +106,7 @@ func TestActivatorDeployment(t *testing.T) {
 	}
 	// The same stats address as the agents'.
 	agent := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec.Containers[0]
-	if !slices.Contains(agent.Args, wantArgs[7]) {
+	if !slices.Contains(agent.Args, wantArgs[8]) {
 		t.Errorf("the agents report to another address than the activators: %q", agent.Args)
 	}
 	// Identity from the downward API.
@@ -270,18 +271,20 @@ func TestActivatorServices(t *testing.T) {
 
 // Read-only: the activator reports to the controller, which does every
 // write; its one "create" is on targetstats, a virtual resource that no
-// API serves: the controller's permission check for its reports. No pods
-// either: EndpointSlices suffice.
+// API serves: the controller's permission check for its reports. Pods,
+// Namespaces and NetworkPolicies are listed and watched to apply a target
+// namespace's policies to the clients of the requests it forwards
+// (activator.networkPolicies); never a Secret.
 func TestActivatorClusterRoleIsReadOnly(t *testing.T) {
 	objs := renderActivator(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", activatorName)
 	read := []string{"list", "watch"} // informers only: no get
 	report := rbacv1.PolicyRule{APIGroups: []string{"sockscale.dev"}, Resources: []string{"targetstats"}, Verbs: []string{"create"}}
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "pods", "services"}, Verbs: read},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes"}, Verbs: read},
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: read},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses", "networkpolicies"}, Verbs: read},
 		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"podautoscalers", "serverlessservices"}, Verbs: read},
 		report,
@@ -300,7 +303,7 @@ func TestActivatorClusterRoleIsReadOnly(t *testing.T) {
 				t.Errorf("rule %+v grants %q", r, v)
 			}
 		}
-		if slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, "secrets") {
+		if slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "pods/exec") {
 			t.Errorf("rule %+v reads more than the activator needs", r)
 		}
 	}
@@ -398,6 +401,7 @@ activator:
   maxHeld: 300
   probePeriod: 100ms
   clusterDomain: corp.example
+  networkPolicies: ignore
   logLevel: debug
   extraArgs: [--kubeconfig=/etc/kube/config]
   extraEnv: [{name: GOMEMLIMIT, value: 200MiB}]
@@ -428,6 +432,7 @@ activator:
 		"--max-held=300",
 		"--probe-period=100ms",
 		"--cluster-domain=corp.example",
+		"--network-policies=ignore",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
 		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
 		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",

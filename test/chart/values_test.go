@@ -169,6 +169,7 @@ func TestBadValues(t *testing.T) {
 		{"activator.logLevel=verbose", []string{"/activator/logLevel", "'debug', 'info', 'warn', 'error'"}},
 		{"activator.probePeriod=fast", []string{"/activator/probePeriod", "'fast' does not match pattern"}},
 		{"activator.clusterDomain=Cluster.Local", []string{"/activator/clusterDomain"}},
+		{"activator.networkPolicies=audit", []string{"/activator/networkPolicies", "'audit' does not match pattern '^(enforce|ignore)$'"}},
 		{"activator.replicas=0", []string{"/activator/replicas", "minimum"}},
 		{"activator.terminationGracePeriodSeconds=-1", []string{"/activator/terminationGracePeriodSeconds", "minimum"}},
 		{"activator.autoscaling.targetCPUUtilizationPercentage=0", []string{"/activator/autoscaling/targetCPUUtilizationPercentage", "minimum"}},

@@ -33,6 +33,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/cachetrim"
 	"github.com/sockscale/sockscale/activator/internal/handler"
 	"github.com/sockscale/sockscale/activator/internal/holdpool"
+	"github.com/sockscale/sockscale/activator/internal/netpol"
 	"github.com/sockscale/sockscale/activator/internal/readiness"
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/stats"
@@ -82,7 +83,14 @@ type config struct {
 	caFile        string
 	tokenFile     string
 	reportPeriod  time.Duration
+	netPolicies   string
 }
+
+// The values of --network-policies.
+const (
+	networkPoliciesEnforce = "enforce"
+	networkPoliciesIgnore  = "ignore"
+)
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{podIP: os.Getenv("POD_IP")}
@@ -105,6 +113,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.statsAddr, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report, so targets at zero never wake")
 	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
 	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
+	fs.StringVar(&c.netPolicies, "network-policies", networkPoliciesEnforce, "enforce: forward a request to a pod only if the NetworkPolicies of the pod's namespace admit the request's client (its pod, namespace or address) to that pod, else 403; ignore: forward every request (any client that reaches the activator reaches every target)")
 	fs.DurationVar(&c.reportPeriod, "report-period", stats.DefaultPeriod, "how often held and forwarded requests are reported (100ms..1m; the KPA expects 1s)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -155,6 +164,9 @@ func (c *config) validate() error {
 		if h, p, err := net.SplitHostPort(c.statsAddr); err != nil || h == "" || p == "" {
 			errs = append(errs, fmt.Errorf("--controller-stats-address=%q: want host:port, e.g. sockscale-controller-stats.sockscale-system.svc:8443", c.statsAddr))
 		}
+	}
+	if c.netPolicies != networkPoliciesEnforce && c.netPolicies != networkPoliciesIgnore {
+		errs = append(errs, fmt.Errorf("--network-policies=%q: want %s or %s", c.netPolicies, networkPoliciesEnforce, networkPoliciesIgnore))
 	}
 	if c.reportPeriod < 100*time.Millisecond || c.reportPeriod > time.Minute {
 		errs = append(errs, fmt.Errorf("--report-period=%v: must be from 100ms to 1m", c.reportPeriod))
@@ -250,8 +262,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("discover the API server's kinds: %w", err)
 	}
-	// Every Service, EndpointSlice and Ingress of the cluster is watched,
-	// so the cache keeps of them only what the watcher reads.
+	// Every Service, EndpointSlice and Ingress of the cluster is watched
+	// (and with --network-policies=enforce every Pod, Namespace and
+	// NetworkPolicy), so the cache keeps of them only what is read.
 	cacheOpts := cachetrim.Options()
 	cacheOpts.Scheme, cacheOpts.Mapper, cacheOpts.HTTPClient = scheme, mapper, httpClient
 	objects, err := cache.New(restCfg, cacheOpts)
@@ -302,6 +315,17 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// path before its ServerlessService says Proxy.
 	table.SetReadyPods(th.ReadyPods)
 
+	// The NetworkPolicies of a target's namespace, applied for its pods
+	// to the client of each request before it is forwarded: the pods see
+	// the activator's address, which their policies must admit, so
+	// without this check any client reaching the activator reaches them.
+	var admitter *netpol.Admitter
+	if cfg.netPolicies == networkPoliciesEnforce {
+		admitter = netpol.New(netpol.Options{Reader: objects, Registerer: reg, Log: log})
+	} else {
+		log.Warn("--network-policies=ignore: every client that reaches the activator reaches every target, whatever the targets' NetworkPolicies")
+	}
+
 	// One handler per port, the same but for how a Route's own host
 	// chooses its revision (resolve.Pick), counting into one set of
 	// metrics.
@@ -323,21 +347,29 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return fmt.Errorf("listen on %s: %w", p.flag, err)
 		}
 		defer func() { _ = ln.Close() }() // Serve closes it too; this is for an early return
-		h := handler.New(handler.Options{PodName: cfg.podName, Resolver: table.Picking(p.pick), Throttler: th, Stats: counter, Pool: pool, Metrics: metrics, Log: log})
+		o := handler.Options{PodName: cfg.podName, Resolver: table.Picking(p.pick), Throttler: th, Stats: counter, Pool: pool, Metrics: metrics, Log: log}
+		if admitter != nil {
+			o.Admitter = admitter // not a nil *Admitter in the interface
+		}
+		h := handler.New(o)
 		srv := handler.NewServer(p.addr, h, base)
 		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		servers, listeners = append(servers, srv), append(listeners, ln)
 	}
 
 	// Ready once every target known at start is in the table: before that
-	// a request for an existing target would get a 404.
+	// a request for an existing target would get a 404; and once the
+	// policies can be checked: before that every forward gets a 503.
 	health := &handler.Health{Ready: func() error {
 		if !watcher.Synced() {
 			return errors.New("targets are not synced from the API server yet")
 		}
+		if admitter != nil && !admitter.Synced() {
+			return errors.New("pods, namespaces and NetworkPolicies are not synced from the API server yet")
+		}
 		return nil
 	}}
-	errc := make(chan error, 6)
+	errc := make(chan error, 7)
 	for i, srv := range servers {
 		go func() {
 			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
@@ -361,7 +393,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			errc <- fmt.Errorf("watch targets: %w", err)
 		}
 	}()
-	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "maxHeld", pool.Capacity(), "probePeriod", cfg.probePeriod)
+	if admitter != nil {
+		go func() {
+			if err := admitter.Run(aux, objects); err != nil {
+				errc <- fmt.Errorf("watch NetworkPolicies: %w", err)
+			}
+		}()
+	}
+	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "maxHeld", pool.Capacity(), "probePeriod", cfg.probePeriod, "networkPolicies", cfg.netPolicies)
 
 	select {
 	case <-ctx.Done():

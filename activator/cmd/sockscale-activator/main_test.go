@@ -49,6 +49,8 @@ func TestFlags(t *testing.T) {
 		{name: "max held set", args: []string{"--max-held=500"}},
 		{name: "max held negative", args: []string{"--max-held=-1"}, errs: []string{"--max-held=-1: must be from 0 (derived from the memory limit) to 1000000"}},
 		{name: "max held too many", args: []string{"--max-held=1000001"}, errs: []string{"--max-held=1000001: must be from 0 (derived from the memory limit) to 1000000"}},
+		{name: "network policies ignored", args: []string{"--network-policies=ignore"}},
+		{name: "network policies", args: []string{"--network-policies=audit"}, errs: []string{`--network-policies="audit": want enforce or ignore`}},
 		{name: "stats", args: []string{"--controller-stats-address=ctl.ns.svc:8443", "--report-period=2s"}},
 	}
 	for _, tt := range tests {

@@ -18,6 +18,7 @@ import (
 // object's JSON size after the transform. ns/op is the decoding plus the
 // transform.
 func BenchmarkCachedBytes(b *testing.B) {
+	benchPod := userPod("shop", "hello-7d9f8-abcde", "10.244.1.7", map[string]string{"app": "hello", "pod-template-hash": "7d9f8"})
 	public := userService("shop", "cart")
 	private := userService("shop", "hello-private")
 	for _, o := range []struct {
@@ -34,6 +35,8 @@ func BenchmarkCachedBytes(b *testing.B) {
 		{"PrivateEndpointSlice-100/trimmed", userSlice(private, 100), func() any { return new(discoveryv1.EndpointSlice) }, EndpointSlice},
 		{"Ingress/whole", userIngress("shop", "cart", "cart"), func() any { return new(networkingv1.Ingress) }, whole},
 		{"Ingress/trimmed", userIngress("shop", "cart", "cart"), func() any { return new(networkingv1.Ingress) }, Ingress},
+		{"Pod/whole", benchPod, func() any { return new(corev1.Pod) }, whole},
+		{"Pod/trimmed", benchPod, func() any { return new(corev1.Pod) }, Pod},
 	} {
 		raw, err := json.Marshal(o.obj)
 		if err != nil {

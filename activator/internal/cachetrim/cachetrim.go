@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,9 +23,10 @@ import (
 // The activator never writes these objects, so a trimmed one is never
 // written back.
 //
-// Every field package watch (watch.go, routes.go, servingroutes.go) reads
-// of the cache; nothing else in the activator reads it. Keep this list
-// equal to the code: a field read but trimmed reads as empty.
+// Every field packages watch (watch.go, routes.go, servingroutes.go) and
+// netpol (admitter.go) read of the cache; nothing else in the activator
+// reads it. Keep this list equal to the code: a field read but trimmed
+// reads as empty.
 //
 //   - Every object: metadata.namespace, .name, .labels (watch keys, index
 //     values), .ownerReferences (metav1.IsControlledBy, by UID),
@@ -43,6 +45,15 @@ import (
 //   - Ingress (ingressBackends, routeClaims, their indexes, routeTargets,
 //     routeHosts, claimants): spec.rules[].host,
 //     .http.paths[].backend.service.name, spec.defaultBackend.service.name.
+//   - Pod (package netpol: PodIPs, podsAt, podOf), every pod of the
+//     cluster: of its metadata only namespace, name, uid,
+//     resourceVersion and labels; spec.hostNetwork, the name and ports
+//     (name, containerPort, protocol) of containers and init containers
+//     that have ports; status.phase, .podIP, .podIPs.
+//   - Namespace (netpol's namespaceLabels): metadata only, without
+//     annotations.
+//   - NetworkPolicy (netpol's Admit, the evaluator): metadata without
+//     annotations, the whole spec.
 //   - PodAutoscaler, ServerlessService, Route (sockscale's own) and
 //     HTTPRoute (unstructured, few; its status.parents say whether a
 //     Gateway accepted it): kept whole but for managed fields.
@@ -51,15 +62,18 @@ import (
 // alone is a copy of the object) are read of no object.
 
 // Options are the activator's cache options: managed fields dropped from
-// every object, and Services, EndpointSlices and Ingresses trimmed as
-// Service, EndpointSlice and Ingress say. The caller sets the scheme,
+// every object, and Services, EndpointSlices, Ingresses, Pods, Namespaces
+// and NetworkPolicies trimmed as the functions of those names say. The caller sets the scheme,
 // mapper and HTTP client.
 func Options() cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Service{}:            {Transform: Service},
-			&discoveryv1.EndpointSlice{}: {Transform: EndpointSlice},
-			&networkingv1.Ingress{}:      {Transform: Ingress},
+			&corev1.Service{}:             {Transform: Service},
+			&discoveryv1.EndpointSlice{}:  {Transform: EndpointSlice},
+			&networkingv1.Ingress{}:       {Transform: Ingress},
+			&corev1.Pod{}:                 {Transform: Pod},
+			&corev1.Namespace{}:           {Transform: Namespace},
+			&networkingv1.NetworkPolicy{}: {Transform: NetworkPolicy},
 		},
 		DefaultTransform: stripManagedFields,
 	}
@@ -166,7 +180,76 @@ func serviceBackend(b *networkingv1.IngressBackend) *networkingv1.IngressBackend
 	return &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: b.Service.Name}}
 }
 
+// Pod is the cache transform of Pods, every pod of the cluster (package
+// netpol: who a client address is, a destination's labels and named
+// ports): of the metadata the key, uid, resourceVersion and labels; of
+// the spec hostNetwork and the containers' and init containers' ports; of
+// the status the phase and addresses. Owners, volumes, images, env,
+// conditions and container statuses, most of a pod, are dropped.
+func Pod(in any) (any, error) {
+	p, ok := in.(*corev1.Pod)
+	if !ok {
+		return in, nil
+	}
+	out := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+			ResourceVersion: p.ResourceVersion, Labels: p.Labels},
+		Spec: corev1.PodSpec{HostNetwork: p.Spec.HostNetwork, InitContainers: containerPorts(p.Spec.InitContainers),
+			Containers: containerPorts(p.Spec.Containers)},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}
+	return out, nil
+}
+
+// containerPorts are the name and ports of the containers of cs that
+// have ports.
+func containerPorts(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		if len(c.Ports) == 0 {
+			continue
+		}
+		var ports []corev1.ContainerPort
+		for _, p := range c.Ports {
+			ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+		}
+		out = append(out, corev1.Container{Name: c.Name, Ports: ports})
+	}
+	return out
+}
+
+// Namespace is the cache transform of Namespaces: metadata without
+// annotations (namespaceSelectors read the labels); spec and status are
+// dropped.
+func Namespace(in any) (any, error) {
+	in, _ = stripManagedFields(in)
+	n, ok := in.(*corev1.Namespace)
+	if !ok {
+		return in, nil
+	}
+	n.Annotations = nil
+	n.Spec, n.Status = corev1.NamespaceSpec{}, corev1.NamespaceStatus{}
+	return n, nil
+}
+
+// NetworkPolicy is the cache transform of NetworkPolicies: metadata
+// without annotations (kubectl's last-applied copy would double them),
+// the whole spec.
+func NetworkPolicy(in any) (any, error) {
+	in, _ = stripManagedFields(in)
+	p, ok := in.(*networkingv1.NetworkPolicy)
+	if !ok {
+		return in, nil
+	}
+	p.Annotations = nil
+	return p, nil
+}
+
 var (
+	_ toolscache.TransformFunc = Pod
+	_ toolscache.TransformFunc = Namespace
+	_ toolscache.TransformFunc = NetworkPolicy
 	_ toolscache.TransformFunc = Service
 	_ toolscache.TransformFunc = EndpointSlice
 	_ toolscache.TransformFunc = Ingress

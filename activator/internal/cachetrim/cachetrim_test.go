@@ -264,8 +264,8 @@ func TestEndpointsAreKeptWherePodsMayBeRead(t *testing.T) {
 // Routes and HTTPRoutes lose their managed fields only.
 func TestSockscalesOwnObjectsStayWhole(t *testing.T) {
 	o := Options()
-	if len(o.ByObject) != 3 {
-		t.Errorf("%d types trimmed, want Service, EndpointSlice and Ingress only", len(o.ByObject))
+	if len(o.ByObject) != 6 {
+		t.Errorf("%d types trimmed, want Service, EndpointSlice, Ingress, Pod, Namespace and NetworkPolicy only", len(o.ByObject))
 	}
 	pa := autoscaler("hello", "hello")
 	route := &servingv1alpha1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{"a": "b"},
@@ -289,7 +289,8 @@ func TestSockscalesOwnObjectsStayWhole(t *testing.T) {
 // the type a transform is for (a tombstone) comes out as it went in.
 func TestOtherObjectsPassThrough(t *testing.T) {
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/hello", Obj: userService("shop", "hello")}
-	for name, transform := range map[string]toolscache.TransformFunc{"Service": Service, "EndpointSlice": EndpointSlice, "Ingress": Ingress} {
+	for name, transform := range map[string]toolscache.TransformFunc{"Service": Service, "EndpointSlice": EndpointSlice, "Ingress": Ingress,
+		"Pod": Pod, "Namespace": Namespace, "NetworkPolicy": NetworkPolicy} {
 		out, err := transform(tomb)
 		if err != nil || !cmp.Equal(out, tomb) {
 			t.Errorf("%s transform of a tombstone: %v, %v", name, out, err)

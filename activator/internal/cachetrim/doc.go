@@ -1,5 +1,5 @@
-// Package cachetrim keeps of the Services, EndpointSlices and Ingresses
-// the activator must watch cluster-wide only the fields it reads, so that
-// its memory follows its targets rather than everything else in the
-// cluster.
+// Package cachetrim keeps of the Services, EndpointSlices, Ingresses,
+// Pods, Namespaces and NetworkPolicies the activator must watch
+// cluster-wide only the fields it reads, so that its memory follows its
+// targets rather than everything else in the cluster.
 package cachetrim

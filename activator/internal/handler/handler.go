@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sockscale/sockscale/activator/internal/holdpool"
+	"github.com/sockscale/sockscale/activator/internal/netpol"
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
@@ -46,6 +47,16 @@ type Throttler interface {
 	Try(ctx context.Context, key target.Key, fn func(dest netip.AddrPort) error) error
 }
 
+// Admitter decides whether a request's client may reach the pod the
+// throttle chose for it (netpol.Admitter: the NetworkPolicies of the
+// target's namespace, applied on the pod's behalf, since the pod sees the
+// activator's address and not the client's). An error wrapping
+// netpol.ErrDenied refuses the request (403); any other leaves it
+// undecided (503, retry).
+type Admitter interface {
+	Admit(ctx context.Context, client netip.Addr, key target.Key, dest netip.AddrPort) error
+}
+
 // Stats counts a target's requests from arrival to the end of the
 // response (stats.Counter).
 type Stats interface {
@@ -60,6 +71,9 @@ type Options struct {
 	Resolver  Resolver
 	Throttler Throttler
 	Stats     Stats
+	// Admitter, if set, is asked before every forward (nil: every client
+	// may reach every target, --network-policies=ignore).
+	Admitter Admitter
 	// Pool bounds the requests held by every port's handler together and
 	// shares them fairly among namespaces (the wiring gives all handlers
 	// one); nil: a pool of holdpool.DefaultCapacity for this handler.
@@ -95,7 +109,9 @@ type Options struct {
 //     most and the namespace its fair share; a held request of the
 //     namespace holding the most may be shed, 503 shed, to make room for
 //     another's), hold in the throttle until a pod of the target has a
-//     free slot (503 queue full, 504 deadline), forward to that pod.
+//     free slot (503 queue full, 504 deadline), ask the Admitter whether
+//     the client may reach that pod (403 network_policy; 503
+//     network_policy_undecided while it cannot tell), forward to it.
 //     The destination comes only from the throttle, whose addresses are
 //     only the target's ready pods: no request can name where it goes.
 func New(o Options) http.Handler {
@@ -104,6 +120,7 @@ func New(o Options) http.Handler {
 		resolver:  o.Resolver,
 		throttler: o.Throttler,
 		stats:     o.Stats,
+		admitter:  o.Admitter,
 		pool:      o.Pool,
 		m:         o.Metrics,
 		log:       o.Log,
@@ -134,6 +151,7 @@ type handler struct {
 	resolver  Resolver
 	throttler Throttler
 	stats     Stats
+	admitter  Admitter
 	pool      *holdpool.Pool
 	http1     *httputil.ReverseProxy
 	h2c       *httputil.ReverseProxy
@@ -248,7 +266,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = held.Release() }()
+	client := clientAddr(r)
 	err = h.throttler.Try(holdCtx, t.Key, func(dest netip.AddrPort) error {
+		// The pod is known only now, so a client the target's
+		// NetworkPolicies refuse was held like any other: its first
+		// request can wake a target at zero (as a poke would), but it
+		// never reaches a pod. The slot it took is freed when this returns.
+		if h.admitter != nil {
+			if err := h.admitter.Admit(ctx, client, t.Key, dest); err != nil {
+				return err
+			}
+		}
 		// No longer held once it has a slot, unless it was shed at the
 		// same moment: then it must not reach the pod. (After a pod
 		// that could not be reached, the request may wait again
@@ -273,7 +301,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// holdFailed answers a request that got no pod slot.
+// clientAddr is the address the request's connection comes from: for a
+// pod calling a target, the pod's own (neither kube-proxy nor the
+// connect-time redirect rewrites a pod's source address). Headers such as
+// X-Forwarded-For are not read: a client writes them. An address that
+// does not parse is the zero Addr, which is no pod and in no ipBlock.
+func clientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// holdFailed answers a request that got no pod slot, or got one its
+// client may not reach.
 func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.Target, timeout time.Duration, err error) {
 	switch {
 	case errors.Is(err, throttle.ErrQueueFull):
@@ -298,6 +340,11 @@ func (h *handler) holdFailed(w http.ResponseWriter, r *http.Request, t *target.T
 		h.fail(w, http.StatusServiceUnavailable, reasonTargetRemoved, "%v; retry later", err)
 	case errors.Is(err, throttle.ErrPodUnreachable) && r.Context().Err() == nil:
 		h.fail(w, http.StatusBadGateway, reasonPodUnreachable, "%s: %v", t.Key, err)
+	case errors.Is(err, netpol.ErrDenied):
+		h.fail(w, http.StatusForbidden, reasonNetworkPolicy, "%v; the request is not forwarded", err)
+	case errors.Is(err, netpol.ErrUndecided):
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, http.StatusServiceUnavailable, reasonNetworkPolicyUndecided, "%s: %v; retry later", t.Key, err)
 	case errors.Is(err, ErrShuttingDown):
 		shuttingDown(w)
 		h.fail(w, http.StatusServiceUnavailable, reasonShuttingDown, "%s: the request was held and not forwarded; retry", ErrShuttingDown)

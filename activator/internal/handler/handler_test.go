@@ -50,6 +50,13 @@ func newEnv(t *testing.T, queueDepth int) *env {
 // handler's default pool).
 func newEnvWithPool(t *testing.T, queueDepth int, pool *holdpool.Pool) *env {
 	t.Helper()
+	return newEnvWithAdmitter(t, queueDepth, pool, nil)
+}
+
+// newEnvWithAdmitter is newEnvWithPool that asks admitter before every
+// forward (nil: none).
+func newEnvWithAdmitter(t *testing.T, queueDepth int, pool *holdpool.Pool, admitter Admitter) *env {
+	t.Helper()
 	base, stop := context.WithCancelCause(context.Background())
 	e := &env{
 		table: resolve.NewTable(""),
@@ -58,7 +65,7 @@ func newEnvWithPool(t *testing.T, queueDepth int, pool *holdpool.Pool) *env {
 		reg:   prometheus.NewRegistry(),
 		stop:  stop,
 	}
-	h := New(Options{PodName: "activator-0", Resolver: e.table, Throttler: e.th, Stats: e.stats, Pool: pool, Registerer: e.reg})
+	h := New(Options{PodName: "activator-0", Resolver: e.table, Throttler: e.th, Stats: e.stats, Pool: pool, Admitter: admitter, Registerer: e.reg})
 	e.srv = httptest.NewUnstartedServer(h)
 	e.srv.Config = NewServer("", h, base)
 	e.srv.Start()

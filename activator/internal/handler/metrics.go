@@ -28,6 +28,10 @@ const (
 	// chosen revision is no known target.
 	reasonRouteNotReady        = "route_not_ready"
 	reasonRouteRevisionUnknown = "route_revision_unknown"
+	// The NetworkPolicies of the target's namespace do not admit the
+	// client to the chosen pod (403), or cannot be checked yet (503).
+	reasonNetworkPolicy          = "network_policy"
+	reasonNetworkPolicyUndecided = "network_policy_undecided"
 )
 
 // Metrics are the handler's counters.
@@ -45,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_error_responses_total",
 			Help: "Errors the activator answered itself, by code and reason: 405 connect; 508 loop; 400 absolute_uri, bad_target_header; " +
-				"404 unknown_target, ambiguous_target; 503 queue_full, max_held (the activator holds --max-held requests and the namespace its fair share), shed (a held request dropped for a namespace holding less than its fair share), target_removed, shutting_down, route_not_ready, route_revision_unknown; 504 deadline, pod_timeout; " +
+				"403 network_policy (the target namespace's NetworkPolicies do not admit the client); 404 unknown_target, ambiguous_target; 503 queue_full, max_held (the activator holds --max-held requests and the namespace its fair share), shed (a held request dropped for a namespace holding less than its fair share), target_removed, shutting_down, route_not_ready, route_revision_unknown, network_policy_undecided; 504 deadline, pod_timeout; " +
 				"502 pod_error, pod_unreachable (several pods in a row could not be reached); 500 internal.",
 		}, []string{"code", "reason"}),
 	}

@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, append(labels, "state")),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_hold_results_total",
-			Help: "Requests that asked for a pod slot, by result: forwarded (each time one is handed to a pod), pod_unreachable (the pod could not be reached and nothing was sent: the request goes to another pod), queue_full (503), deadline (504), canceled (client gone or shutdown), target_removed.",
+			Help: "Requests that asked for a pod slot, by result: forwarded (each time one is handed a pod's slot, including a request then refused by the target's NetworkPolicies: sockscale_activator_network_policy_denials_total counts those), pod_unreachable (the pod could not be reached and nothing was sent: the request goes to another pod), queue_full (503), deadline (504), canceled (client gone or shutdown), target_removed.",
 		}, append(labels, "result")),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sockscale_activator_wait_duration_seconds",

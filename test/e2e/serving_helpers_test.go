@@ -286,11 +286,13 @@ type servingClientConfig struct {
 	Targets []netip.AddrPort
 	Every   time.Duration
 	Timeout time.Duration // of each connection; 0: loadTimeout
+	// Host is the requests' Host header; empty: the address dialled.
+	Host string `json:",omitempty"`
 }
 
 // oneConn connects to addr, sends GET / and reads the answer: an error
 // unless a pod answered 200.
-func oneConn(addr netip.AddrPort, inNode bool, timeout time.Duration) connResult {
+func oneConn(addr netip.AddrPort, host string, inNode bool, timeout time.Duration) connResult {
 	r := connResult{At: time.Now()}
 	// At is taken again just before connect(), as probe does.
 	d := net.Dialer{Timeout: timeout, Control: func(string, string, syscall.RawConn) error {
@@ -313,7 +315,10 @@ func oneConn(addr netip.AddrPort, inNode bool, timeout time.Duration) connResult
 		}
 	}
 	_ = conn.SetDeadline(r.At.Add(timeout))
-	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: "+addr.String()+"\r\nConnection: close\r\n\r\n"); err != nil {
+	if host == "" {
+		host = addr.String()
+	}
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n"); err != nil {
 		return fail(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodGet})
@@ -342,7 +347,7 @@ func runConns(ctx context.Context, cfg servingClientConfig, inNode bool, emit fu
 	}
 	each := func() {
 		for i, a := range cfg.Targets {
-			r := oneConn(a, inNode, timeout)
+			r := oneConn(a, cfg.Host, inNode, timeout)
 			r.Target = i
 			emit(r)
 		}
@@ -440,9 +445,16 @@ type clientSandbox struct {
 // sandbox exists; the pod is deleted when the test ends.
 func newClientSandbox(t *testing.T, s *stack.Stack, prefix, node string) *clientSandbox {
 	t.Helper()
+	return newClientSandboxIn(t, s, appNS, prefix, node)
+}
+
+// newClientSandboxIn is newClientSandbox in namespace ns, the pod made by
+// s's client (a tenant's, say).
+func newClientSandboxIn(t *testing.T, s *stack.Stack, ns, prefix, node string) *clientSandbox {
+	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: prefix + "-" + node, Labels: map[string]string{"app": prefix}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prefix + "-" + node, Labels: map[string]string{"app": prefix}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr.To(int64(1)),
@@ -523,7 +535,13 @@ func parseConn(line string) (connResult, bool) {
 // in turn, and returns them.
 func (b *clientSandbox) once(t *testing.T, timeout time.Duration, targets ...netip.AddrPort) []connResult {
 	t.Helper()
-	cmd, cg := b.command(t, servingClientConfig{Targets: targets, Timeout: timeout})
+	return b.onceAs(t, "", timeout, targets...)
+}
+
+// onceAs is once with host as every request's Host header.
+func (b *clientSandbox) onceAs(t *testing.T, host string, timeout time.Duration, targets ...netip.AddrPort) []connResult {
+	t.Helper()
+	cmd, cg := b.command(t, servingClientConfig{Targets: targets, Timeout: timeout, Host: host})
 	defer cg.Close()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

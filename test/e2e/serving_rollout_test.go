@@ -429,12 +429,12 @@ func TestE2EServingTags(t *testing.T) {
 		}
 		return conn.Close()
 	})
-	expect("outside (at zero)", old, oneConn(addr[old], false, time.Minute), v1Name)
+	expect("outside (at zero)", old, oneConn(addr[old], "", false, time.Minute), v1Name)
 	if _, after, err := activatorSum(ctx, s, "sockscale_activator_hold_results_total", forwarded); err != nil || after < before+1 {
 		t.Errorf("the activators forwarded %v requests to %s for the wake (%v), want 1", after-before, v1Name, err)
 	}
-	expect("outside", current, oneConn(addr[current], false, loadTimeout), v2Name)
-	expect("outside", name, oneConn(addr[name], false, loadTimeout), v2Name)
+	expect("outside", current, oneConn(addr[current], "", false, loadTimeout), v2Name)
+	expect("outside", name, oneConn(addr[name], "", false, loadTimeout), v2Name)
 
 	// From a node: the kernel rewrites each address.
 	var nodes corev1.NodeList

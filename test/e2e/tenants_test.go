@@ -224,6 +224,43 @@ func TestE2ETwoTenants(t *testing.T) {
 		}
 	})
 
+	t.Run("the activator keeps alice's NetworkPolicies", func(t *testing.T) {
+		// Alice admits to shop's pods only her own namespace's pods and
+		// the activators (which carry her callers' requests in Proxy
+		// mode). Mallory's pod asks an activator for shop by name: the
+		// activator applies Alice's policy to Mallory's pod and refuses;
+		// the same request from Alice's pod is served.
+		np := &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: alice.ns, Name: "shop-callers"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+					{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: alice.ns}}},
+					{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: stack.Namespace}}},
+				}}},
+			},
+		}
+		if err := alice.Client.Create(ctx, np); err != nil {
+			t.Fatal(err)
+		}
+		act := readyActivators(t, s, 2, time.Minute)[0]
+		localRoute(t, act.IP)
+		at := netip.AddrPortFrom(act.IP, stack.ActivatorProxyPort)
+		host := "shop." + alice.ns
+		intruder := newClientSandboxIn(t, mallory.Stack, mallory.ns, "intruder", cluster.NodeName(0))
+		caller := newClientSandboxIn(t, alice.Stack, alice.ns, "caller", cluster.NodeName(1))
+		e2etest.Eventually(t, time.Minute, "the activators apply alice's policy to mallory's pod", func() error {
+			if r := intruder.onceAs(t, host, 10*time.Second, at)[0]; r.Code != http.StatusForbidden {
+				return fmt.Errorf("mallory's pod asks for %s: %d %s, want 403", host, r.Code, r.Err)
+			}
+			return nil
+		})
+		if r := caller.onceAs(t, host, 10*time.Second, at)[0]; r.Code != http.StatusOK || !strings.HasPrefix(r.Pod, "shop-") {
+			t.Errorf("alice's pod asks for %s: %d %q %s, want 200 from a pod of shop", host, r.Code, r.Pod, r.Err)
+		}
+	})
+
 	res := stopLoad()
 	if res.Failed > 0 || res.Completed == 0 {
 		t.Errorf("alice's load: %d completed, %d failed, want 0 failed", res.Completed, res.Failed)

@@ -15,6 +15,9 @@ type metrics struct {
 	idleClosed prometheus.Counter
 	cut        prometheus.Counter
 	errors     prometheus.Counter
+	// waitTimeouts counts preStop waits that ended before their pods
+	// were drained.
+	waitTimeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,9 +35,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests still in flight on a pod that was deleted before it was drained."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sockscale_agent_drain_errors_total",
 			Help: "Failures to read or act on a leaving pod's connections."}),
+		waitTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sockscale_agent_drain_wait_timeouts_total",
+			Help: "preStop waits (GET /drain) that ended before their pods were drained: their timeout passed, or the kubelet gave up."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.drains, m.took, m.handed, m.idleClosed, m.cut, m.errors)
+		reg.MustRegister(m.drains, m.took, m.handed, m.idleClosed, m.cut, m.errors, m.waitTimeouts)
 	}
 	return m
 }

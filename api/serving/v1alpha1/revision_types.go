@@ -42,7 +42,7 @@ const RolloutDurationAnnotation = "serving.knative.dev/rollout-duration"
 //
 // What no setting of the cluster allows a Revision's container (the rest
 // of securityContext the controller checks against the autoscaler
-// ConfigMap's pod-spec keys; docs/serving.md, "Pod-spec fields"):
+// ConfigMap's pod-spec keys; docs/configuration.md, "Pod-spec fields"):
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.privileged) || !self.securityContext.privileged",fieldPath=".securityContext.privileged",message="a Revision's containers may not be privileged"
 // +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.procMount) || self.securityContext.procMount == 'Default'",fieldPath=".securityContext.procMount",message="a Revision's containers may only have procMount Default"

@@ -27,7 +27,7 @@ type PodSpec struct {
 	// Tolerations allows spec.tolerations: a tenant on tainted nodes.
 	Tolerations bool
 	// SecurityContext allows the pod's and containers' securityContext
-	// fields beyond the safe subset (docs/serving.md, "Pod-spec fields"):
+	// fields beyond the safe subset (docs/configuration.md, "Pod-spec fields"):
 	// sysctls, seLinuxOptions, appArmorProfile, windowsOptions, an
 	// Unconfined seccompProfile, ...
 	SecurityContext bool

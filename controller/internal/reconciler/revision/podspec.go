@@ -54,16 +54,25 @@ var (
 	safePodSecurity = []string{"fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsNonRoot", "runAsUser", "seccompProfile", "supplementalGroups"}
 )
 
-// volumeKeys are the volume sources a Revision may use and the key each
-// needs (never: always allowed); the CRD refuses any other source.
-var volumeKeys = map[string]string{
-	"configMap":             never,
-	"secret":                never,
-	"projected":             never,
-	"downwardAPI":           never,
-	"emptyDir":              config.KeyVolumesEmptyDir,
-	"hostPath":              config.KeyVolumesHostPath,
-	"persistentVolumeClaim": config.KeyPersistentVolumeClaim,
+// volumeSource is a kind of volume a Revision may use: the key it needs
+// (never: none) and whether f allows it.
+type volumeSource struct {
+	key     string
+	allowed func(f config.PodSpec) bool
+}
+
+func always(config.PodSpec) bool { return true }
+
+// volumeSources are the volume kinds a Revision may use, by JSON name;
+// the CRD refuses any other.
+var volumeSources = map[string]volumeSource{
+	"configMap":             {never, always},
+	"secret":                {never, always},
+	"projected":             {never, always},
+	"downwardAPI":           {never, always},
+	"emptyDir":              {config.KeyVolumesEmptyDir, func(f config.PodSpec) bool { return f.VolumesEmptyDir }},
+	"hostPath":              {config.KeyVolumesHostPath, func(f config.PodSpec) bool { return f.VolumesHostPath }},
+	"persistentVolumeClaim": {config.KeyPersistentVolumeClaim, func(f config.PodSpec) bool { return f.PersistentVolumeClaim }},
 }
 
 // notAllowed lists the fields of spec that f does not allow, in spec
@@ -77,18 +86,9 @@ func notAllowed(spec *servingv1alpha1.RevisionSpec, f config.PodSpec) []violatio
 	}
 	for i, v := range spec.Volumes {
 		path := fmt.Sprintf("spec.volumes[%d]", i)
-		for _, src := range jsonFields(v.VolumeSource) {
-			key, known := volumeKeys[src]
-			switch {
-			case !known:
-				add(false, path+"."+src, never)
-			case key == config.KeyVolumesEmptyDir:
-				add(f.VolumesEmptyDir, path+"."+src, key)
-			case key == config.KeyVolumesHostPath:
-				add(f.VolumesHostPath, path+"."+src, key)
-			case key == config.KeyPersistentVolumeClaim:
-				add(f.PersistentVolumeClaim, path+"."+src, key)
-			}
+		for _, name := range jsonFields(v.VolumeSource) {
+			src, known := volumeSources[name]
+			add(known && src.allowed(f), path+"."+name, src.key) // unknown: key never
 		}
 	}
 	add(len(spec.NodeSelector) == 0 || f.NodeSelector, "spec.nodeSelector", config.KeyNodeSelector)

@@ -29,8 +29,8 @@ const controllerSA = "system:serviceaccount:" + namespace + ":" + controllerName
 
 // TestIntegrationControllerAdmissionPolicy: the chart's admission
 // policies, on a real kube-apiserver, refuse what a compromised
-// controller would write (a privileged, host-network or hostPath
-// Deployment, a Deployment no Revision controls, a Service with
+// controller would write (a privileged, host-network, hostPath or
+// SYS_ADMIN Deployment, a Deployment no Revision controls, a Service with
 // externalIPs, a slice not its own) and pass what the controller writes
 // for a Revision; a hostPath passes once the autoscaler ConfigMap's
 // podspec-volumes-hostpath is enabled; other users are not checked.
@@ -100,6 +100,12 @@ func TestIntegrationControllerAdmissionPolicy(t *testing.T) {
 		{"hostNetwork", deployment(func(d *appsv1.Deployment) { d.Spec.Template.Spec.HostNetwork = true }), "hostNetwork, hostPID or hostIPC"},
 		{"hostPID", deployment(func(d *appsv1.Deployment) { d.Spec.Template.Spec.HostPID = true }), "hostNetwork, hostPID or hostIPC"},
 		{"hostPath while the key is disabled", hostPath.DeepCopy(), "hostPath volume while the autoscaler ConfigMap's podspec-volumes-hostpath is not enabled"},
+		{"SYS_ADMIN while the key is disabled", deployment(func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE", "SYS_ADMIN"}}}
+		}), "add capabilities other than NET_BIND_SERVICE while the autoscaler ConfigMap's containerspec-addcapabilities is not enabled"},
+		{"NET_BIND_SERVICE", deployment(func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}}}
+		}), ""},
 		{"no owner", deployment(func(d *appsv1.Deployment) { d.OwnerReferences = nil }), "only Deployments controlled by a serving.sockscale.dev Revision"},
 		{"owned, not controlled, by a Revision", deployment(func(d *appsv1.Deployment) { d.OwnerReferences[0].Controller = nil }),
 			"only Deployments controlled by a serving.sockscale.dev Revision"},

@@ -198,7 +198,10 @@ type ContainerStatus struct {
 type RevisionStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, ResourcesAvailable, ContainerHealthy, Active.
+	// Conditions: Ready, ResourcesAvailable, ContainerHealthy, Active;
+	// PodSpecAllowed, only while False (reason FieldNotAllowed): the
+	// Revision uses pod-spec fields the cluster's configuration does not
+	// allow, and a Deployment made before they were turned off stays.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -277,7 +277,7 @@ func TestReconcileFieldNotAllowed(t *testing.T) {
 			t.Errorf("Ready = %+v, want what its pods say", c)
 		}
 		c2 := meta.FindStatusCondition(got.Status.Conditions, ConditionPodSpecAllowed)
-		want := "pod-spec fields not allowed on this cluster (a Deployment made before stays as it is): " + wantField
+		want := "pod-spec fields not allowed on this cluster (a Deployment made before they were turned off is left as it is): " + wantField
 		if c2 == nil || c2.Status != metav1.ConditionFalse || c2.Reason != ReasonFieldNotAllowed || c2.Message != want {
 			t.Errorf("PodSpecAllowed = %+v, want False %q", c2, want)
 		}

@@ -164,7 +164,7 @@ func setPodSpecAllowed(s *servingv1alpha1.RevisionStatus, gen int64, notAllowed 
 		return
 	}
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionPodSpecAllowed, Status: metav1.ConditionFalse, Reason: ReasonFieldNotAllowed,
-		Message: "pod-spec fields not allowed on this cluster (a Deployment made before stays as it is): " + notAllowed, ObservedGeneration: gen})
+		Message: "pod-spec fields not allowed on this cluster (a Deployment made before they were turned off is left as it is): " + notAllowed, ObservedGeneration: gen})
 }
 
 // ensure creates want, controlled by rev, when no object of its name

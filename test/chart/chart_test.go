@@ -50,8 +50,9 @@ func TestChartLintStrict(t *testing.T) {
 // Every object carries the common labels and, if namespaced, lives in the
 // release namespace.
 func TestLabelsAndNamespace(t *testing.T) {
-	objs := render(t, "--set", "commonLabels.team=serving,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true,activator.enabled=true,activator.autoscaling.enabled=true")
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true}
+	objs := render(t, append(vapAPI, "--set", "commonLabels.team=serving,metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.dashboard.enabled=true,activator.enabled=true,activator.autoscaling.enabled=true")...)
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	for _, o := range objs {
 		for k, want := range map[string]string{
 			"app.kubernetes.io/name":       "sockscale",

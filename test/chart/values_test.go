@@ -155,6 +155,8 @@ func TestBadValues(t *testing.T) {
 		{"autoscaler.panic-threshold-percentage=50", []string{"/autoscaler/panic-threshold-percentage", "want 110"}},
 		{"autoscaler.max-scale-down-rate=1", []string{"/autoscaler/max-scale-down-rate", "exclusiveMinimum"}},
 		{"autoscaler.stable-windw=30s", []string{"/autoscaler", "'stable-windw' not allowed"}},
+		{"autoscaler.podspec-volumes-hostpath=on", []string{"/autoscaler/podspec-volumes-hostpath", "'enabled', 'disabled', 'allowed'"}},
+		{"controller.admissionPolicy.enabled=yes", []string{"/controller/admissionPolicy/enabled", "got string, want boolean"}},
 		{"controller.metrics.certSecret=Metrics_TLS", []string{"/controller/metrics/certSecret", "'Metrics_TLS' does not match pattern"}},
 		{"controller.metrics.secure=yes", []string{"/controller/metrics/secure", "got string, want boolean"}},
 		{"networkPolicy.enabled=yes", []string{"/networkPolicy/enabled", "got string, want boolean"}},

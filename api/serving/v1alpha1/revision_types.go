@@ -39,6 +39,14 @@ const RolloutDurationAnnotation = "serving.knative.dev/rollout-duration"
 // Container is the part of a Kubernetes container that a Revision may set:
 // Knative's allowed fields, with the same names and shapes. Name may be
 // omitted, as in Knative (the controller names it user-container).
+//
+// What no setting of the cluster allows a Revision's container (the rest
+// of securityContext the controller checks against the autoscaler
+// ConfigMap's pod-spec keys; docs/configuration.md, "Pod-spec fields"):
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.privileged) || !self.securityContext.privileged",fieldPath=".securityContext.privileged",message="a Revision's containers may not be privileged"
+// +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.procMount) || self.securityContext.procMount == 'Default'",fieldPath=".securityContext.procMount",message="a Revision's containers may only have procMount Default"
+// +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.windowsOptions) || !has(self.securityContext.windowsOptions.hostProcess) || !self.securityContext.windowsOptions.hostProcess",fieldPath=".securityContext.windowsOptions.hostProcess",message="a Revision's containers may not be host processes"
 type Container struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
@@ -86,6 +94,7 @@ type Container struct {
 // settings the activator and the autoscaler apply.
 //
 // +kubebuilder:validation:XValidation:rule="size(self.containers) <= 1 || self.containers.exists_one(c, has(c.ports) && size(c.ports) > 0)",fieldPath=".containers",message="with several containers, exactly one must set ports: the one that serves requests"
+// +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.windowsOptions) || !has(self.securityContext.windowsOptions.hostProcess) || !self.securityContext.windowsOptions.hostProcess",fieldPath=".securityContext.windowsOptions.hostProcess",message="a Revision's pods may not be host processes"
 // +kubebuilder:validation:XValidation:rule="!has(self.responseStartTimeoutSeconds) || !has(self.timeoutSeconds) || self.responseStartTimeoutSeconds <= self.timeoutSeconds",fieldPath=".responseStartTimeoutSeconds",message="responseStartTimeoutSeconds must not exceed timeoutSeconds"
 type RevisionSpec struct {
 	// Containers: at least one; with several, exactly the one that sets
@@ -94,6 +103,11 @@ type RevisionSpec struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +listType=atomic
 	Containers []Container `json:"containers"`
+	// Volumes: configMap, secret, projected, downwardAPI, and, when the
+	// autoscaler ConfigMap's key allows them, emptyDir (allowed by
+	// default), hostPath and persistentVolumeClaim. No other kind.
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:XValidation:rule="has(self.configMap) || has(self.secret) || has(self.projected) || has(self.downwardAPI) || has(self.emptyDir) || has(self.hostPath) || has(self.persistentVolumeClaim)",message="a Revision's volume must be configMap, secret, projected, downwardAPI, emptyDir, hostPath or persistentVolumeClaim (the last three also need their key in the autoscaler ConfigMap)"
 	// +optional
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 	// +optional
@@ -184,7 +198,10 @@ type ContainerStatus struct {
 type RevisionStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, ResourcesAvailable, ContainerHealthy, Active.
+	// Conditions: Ready, ResourcesAvailable, ContainerHealthy, Active;
+	// PodSpecAllowed, only while False (reason FieldNotAllowed): the
+	// Revision uses pod-spec fields the cluster's configuration does not
+	// allow, and a Deployment made before they were turned off stays.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

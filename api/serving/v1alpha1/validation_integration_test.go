@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -148,12 +149,54 @@ func TestIntegrationServingValidation(t *testing.T) {
 		{"metric neither concurrency nor rps", func(s *v1alpha1.ServiceSpec) {
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/metric"] = "cpu"
 		}, []string{"spec.template.metadata.annotations", "metric must be concurrency or rps"}},
+		// Pod-spec fields no setting allows: refused at once. The
+		// fields a setting allows pass here; the controller checks them.
+		{"privileged container", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}, []string{"spec.template.spec.containers[0].securityContext.privileged", "a Revision's containers may not be privileged"}},
+		{"privileged: false", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(false), ProcMount: ptr.To(corev1.DefaultProcMount)}
+		}, nil},
+		{"procMount Unmasked", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ProcMount: ptr.To(corev1.UnmaskedProcMount)}
+		}, []string{"spec.template.spec.containers[0].securityContext.procMount", "may only have procMount Default"}},
+		{"host-process container", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{WindowsOptions: &corev1.WindowsSecurityContextOptions{HostProcess: ptr.To(true)}}
+		}, []string{"spec.template.spec.containers[0].securityContext.windowsOptions.hostProcess", "may not be host processes"}},
+		{"host-process pod", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.SecurityContext = &corev1.PodSecurityContext{WindowsOptions: &corev1.WindowsSecurityContextOptions{HostProcess: ptr.To(true)}}
+		}, []string{"spec.template.spec.securityContext.windowsOptions.hostProcess", "a Revision's pods may not be host processes"}},
+		{"nfs volume", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.Volumes = []corev1.Volume{
+				{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}},
+				{Name: "n", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs", Path: "/"}}},
+			}
+		}, []string{"spec.template.spec.volumes[1]", "a Revision's volume must be configMap, secret, projected, downwardAPI, emptyDir, hostPath or persistentVolumeClaim"}},
+		{"volumes a setting allows pass the API server", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Spec.Volumes = []corev1.Volume{
+				{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}},
+				{Name: "p", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}},
+				{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			}
+			s.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}, nil},
 	}
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			expect(t, c.Create(ctx, svc(tt.mutate)), tt.want)
 		})
 	}
+
+	// The rules are on the types a Service's template shares with a
+	// Revision's spec, so they hold for Revisions written directly too.
+	t.Run("Revision: privileged container and nfs volume", func(t *testing.T) {
+		s := svc(func(*v1alpha1.ServiceSpec) {})
+		spec := s.Spec.Template.Spec
+		spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		spec.Volumes = []corev1.Volume{{Name: "n", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs", Path: "/"}}}}
+		rev := &v1alpha1.Revision{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-privileged"}, Spec: spec}
+		expect(t, c.Create(ctx, rev), []string{"spec.containers[0].securityContext.privileged", "may not be privileged", "spec.volumes[0]", "a Revision's volume must be"})
+	})
 
 	t.Run("names that cannot be a Kubernetes Service's", func(t *testing.T) {
 		for _, name := range []string{"1hello", "hello.world", strings.Repeat("a", 64)} {

@@ -391,7 +391,7 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	}
 	// The serving API: a Service's template makes Revisions, and each
 	// Revision the Deployment, public Service and PodAutoscaler above.
-	if err := (&revision.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&revision.Reconciler{Client: mgr.GetClient(), Config: current.Load}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Revision controller: %w", err)
 	}
 	if err := (&service.Reconciler{Client: mgr.GetClient(), Config: current.Load}).SetupWithManager(mgr); err != nil {

@@ -47,6 +47,9 @@ type Config struct {
 	RolloutDuration time.Duration
 	// Revision garbage collection (Knative's config-gc keys): see GC.
 	GC GC
+	// PodSpec: the Revision pod-spec fields allowed beyond the safe
+	// default (Knative's config-features keys).
+	PodSpec PodSpec
 }
 
 // Disabled is a GC setting turned off ("disabled" in the ConfigMap).
@@ -85,6 +88,7 @@ func Defaults() *Config {
 		ActivatorCapacity:             100,
 		GC:                            GC{RetainSinceCreate: 48 * time.Hour, RetainSinceLastActive: 15 * time.Hour, MinNonActive: 20, MaxNonActive: 1000},
 		InitialScale:                  1,
+		PodSpec:                       PodSpec{VolumesEmptyDir: true},
 	}
 }
 
@@ -116,6 +120,13 @@ func DefaultConfigMapData() map[string]string {
 		"retain-since-last-active-time":           "15h",
 		"min-non-active-revisions":                "20",
 		"max-non-active-revisions":                "1000",
+		"podspec-volumes-emptydir":                "enabled",
+		"podspec-volumes-hostpath":                "disabled",
+		"podspec-persistent-volume-claim":         "disabled",
+		"podspec-nodeselector":                    "disabled",
+		"podspec-tolerations":                     "disabled",
+		"podspec-securitycontext":                 "disabled",
+		"containerspec-addcapabilities":           "disabled",
 	}
 }
 
@@ -125,7 +136,9 @@ type field struct {
 	parse func(c *Config, v string) error
 }
 
-var fields = []field{
+var fields = append(autoscalerFields, podSpecFields...)
+
+var autoscalerFields = []field{
 	{"container-concurrency-target-percentage", func(c *Config, v string) error {
 		p, err := percentage(v)
 		c.Utilization = p / 100

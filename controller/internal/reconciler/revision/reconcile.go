@@ -3,6 +3,7 @@ package revision
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
@@ -27,7 +29,17 @@ import (
 // Service and PodAutoscaler, and reports their readiness.
 type Reconciler struct {
 	Client client.Client
+	// Config returns the cluster settings in force (the pod-spec fields
+	// allowed); nil: the defaults.
+	Config func() *config.Config
+	// Recheck is how soon a Revision using a field not allowed is looked
+	// at again, so that turning its key on deploys it (the configuration
+	// is re-read, not watched); 0: 30s.
+	Recheck time.Duration
 }
+
+// defaultRecheck: a few periods of the configuration watcher (10 s).
+const defaultRecheck = 30 * time.Second
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
@@ -59,13 +71,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	setRoutingState(status, reach, metav1.Now())
-	p, err := r.ensureObjects(ctx, &rev, reach)
+	notAllowed := fieldsNotAllowed(&rev.Spec, r.config().PodSpec)
+	var result ctrl.Result
+	if notAllowed != "" {
+		result.RequeueAfter = r.recheck()
+	}
+	p, err := r.ensureObjects(ctx, &rev, reach, notAllowed)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	setPodSpecAllowed(status, rev.Generation, notAllowed)
 	if p != nil {
 		setReady(status, rev.Generation, metav1.ConditionFalse, p.reason, p.message)
-		return ctrl.Result{}, r.writeStatus(ctx, &rev, status)
+		return result, r.writeStatus(ctx, &rev, status)
 	}
 	pa, sks, err := r.readAutoscaling(ctx, &rev)
 	if err != nil {
@@ -76,7 +94,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	st, reason, msg := readiness(pa, sks)
 	setReady(status, rev.Generation, st, reason, msg)
-	return ctrl.Result{}, r.writeStatus(ctx, &rev, status)
+	return result, r.writeStatus(ctx, &rev, status)
+}
+
+func (r *Reconciler) config() *config.Config {
+	if r.Config == nil {
+		return config.Defaults()
+	}
+	return r.Config()
+}
+
+func (r *Reconciler) recheck() time.Duration {
+	if r.Recheck <= 0 {
+		return defaultRecheck
+	}
+	return r.Recheck
 }
 
 // problem is why a Revision's objects are not what it wants, for its Ready
@@ -85,8 +117,10 @@ type problem struct{ reason, message string }
 
 // ensureObjects creates or corrects the Deployment, the public Service and
 // the PodAutoscaler, stopping at the first one that cannot be written.
-func (r *Reconciler) ensureObjects(ctx context.Context, rev *servingv1alpha1.Revision, reach v1alpha1.Reachability) (*problem, error) {
-	if p, err := ensure(ctx, r.Client, rev, "Deployment", MakeDeployment(rev), &appsv1.Deployment{}, deploymentInSync, correctDeployment); p != nil || err != nil {
+// notAllowed, when not empty, names the pod-spec fields the configuration
+// does not allow: see ensureDeployment.
+func (r *Reconciler) ensureObjects(ctx context.Context, rev *servingv1alpha1.Revision, reach v1alpha1.Reachability, notAllowed string) (*problem, error) {
+	if p, err := r.ensureDeployment(ctx, rev, notAllowed); p != nil || err != nil {
 		return p, err
 	}
 	if p, err := ensure(ctx, r.Client, rev, "Service", MakePublicService(rev), &corev1.Service{}, serviceInSync, correctService); p != nil || err != nil {
@@ -95,6 +129,42 @@ func (r *Reconciler) ensureObjects(ctx context.Context, rev *servingv1alpha1.Rev
 	pa := MakePodAutoscaler(rev)
 	pa.Spec.Reachability = reach
 	return ensure(ctx, r.Client, rev, "PodAutoscaler", pa, &v1alpha1.PodAutoscaler{}, podAutoscalerInSync, correctPodAutoscaler)
+}
+
+// ensureDeployment creates or corrects the Revision's Deployment, unless
+// the Revision uses pod-spec fields the configuration does not allow
+// (notAllowed). Then no Deployment is made: the controller, which may
+// write Deployments in every namespace, must not give a tenant what the
+// cluster's settings refuse. One the Revision already controls, made
+// before its key was turned off, is left as it is (neither corrected nor
+// deleted), so turning a key off stops no running workload; its
+// Revision's PodSpecAllowed condition says so.
+func (r *Reconciler) ensureDeployment(ctx context.Context, rev *servingv1alpha1.Revision, notAllowed string) (*problem, error) {
+	want := MakeDeployment(rev)
+	if notAllowed == "" {
+		return ensure(ctx, r.Client, rev, "Deployment", want, &appsv1.Deployment{}, deploymentInSync, correctDeployment)
+	}
+	live := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
+	switch {
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("get Deployment %s: %w", want.Name, err)
+	case err == nil && metav1.IsControlledBy(live, rev):
+		return nil, nil
+	}
+	return &problem{ReasonFieldNotAllowed, "pod-spec fields not allowed on this cluster, so no Deployment is made: " + notAllowed}, nil
+}
+
+// setPodSpecAllowed sets PodSpecAllowed False while notAllowed names
+// fields, and removes it when it names none (most Revisions never have
+// it).
+func setPodSpecAllowed(s *servingv1alpha1.RevisionStatus, gen int64, notAllowed string) {
+	if notAllowed == "" {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionPodSpecAllowed)
+		return
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionPodSpecAllowed, Status: metav1.ConditionFalse, Reason: ReasonFieldNotAllowed,
+		Message: "pod-spec fields not allowed on this cluster (a Deployment made before they were turned off is left as it is): " + notAllowed, ObservedGeneration: gen})
 }
 
 // ensure creates want, controlled by rev, when no object of its name

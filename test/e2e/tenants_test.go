@@ -11,17 +11,20 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/test/cluster"
 	"github.com/sockscale/sockscale/test/e2e/e2etest"
@@ -258,6 +261,48 @@ func TestE2ETwoTenants(t *testing.T) {
 		})
 		if r := caller.onceAs(t, host, 10*time.Second, at)[0]; r.Code != http.StatusOK || !strings.HasPrefix(r.Pod, "shop-") {
 			t.Errorf("alice's pod asks for %s: %d %q %s, want 200 from a pod of shop", host, r.Code, r.Pod, r.Err)
+		}
+	})
+
+	t.Run("a Revision cannot mount the node", func(t *testing.T) {
+		// Privileged containers are refused by the API server; a hostPath
+		// volume is deployed only where the platform enabled it (not by
+		// default): the Revision says why and no Deployment is made.
+		priv := servingService("rootme", "x", nil)
+		priv.Namespace = mallory.ns
+		priv.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		if err := mallory.Client.Create(ctx, priv); err == nil || !strings.Contains(err.Error(), "privileged") {
+			t.Errorf("a privileged serving Service: %v, want refused naming privileged", err)
+		}
+		node := servingService("nodefs", "x", nil)
+		node.Namespace = mallory.ns
+		node.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		node.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "root", MountPath: "/host"}}
+		if err := mallory.Client.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		e2etest.Eventually(t, time.Minute, "the Revision of nodefs says why it is not deployed", func() error {
+			var revs servingv1alpha1.RevisionList
+			if err := mallory.Client.List(ctx, &revs, client.InNamespace(mallory.ns), client.MatchingLabels{servingv1alpha1.ServiceLabelKey: "nodefs"}); err != nil {
+				return err
+			}
+			if len(revs.Items) != 1 {
+				return fmt.Errorf("%d Revisions", len(revs.Items))
+			}
+			c := meta.FindStatusCondition(revs.Items[0].Status.Conditions, "Ready")
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "FieldNotAllowed" || !strings.Contains(c.Message, "hostPath") {
+				return fmt.Errorf("Ready %+v", c)
+			}
+			return nil
+		})
+		var deploys appsv1.DeploymentList
+		if err := s.Client.List(ctx, &deploys, client.InNamespace(mallory.ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range deploys.Items {
+			if strings.HasPrefix(d.Name, "nodefs") {
+				t.Errorf("Deployment %s made for a Revision with a hostPath volume", d.Name)
+			}
 		}
 	})
 

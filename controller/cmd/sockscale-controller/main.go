@@ -66,6 +66,7 @@ type flags struct {
 	activatorSelector  labels.Selector
 	activatorPort      int
 	activatorRoutePort int
+	drainPort          int
 	clusterDomain      string
 	gateway            *types.NamespacedName
 	externalDomain     string
@@ -122,6 +123,7 @@ func parseFlags(args []string) (*flags, error) {
 	selector := fs.String("activator-selector", "app.kubernetes.io/component=activator", "label selector of the activator pods")
 	fs.IntVar(&f.activatorPort, "activator-port", 8012, "port on which activators take proxied requests")
 	fs.IntVar(&f.activatorRoutePort, "activator-route-port", 8013, "port on which activators split a Route's requests by its percents (the endpoints of a Route's addresses)")
+	fs.IntVar(&f.drainPort, "drain-port", 0, "the node agents' drain port (their --drain-bind-address, on each node's loopback): the pods of serving Revisions get a preStop hook that waits there until the agent drained them (0: no hook)")
 	fs.StringVar(&f.clusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for the URLs of Services and Routes")
 	gateway := fs.String("gateway", "", "namespace/name of the Gateway that serving Routes' HTTPRoutes attach to (empty: no HTTPRoutes)")
 	fs.StringVar(&f.externalDomain, "external-domain", "example.com", "domain of serving Routes' external host names, <route>.<namespace>.<domain>, when --gateway is set")
@@ -171,6 +173,9 @@ func parseFlags(args []string) (*flags, error) {
 		if port < 1 || port > 65535 {
 			errs = append(errs, fmt.Errorf("%s=%d: want 1..65535", name, port))
 		}
+	}
+	if f.drainPort < 0 || f.drainPort > 65535 {
+		errs = append(errs, fmt.Errorf("--drain-port=%d: want 1..65535, or 0 for no drain hook", f.drainPort))
 	}
 	if bad := validation.IsDNS1123Subdomain(f.clusterDomain); len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("--cluster-domain=%q: want a DNS domain such as cluster.local (%s)", f.clusterDomain, bad[0]))
@@ -391,7 +396,7 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	}
 	// The serving API: a Service's template makes Revisions, and each
 	// Revision the Deployment, public Service and PodAutoscaler above.
-	if err := (&revision.Reconciler{Client: mgr.GetClient(), Config: current.Load}).SetupWithManager(mgr); err != nil {
+	if err := (&revision.Reconciler{Client: mgr.GetClient(), Config: current.Load, DrainPort: int32(f.drainPort)}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Revision controller: %w", err)
 	}
 	if err := (&service.Reconciler{Client: mgr.GetClient(), Config: current.Load}).SetupWithManager(mgr); err != nil {

@@ -19,6 +19,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--activator-selector="}, "must select something"},
 		{[]string{"--activator-port=0"}, "--activator-port=0: want 1..65535"},
 		{[]string{"--activator-route-port=70000"}, "--activator-route-port=70000: want 1..65535"},
+		{[]string{"--drain-port=-1"}, "--drain-port=-1: want 1..65535, or 0 for no drain hook"},
 		{[]string{"--cluster-domain=Cluster_Local"}, `--cluster-domain="Cluster_Local": want a DNS domain`},
 		{[]string{"--external-domain=-bad-"}, `--external-domain="-bad-": want a DNS domain`},
 		{[]string{"--gateway=public"}, `--gateway="public": want namespace/name of a Gateway`},

@@ -240,7 +240,7 @@ func TestReconcileFieldNotAllowed(t *testing.T) {
 
 	t.Run("deployed before the key was turned off", func(t *testing.T) {
 		r := hostPath()
-		d := MakeDeployment(r)
+		d := MakeDeployment(r, 0)
 		if err := controllerutil.SetControllerReference(r, d, scheme); err != nil {
 			t.Fatal(err)
 		}

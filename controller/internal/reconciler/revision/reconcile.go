@@ -36,6 +36,10 @@ type Reconciler struct {
 	// at again, so that turning its key on deploys it (the configuration
 	// is re-read, not watched); 0: 30s.
 	Recheck time.Duration
+	// DrainPort is the node agents' drain port (their --drain-bind-address
+	// on the node's loopback): the Revisions' pods wait there before their
+	// containers are stopped (drainHook). 0: no such hook.
+	DrainPort int32
 }
 
 // defaultRecheck: a few periods of the configuration watcher (10 s).
@@ -140,7 +144,7 @@ func (r *Reconciler) ensureObjects(ctx context.Context, rev *servingv1alpha1.Rev
 // deleted), so turning a key off stops no running workload; its
 // Revision's PodSpecAllowed condition says so.
 func (r *Reconciler) ensureDeployment(ctx context.Context, rev *servingv1alpha1.Revision, notAllowed string) (*problem, error) {
-	want := MakeDeployment(rev)
+	want := MakeDeployment(rev, r.DrainPort)
 	if notAllowed == "" {
 		return ensure(ctx, r.Client, rev, "Deployment", want, &appsv1.Deployment{}, deploymentInSync, correctDeployment)
 	}

@@ -3,6 +3,7 @@ package revision
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -131,8 +132,9 @@ func timeoutSeconds(spec *servingv1alpha1.RevisionSpec) int64 {
 // MakeDeployment is the Deployment that runs a Revision's pods. Replicas
 // are left to the PodAutoscaler (through /scale): unset here, so a new
 // Deployment starts at Kubernetes' 1 and the autoscaler takes it from
-// there.
-func MakeDeployment(rev *servingv1alpha1.Revision) *appsv1.Deployment {
+// there. drainPort, when not 0, is the node agents' drain port: every
+// container gets a preStop hook that waits there (drainHook).
+func MakeDeployment(rev *servingv1alpha1.Revision, drainPort int32) *appsv1.Deployment {
 	spec := &rev.Spec
 	pod := corev1.PodSpec{
 		Volumes:                      spec.Volumes,
@@ -149,7 +151,11 @@ func MakeDeployment(rev *servingv1alpha1.Revision) *appsv1.Deployment {
 	}
 	serving := servingIndex(spec)
 	for i := range spec.Containers {
-		pod.Containers = append(pod.Containers, makeContainer(rev, i, i == serving))
+		c := makeContainer(rev, i, i == serving)
+		if drainPort != 0 {
+			c.Lifecycle = &corev1.Lifecycle{PreStop: drainHook(rev, drainPort)}
+		}
+		pod.Containers = append(pod.Containers, c)
 	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: DeploymentName(rev.Name), Labels: podLabels(rev)},
@@ -162,6 +168,24 @@ func MakeDeployment(rev *servingv1alpha1.Revision) *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// drainHook is the preStop hook that holds a leaving pod's containers
+// until its node's agent has drained it: its clients moved off their
+// kept-alive connections and its requests in flight answered (the agent's
+// GET /drain, on the node's loopback; the kubelet makes the request from
+// the node). Only then does the kubelet send SIGTERM, so an app that
+// exits at once loses nothing; the pod's grace period (the Revision's
+// timeout) bounds the wait. Every container has it: a helper container
+// that exited first would fail the requests still using it. An agent
+// that does not answer fails the hook, and the kubelet goes on at once,
+// as without it.
+func drainHook(rev *servingv1alpha1.Revision, port int32) *corev1.LifecycleHandler {
+	q := url.Values{"namespace": {rev.Namespace}, "workload": {DeploymentName(rev.Name)}}
+	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		Host: "127.0.0.1", Port: intstr.FromInt32(port), Path: "/drain?" + q.Encode(),
+		Scheme: corev1.URISchemeHTTP, // what the API server would default, so the live spec compares equal
+	}}
 }
 
 // containerName is Knative's default name of the i-th of n containers.

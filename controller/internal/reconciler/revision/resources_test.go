@@ -47,7 +47,7 @@ func (b *revision) Obj() *servingv1alpha1.Revision { return b.r }
 func TestMakeDeploymentDefaults(t *testing.T) {
 	d := MakeDeployment(rev("hello-00001").Annotation("autoscaling.knative.dev/min-scale", "1").
 		Annotation("autoscaling.knative.dev/class", "kpa.autoscaling.knative.dev").
-		Annotation("serving.sockscale.dev/template-hash", "abc").Obj())
+		Annotation("serving.sockscale.dev/template-hash", "abc").Obj(), 0)
 	labels := map[string]string{servingv1alpha1.ServiceLabelKey: "hello", servingv1alpha1.RevisionLabelKey: "hello-00001"}
 	want := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-00001-deployment", Labels: labels},
@@ -89,7 +89,7 @@ func TestMakeDeploymentProbesAndContainers(t *testing.T) {
 	r.Spec.Containers[0].LivenessProbe = &servingv1alpha1.Probe{ProbeHandler: servingv1alpha1.ProbeHandler{GRPC: &servingv1alpha1.GRPCAction{}}}
 	r.Spec.Containers = append(r.Spec.Containers, servingv1alpha1.Container{Image: "sidecar",
 		LivenessProbe: &servingv1alpha1.Probe{ProbeHandler: servingv1alpha1.ProbeHandler{TCPSocket: &servingv1alpha1.TCPSocketAction{Port: ptr.To(intstr.FromInt32(7000))}}}})
-	d := MakeDeployment(r)
+	d := MakeDeployment(r, 0)
 	pod := d.Spec.Template.Spec
 	if got := *pod.TerminationGracePeriodSeconds; got != 30 {
 		t.Errorf("terminationGracePeriodSeconds %d, want the timeout 30", got)
@@ -188,7 +188,7 @@ func TestMakePodAutoscaler(t *testing.T) {
 // TestDeploymentInSync: the API server's defaults and the autoscaler's
 // replicas are not drift; a changed image or an added container is.
 func TestDeploymentInSync(t *testing.T) {
-	want := MakeDeployment(rev("hello-00001").Obj())
+	want := MakeDeployment(rev("hello-00001").Obj(), 0)
 	live := want.DeepCopy()
 	live.Spec.Replicas = ptr.To(int32(5))
 	live.Spec.RevisionHistoryLimit = ptr.To(int32(10))
@@ -213,5 +213,32 @@ func TestDeploymentInSync(t *testing.T) {
 		if !deploymentInSync(d, want) || *d.Spec.Replicas != 5 {
 			t.Errorf("%s: corrected Deployment still drifted, or lost its replicas (%d)", name, *d.Spec.Replicas)
 		}
+	}
+}
+
+// TestDrainHook: with the agents' drain port, every container waits for
+// the node's agent before it is stopped, naming the pod's workload (its
+// Deployment); the API server's defaults are no drift.
+func TestDrainHook(t *testing.T) {
+	r := rev("hello-00001").Obj()
+	r.Namespace = "shop"
+	r.Spec.Containers = append(r.Spec.Containers, servingv1alpha1.Container{Name: "cache", Image: "cache"})
+	d := MakeDeployment(r, 9094)
+	want := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		Host: "127.0.0.1", Port: intstr.FromInt32(9094), Path: "/drain?namespace=shop&workload=hello-00001-deployment", Scheme: corev1.URISchemeHTTP,
+	}}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Lifecycle == nil {
+			t.Fatalf("container %s has no preStop hook", c.Name)
+		}
+		if diff := cmp.Diff(want, c.Lifecycle.PreStop); diff != "" {
+			t.Errorf("container %s preStop (-want +got):\n%s", c.Name, diff)
+		}
+	}
+	if !deploymentInSync(d.DeepCopy(), d) {
+		t.Error("a Deployment with the hook is not in sync with itself")
+	}
+	if c := MakeDeployment(r, 0).Spec.Template.Spec.Containers[0]; c.Lifecycle != nil {
+		t.Errorf("without a drain port: lifecycle %+v, want none", c.Lifecycle)
 	}
 }

@@ -181,3 +181,35 @@ func TestKernelDrainFinishesRequestsAndMovesClients(t *testing.T) {
 		t.Errorf("the other pod served nothing: the clients never moved")
 	}
 }
+
+// TestKernelListenInAnotherNamespace: the listener is made in the named
+// namespace: it binds an address only that namespace has, and clients
+// reach it there.
+func TestKernelListenInAnotherNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := testpod.New(t, testpod.Options{Subnet: uint8(60 + nextSubnet.Add(1)%20)})
+	addr := net.JoinHostPort(p.IP.String(), "9094")
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("%s can be bound in the test's own namespace: the test proves nothing", addr)
+	}
+	l, err := ListenIn("/run/netns/"+p.Name, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_, _ = io.WriteString(c, "hello")
+			c.Close()
+		}
+	}()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "hello" {
+		t.Errorf("read %q, %v from the listener in %s", b, err, p.Name)
+	}
+}

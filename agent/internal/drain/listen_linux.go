@@ -44,12 +44,12 @@ func listenLocked(nsPath, addr string) (l net.Listener, back bool, err error) {
 	if err != nil {
 		return nil, true, fmt.Errorf("listen on %s in %s: open our own network namespace: %w", addr, nsPath, err)
 	}
-	defer unix.Close(orig)
+	defer closeFD(orig)
 	target, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, true, fmt.Errorf("listen on %s in %s: %w", addr, nsPath, err)
 	}
-	defer unix.Close(target)
+	defer closeFD(target)
 	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
 		return nil, true, fmt.Errorf("listen on %s in %s: enter the namespace: %w", addr, nsPath, err)
 	}

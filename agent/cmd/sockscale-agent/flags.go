@@ -39,6 +39,8 @@ type config struct {
 	nodeNetns          string
 	probeSources       string
 	auditPeriod        time.Duration
+	drainAddr          string
+	drainMinWait       time.Duration
 	// redirectRetryBackoff and redirectSyncTimeout have no flags: tests
 	// shorten them (0 means the redirect package's defaults).
 	redirectRetryBackoff time.Duration
@@ -67,6 +69,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.nodeNetns, "node-netns", "", "the node's network namespace (e.g. /proc/1/ns/net with hostPID), whose addresses the kubelet's probes come from, followed over netlink; empty: the agent's own (right with hostNetwork)")
 	fs.StringVar(&c.probeSources, "probe-sources", probeSourcesNode, "whose requests with a probe's User-Agent (kube-probe/, sockscale-probe/) are health probes, not load: node (the node's own addresses and the activators) or any (every client: for an agent that can see neither the node's network namespace nor run in it; a pod can then hide its load)")
 	fs.DurationVar(&c.auditPeriod, "connection-audit-period", 5*time.Minute, "how often each pod's connection count is checked against the kernel's socket table, in the pod's network namespace (needs the node's processes and CAP_SYS_ADMIN, CAP_SYS_PTRACE); pods are also checked when added; 0: never")
+	fs.StringVar(&c.drainAddr, "drain-bind-address", "", "address of the preStop hooks' wait, GET /drain?namespace=&workload= (answered once the workload's leaving pods on this node are drained), in --node-netns: the node's loopback, where the kubelet calls hooks, e.g. 127.0.0.1:9094; needs the node's processes and CAP_SYS_PTRACE to reach a leaving pod's connections; empty: no drain")
+	fs.DurationVar(&c.drainMinWait, "drain-min-wait", 2*time.Second, "how long after its deletion a leaving pod is held at least, for kube-proxy and the activators to stop sending it new connections (100ms..1m)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.uninstall, "uninstall", false, "detach the programs, remove everything pinned under --bpffs-dir, and exit (a running agent does this itself when it stops because its DaemonSet was deleted)")
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +131,14 @@ func (c *config) validate() error {
 	}
 	if c.probeSources == probeSourcesAny && c.nodeNetns != "" {
 		errs = append(errs, fmt.Errorf("--probe-sources=any with --node-netns=%q: the node's addresses are not used then; drop one", c.nodeNetns))
+	}
+	if c.drainAddr != "" {
+		if _, _, err := net.SplitHostPort(c.drainAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--drain-bind-address=%q: want host:port on the node's loopback, e.g. 127.0.0.1:9094", c.drainAddr))
+		}
+	}
+	if c.drainMinWait < 100*time.Millisecond || c.drainMinWait > time.Minute {
+		errs = append(errs, fmt.Errorf("--drain-min-wait=%v: want 100ms..1m", c.drainMinWait))
 	}
 	if c.auditPeriod != 0 && (c.auditPeriod < time.Second || c.auditPeriod > time.Hour) {
 		errs = append(errs, fmt.Errorf("--connection-audit-period=%v: want 0 (off) or 1s..1h", c.auditPeriod))

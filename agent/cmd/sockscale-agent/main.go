@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/agent/internal/connaudit"
+	"github.com/sockscale/sockscale/agent/internal/drain"
 	"github.com/sockscale/sockscale/agent/internal/lifecycle"
 	"github.com/sockscale/sockscale/agent/internal/metrics"
 	"github.com/sockscale/sockscale/agent/internal/nodeaddr"
@@ -171,7 +172,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 6)
+	errc := make(chan error, 8)
 	if cfg.auditPeriod > 0 {
 		// Each pod's connection count against the kernel's socket table:
 		// every period, and a pod as soon as it is added (its idle
@@ -203,6 +204,20 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 				OnError: func(error) { agentMetrics.Error("node_addresses") },
 			})
 		}()
+	}
+	if cfg.drainAddr != "" {
+		// Leaving pods: their clients moved off kept-alive connections and
+		// their requests finished before the kubelet stops them (the
+		// preStop hooks of serving Revisions wait here).
+		drainer := drain.New(acct, pods, drain.Sockets{}, drain.Options{MinWait: cfg.drainMinWait, Log: log.With("part", "drain"), Registerer: reg})
+		ln, err := drain.ListenIn(cfg.nodeNetns, cfg.drainAddr)
+		if err != nil {
+			return fmt.Errorf("--drain-bind-address=%q: %w", cfg.drainAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/drain", drainer.Handler())
+		go drainer.Run(ctx)
+		go func() { errc <- serve.On(ctx, ln, serve.New(cfg.drainAddr, mux)) }()
 	}
 	go smp.Run(ctx)
 	go owner.Run(ctx)

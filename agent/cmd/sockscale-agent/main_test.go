@@ -23,6 +23,8 @@ func TestFlagErrorsNameValueAndAllowed(t *testing.T) {
 		{[]string{"--node-name=n", "--activator-selector=app in ("}, `--activator-selector="app in ("`},
 		{[]string{"--node-name=n", "--activator-namespace="}, `--activator-namespace="": want the namespace the activators run in`},
 		{[]string{"--node-name=n", "--activator-namespace=Team A"}, `--activator-namespace="Team A": want the namespace the activators run in`},
+		{[]string{"--node-name=n", "--drain-bind-address=9094"}, `--drain-bind-address="9094": want host:port on the node's loopback`},
+		{[]string{"--node-name=n", "--drain-min-wait=2m"}, "--drain-min-wait=2m0s: want 100ms..1m"},
 	}
 	for _, tt := range tests {
 		t.Setenv("NODE_NAME", "")

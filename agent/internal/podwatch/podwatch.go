@@ -69,9 +69,6 @@ type Watcher struct {
 	// onAdded is told each address given to a pod in the kernel (see
 	// OnAdded); called with mu held, so it must not block.
 	onAdded func(netip.Addr)
-	// onLeaving is told each pod that starts terminating (see OnLeaving);
-	// called with mu held, so it must not block.
-	onLeaving func(Pod)
 }
 
 // podState is what decides which pod owns an address.
@@ -190,9 +187,6 @@ func (w *Watcher) Update(pod *corev1.Pod) {
 			}
 		}
 		w.pods[pod.UID] = st
-		if st.terminating && (!had || !old.terminating) && w.onLeaving != nil {
-			w.onLeaving(st.desc)
-		}
 	}
 	if had && old.ip != ip {
 		w.syncIP(old.ip) // the pod's address changed, or it has none now
@@ -341,11 +335,6 @@ func (w *Watcher) Resync() error {
 // RemoveStale is the first full sync (Resync), for callers that drive the
 // watcher without Run.
 func (w *Watcher) RemoveStale() error { return w.Resync() }
-
-// OnLeaving sets f to be told each pod that starts terminating (its
-// deletion was asked for). f runs on the watcher's goroutine with its lock
-// held: it must hand the work on, not do it. Set it before Run.
-func (w *Watcher) OnLeaving(f func(Pod)) { w.onLeaving = f }
 
 // Leaving is a pod of the node that is terminating and still holds its
 // address.

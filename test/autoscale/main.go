@@ -27,6 +27,13 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "autoscale")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if o.exitOnSIGTERM {
+		go func() {
+			<-ctx.Done()
+			log.Info("SIGTERM: exiting at once")
+			os.Exit(0)
+		}()
+	}
 	if err := run(ctx, o, log); err != nil {
 		log.Error("exit", "error", err)
 		os.Exit(1)
@@ -61,6 +68,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	// 3s + 25s stays within the pod's default terminationGracePeriodSeconds
 	// (30s), so the kubelet's SIGKILL never cuts a drain short.
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 25*time.Second, "then wait at most this long for requests in flight")
+	fs.BoolVar(&o.exitOnSIGTERM, "exit-on-sigterm", false, "exit at once on SIGTERM, dropping requests in flight (as most apps do); the delays above are then unused")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}

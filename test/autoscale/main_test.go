@@ -288,6 +288,8 @@ func TestParseFlags(t *testing.T) {
 			want: options{port: 7000, shutdownDelay: 3 * time.Second, drainTimeout: 25 * time.Second}},
 		{name: "all", args: []string{"--startup-delay=2s", "--shutdown-delay=0s", "--drain-timeout=1m"},
 			want: options{port: 8080, startupDelay: 2 * time.Second, drainTimeout: time.Minute}},
+		{name: "exit on SIGTERM", args: []string{"--exit-on-sigterm"},
+			want: options{port: 8080, shutdownDelay: 3 * time.Second, drainTimeout: 25 * time.Second, exitOnSIGTERM: true}},
 		{name: "bad PORT", env: map[string]string{"PORT": "http"}, wantErr: `$PORT "http"`},
 		{name: "port out of range", args: []string{"--port=70000"}, wantErr: "--port 70000"},
 		{name: "negative delay", args: []string{"--startup-delay=-1s"}, wantErr: "--startup-delay -1s"},

@@ -89,6 +89,10 @@ type options struct {
 	shutdownDelay time.Duration
 	// drainTimeout: then wait at most this long for requests in flight.
 	drainTimeout time.Duration
+	// exitOnSIGTERM: exit as soon as SIGTERM comes, dropping whatever is
+	// in flight, as most apps (and Knative's autoscale sample) do: the
+	// platform has to drain them.
+	exitOnSIGTERM bool
 }
 
 // serve runs the server on ln until ctx is done (SIGTERM), then drains:

@@ -153,9 +153,11 @@ func ImageSets() []string {
 
 // ClusterSets are ImageSets and what the local cluster's nodes need of the
 // current chart: the agents open the nodes' network namespace by the name
-// the cluster gave it.
+// the cluster gave it; and no drain: the simulated nodes share one network
+// namespace, whose loopback port only one agent could hold, and the
+// simulator runs no preStop hooks.
 func ClusterSets() []string {
-	return append(ImageSets(), "agent.nodeNetns=/var/run/netns/"+cluster.HostNetns)
+	return append(ImageSets(), "agent.nodeNetns=/var/run/netns/"+cluster.HostNetns, "agent.drain.enabled=false")
 }
 
 // Install installs (or upgrades) the chart pushed by PushChart from the

@@ -146,3 +146,15 @@ e.g. "agent/role.yaml").
 {{- end }}
 {{- toYaml $role.rules }}
 {{- end }}
+
+{{/*
+"true" when the agents hold leaving pods until drained: agent.drain.enabled
+where the agent can (namespaceAccess, or hostNetwork: the wait listens on
+the node's loopback and reaches the pods' connections through their
+processes); else empty.
+*/}}
+{{- define "sockscale.drain" -}}
+{{- if and .Values.agent.drain.enabled (or .Values.agent.namespaceAccess .Values.agent.hostNetwork) -}}
+true
+{{- end -}}
+{{- end -}}

@@ -29,24 +29,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// leavingPods is the Pods of a node whose pod is leaving once leave is set.
-type leavingPods struct {
-	mu sync.Mutex
-	l  []podwatch.Leaving
-}
-
-func (p *leavingPods) Leaving() []podwatch.Leaving {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.l
-}
-
-func (p *leavingPods) leave(l podwatch.Leaving) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.l = []podwatch.Leaving{l}
-}
-
 var nextSubnet atomic.Uint32
 
 // TestKernelDrainFinishesRequestsAndMovesClients: a pod leaves while
@@ -142,13 +124,13 @@ func TestKernelDrainFinishesRequestsAndMovesClients(t *testing.T) {
 	go func() { defer close(slowDone); get(slow, "sleep=1500ms") }()
 	time.Sleep(100 * time.Millisecond)
 
-	pl := &leavingPods{}
+	pl := &fakePods{}
 	d := New(acct, pl, Sockets{}, Options{MinWait: 500 * time.Millisecond, IdleClose: 300 * time.Millisecond, Poll: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go d.Run(ctx)
 	start := time.Now()
-	pl.leave(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "ns", Name: "app-1", Workload: "app", UID: "uid-1"}, IP: leaving.IP, Since: start})
+	pl.set(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "ns", Name: "app-1", Workload: "app", UID: "uid-1"}, IP: leaving.IP, Since: start})
 	gone.Store(true)
 
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)

@@ -16,6 +16,7 @@ import (
 	"github.com/sockscale/sockscale/bpf"
 )
 
+// fakePods is the Pods of a node whose leaving pods the test sets.
 type fakePods struct {
 	mu sync.Mutex
 	l  []podwatch.Leaving
@@ -25,6 +26,12 @@ func (p *fakePods) Leaving() []podwatch.Leaving {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.l
+}
+
+func (p *fakePods) set(l ...podwatch.Leaving) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.l = l
 }
 
 // noConns: a pod whose connections are all gone.

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,6 +38,7 @@ import (
 	"github.com/sockscale/sockscale/agent/internal/sampler"
 	"github.com/sockscale/sockscale/bpf"
 	"github.com/sockscale/sockscale/internal/logflags"
+	"github.com/sockscale/sockscale/internal/securemetrics"
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/stats/report"
@@ -65,6 +67,11 @@ func main() {
 // may "create" nodestats.sockscale.dev, a virtual resource that nothing
 // serves: that permission is what lets it report its node.
 // +kubebuilder:rbac:groups=sockscale.dev,resources=nodestats,verbs=create
+
+// With --metrics-secure every scrape's token and permission are asked of
+// the API server (cached a minute for tokens, five for allowed requests).
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.uninstall {
@@ -209,7 +216,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if reporter != nil {
 		go reporter.Run(ctx)
 	}
-	go func() { errc <- serve.Serve(ctx, cfg.metricsAddr, metricsMux(reg)) }()
+	go func() {
+		errc <- securemetrics.Serve(ctx, cfg.metrics, restCfg, metricsMux(reg), logr.FromSlogHandler(log.With("part", "metrics").Handler()))
+	}()
 	go func() { errc <- serve.Serve(ctx, cfg.healthAddr, healthMux(pods, smp)) }()
 	log.Info("agent started", "cgroupRoot", cfg.cgroupRoot, "bpffsDir", cfg.bpffsDir, "reportPeriod", cfg.reportPeriod, "socketRedirect", redir != nil)
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -225,7 +226,9 @@ func uninstallDir(pinDir string) error {
 			errs = append(errs, fmt.Errorf("remove pin: %w", err))
 		}
 	}
-	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// EBUSY: a mount point (the chart mounts only this directory of the
+	// host's bpffs into the agent); it stays, empty.
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) {
 		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
 	}
 	return errors.Join(errs...)

@@ -432,7 +432,8 @@ func Uninstall(pinDir string) error {
 		}
 	}
 	// Not empty: another component's pins (the accounting's) are there.
-	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+	// Busy: a mount point (the chart mounts only this directory).
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EBUSY) {
 		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
 	}
 	return errors.Join(errs...)

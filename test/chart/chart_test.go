@@ -248,12 +248,16 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 }
 
 // The agent reads its own DaemonSet, by name and nothing else: deleted, it
-// means an uninstall, and the agent removes its programs and pins.
+// means an uninstall, and the agent removes its programs and pins. It
+// records Events (ActivatorSetRefused) on its own pod: in the release
+// namespace only.
 func TestAgentRoleReadsOnlyItsDaemonSet(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.Role](t, objs, "Role", agentName)
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"},
-		ResourceNames: []string{agentName}, Verbs: []string{"get", "list", "watch"}}}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{agentName}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" || role.Namespace != namespace {
 		t.Errorf("agent Role in %q rules (-want +got):\n%s", role.Namespace, diff)
 	}

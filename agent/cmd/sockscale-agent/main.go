@@ -22,10 +22,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/agent/internal/connaudit"
@@ -189,8 +194,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
+		refusals, stopEvents, err := activatorRefusals(ctx, client, cfg)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
 		go func() {
-			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, reg, log)
+			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, reg, refusals, log)
 		}()
 	}
 	if redirects != nil {
@@ -236,6 +246,35 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		// A failure is never an uninstall: the next agent adopts the state.
 		return err
 	}
+}
+
+// activatorRefusals is where WatchActivators records the kernel's
+// refusals of the activator set: Events on the agent's own pod, through a
+// broadcaster that stop flushes and ends. They are created in the agent's
+// own namespace only, which a Role of the chart allows (agent-rbac.yaml,
+// not a marker: markers make ClusterRole rules). Without --pod-name and
+// --pod-namespace (an agent run by hand) there is no pod to record on:
+// nil, and the log and metrics alone say it.
+func activatorRefusals(ctx context.Context, client kubernetes.Interface, cfg *config) (*podwatch.RefusalEvents, func(), error) {
+	if cfg.podName == "" || cfg.podNamespace == "" {
+		return nil, func() {}, nil
+	}
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("events: %w", err)
+	}
+	return &podwatch.RefusalEvents{
+		Recorder: b.NewRecorder(scheme.Scheme, "sockscale-agent"),
+		Limit:    bpf.MaxActivators,
+		Regarding: func() runtime.Object {
+			// kubectl describe matches Events by the pod's UID too.
+			ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: cfg.podNamespace, Name: cfg.podName}
+			if pod, err := client.CoreV1().Pods(cfg.podNamespace).Get(ctx, cfg.podName, metav1.GetOptions{}); err == nil {
+				ref.UID = pod.UID
+			}
+			return ref
+		},
+	}, b.Shutdown, nil
 }
 
 // decideTimeout bounds the read of the DaemonSet at exit, well inside the

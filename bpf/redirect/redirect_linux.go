@@ -432,8 +432,10 @@ func Uninstall(pinDir string) error {
 		}
 	}
 	// Not empty: another component's pins (the accounting's) are there.
-	// Busy: a mount point (the chart mounts only this directory).
-	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EBUSY) {
+	// Busy, or read-only: a mount point (the chart mounts only this
+	// directory, below the container's read-only root), which stays.
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) &&
+		!errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EROFS) {
 		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
 	}
 	return errors.Join(errs...)

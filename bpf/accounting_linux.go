@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -233,7 +234,10 @@ func uninstallDir(pinDir string) error {
 			errs = append(errs, fmt.Errorf("remove pin: %w", err))
 		}
 	}
-	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// A mount point (the chart mounts only this directory of the host's
+	// bpffs into the agent) stays, empty: removing it is EBUSY, or EROFS
+	// first where its parent is on the container's read-only root.
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EROFS) {
 		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
 	}
 	return errors.Join(errs...)

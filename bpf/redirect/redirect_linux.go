@@ -432,7 +432,10 @@ func Uninstall(pinDir string) error {
 		}
 	}
 	// Not empty: another component's pins (the accounting's) are there.
-	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+	// Busy, or read-only: a mount point (the chart mounts only this
+	// directory, below the container's read-only root), which stays.
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) &&
+		!errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EROFS) {
 		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
 	}
 	return errors.Join(errs...)

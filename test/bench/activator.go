@@ -200,7 +200,7 @@ func (r *activatorRig) start(flags ...string) (*activatorProc, error) {
 	}
 	a := &activatorProc{proxyAddr: addrs[0], metricsAddr: addrs[1]}
 	args := append([]string{"--pod-name=" + activatorName, "--kubeconfig=" + r.cp.Kubeconfig,
-		"--proxy-bind-address=" + addrs[0], "--metrics-bind-address=" + addrs[1], "--health-probe-bind-address=" + addrs[2],
+		"--proxy-bind-address=" + addrs[0], "--metrics-bind-address=" + addrs[1], "--metrics-secure=false", "--health-probe-bind-address=" + addrs[2],
 		"--drain-delay=0s", "--shutdown-grace-period=1s", "--log-level=error"}, flags...)
 	a.cmd = exec.Command(r.bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = os.Stderr, os.Stderr

@@ -49,7 +49,7 @@ func footprint(root string, d time.Duration) error {
 	metricsAddr, healthAddr := "127.0.0.1:19090", "127.0.0.1:18081"
 	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-bench-%d", os.Getpid())
 	agent := exec.Command(bin, "--node-name=bench-node", "--cgroup-root="+root, "--bpffs-dir="+pinDir,
-		"--kubeconfig="+cp.Kubeconfig, "--activator-namespace=default", "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr, "--log-level=warn")
+		"--kubeconfig="+cp.Kubeconfig, "--activator-namespace=default", "--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+healthAddr, "--log-level=warn")
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
 		return err

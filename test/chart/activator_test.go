@@ -89,6 +89,7 @@ func TestActivatorDeployment(t *testing.T) {
 		"--proxy-bind-address=:8012",
 		"--route-bind-address=:8013",
 		"--metrics-bind-address=:9090",
+		"--metrics-secure=true",
 		"--health-probe-bind-address=:8081",
 		"--queue-depth=10000",
 		// No --max-held: at maxHeld 0 the activator derives it from its
@@ -106,7 +107,8 @@ func TestActivatorDeployment(t *testing.T) {
 	}
 	// The same stats address as the agents'.
 	agent := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec.Containers[0]
-	if !slices.Contains(agent.Args, wantArgs[8]) {
+	stats := wantArgs[slices.IndexFunc(wantArgs, func(a string) bool { return strings.HasPrefix(a, "--controller-stats-address=") })]
+	if !slices.Contains(agent.Args, stats) {
 		t.Errorf("the agents report to another address than the activators: %q", agent.Args)
 	}
 	// Identity from the downward API.
@@ -280,8 +282,14 @@ func TestActivatorClusterRoleIsReadOnly(t *testing.T) {
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", activatorName)
 	read := []string{"list", "watch"} // informers only: no get
 	report := rbacv1.PolicyRule{APIGroups: []string{"sockscale.dev"}, Resources: []string{"targetstats"}, Verbs: []string{"create"}}
+	// Its /metrics' check of a scraper: reviews store nothing.
+	reviews := []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces", "pods", "services"}, Verbs: read},
+		reviews[0], reviews[1],
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes"}, Verbs: read},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses", "networkpolicies"}, Verbs: read},
@@ -295,7 +303,7 @@ func TestActivatorClusterRoleIsReadOnly(t *testing.T) {
 	// Said again without the exact list, so that a rule added later still
 	// has to be read-only.
 	for _, r := range role.Rules {
-		if cmp.Equal(r, report) {
+		if cmp.Equal(r, report) || cmp.Equal(r, reviews[0]) || cmp.Equal(r, reviews[1]) {
 			continue
 		}
 		for _, v := range r.Verbs {
@@ -427,6 +435,7 @@ activator:
 		"--proxy-bind-address=:18012",
 		"--route-bind-address=:18013",
 		"--metrics-bind-address=:19090",
+		"--metrics-secure=true",
 		"--health-probe-bind-address=:18081",
 		"--queue-depth=50",
 		"--max-held=300",

@@ -129,7 +129,9 @@ func TestAgentDaemonSet(t *testing.T) {
 		readOnly                    bool
 	}{
 		{"cgroup", "/sys/fs/cgroup", "/host/cgroup", true},
-		{"bpffs", "/sys/fs/bpf", "/sys/fs/bpf", false},
+		// Only the agent's own directory of the host's bpffs, not below
+		// the container's /sys (sysfs takes no mount point).
+		{"bpffs", "/sys/fs/bpf/sockscale", "/run/sockscale/bpffs", false},
 	} {
 		i := slices.IndexFunc(spec.Volumes, func(vol corev1.Volume) bool { return vol.Name == v.volume })
 		if i < 0 || spec.Volumes[i].HostPath == nil || spec.Volumes[i].HostPath.Path != v.hostPath {
@@ -143,13 +145,19 @@ func TestAgentDaemonSet(t *testing.T) {
 	if m := mounts["bpffs"]; m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationNone {
 		t.Errorf("bpffs mountPropagation %v, want None", m.MountPropagation)
 	}
+	if i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "bpffs" }); i >= 0 && spec.Volumes[i].HostPath != nil {
+		if typ := spec.Volumes[i].HostPath.Type; typ == nil || *typ != corev1.HostPathDirectoryOrCreate {
+			t.Errorf("bpffs hostPath type %v, want DirectoryOrCreate (the kubelet makes it on the host's bpffs)", typ)
+		}
+	}
 
 	// Flags: the mounted paths, and the controller's headless stats
 	// Service in the release namespace.
 	for _, want := range []string{
 		"--cgroup-root=/host/cgroup",
-		"--bpffs-dir=/sys/fs/bpf/sockscale",
+		"--bpffs-dir=/run/sockscale/bpffs",
 		"--metrics-bind-address=:9090",
+		"--metrics-secure=true",
 		"--health-probe-bind-address=:8081",
 		"--report-period=1s",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
@@ -206,9 +214,10 @@ func TestAgentDaemonSet(t *testing.T) {
 
 // The agent reads pods, and for the socket-layer redirect (on unless
 // agent.socketRedirect=off) Services, ServerlessServices and serving
-// Routes; it writes nothing. Its one "create" is on nodestats, a virtual
-// resource no API serves: the controller's permission check for its
-// reports.
+// Routes; it writes nothing. Its "create"s are on nodestats, a virtual
+// resource no API serves (the controller's permission check for its
+// reports), and on TokenReviews and SubjectAccessReviews, which store
+// nothing (its /metrics' check of a scraper).
 func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", agentName)
@@ -217,6 +226,8 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		// get: its own pod, read once for its owning DaemonSet (an
 		// uninstall is told from a restart by that DaemonSet's deletion).
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"nodestats"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: read},
 		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
@@ -226,7 +237,7 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
 	}
 	off := get[rbacv1.ClusterRole](t, render(t, "--set", "agent.socketRedirect=off"), "ClusterRole", agentName)
-	if diff := cmp.Diff(want[:2], off.Rules); diff != "" {
+	if diff := cmp.Diff(want[:4], off.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules with agent.socketRedirect=off (-want +got):\n%s", diff)
 	}
 	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", agentName)
@@ -238,12 +249,16 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 }
 
 // The agent reads its own DaemonSet, by name and nothing else: deleted, it
-// means an uninstall, and the agent removes its programs and pins.
+// means an uninstall, and the agent removes its programs and pins. It
+// records Events (ActivatorSetRefused) on its own pod: in the release
+// namespace only.
 func TestAgentRoleReadsOnlyItsDaemonSet(t *testing.T) {
 	objs := render(t)
 	role := get[rbacv1.Role](t, objs, "Role", agentName)
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"},
-		ResourceNames: []string{agentName}, Verbs: []string{"get", "list", "watch"}}}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{agentName}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" || role.Namespace != namespace {
 		t.Errorf("agent Role in %q rules (-want +got):\n%s", role.Namespace, diff)
 	}

@@ -20,14 +20,18 @@ func ingressPorts(np *networkingv1.NetworkPolicy) map[int32][]networkingv1.Netwo
 	return out
 }
 
+// selects is a peer of the release's pods of component: a podSelector
+// alone (no namespaceSelector) matches pods of the policy's own namespace,
+// the release's, where tenants create no pods, so its labels cannot be
+// forged.
 func selects(component string) networkingv1.NetworkPolicyPeer {
 	return networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 		"app.kubernetes.io/name": "sockscale", "app.kubernetes.io/instance": release, "app.kubernetes.io/component": component}}}
 }
 
 func TestNetworkPolicies(t *testing.T) {
-	if n := len(render(t).ofKind("NetworkPolicy")); n != 0 {
-		t.Errorf("%d NetworkPolicies by default, want none (networkPolicy.enabled=false)", n)
+	if n := len(render(t, "--set", "networkPolicy.enabled=false").ofKind("NetworkPolicy")); n != 0 {
+		t.Errorf("%d NetworkPolicies with networkPolicy.enabled=false, want none", n)
 	}
 	monitoring := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}
 	nodes := networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16"}}
@@ -36,7 +40,8 @@ func TestNetworkPolicies(t *testing.T) {
 		set  []string
 		want map[string]map[int32][]networkingv1.NetworkPolicyPeer // by policy name, port
 	}{
-		{"defaults", []string{"--set", "networkPolicy.enabled=true"}, map[string]map[int32][]networkingv1.NetworkPolicyPeer{
+		// On by default: where the network plugin enforces them.
+		{"defaults", nil, map[string]map[int32][]networkingv1.NetworkPolicyPeer{
 			controllerName: {8443: {selects("agent"), selects("activator")}, 8080: nil, 8081: nil},
 			activatorName:  {8012: nil, 8013: nil, 8081: nil, 9090: nil},
 			agentName:      {9090: nil, 8081: nil},
@@ -71,6 +76,9 @@ func TestNetworkPolicies(t *testing.T) {
 				component := map[string]string{controllerName: "controller", activatorName: "activator", agentName: "agent"}[o.Name]
 				if diff := cmp.Diff(selects(component).PodSelector, &np.Spec.PodSelector); diff != "" {
 					t.Errorf("%s podSelector (-want +got):\n%s", o.Name, diff)
+				}
+				if np.Namespace != namespace {
+					t.Errorf("%s in namespace %q, want the release's %q (its pod selectors match there only)", o.Name, np.Namespace, namespace)
 				}
 				got[o.Name] = ingressPorts(np)
 			}

@@ -68,7 +68,10 @@ func TestE2EAgent(t *testing.T) {
 						// chart gives such an agent (agent.namespaceAccess=false),
 						// or the kubelet's probes would count as load.
 						Args: []string{"--cgroup-root=/sys/fs/cgroup", "--bpffs-dir=/sys/fs/bpf/sockscale", "--report-period=200ms",
-							"--probe-sources=any", "--connection-audit-period=0"},
+							"--probe-sources=any", "--connection-audit-period=0",
+							// Scraped over plain HTTP below: this DaemonSet has no
+							// RBAC to review a scraper's token.
+							"--metrics-secure=false"},
 						// The activators' namespace defaults to the agent's own.
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},

@@ -101,7 +101,7 @@ type activators struct {
 }
 
 func newActivators(s *stack.Stack, ns, name string) *activators {
-	return &activators{s: s, ns: ns, name: name, hc: &http.Client{Timeout: 2 * time.Second}}
+	return &activators{s: s, ns: ns, name: name, hc: stack.MetricsClient(2 * time.Second)}
 }
 
 // addrs are the activator pods' metrics addresses by pod name.
@@ -150,7 +150,9 @@ func (a *activators) scrape(ctx context.Context, addrs map[string]string) (map[s
 }
 
 func (a *activators) scrapeOne(ctx context.Context, addr string) (actStats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	// HTTPS with the harness scraper's token (the chart's
+	// --metrics-secure).
+	req, err := a.s.MetricsRequest(ctx, addr)
 	if err != nil {
 		return actStats{}, err
 	}

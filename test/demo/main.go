@@ -191,7 +191,11 @@ Look around (the cluster keeps running):
 		fmt.Fprintf(w, "  %s get ssvc,ssrt,ssrev -n %s        # the serving Service, its Route's split, its Revisions\n", kubectl(f), appNS)
 	}
 	if ip := agentIP(ctx, s); ip != "" {
-		fmt.Fprintf(w, "  curl -s http://%s:9090/metrics | grep sockscale_agent_requests   # a node's agent (%d pods accounted)\n", ip, len(agents))
+		// The agents' /metrics take a token with the chart's
+		// metrics-reader ClusterRole: the harness scraper's.
+		fmt.Fprintf(w, "  TOKEN=$(%s create token %s -n %s)   # bound to %s\n", kubectl(f), stack.ScraperName, stack.ScraperNamespace, stack.MetricsReaderRole)
+		fmt.Fprintf(w, "  curl -sk -H \"Authorization: Bearer $TOKEN\" https://%s:%d/metrics | grep sockscale_agent_requests   # a node's agent (%d pods accounted)\n",
+			ip, stack.AgentMetricsPort, len(agents))
 	}
 	fmt.Fprintf(w, "  logs: %s\nTear down: make cluster-down\n", c.LogDir())
 	return errors.Join(failed...)

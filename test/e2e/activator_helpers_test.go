@@ -85,7 +85,7 @@ func activatorsKnow(ctx context.Context, s *stack.Stack, name string) error {
 		if !a.Ready || a.Deleting {
 			continue
 		}
-		m, err := stack.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
+		m, err := s.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
 		if err != nil {
 			return err
 		}
@@ -324,7 +324,7 @@ func activatorSum(ctx context.Context, s *stack.Stack, metric string, match map[
 		if !a.IP.IsValid() {
 			continue
 		}
-		m, err := stack.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
+		m, err := s.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -218,7 +218,7 @@ func activatorsLine(ctx context.Context, s *stack.Stack, name string) string {
 		if !a.IP.IsValid() {
 			continue
 		}
-		m, err := stack.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
+		m, err := s.Scrape(ctx, a.IP, stack.ActivatorMetricsPort)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s: %v", a.Name, err))
 			continue
@@ -479,7 +479,7 @@ func TestE2EActivatorQueueFull(t *testing.T) {
 	}
 	defer wg.Wait()
 	e2etest.Eventually(t, 10*time.Second, fmt.Sprintf("%d held by %s", depth, act.Name), func() error {
-		m, err := stack.Scrape(ctx, act.IP, stack.ActivatorMetricsPort)
+		m, err := s.Scrape(ctx, act.IP, stack.ActivatorMetricsPort)
 		if err != nil {
 			return err
 		}

@@ -111,8 +111,8 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 	var nodes []*nodeClient
 	for i, n := range nodeList.Items {
 		nc := &nodeClient{name: n.Name, agent: agentAddr(t, s, n.Name)}
-		nc.before = scrapeSum(t, nc.agent, "sockscale_agent_redirect_connects_total", redirected)
-		nc.setsBefore, nc.deletesBefore = mapWrites(t, nc.agent)
+		nc.before = scrapeSum(t, s, nc.agent, "sockscale_agent_redirect_connects_total", redirected)
+		nc.setsBefore, nc.deletesBefore = mapWrites(t, s, nc.agent)
 		nc.in = startInNodeClient(t, s, n.Name, innodeConfig{
 			Addr: svc, KeepAlive: share(conc, i, len(nodeList.Items)), NewConn: share(conc, i, len(nodeList.Items)),
 			Recycle: 20, Query: "?sleep=20", ProbeEvery: probeEvery,
@@ -175,8 +175,8 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 	took := time.Since(start)
 	for _, n := range nodes {
 		n.loads = n.in.stop(t)
-		n.after = scrapeSum(t, n.agent, "sockscale_agent_redirect_connects_total", redirected)
-		n.setsAfter, n.deletesAfter = mapWrites(t, n.agent)
+		n.after = scrapeSum(t, s, n.agent, "sockscale_agent_redirect_connects_total", redirected)
+		n.setsAfter, n.deletesAfter = mapWrites(t, s, n.agent)
 		n.probes = n.in.probes.since(time.Time{})
 	}
 	out.stop()
@@ -969,9 +969,9 @@ func agentAddr(t *testing.T, s *stack.Stack, node string) netip.Addr {
 	return addr
 }
 
-func scrapeSum(t *testing.T, ip netip.Addr, metric string, match map[string]string) float64 {
+func scrapeSum(t *testing.T, s *stack.Stack, ip netip.Addr, metric string, match map[string]string) float64 {
 	t.Helper()
-	m, err := stack.Scrape(context.Background(), ip, 9090)
+	m, err := s.Scrape(context.Background(), ip, stack.AgentMetricsPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -979,9 +979,9 @@ func scrapeSum(t *testing.T, ip netip.Addr, metric string, match map[string]stri
 }
 
 // mapWrites are the kernel map writes (set, delete) of the agent at ip.
-func mapWrites(t *testing.T, ip netip.Addr) (sets, deletes float64) {
+func mapWrites(t *testing.T, s *stack.Stack, ip netip.Addr) (sets, deletes float64) {
 	t.Helper()
-	m, err := stack.Scrape(context.Background(), ip, 9090)
+	m, err := s.Scrape(context.Background(), ip, stack.AgentMetricsPort)
 	if err != nil {
 		t.Fatal(err)
 	}

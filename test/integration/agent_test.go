@@ -70,7 +70,7 @@ func TestIntegrationAgentEndToEnd(t *testing.T) {
 	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	args := []string{
 		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + kubeconfig, "--activator-namespace=default",
-		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + healthAddr,
+		"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=" + healthAddr,
 		"--controller-stats-address=" + recv.addr, "--report-period=1s", "--log-level=debug",
 	}
 	t.Cleanup(func() { _ = exec.Command(bin, "--uninstall", "--bpffs-dir="+pinDir).Run() })

@@ -15,10 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Ports of the activator's pods (the chart's defaults).
+// Ports of the activator's and the agent's pods (the chart's defaults).
 const (
 	ActivatorProxyPort   = 8012
 	ActivatorMetricsPort = 9090
+	AgentMetricsPort     = 9090
 )
 
 // ActivatorPod is one activator pod as the API shows it.
@@ -60,8 +61,10 @@ type Sample struct {
 	Value  float64
 }
 
-// Scrape reads the Prometheus text at http://ip:port/metrics and returns
-// the counters' and gauges' series by metric name.
+// Scrape reads the Prometheus text at http://ip:port/metrics (an endpoint
+// with --metrics-secure=false) and returns the counters' and gauges'
+// series by metric name. The chart's agents and activators serve HTTPS:
+// Stack.Scrape reads them.
 func Scrape(ctx context.Context, ip netip.Addr, port uint16) (map[string][]Sample, error) {
 	return scrape(ctx, http.DefaultClient, "http://"+netip.AddrPortFrom(ip, port).String()+"/metrics", "")
 }

@@ -77,6 +77,8 @@ type Stack struct {
 	// ServiceCIDR is the cluster's service range: a public Service's
 	// ClusterIP must be in it before any traffic is sent there.
 	ServiceCIDR netip.Prefix
+
+	scraper scraper
 }
 
 // New connects to the cluster of kubeconfig.
@@ -300,14 +302,22 @@ func (s *Stack) AgentMetrics(ctx context.Context) (map[string]*PodSeries, error)
 		return nil, errors.New("no agent pods")
 	}
 	out := make(map[string]*PodSeries)
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := MetricsClient(5 * time.Second)
 	for _, p := range pods.Items {
 		if p.Status.PodIP == "" {
 			return nil, fmt.Errorf("agent %s has no IP yet", p.Name)
 		}
-		resp, err := hc.Get("http://" + netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), 9090).String() + "/metrics")
+		req, err := s.MetricsRequest(ctx, netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), AgentMetricsPort).String())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := hc.Do(req)
 		if err != nil {
 			return nil, fmt.Errorf("scrape agent %s: %w", p.Name, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, fmt.Errorf("scrape agent %s: %w", p.Name, &StatusError{Code: resp.StatusCode})
 		}
 		var buf bytes.Buffer
 		_, err = buf.ReadFrom(resp.Body)

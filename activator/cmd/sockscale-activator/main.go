@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -44,6 +45,7 @@ import (
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
 	"github.com/sockscale/sockscale/internal/logflags"
 	"github.com/sockscale/sockscale/internal/memlimit"
+	"github.com/sockscale/sockscale/internal/securemetrics"
 	"github.com/sockscale/sockscale/internal/serve"
 	statsreport "github.com/sockscale/sockscale/internal/stats/report"
 )
@@ -67,6 +69,7 @@ type config struct {
 	podName       string
 	podIP         string
 	metricsAddr   string
+	metrics       securemetrics.Config
 	healthAddr    string
 	proxyAddr     string
 	routeAddr     string
@@ -97,7 +100,8 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("sockscale-activator", flag.ContinueOnError)
 	fs.StringVar(&c.podName, "pod-name", os.Getenv("POD_NAME"), "this activator's pod name (default: $POD_NAME): it answers activator probes with it and takes its share of pods by it")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
-	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	securemetrics.BindFlags(fs, &c.metrics)
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (plain HTTP, no token: the kubelet probes it)")
 	fs.StringVar(&c.proxyAddr, "proxy-bind-address", ":8012", "address that takes the targets' requests (HTTP/1.1 and h2c); a serving Route's host chooses among its revisions in Proxy mode first (the kernel split chose one of them)")
 	fs.StringVar(&c.routeAddr, "route-bind-address", ":8013", "address that takes requests for serving Routes through their Services' EndpointSlices (no kernel split before): a Route's host chooses among all its revisions by percent; otherwise as --proxy-bind-address")
 	fs.IntVar(&c.queueDepth, "queue-depth", throttle.DefaultQueueDepth, fmt.Sprintf("requests held per target at most; more get 503 (1..%d)", maxQueueDepth))
@@ -156,6 +160,10 @@ func (c *config) validate() error {
 		if _, _, err := net.SplitHostPort(f.addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :8012", f.name, f.addr))
 		}
+	}
+	c.metrics.BindAddress = c.metricsAddr
+	if err := c.metrics.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := logflags.ParseLevel(c.logLevel); err != nil {
 		errs = append(errs, err)
@@ -227,6 +235,11 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// With --metrics-secure every scrape's token and permission are asked of
+// the API server (cached a minute for tokens, five for allowed requests).
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
@@ -377,7 +390,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			}
 		}()
 	}
-	go func() { errc <- serve.Serve(aux, cfg.metricsAddr, metricsMux(reg)) }()
+	go func() {
+		errc <- securemetrics.Serve(aux, cfg.metrics, restCfg, metricsMux(reg), logr.FromSlogHandler(log.With("part", "metrics").Handler()))
+	}()
 	go func() { errc <- serve.Serve(aux, cfg.healthAddr, health.Handler()) }()
 	go counter.Run(aux)
 	if sender != nil {

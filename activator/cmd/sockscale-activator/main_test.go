@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
+	"github.com/sockscale/sockscale/test/stack"
 )
 
 func TestFlags(t *testing.T) {
@@ -52,6 +55,11 @@ func TestFlags(t *testing.T) {
 		{name: "network policies ignored", args: []string{"--network-policies=ignore"}},
 		{name: "network policies", args: []string{"--network-policies=audit"}, errs: []string{`--network-policies="audit": want enforce or ignore`}},
 		{name: "stats", args: []string{"--controller-stats-address=ctl.ns.svc:8443", "--report-period=2s"}},
+		{name: "plain metrics", args: []string{"--metrics-secure=false"}},
+		{name: "metrics certificate without TLS", args: []string{"--metrics-secure=false", "--metrics-cert-path=/etc/certs"},
+			errs: []string{`--metrics-cert-path="/etc/certs" needs --metrics-secure`}},
+		{name: "metrics certificate missing", args: []string{"--metrics-cert-path=/nonexistent"},
+			errs: []string{`--metrics-cert-name="tls.crt" in --metrics-cert-path="/nonexistent"`, `--metrics-cert-key="tls.key" in --metrics-cert-path="/nonexistent"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,8 +203,32 @@ func TestIntegrationRun(t *testing.T) {
 	if held := time.Since(start); held < 900*time.Millisecond {
 		t.Errorf("held %v, want about the target's 1 s timeout", held)
 	}
-	if code, body, _ := get("http://" + addrs[1] + "/metrics"); code != 200 || !strings.Contains(body, "sockscale_activator_probes_total") {
-		t.Errorf("/metrics: %d, activator series missing", code)
+	// /metrics is HTTPS (--metrics-secure by default) for the chart's
+	// metrics-reader only; /healthz stays plain and open for the kubelet.
+	if _, err := stack.ScrapeSecure(ctx0, addrs[1], ""); !isStatus(err, 401) {
+		t.Errorf("/metrics without a token: %v, want 401", err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: stack.MetricsReaderRole},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
+	if err := cl.Client.Create(ctx0, role); err != nil {
+		t.Fatal(err)
+	}
+	token, err := stack.MetricsReaderToken(ctx0, cl.Client, "default", "prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string][]stack.Sample
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// The new binding reaches the authorizer within moments.
+		if m, err = stack.ScrapeSecure(ctx0, addrs[1], token); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if _, ok := m["sockscale_activator_probes_total"]; err != nil || !ok {
+		t.Errorf("/metrics with the reader's token: %v, activator series there: %v", err, ok)
+	}
+	if code, _, _ := get("http://" + addrs[2] + "/healthz"); code != 200 {
+		t.Errorf("/healthz without a token: %d, want 200", code)
 	}
 	cancel()
 	select {
@@ -220,4 +252,10 @@ func freeAddrs(t *testing.T, n int) []string {
 		defer ln.Close()
 	}
 	return addrs
+}
+
+// isStatus: err is a scrape answered with code.
+func isStatus(err error, code int) bool {
+	var se *stack.StatusError
+	return errors.As(err, &se) && se.Code == code
 }

@@ -15,6 +15,7 @@ import (
 
 	agentredirect "github.com/sockscale/sockscale/agent/internal/redirect"
 	"github.com/sockscale/sockscale/internal/logflags"
+	"github.com/sockscale/sockscale/internal/securemetrics"
 )
 
 type config struct {
@@ -25,6 +26,7 @@ type config struct {
 	bpffsDir           string
 	kubeconfig         string
 	metricsAddr        string
+	metrics            securemetrics.Config
 	healthAddr         string
 	reportPeriod       time.Duration
 	controllerStats    string
@@ -57,7 +59,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.bpffsDir, "bpffs-dir", "/sys/fs/bpf/sockscale", "directory on a bpffs where maps and links are pinned (survive restarts)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9090", "address of the /metrics endpoint")
-	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	securemetrics.BindFlags(fs, &c.metrics)
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (plain HTTP, no token: the kubelet probes it)")
 	fs.DurationVar(&c.reportPeriod, "report-period", time.Second, "how often counters are read and reported (100ms..1m)")
 	fs.StringVar(&c.controllerStats, "controller-stats-address", "", "host:port of the controller's stats Service (headless: every replica gets the stats); empty: do not report")
 	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
@@ -103,6 +106,10 @@ func (c *config) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want [host]:port, e.g. :9090", flagName, addr))
 		}
+	}
+	c.metrics.BindAddress = c.metricsAddr
+	if err := c.metrics.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.controllerStats != "" {
 		if _, _, err := net.SplitHostPort(c.controllerStats); err != nil {

@@ -56,7 +56,7 @@ func TestIntegrationAgentStopKeepsOrUninstalls(t *testing.T) {
 		t.Helper()
 		cfg, err := parseFlags([]string{
 			"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig,
-			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
+			"--metrics-bind-address=127.0.0.1:0", "--metrics-secure=false", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
 			"--pod-name=" + pod.Name, "--pod-namespace=default", "--activator-namespace=default",
 		})
 		if err != nil {

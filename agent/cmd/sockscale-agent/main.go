@@ -18,13 +18,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/agent/internal/connaudit"
@@ -38,6 +44,7 @@ import (
 	"github.com/sockscale/sockscale/agent/internal/sampler"
 	"github.com/sockscale/sockscale/bpf"
 	"github.com/sockscale/sockscale/internal/logflags"
+	"github.com/sockscale/sockscale/internal/securemetrics"
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/stats/report"
@@ -66,6 +73,11 @@ func main() {
 // may "create" nodestats.sockscale.dev, a virtual resource that nothing
 // serves: that permission is what lets it report its node.
 // +kubebuilder:rbac:groups=sockscale.dev,resources=nodestats,verbs=create
+
+// With --metrics-secure every scrape's token and permission are asked of
+// the API server (cached a minute for tokens, five for allowed requests).
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.uninstall {
@@ -183,8 +195,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	go func() { errc <- pods.Run(ctx, client, cfg.nodeName, clock.RealClock{}) }()
 	if cfg.activatorSelector != "" {
+		refusals, stopEvents, err := activatorRefusals(ctx, client, cfg)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
 		go func() {
-			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, reg, log)
+			errc <- podwatch.WatchActivators(ctx, client, cfg.activatorNamespace, cfg.activatorSelector, acct, reg, refusals, log)
 		}()
 	}
 	if redirects != nil {
@@ -224,7 +241,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if reporter != nil {
 		go reporter.Run(ctx)
 	}
-	go func() { errc <- serve.Serve(ctx, cfg.metricsAddr, metricsMux(reg)) }()
+	go func() {
+		errc <- securemetrics.Serve(ctx, cfg.metrics, restCfg, metricsMux(reg), logr.FromSlogHandler(log.With("part", "metrics").Handler()))
+	}()
 	go func() { errc <- serve.Serve(ctx, cfg.healthAddr, healthMux(pods, smp)) }()
 	log.Info("agent started", "cgroupRoot", cfg.cgroupRoot, "bpffsDir", cfg.bpffsDir, "reportPeriod", cfg.reportPeriod, "socketRedirect", redir != nil)
 
@@ -242,6 +261,35 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		// A failure is never an uninstall: the next agent adopts the state.
 		return err
 	}
+}
+
+// activatorRefusals is where WatchActivators records the kernel's
+// refusals of the activator set: Events on the agent's own pod, through a
+// broadcaster that stop flushes and ends. They are created in the agent's
+// own namespace only, which a Role of the chart allows (agent-rbac.yaml,
+// not a marker: markers make ClusterRole rules). Without --pod-name and
+// --pod-namespace (an agent run by hand) there is no pod to record on:
+// nil, and the log and metrics alone say it.
+func activatorRefusals(ctx context.Context, client kubernetes.Interface, cfg *config) (*podwatch.RefusalEvents, func(), error) {
+	if cfg.podName == "" || cfg.podNamespace == "" {
+		return nil, func() {}, nil
+	}
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("events: %w", err)
+	}
+	return &podwatch.RefusalEvents{
+		Recorder: b.NewRecorder(scheme.Scheme, "sockscale-agent"),
+		Limit:    bpf.MaxActivators,
+		Regarding: func() runtime.Object {
+			// kubectl describe matches Events by the pod's UID too.
+			ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: cfg.podNamespace, Name: cfg.podName}
+			if pod, err := client.CoreV1().Pods(cfg.podNamespace).Get(ctx, cfg.podName, metav1.GetOptions{}); err == nil {
+				ref.UID = pod.UID
+			}
+			return ref
+		},
+	}, b.Shutdown, nil
 }
 
 // decideTimeout bounds the read of the DaemonSet at exit, well inside the

@@ -14,6 +14,7 @@ func TestFlagErrorsNameValueAndAllowed(t *testing.T) {
 		{[]string{"--node-name=n", "--report-period=10ms"}, "--report-period=10ms: must be between 100ms and 1m"},
 		{[]string{"--node-name=n", "--bpffs-dir=/"}, `--bpffs-dir="/"`},
 		{[]string{"--node-name=n", "--metrics-bind-address=9090"}, `--metrics-bind-address="9090": want [host]:port`},
+		{[]string{"--node-name=n", "--metrics-secure=false", "--metrics-cert-path=/etc/certs"}, `--metrics-cert-path="/etc/certs" needs --metrics-secure`},
 		{[]string{"--node-name=n", "--controller-stats-address=controller"}, `--controller-stats-address="controller": want host:port`},
 		{[]string{"--node-name=n", "--log-level=loud"}, `--log-level="loud": want debug, info, warn or error`},
 		{[]string{"--node-name=n", "extra"}, "takes flags only"},
@@ -45,6 +46,9 @@ func TestFlagDefaults(t *testing.T) {
 	}
 	if c.nodeName != "node-a" || c.cgroupRoot != "/sys/fs/cgroup" || c.bpffsDir != "/sys/fs/bpf/sockscale" || c.reportPeriod.String() != "1s" {
 		t.Errorf("defaults = %+v", c)
+	}
+	if !c.metrics.Secure || c.metrics.CertDir != "" {
+		t.Errorf("--metrics-secure=%v --metrics-cert-path=%q, want HTTPS with a self-signed certificate", c.metrics.Secure, c.metrics.CertDir)
 	}
 	if c.activatorNamespace != "ops" {
 		t.Errorf("--activator-namespace=%q, want the agent's own namespace ops", c.activatorNamespace)

@@ -40,7 +40,7 @@ func TestIntegrationSocketRedirectFlag(t *testing.T) {
 		t.Helper()
 		cfg, err := parseFlags([]string{
 			"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig, "--activator-namespace=default",
-			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=" + mode,
+			"--metrics-bind-address=127.0.0.1:0", "--metrics-secure=false", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=" + mode,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
 
 	cfg, err := parseFlags([]string{
 		"--node-name=node-a", "--cgroup-root=" + root, "--bpffs-dir=" + pinDir, "--kubeconfig=" + cl.Kubeconfig, "--activator-namespace=default",
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
+		"--metrics-bind-address=127.0.0.1:0", "--metrics-secure=false", "--health-probe-bind-address=127.0.0.1:0", "--socket-redirect=auto",
 		"--controller-stats-address=" + srv.Listener.Addr().String(), "--report-period=100ms",
 	})
 	if err != nil {

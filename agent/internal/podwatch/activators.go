@@ -54,9 +54,10 @@ func newActivatorMetrics(reg prometheus.Registerer) *activatorMetrics {
 // that match selector in namespace: requests from them count as proxied.
 // namespace must be where the activators run (a tenant can copy their
 // labels, not their namespace). A set the kernel refuses is an error in
-// the log and in the metrics registered with reg (nil: none). It returns
+// the log, in the metrics registered with reg (nil: none) and, once per
+// distinct refusal, an Event through refusals (nil: none). It returns
 // when ctx ends.
-func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace, selector string, set ActivatorSet, reg prometheus.Registerer, log *slog.Logger) error {
+func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace, selector string, set ActivatorSet, reg prometheus.Registerer, refusals *RefusalEvents, log *slog.Logger) error {
 	if namespace == "" {
 		return errors.New("watch activators: no namespace: activators are only the pods of the namespace they run in")
 	}
@@ -80,8 +81,10 @@ func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace
 		if err := set.SetActivators(ips); err != nil {
 			m.failures.Inc()
 			log.Error("set activator addresses: the kernel keeps its previous set, so requests from the activators missing from it count as load", "activators", len(ips), "err", err)
+			refusals.refused(len(ips), err)
 			return
 		}
+		refusals.accepted()
 		m.inKernel.Set(float64(len(ips)))
 		log.Debug("activator addresses", "ips", ips)
 	}

@@ -68,7 +68,7 @@ func TestIntegrationPodWatchUnderItsGeneratedRole(t *testing.T) {
 	done := make(chan error, 2)
 	go func() { done <- w.Run(ctx, client, "node-a", clock.RealClock{}) }()
 	go func() {
-		done <- WatchActivators(ctx, client, "ns", "app.kubernetes.io/component=activator", set, nil, quiet())
+		done <- WatchActivators(ctx, client, "ns", "app.kubernetes.io/component=activator", set, nil, nil, quiet())
 	}()
 	testenv.Eventually(t, 20*time.Second, "both watches see their pods", func() (bool, string) {
 		_, ok := w.Lookup(addr("10.0.0.5"))

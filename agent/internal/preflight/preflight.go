@@ -24,11 +24,21 @@ func CheckCgroupRoot(dir string) error {
 	return nil
 }
 
-// EnsureBPFFS makes sure pinDir's parent is a bpffs, mounting one there if
-// it is not (and we may), so pins survive the agent.
+// EnsureBPFFS makes sure pins under pinDir land on a bpffs, so they
+// survive the agent. pinDir itself on a bpffs is enough: the chart mounts
+// only the host's <bpffs>/sockscale into the container, whose parent is
+// not a bpffs and must not be mounted over (that would hide the host's
+// directory and its pins). A pinDir not there yet is made on its parent,
+// which is then a bpffs, or made one if it is not (and we may).
 func EnsureBPFFS(pinDir string) error {
-	parent := filepath.Dir(filepath.Clean(pinDir))
+	pinDir = filepath.Clean(pinDir)
 	var st unix.Statfs_t
+	if err := unix.Statfs(pinDir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	} else if err == nil {
+		return fmt.Errorf("--bpffs-dir=%s is not on a bpffs (magic %#x): mount the host's bpffs directory there (the chart mounts <agent.bpffs.hostPath>/sockscale), or give a directory on a bpffs", pinDir, st.Type)
+	}
+	parent := filepath.Dir(pinDir)
 	if err := unix.Statfs(parent, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
 		return nil
 	}

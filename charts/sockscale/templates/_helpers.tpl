@@ -158,3 +158,69 @@ processes); else empty.
 true
 {{- end -}}
 {{- end -}}
+
+{{/*
+The metrics flags of the agent and the activator (their <component>.metrics
+values): HTTPS behind the API server's reviews unless secure is false, with
+the certSecret's pair when one is given. "m" is the values, "ctx" the root.
+*/}}
+{{- define "sockscale.metrics.args" -}}
+# HTTPS, each scrape's bearer token reviewed by the API server
+# (TokenReview, SubjectAccessReview for get /metrics).
+- --metrics-secure={{ .m.secure }}
+{{- if .m.certSecret }}
+- --metrics-cert-path=/etc/sockscale/metrics-certs
+{{- end }}
+{{- end -}}
+
+{{- define "sockscale.metrics.volumeMount" -}}
+{{- if .m.certSecret }}
+- name: metrics-certs
+  mountPath: /etc/sockscale/metrics-certs
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "sockscale.metrics.volume" -}}
+{{- if .m.certSecret }}
+- name: metrics-certs
+  secret:
+    secretName: {{ .m.certSecret }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The endpoint settings of a monitor of a secure /metrics: Prometheus
+presents a token with the <release>-metrics-reader ClusterRole and accepts
+the self-signed certificate, or verifies the certSecret's against its
+ca.crt as serverName. "m" is the component's metrics values, "serverName"
+the name to verify, "token" the PodMonitor's Secret of the token (empty: a
+ServiceMonitor, which reads Prometheus' own token file).
+*/}}
+{{- define "sockscale.metrics.endpointAuth" -}}
+{{- if .m.secure }}
+# Prometheus presents a token with the
+# {{ include "sockscale.fullname" .ctx }}-metrics-reader ClusterRole.
+scheme: https
+{{- if .token }}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ .token }}
+    key: token
+{{- else }}
+bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+{{- end }}
+tlsConfig:
+  {{- if .m.certSecret }}
+  serverName: {{ .serverName }}
+  ca:
+    secret:
+      name: {{ .m.certSecret }}
+      key: ca.crt
+  {{- else }}
+  # The certificate is self-signed: encrypted, not verified.
+  insecureSkipVerify: true
+  {{- end }}
+{{- end }}
+{{- end -}}

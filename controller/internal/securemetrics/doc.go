@@ -1,4 +1,4 @@
-// Package securemetrics serves the controller's /metrics over TLS to callers
-// the API server authenticates (TokenReview) and authorizes
-// (SubjectAccessReview for a get of the /metrics non-resource URL).
+// Package securemetrics turns the controller's metrics flags into
+// controller-runtime's metrics server options, with the shared
+// authentication and authorization filter of internal/securemetrics.
 package securemetrics

@@ -2,12 +2,15 @@ package securemetrics
 
 import (
 	"crypto/tls"
-	"errors"
-	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sockscale/sockscale/internal/securemetrics"
 )
 
 // The filter asks the API server about every scrape (cached a minute for
@@ -17,35 +20,21 @@ import (
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // Config is what the flags say about the metrics endpoint.
-type Config struct {
-	// BindAddress is --metrics-bind-address; "0" turns the endpoint off.
-	BindAddress string
-	// Secure is --metrics-secure: HTTPS with authentication and
-	// authorization. False serves plain HTTP to anyone who can connect,
-	// for clusters where a NetworkPolicy or a sidecar does that job.
-	Secure bool
-	// CertDir is --metrics-cert-path: the directory of CertName and
-	// KeyName (a mounted Secret, e.g. from cert-manager), reloaded when
-	// they change. Empty: a self-signed certificate made at start, which
-	// scrapers accept with insecureSkipVerify as they do the
-	// kube-controller-manager's.
-	CertDir, CertName, KeyName string
-	// HTTP2 is --enable-metrics-http2. Off by default: HTTP/2's stream
-	// handling has had denial-of-service flaws (rapid reset, CVE-2023-44487)
-	// and a scraper needs none of it.
-	HTTP2 bool
-}
+type Config = securemetrics.Config
 
 // Options turns the flags into controller-runtime's metrics server
-// options, or says which flag is wrong. A certificate directory that
-// lacks the files is refused here, because controller-runtime would fall
-// back to a self-signed certificate without a word.
+// options, or says which flag is wrong (Config.Check: controller-runtime
+// would fall back to a self-signed certificate without a word).
 func Options(c Config) (metricsserver.Options, error) {
 	o := metricsserver.Options{BindAddress: c.BindAddress}
-	if !c.Secure || c.BindAddress == "0" {
-		if c.CertDir != "" {
-			return o, fmt.Errorf("--metrics-cert-path=%q needs --metrics-secure (the certificate serves HTTPS only)", c.CertDir)
+	if err := c.Check(); err != nil {
+		o.SecureServing = c.Secure && c.BindAddress != "0"
+		if o.SecureServing {
+			o.FilterProvider = filter
 		}
+		return o, err
+	}
+	if !c.Secure || c.BindAddress == "0" {
 		return o, nil
 	}
 	o.SecureServing = true
@@ -60,15 +49,14 @@ func Options(c Config) (metricsserver.Options, error) {
 		return o, nil
 	}
 	o.CertDir, o.CertName, o.KeyName = c.CertDir, c.CertName, c.KeyName
-	var errs []error
-	for flag, name := range map[string]string{"--metrics-cert-name": c.CertName, "--metrics-cert-key": c.KeyName} {
-		if name == "" {
-			errs = append(errs, fmt.Errorf("%s is empty: want a file name in --metrics-cert-path=%q, e.g. tls.crt", flag, c.CertDir))
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(c.CertDir, name)); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q in --metrics-cert-path=%q: %w", flag, name, c.CertDir, err))
-		}
+	return o, nil
+}
+
+// filter is securemetrics.NewFilter as controller-runtime takes it.
+func filter(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+	f, err := securemetrics.NewFilter(cfg, hc)
+	if err != nil {
+		return nil, err
 	}
-	return o, errors.Join(errs...)
+	return func(log logr.Logger, next http.Handler) (http.Handler, error) { return f(log, next), nil }, nil
 }

@@ -3,9 +3,11 @@ package statsserver
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/sockscale/sockscale/internal/certfile"
 	"github.com/sockscale/sockscale/internal/serve"
 	"github.com/sockscale/sockscale/internal/stats"
 )
@@ -40,11 +42,11 @@ func (s *Server) Start(ctx context.Context) error {
 	srv := &http.Server{Addr: s.Addr, Handler: mux, MaxHeaderBytes: MaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	if s.CertFile != "" || s.KeyFile != "" {
-		certs, err := newCertFiles(s.CertFile, s.KeyFile)
+		certs, err := certfile.Load(s.CertFile, s.KeyFile)
 		if err != nil {
-			return err
+			return fmt.Errorf("stats %w", err)
 		}
-		srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
+		srv.TLSConfig = &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
 	}
 	return serve.Server(ctx, srv)
 }

@@ -467,7 +467,21 @@ func uninstall(t *testing.T, s *stack.Stack, cl *cluster.Cluster, steadyURL stri
 				return err
 			}
 			for _, e := range entries {
-				if e.Name() != "maps.debug" && e.Name() != "progs.debug" {
+				switch e.Name() {
+				case "maps.debug", "progs.debug":
+				case "sockscale":
+					// The agents' hostPath (DirectoryOrCreate), which the
+					// kubelet made and which outlives them like any
+					// hostPath; mounted into each, it was theirs to empty,
+					// not to remove.
+					inside, err := os.ReadDir(filepath.Join(cl.NodeBPFFS(node), e.Name()))
+					if err != nil {
+						return err
+					}
+					if len(inside) > 0 {
+						return fmt.Errorf("%s: %s left in %s/sockscale", node, inside[0].Name(), cl.NodeBPFFS(node))
+					}
+				default:
 					return fmt.Errorf("%s: %s left in %s", node, e.Name(), cl.NodeBPFFS(node))
 				}
 			}

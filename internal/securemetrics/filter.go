@@ -15,21 +15,24 @@ import (
 	authenticationv1 "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 // reviewBackoff retries a review the API server did not answer: five
 // tries over about 4 s, well inside a scrape timeout.
 var reviewBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 
-// filter authenticates each request's bearer token with a TokenReview and
+// Filter wraps a handler: only requests the API server authenticated and
+// authorized reach it. log gets why a request was refused.
+type Filter func(log logr.Logger, next http.Handler) http.Handler
+
+// NewFilter authenticates each request's bearer token with a TokenReview and
 // authorizes a get of its path with a SubjectAccessReview, both cached.
 // It does what controller-runtime's filters.WithAuthenticationAndAuthorization
 // does except for one answer: a token the API server refuses is a 401
 // here (as kube-apiserver itself answers), where that filter answers 500
 // "Authentication failed", which reads as a server fault and makes
 // Prometheus report the target as broken rather than unauthorized.
-func filter(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+func NewFilter(cfg *rest.Config, hc *http.Client) (Filter, error) {
 	authn, err := authenticationv1.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, fmt.Errorf("tokenreview client: %w", err)
@@ -58,7 +61,7 @@ func filter(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("authorizer: %w", err)
 	}
-	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
+	return func(log logr.Logger, next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			res, ok, err := authenticator.AuthenticateRequest(r)
 			if err != nil || !ok {
@@ -82,6 +85,6 @@ func filter(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
 				return
 			}
 			next.ServeHTTP(w, r)
-		}), nil
+		})
 	}, nil
 }

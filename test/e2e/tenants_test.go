@@ -151,7 +151,7 @@ func TestE2ETwoTenants(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		for i := range 2 {
 			node := cluster.NodeName(i)
-			if n := scrapeSum(t, agentAddr(t, s, node), "sockscale_agent_activators", nil); n != float64(len(real)) {
+			if n := scrapeSum(t, s, agentAddr(t, s, node), "sockscale_agent_activators", nil); n != float64(len(real)) {
 				t.Errorf("agent of %s: %v activators with the impostor %s/%s running, want %d", node, n, mallory.ns, impostor.Name, len(real))
 			}
 		}

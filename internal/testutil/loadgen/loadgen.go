@@ -43,9 +43,11 @@ type Span struct{ Start, End time.Time }
 // Result is the client's view of the load.
 type Result struct {
 	Completed, Failed int64
-	Elapsed           time.Duration
-	Latencies         []time.Duration // whole requests, dialling included
-	Spans             []Span
+	// FirstError is the first failure's, for a test's message; nil if none.
+	FirstError error
+	Elapsed    time.Duration
+	Latencies  []time.Duration // whole requests, dialling included
+	Spans      []Span
 }
 
 // Load is a running closed loop.
@@ -72,7 +74,9 @@ func Start(ctx context.Context, opts Options) *Load {
 			for i := g; ctx.Err() == nil; i += opts.Concurrency {
 				span, took, err := do(client, opts.URLs[i%len(opts.URLs)], opts.Header)
 				if err != nil {
-					mine.Failed++
+					if mine.Failed++; mine.FirstError == nil {
+						mine.FirstError = err
+					}
 					continue
 				}
 				mine.Completed++
@@ -84,6 +88,9 @@ func Start(ctx context.Context, opts Options) *Load {
 			l.mu.Lock()
 			l.res.Completed += mine.Completed
 			l.res.Failed += mine.Failed
+			if l.res.FirstError == nil {
+				l.res.FirstError = mine.FirstError
+			}
 			l.res.Latencies = append(l.res.Latencies, mine.Latencies...)
 			l.res.Spans = append(l.res.Spans, mine.Spans...)
 			l.mu.Unlock()

@@ -337,9 +337,14 @@ func TestRunKeepsServerlessServicesWithoutRoutes(t *testing.T) {
 	r := newReconciler(cacheFactories{main: main, routes: routes}, Options{Map: m, Clock: clk, RetryBackoff: 5 * time.Second, Registerer: reg})
 	runInBackground(t, r)
 
+	// The reason is read with the state it explains: RoutesState, read
+	// apart, can be a step ahead of it.
 	got := waitState(t, r, "active without Routes", func(s stats.NodeState) bool {
-		return s.SocketRedirect == stats.RedirectActive && r.RoutesState().SocketRedirect == stats.RedirectUnavailable
+		return s.SocketRedirect == stats.RedirectActive && strings.Contains(s.Reason, "Route entries unavailable")
 	})
+	if rs := r.RoutesState(); rs.SocketRedirect != stats.RedirectUnavailable {
+		t.Errorf("Routes' state %q, want unavailable", rs.SocketRedirect)
+	}
 	if want := `ServerlessService entries active; Route entries unavailable: watch *v1alpha1.Route: no matches for kind "Route"`; !strings.HasPrefix(got.Reason, want) {
 		t.Errorf("reason %q, want it to start with %q", got.Reason, want)
 	}

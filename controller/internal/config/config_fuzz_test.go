@@ -190,5 +190,20 @@ func format(c *Config) map[string]string {
 		"retain-since-last-active-time":           or(c.GC.RetainSinceLastActive),
 		"min-non-active-revisions":                n(c.GC.MinNonActive),
 		"max-non-active-revisions":                maxNonActive,
+		KeyVolumesEmptyDir:                        featureValue(c.PodSpec.VolumesEmptyDir),
+		KeyVolumesHostPath:                        featureValue(c.PodSpec.VolumesHostPath),
+		KeyPersistentVolumeClaim:                  featureValue(c.PodSpec.PersistentVolumeClaim),
+		KeyNodeSelector:                           featureValue(c.PodSpec.NodeSelector),
+		KeyTolerations:                            featureValue(c.PodSpec.Tolerations),
+		KeySecurityContext:                        featureValue(c.PodSpec.SecurityContext),
+		KeyAddCapabilities:                        featureValue(c.PodSpec.AddCapabilities),
 	}
+}
+
+// featureValue writes a pod-spec key's value.
+func featureValue(on bool) string {
+	if on {
+		return "enabled"
+	}
+	return "disabled"
 }

@@ -227,14 +227,28 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		// their requests finished before the kubelet stops them (the
 		// preStop hooks of serving Revisions wait here).
 		drainer := drain.New(acct, pods, drain.Sockets{}, drain.Options{MinWait: cfg.drainMinWait, Log: log.With("part", "drain"), Registerer: reg})
-		ln, err := drain.ListenIn(cfg.nodeNetns, cfg.drainAddr)
-		if err != nil {
-			return fmt.Errorf("--drain-bind-address=%q: %w", cfg.drainAddr, err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/drain", drainer.Handler())
 		go drainer.Run(ctx)
-		go func() { errc <- serve.On(ctx, ln, serve.New(cfg.drainAddr, mux)) }()
+		// A namespace it cannot open (or a port another holds) stops only
+		// the wait, not the accounting: it is tried again every 10 s, like
+		// the node's addresses, and said each time.
+		go func() {
+			for {
+				ln, err := drain.ListenIn(cfg.nodeNetns, cfg.drainAddr)
+				if err == nil {
+					errc <- serve.On(ctx, ln, serve.New(cfg.drainAddr, mux))
+					return
+				}
+				agentMetrics.Error("drain_listen")
+				log.Error("the preStop wait cannot listen; leaving pods are not held until drained", "address", cfg.drainAddr, "netns", cfg.nodeNetns, "error", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(10 * time.Second):
+				}
+			}
+		}()
 	}
 	go smp.Run(ctx)
 	go owner.Run(ctx)

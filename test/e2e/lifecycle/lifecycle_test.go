@@ -162,7 +162,7 @@ func crdUpgrade(t *testing.T, s *stack.Stack, crds client.Client) {
 	ctx := context.Background()
 	old := olderChart(t)
 	start := time.Now()
-	helm(t, s, append([]string{"install", "sockscale", old, "--namespace", stack.Namespace, "--create-namespace", "--wait", "--timeout", "4m"}, setArgs(append(stack.ImageSets(), chartSets...))...)...)
+	helm(t, s, append([]string{"install", "sockscale", old, "--namespace", stack.Namespace, "--create-namespace", "--wait", "--timeout", "4m"}, setArgs(append(stack.ClusterSets(), chartSets...))...)...)
 	t.Logf("older chart (0.0.1, CRD without %s) installed in %s", addedField, time.Since(start).Round(100*time.Millisecond))
 	if servesField(t, crds) {
 		t.Fatalf("the older chart's CRD serves %s: the test's copy did not remove it", addedField)

@@ -27,18 +27,13 @@ type Config = securemetrics.Config
 // would fall back to a self-signed certificate without a word).
 func Options(c Config) (metricsserver.Options, error) {
 	o := metricsserver.Options{BindAddress: c.BindAddress}
-	if err := c.Check(); err != nil {
-		o.SecureServing = c.Secure && c.BindAddress != "0"
-		if o.SecureServing {
-			o.FilterProvider = filter
-		}
+	if c.Secure && c.BindAddress != "0" {
+		o.SecureServing = true
+		o.FilterProvider = filter
+	}
+	if err := c.Check(); err != nil || !o.SecureServing {
 		return o, err
 	}
-	if !c.Secure || c.BindAddress == "0" {
-		return o, nil
-	}
-	o.SecureServing = true
-	o.FilterProvider = filter
 	if !c.HTTP2 {
 		o.TLSOpts = append(o.TLSOpts, func(t *tls.Config) { t.NextProtos = []string{"http/1.1"} })
 	}

@@ -77,6 +77,11 @@ func deployUnready(t *testing.T, s *stack.Stack, app stack.App) string {
 // activatorsKnow: every ready activator has the target in its throttle
 // (its per-target series exist), so none answers 404 for it.
 func activatorsKnow(ctx context.Context, s *stack.Stack, name string) error {
+	return activatorsKnowIn(ctx, s, appNS, name)
+}
+
+// activatorsKnowIn is activatorsKnow for a target of namespace ns.
+func activatorsKnowIn(ctx context.Context, s *stack.Stack, ns, name string) error {
 	acts, err := s.Activators(ctx)
 	if err != nil {
 		return err
@@ -91,12 +96,12 @@ func activatorsKnow(ctx context.Context, s *stack.Stack, name string) error {
 		}
 		found := false
 		for _, smp := range m["sockscale_activator_pods"] {
-			if smp.Labels["namespace"] == appNS && smp.Labels["name"] == name {
+			if smp.Labels["namespace"] == ns && smp.Labels["name"] == name {
 				found = true
 			}
 		}
 		if !found {
-			return fmt.Errorf("activator %s does not know %s/%s yet", a.Name, appNS, name)
+			return fmt.Errorf("activator %s does not know %s/%s yet", a.Name, ns, name)
 		}
 	}
 	return nil

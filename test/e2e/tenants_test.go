@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -378,5 +379,121 @@ func ingress(ns, name, host, backend string) *networkingv1.Ingress {
 				Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: backend, Port: networkingv1.ServiceBackendPort{Number: 80}}},
 			}}}},
 		}}},
+	}
+}
+
+// TestE2EHeldRequestsSharedAmongTenants: an activator holds a bounded
+// number of requests for all namespaces together (installed small here)
+// and shares them fairly. Eve fills one activator's whole bound with
+// requests for a target that never gets a ready pod, and her further
+// requests get 503 with Retry-After at once; Bob's first request for his
+// target at zero, sent to the same activator, is still held (one of
+// Eve's newest is shed for it) and answered 200 by the pod its cold start
+// brings.
+func TestE2EHeldRequestsSharedAmongTenants(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const maxHeld, extra = 20, 5
+	sets := append(slices.Clone(chartSets), fmt.Sprintf("activator.maxHeld=%d", maxHeld), "autoscaler.allow-zero-initial-scale=true")
+	if err := s.Install(ctx, sets...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Install(ctx, chartSets...); err != nil {
+			t.Errorf("reinstall the chart as the package had it: %v", err)
+		}
+		readyActivators(t, s, 2, 2*time.Minute)
+	})
+	bob, eve := newTenant(t, s, "bob"), newTenant(t, s, "eve")
+
+	// Eve's sink: its image does not exist, so its requests are held
+	// until their 12 s timeout. Bob's shop starts at zero (initial scale
+	// 0): its first request is a real cold start.
+	if err := eve.Deploy(ctx, stack.App{Namespace: eve.ns, Name: "sink", Image: unknownImage, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
+		p.TimeoutSeconds = ptr.To(int32(12))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bob.Deploy(ctx, stack.App{Namespace: bob.ns, Name: "shop", Spec: func(p *v1alpha1.PodAutoscalerSpec) {
+		p.InitialScale, p.MinScale = ptr.To(int32(0)), ptr.To(int32(0))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []struct{ ns, name string }{{eve.ns, "sink"}, {bob.ns, "shop"}} {
+		e2etest.Eventually(t, time.Minute, target.ns+"/"+target.name+" waits behind the activators", func() error {
+			if err := expectActivatorEndpointsIn(ctx, s, target.ns, target.name); err != nil {
+				return err
+			}
+			return activatorsKnowIn(ctx, s, target.ns, target.name)
+		})
+	}
+	e2etest.Eventually(t, time.Minute, "bob's shop at zero before its first request", func() error {
+		d, err := s.Deployment(ctx, bob.ns, "shop")
+		if err != nil {
+			return err
+		}
+		if *d.Spec.Replicas != 0 || d.Status.Replicas != 0 {
+			return fmt.Errorf("%d pods wanted, %d left", *d.Spec.Replicas, d.Status.Replicas)
+		}
+		return nil
+	})
+
+	act := readyActivators(t, s, 2, time.Minute)[0]
+	localRoute(t, act.IP)
+	proxy := netip.AddrPortFrom(act.IP, stack.ActivatorProxyPort)
+	heldNow := func() (float64, error) {
+		m, err := s.Scrape(ctx, act.IP, stack.ActivatorMetricsPort)
+		if err != nil {
+			return 0, err
+		}
+		if got := stack.Sum(m, "sockscale_activator_max_held_requests", nil); got != maxHeld {
+			return 0, fmt.Errorf("activator %s bounds held requests at %v, want the installed %d", act.Name, got, maxHeld)
+		}
+		return stack.Sum(m, "sockscale_activator_held_requests", nil), nil
+	}
+	sink := "GET / HTTP/1.1\r\nHost: sink." + eve.ns + "\r\n"
+	flood := make([]answer, maxHeld)
+	var wg sync.WaitGroup
+	for i := range flood {
+		wg.Go(func() { flood[i] = raw(proxy, "GET", sink) })
+	}
+	defer wg.Wait()
+	e2etest.Eventually(t, 10*time.Second, fmt.Sprintf("eve holds all %d places of %s", maxHeld, act.Name), func() error {
+		if n, err := heldNow(); err != nil || n != maxHeld {
+			return fmt.Errorf("%v held (%v)", n, err)
+		}
+		return nil
+	})
+	for i := range extra {
+		a := raw(proxy, "GET", sink)
+		if a.err != nil || a.code != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" || a.took > time.Second {
+			t.Errorf("eve's request %d past the bound: %s after %s (Retry-After %q), want 503 with Retry-After at once",
+				maxHeld+i+1, a, a.took.Round(time.Millisecond), a.header.Get("Retry-After"))
+		}
+	}
+
+	cold := raw(proxy, "GET", "GET /?sleep=10ms HTTP/1.1\r\nHost: shop."+bob.ns+"\r\n")
+	t.Logf("bob's first request, with eve's flood held: %s after %s", cold, cold.took.Round(time.Millisecond))
+	if cold.err != nil || cold.code != http.StatusOK || !strings.HasPrefix(podOf(cold.body), "shop-") {
+		t.Errorf("bob's request at zero: %s, want 200 from the pod its cold start brings", cold)
+	}
+	if n, err := heldNow(); err != nil || n > maxHeld {
+		t.Errorf("%v held after bob's request (%v), want at most %d", n, err, maxHeld)
+	}
+
+	wg.Wait()
+	codes := map[int]int{}
+	for i, a := range flood {
+		switch {
+		case a.err != nil:
+			t.Errorf("eve's held request %d: %v", i, a.err)
+		case a.code == http.StatusServiceUnavailable && a.header.Get("Retry-After") == "":
+			t.Errorf("eve's request %d shed without Retry-After: %s", i, a)
+		}
+		codes[a.code]++
+	}
+	t.Logf("eve's %d held requests ended: %v (by status)", maxHeld, codes)
+	if want := map[int]int{http.StatusServiceUnavailable: 1, http.StatusGatewayTimeout: maxHeld - 1}; !maps.Equal(codes, want) {
+		t.Errorf("eve's held requests ended %v by status, want %v: one shed for bob's, the rest at their timeout", codes, want)
 	}
 }

@@ -72,6 +72,31 @@ func TestSleepHoldsTheRequest(t *testing.T) {
 	}
 }
 
+// Each answer says how many requests were in flight when it started,
+// itself included: the second of two overlapping requests says 2, a
+// request after both says 1.
+func TestInFlightHeader(t *testing.T) {
+	a := newApp()
+	h := a.handler()
+	inFlight := func(target string) string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		return rec.Header().Get(InFlightHeader)
+	}
+	first := make(chan string, 1)
+	go func() { first <- inFlight("/?sleep=300ms") }()
+	waitFor(t, func() bool { return a.inFlight.Load() == 1 }) // the first is sleeping
+	if got := inFlight("/"); got != "2" {
+		t.Errorf("a request while another sleeps: %s %q, want 2", InFlightHeader, got)
+	}
+	if got := <-first; got != "1" {
+		t.Errorf("the first request: %s %q, want 1", InFlightHeader, got)
+	}
+	if got := inFlight("/"); got != "1" {
+		t.Errorf("a request alone: %s %q, want 1", InFlightHeader, got)
+	}
+}
+
 func TestPrimesModel(t *testing.T) {
 	// Compare the bit sieve with trial division for every n up to 2000.
 	isPrime := func(n int) bool {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,12 @@ type app struct {
 	inFlight atomic.Int64
 }
 
+// InFlightHeader is the answer's header that says how many requests the
+// pod had in flight when this one started, itself included: the most
+// any answer says is the most the pod ever served at once (a
+// containerConcurrency check needs no other bookkeeping).
+const InFlightHeader = "X-In-Flight"
+
 func (a *app) handler() http.Handler {
 	mux := http.NewServeMux()
 	// "GET /{$}": exactly "/"; other paths get 404 and other methods 405
@@ -37,7 +44,7 @@ func (a *app) handler() http.Handler {
 // stays allocated until the response is written, so it counts for the
 // whole request), prime, then sleep.
 func (a *app) serveWork(w http.ResponseWriter, r *http.Request) {
-	a.inFlight.Add(1)
+	w.Header().Set(InFlightHeader, strconv.FormatInt(a.inFlight.Add(1), 10))
 	defer a.inFlight.Add(-1)
 
 	wk, err := parseWork(r.URL.Query())

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -636,6 +637,9 @@ type loadResult struct {
 	// P50, P99 and Max are the requests' latencies, failed ones included.
 	P50, P99, Max time.Duration
 	Failures      []loadFailure // the first few of each client
+	// MaxInFlight is the most requests a pod said it had in flight (the
+	// test app's X-In-Flight) in any answer of this load.
+	MaxInFlight int64
 }
 
 type loadFailure struct {
@@ -686,12 +690,14 @@ func TestHelperInNodeClient(t *testing.T) {
 				}}
 				var mine loadResult
 				var took []time.Duration
+				var most int64
 				// Requests are not cancelled at the end: one in flight
 				// finishes and counts.
 				for i := 1; ctx.Err() == nil; i++ {
 					req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
 					at := time.Now()
-					err := getOK(c, req)
+					inFlight, err := getOK(c, req)
+					most = max(most, inFlight)
 					took = append(took, time.Since(at))
 					if err != nil {
 						mine.Failed++
@@ -709,6 +715,7 @@ func TestHelperInNodeClient(t *testing.T) {
 				res.Completed += mine.Completed
 				res.Failed += mine.Failed
 				res.Conns += conns.Load()
+				res.MaxInFlight = max(res.MaxInFlight, most)
 				res.Failures = append(res.Failures, mine.Failures...)
 				latencies[kind] = append(latencies[kind], took...)
 				mu.Unlock()
@@ -724,20 +731,24 @@ func TestHelperInNodeClient(t *testing.T) {
 	}
 }
 
-func getOK(c *http.Client, req *http.Request) error {
+// getOK sends req and returns the requests the answering pod had in
+// flight (the test app's X-In-Flight; 0 if absent): an error unless a
+// pod answered 200.
+func getOK(c *http.Client, req *http.Request) (int64, error) {
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "pod ") {
-		return fmt.Errorf("%s: %q", resp.Status, strings.TrimSpace(string(body)))
+		return 0, fmt.Errorf("%s: %q", resp.Status, strings.TrimSpace(string(body)))
 	}
-	return nil
+	inFlight, _ := strconv.ParseInt(resp.Header.Get("X-In-Flight"), 10, 64)
+	return inFlight, nil
 }
 
 // inNodeClient is the running in-node client.
@@ -757,7 +768,13 @@ type inNodeClient struct {
 // agent attached its programs), as `kubectl exec` would.
 func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConfig) *inNodeClient {
 	t.Helper()
-	box := newClientSandbox(t, s, innodeClientPod, node)
+	return startInNodeClientAs(t, s, innodeClientPod, node, cfg)
+}
+
+// startInNodeClientAs is startInNodeClient in the pod <prefix>-<node>.
+func startInNodeClientAs(t *testing.T, s *stack.Stack, prefix, node string, cfg innodeConfig) *inNodeClient {
+	t.Helper()
+	box := newClientSandbox(t, s, prefix, node)
 	c := &inNodeClient{read: make(chan struct{})}
 	var cg *os.File
 	c.cmd, cg = box.helper(t, "TestHelperInNodeClient", innodeEnv, cfg)

@@ -163,6 +163,15 @@ type PodAutoscalerStatus struct {
 	ActualScale *int32 `json:"actualScale,omitempty"`
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
+	// ModeReason says why the target is in its mode: Serving; in Proxy,
+	// ScaledToZero, NoBurstCapacity (not enough burst capacity, always
+	// with targetBurstCapacity -1), ContainerConcurrency (the activators
+	// keep each pod within its containerConcurrency, which the direct
+	// path could not) or NoReadyPods; in Serve, NoActivatorEndpoints (no
+	// activator is ready: the pods take requests directly, and a
+	// containerConcurrency is not enforced meanwhile).
+	// +optional
+	ModeReason string `json:"modeReason,omitempty"`
 	// StableValue and PanicValue are the metric's averages over the stable
 	// and panic windows, as decimal strings. They are refreshed when one
 	// moved by more than 5 % (or to or from 0), or along with any other
@@ -200,6 +209,7 @@ type PodAutoscalerStatus struct {
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredScale`
 // +kubebuilder:printcolumn:name="Actual",type=integer,JSONPath=`.status.actualScale`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
+// +kubebuilder:printcolumn:name="Mode Reason",type=string,JSONPath=`.status.modeReason`,description="Why the mode: Serving; ScaledToZero, NoBurstCapacity, ContainerConcurrency or NoReadyPods in Proxy; NoActivatorEndpoints in Serve"
 // +kubebuilder:printcolumn:name="Stable",type=string,JSONPath=`.status.stableValue`
 // +kubebuilder:printcolumn:name="Panic",type=boolean,JSONPath=`.status.panicking`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

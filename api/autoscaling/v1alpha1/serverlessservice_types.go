@@ -11,6 +11,14 @@ type ServerlessServiceSpec struct {
 	// (activators). The forced cases (no ready pod, no activator) are
 	// applied on top and show in status.
 	Mode Mode `json:"mode"`
+	// ModeReason says why the autoscaler wants Mode: Serving;
+	// ScaledToZero, NoBurstCapacity or ContainerConcurrency (the
+	// activators keep each pod within its containerConcurrency) for
+	// Proxy. It becomes the Ready condition's reason unless a forced case
+	// applies.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	ModeReason string `json:"modeReason,omitempty"`
 	// NumActivators to put in the path in Proxy mode.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -39,6 +47,11 @@ type ServerlessServiceStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
+	// ModeReason says why Mode: the spec's reason, or a forced case
+	// (NoReadyPods: Proxy while no pod is ready; NoActivatorEndpoints:
+	// Serve while no activator is).
+	// +optional
+	ModeReason string `json:"modeReason,omitempty"`
 	// Activators in the public endpoints.
 	// +optional
 	Activators []string `json:"activators,omitempty"`

@@ -212,9 +212,11 @@ func initialEBC(s config.Settings) int32 {
 }
 
 // Activators is how many activators to put in a target's path: 2 when TBC
-// is 0, else enough for the ready pods' capacity plus the burst capacity,
-// at least 2 (docs/autoscaling.md, "How many activators"). Example: 5
-// pods of 10, TBC 211, capacity 100 => ceil((50 + 211) / 100) = 3.
+// is 0 and there is no containerConcurrency (the activators are in the
+// path only at zero), else enough for the ready pods' capacity plus the
+// burst capacity, at least 2 (docs/autoscaling.md, "How many
+// activators"). Example: 5 pods of 10, TBC 211, capacity 100 =>
+// ceil((50 + 211) / 100) = 3; 30 pods of CC 10, TBC 0 => 3.
 //
 // Never more than the containerConcurrency, when it has one (a departure
 // from Knative, which relies on queue-proxy to queue what its activators
@@ -225,7 +227,7 @@ func initialEBC(s config.Settings) int32 {
 // least one slot at every pod. Example: CC 1 => 1 activator.
 func Activators(s config.Settings, readyPods int32) int32 {
 	n := int32(2)
-	if s.TargetBurstCapacity != 0 {
+	if s.TargetBurstCapacity != 0 || s.ContainerConcurrency > 0 {
 		need := math.Ceil((float64(readyPods)*s.Total + math.Max(s.TargetBurstCapacity, 0)) / s.ActivatorCapacity)
 		n = int32(math.Max(2, need))
 	}

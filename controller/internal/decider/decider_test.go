@@ -118,7 +118,8 @@ func TestActivators(t *testing.T) {
 		ready int32
 		want  int32
 	}{
-		{10, 0, 50, 2},     // TBC 0: always 2
+		{0, 0, 50, 2},      // TBC 0, no CC: always 2 (in the path only at zero)
+		{10, 0, 50, 5},     // CC: the activators carry all traffic, ceil(50 x 10 / 100)
 		{10, 211, 0, 3},    // ceil(211/100)
 		{10, 211, 5, 3},    // ceil((50+211)/100)
 		{10, 211, 100, 10}, // ceil((1000+211)/100) = 13, at most CC 10

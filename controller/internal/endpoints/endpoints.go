@@ -9,12 +9,13 @@ import (
 
 // Reasons a mode was chosen, as they appear in conditions.
 const (
-	ReasonServing         = "Serving"              // pods ready, enough burst capacity
-	ReasonNoBurstCapacity = "NoBurstCapacity"      // Proxy: excess burst capacity < 0
-	ReasonScaledToZero    = "ScaledToZero"         // Proxy: no pods wanted
-	ReasonProxying        = "Proxying"             // Proxy asked for, reason not given
-	ReasonNoReadyPods     = "NoReadyPods"          // forced Proxy: the private service has no ready endpoint
-	ReasonNoActivators    = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to
+	ReasonServing              = "Serving"              // pods ready, enough burst capacity
+	ReasonNoBurstCapacity      = "NoBurstCapacity"      // Proxy: excess burst capacity < 0 (always with TBC -1)
+	ReasonScaledToZero         = "ScaledToZero"         // Proxy: no pods wanted
+	ReasonContainerConcurrency = "ContainerConcurrency" // Proxy: the activators keep each pod within its containerConcurrency
+	ReasonProxying             = "Proxying"             // Proxy asked for, reason not given
+	ReasonNoReadyPods          = "NoReadyPods"          // forced Proxy: the private service has no ready endpoint
+	ReasonNoActivators         = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to
 )
 
 // Endpoint is one address behind the public Service.
@@ -25,13 +26,21 @@ type Endpoint struct {
 }
 
 // Wanted is the mode the autoscaler's decision asks for (docs/autoscaling.md,
-// "Serve or Proxy"): Serve when pods are wanted and their burst capacity
-// is covered, else Proxy. Example: desired 3, EBC -4 (a burst the ready pods
-// could not absorb) => Proxy, so the activator buffers and spreads it.
-func Wanted(desiredScale, excessBurstCapacity int32) (v1alpha1.Mode, string) {
+// "Serve or Proxy"): Serve when pods are wanted, their burst capacity is
+// covered and they have no containerConcurrency, else Proxy. Example:
+// desired 3, EBC -4 (a burst the ready pods could not absorb) => Proxy, so
+// the activator buffers and spreads it.
+//
+// A target with containerConcurrency (CC) > 0 stays in Proxy: only the
+// activators keep a pod within its CC (no proxy runs beside the app, as
+// Knative's queue-proxy does), so the direct path would let any number of
+// requests reach a CC = 1 pod at once.
+func Wanted(desiredScale, excessBurstCapacity, containerConcurrency int32) (v1alpha1.Mode, string) {
 	switch {
 	case desiredScale == 0:
 		return v1alpha1.ModeProxy, ReasonScaledToZero
+	case containerConcurrency > 0:
+		return v1alpha1.ModeProxy, ReasonContainerConcurrency
 	case excessBurstCapacity < 0:
 		return v1alpha1.ModeProxy, ReasonNoBurstCapacity
 	}

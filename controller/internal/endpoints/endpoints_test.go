@@ -20,7 +20,12 @@ func eps(prefix string, n int) []Endpoint {
 
 // in fills the wanted mode from a decision, as the reconcilers do.
 func in(desired, ebc int32, i Inputs) Inputs {
-	i.Want, i.WantReason = Wanted(desired, ebc)
+	return inCC(desired, ebc, 0, i)
+}
+
+// inCC is in for a target with containerConcurrency cc.
+func inCC(desired, ebc, cc int32, i Inputs) Inputs {
+	i.Want, i.WantReason = Wanted(desired, ebc, cc)
 	return i
 }
 
@@ -38,6 +43,9 @@ func TestModes(t *testing.T) {
 		{"scaled to zero: Proxy", in(0, 0, Inputs{Pods: pods, Activators: acts, NumActivators: 2}), v1alpha1.ModeProxy, ReasonScaledToZero, 2},
 		{"no ready pod forces Proxy", in(3, 5, Inputs{Activators: acts, NumActivators: 3}), v1alpha1.ModeProxy, ReasonNoReadyPods, 3},
 		{"no activator forces Serve", in(3, -1, Inputs{Pods: pods}), v1alpha1.ModeServe, ReasonNoActivators, 3},
+		{"containerConcurrency: Proxy, whatever the burst capacity", inCC(3, 5, 1, Inputs{Pods: pods, Activators: acts, NumActivators: 1}), v1alpha1.ModeProxy, ReasonContainerConcurrency, 1},
+		{"containerConcurrency at zero: scaled to zero", inCC(0, 5, 3, Inputs{Pods: pods, Activators: acts, NumActivators: 2}), v1alpha1.ModeProxy, ReasonScaledToZero, 2},
+		{"containerConcurrency without activators: Serve, unenforced", inCC(3, 5, 1, Inputs{Pods: pods}), v1alpha1.ModeServe, ReasonNoActivators, 3},
 		{"more activators wanted than exist: all of them", in(0, 0, Inputs{Pods: pods, Activators: acts, NumActivators: 9}), v1alpha1.ModeProxy, ReasonScaledToZero, 4},
 	}
 	for _, tt := range tests {

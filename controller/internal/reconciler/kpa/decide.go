@@ -76,12 +76,12 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
 	want := bounded(o.dec, settings, o.current, o.initialized, o.reach.ok)
 	// The mode follows the decision (docs/autoscaling.md, "Serve or Proxy":
-	// Serve iff pods are wanted and their burst capacity is covered); the
-	// zero rules below may still hold the last pod while the activator
-	// takes over.
-	mode, _ := endpoints.Wanted(want, o.dec.ExcessBurstCapacity)
+	// Serve iff pods are wanted, their burst capacity is covered and they
+	// have no containerConcurrency); the zero rules below may still hold
+	// the last pod while the activator takes over.
+	mode, why := endpoints.Wanted(want, o.dec.ExcessBurstCapacity, settings.ContainerConcurrency)
 	var err error
-	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, o.dec.Activators); err != nil {
+	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, why, o.dec.Activators); err != nil {
 		return outcome{}, err
 	}
 	o.zero = r.state(key).zero.apply(zeroInputs{

@@ -20,9 +20,10 @@ import (
 var errSKSNotOwned = errors.New("refusing to take it over")
 
 // ensureSKS writes the target's ServerlessService (same name, owned by the
-// PodAutoscaler) with the wanted mode, and returns it with its status.
-func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment, mode v1alpha1.Mode, activators int32) (*v1alpha1.ServerlessService, error) {
-	spec := v1alpha1.ServerlessServiceSpec{Mode: mode, NumActivators: activators, PublicService: pa.Spec.Service.Name, Port: pa.Spec.Service.Port,
+// PodAutoscaler) with the wanted mode and why, and returns it with its
+// status.
+func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment, mode v1alpha1.Mode, why string, activators int32) (*v1alpha1.ServerlessService, error) {
+	spec := v1alpha1.ServerlessServiceSpec{Mode: mode, ModeReason: why, NumActivators: activators, PublicService: pa.Spec.Service.Name, Port: pa.Spec.Service.Port,
 		Selector: d.Spec.Selector.MatchLabels}
 	sks := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(sks), sks)

@@ -155,7 +155,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	res := endpoints.Public(endpoints.Inputs{
-		Want: sks.Spec.Mode, Pods: readyEndpoints(podSlices), Activators: activators,
+		Want: sks.Spec.Mode, WantReason: sks.Spec.ModeReason, Pods: readyEndpoints(podSlices), Activators: activators,
 		NumActivators: sks.Spec.NumActivators, Target: sks.Namespace + "/" + sks.Name,
 	})
 	want := podSlices
@@ -172,7 +172,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return notReady(names.ReasonNotOwned, msg)
 	}
-	status.Mode = res.Mode
+	status.Mode, status.ModeReason = res.Mode, res.Reason
 	if len(res.Endpoints) == 0 {
 		return notReady(ReasonNoEndpoints, "the target has no ready pod and no activator is ready: requests to the public Service fail until one is")
 	}

@@ -459,10 +459,11 @@ func TestE2EHeldRequestsSharedAmongTenants(t *testing.T) {
 	}
 	defer wg.Wait()
 	e2etest.Eventually(t, 10*time.Second, fmt.Sprintf("eve holds all %d places of %s", maxHeld, act.Name), func() error {
-		if n, err := heldNow(); err != nil || n != maxHeld {
-			return fmt.Errorf("%v held (%v)", n, err)
+		n, err := heldNow()
+		if err == nil && n != maxHeld {
+			err = fmt.Errorf("%v held", n)
 		}
-		return nil
+		return err
 	})
 	for i := range extra {
 		a := raw(proxy, "GET", sink)

@@ -200,7 +200,7 @@ func excessBurstCapacity(s config.Settings, ready int32, panicValue float64) int
 // capacity, initialScale x total - TBC, truncated towards zero (Knative
 // converts without flooring here). Example: defaults, 1 x 100 - 211 =
 // -111, so the activator stays in the path until data shows otherwise;
-// initial scale 3 of CC 10 with TBC 7: 30 - 7 = 23, Serve at once.
+// initial scale 3 of target 10 with TBC 7: 30 - 7 = 23, Serve at once.
 func initialEBC(s config.Settings) int32 {
 	switch {
 	case s.TargetBurstCapacity == 0:

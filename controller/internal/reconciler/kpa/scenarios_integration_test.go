@@ -121,9 +121,12 @@ func TestIntegrationScenarios(t *testing.T) {
 		}
 	})
 
-	t.Run("TBC 7 with CC 10 settles at 2 pods served directly", func(t *testing.T) {
+	t.Run("TBC 7 with target 10 settles at 2 pods served directly", func(t *testing.T) {
+		// Knative's version sets containerConcurrency 10 (the same
+		// numbers); here that would keep the activators in the path (the
+		// next case).
 		r := newRig(t, cl, "tbc", func(s *v1alpha1.PodAutoscalerSpec) {
-			s.ContainerConcurrency = 10
+			s.Target = ptr.To(10.0)
 			s.TargetBurstCapacity = ptr.To(7.0)
 			s.MinScale = ptr.To(int32(1))
 		})
@@ -134,6 +137,25 @@ func TestIntegrationScenarios(t *testing.T) {
 			t.Errorf("%d pods, want 2", got)
 		}
 		r.expectPublic(v1alpha1.ModeServe, 2)
+		r.expectModeReason("Serving")
+	})
+
+	t.Run("CC 10 keeps the activators in the path, even with TBC 0", func(t *testing.T) {
+		r := newRig(t, cl, "cc10", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.ContainerConcurrency = 10
+			s.TargetBurstCapacity = ptr.To(0.0)
+			s.MinScale = ptr.To(int32(1))
+		})
+		// 12 in flight: ceil(12/7) = 2 pods, EBC 0 (TBC 0), which
+		// would be Serve without the limit; max(2, ceil(2 x 7 / 100))
+		// = 2 activators.
+		r.offered = 12
+		r.run(90 * time.Second)
+		if got := r.replicas(); got != 2 {
+			t.Errorf("%d pods, want 2", got)
+		}
+		r.expectPublic(v1alpha1.ModeProxy, 2)
+		r.expectModeReason("ContainerConcurrency")
 	})
 
 	t.Run("TBC -1 keeps the activators in the path", func(t *testing.T) {
@@ -504,6 +526,19 @@ func (r *rig) readyPods() int32 { return r.deployment().Status.ReadyReplicas }
 
 // expectPublic checks the ServerlessService's mode and the public
 // Service's endpoints: the pods in Serve mode, n activators in Proxy.
+// expectModeReason checks why the PodAutoscaler's status says its
+// target is in its mode.
+func (r *rig) expectModeReason(want string) {
+	r.t.Helper()
+	var pa v1alpha1.PodAutoscaler
+	if err := r.cl.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: r.name}, &pa); err != nil {
+		r.t.Fatal(err)
+	}
+	if pa.Status.ModeReason != want {
+		r.t.Errorf("PodAutoscaler status: mode %s because %q, want because %q", pa.Status.Mode, pa.Status.ModeReason, want)
+	}
+}
+
 func (r *rig) expectPublic(mode v1alpha1.Mode, n int) {
 	r.t.Helper()
 	ctx, c := context.Background(), r.cl.Client

@@ -28,6 +28,8 @@ const (
 	realTestRegistry = "127.0.0.1:12490"
 	realTestBridge   = Prefix + "-real0"
 	realTestNode     = "real-a"
+	// realTestHostPort is the pod's hostPort on the node's address.
+	realTestHostPort = 12491
 )
 
 var realTestCIDR = netip.MustParsePrefix("10.244.200.0/24")
@@ -92,7 +94,7 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 	t.Logf("containerd and kubelet up in %s (logs in %s)", time.Since(start).Round(100*time.Millisecond), node.LogDir())
 
 	start = time.Now()
-	manifest := fmt.Sprintf(realTestPod, images["autoscale"])
+	manifest := fmt.Sprintf(realTestPod, images["autoscale"], realTestCIDR.Addr().Next(), realTestHostPort)
 	if err := os.WriteFile(filepath.Join(node.Options().StaticPodDir, "app.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,22 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("GET / from the host: %s", strings.TrimSpace(body))
+	// The hostPort, through portmap's DNAT, on the node's address only.
+	gw := node.Options().PodCIDR.Addr().Next()
+	if err := localroute.Check(gw, localroute.Local()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := httpGet(ctx, fmt.Sprintf("http://%s:%d/healthz", gw, realTestHostPort)); err != nil {
+		t.Fatalf("hostPort: %v", err)
+	}
 
+	// For a look at a running node (cgroups, mounts, rules); the next
+	// start or StopRealNode removes it.
+	if os.Getenv("SOCKSCALE_REALNODE_KEEP") == "1" {
+		stopped = true
+		t.Logf("SOCKSCALE_REALNODE_KEEP=1: node left running, state in %s", node.Options().Dir)
+		return
+	}
 	stopped = true
 	start = time.Now()
 	if err := node.Stop(); err != nil {
@@ -138,7 +155,8 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 }
 
 // realTestPod is the static pod: the autoscale app on port 8080, ready
-// when its /healthz says so (probed by the kubelet from the host).
+// when its /healthz says so (probed by the kubelet from the host), with a
+// hostPort on the node's address (never on the host's other addresses).
 const realTestPod = `apiVersion: v1
 kind: Pod
 metadata:
@@ -152,6 +170,8 @@ spec:
     args: ["--port", "8080"]
     ports:
     - containerPort: 8080
+      hostIP: %s
+      hostPort: %d
     readinessProbe:
       httpGet: {path: /healthz, port: 8080}
       periodSeconds: 1
@@ -268,5 +288,15 @@ func checkRealNodeGone(t *testing.T, o RealNodeOptions) {
 	}
 	if _, err := os.Stat(o.RunDir); err == nil {
 		t.Errorf("%s left", o.RunDir)
+	}
+	nat, err := output("iptables", "-w", "-t", "nat", "-S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(nat, fmt.Sprintf(`dnat name: \"%s\"`, o.Bridge)) || strings.Contains(nat, "CNI-DN-") {
+		t.Errorf("portmap rules left:\n%s", nat)
+	}
+	if links, err := output("ip", "-o", "link", "show", "master", o.Bridge); err == nil && links != "" {
+		t.Errorf("links left on %s: %s", o.Bridge, links)
 	}
 }

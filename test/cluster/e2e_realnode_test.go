@@ -289,6 +289,15 @@ func checkRealNodeGone(t *testing.T, o RealNodeOptions) {
 	if _, err := os.Stat(o.RunDir); err == nil {
 		t.Errorf("%s left", o.RunDir)
 	}
+	if _, err := os.Stat("/var/lib/kubelet/device-plugins/kubelet.sock"); err == nil {
+		t.Error("the kubelet's device-plugin socket left")
+	}
+	logLinks, _ := os.ReadDir("/var/log/containers")
+	for _, e := range logLinks {
+		if target, err := os.Readlink(filepath.Join("/var/log/containers", e.Name())); err == nil && strings.HasPrefix(target, o.Dir+"/") {
+			t.Errorf("/var/log/containers/%s left", e.Name())
+		}
+	}
 	nat, err := output("iptables", "-w", "-t", "nat", "-S")
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -118,9 +117,10 @@ type realNodeState struct {
 
 // realNodeHostDirs are the host paths a real node writes to whatever its
 // configuration says: the kubelet's device-plugin socket directory
-// (/var/lib/kubelet/device-plugins, a constant) and libcni's cache of
-// results (/var/lib/cni, which containerd does not move).
-var realNodeHostDirs = []string{"/var/lib/kubelet", "/var/lib/cni"}
+// (/var/lib/kubelet/device-plugins) and its links to the containers' logs
+// (/var/log/containers), both constants, and libcni's cache of results
+// (/var/lib/cni, which containerd does not move).
+var realNodeHostDirs = []string{"/var/lib/kubelet", "/var/log/containers", "/var/lib/cni"}
 
 // RealNode is a running real node.
 type RealNode struct {
@@ -315,19 +315,11 @@ func StopRealNode(dir string) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := removeCNICache(o.Bridge); err != nil {
+	if err := removeCNICache(o.Bridge, o.Dir); err != nil {
 		errs = append(errs, err)
 	}
-	for _, d := range st.HostDirsMade {
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if !slices.Contains(st.HostDirsMade, "/var/lib/kubelet") {
-		// The host had its own: only the node's socket goes.
-		if err := os.Remove("/var/lib/kubelet/device-plugins/kubelet.sock"); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
+	if err := removeHostDirs(st.HostDirsMade, o.Dir); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -320,8 +321,10 @@ func firstField(f []string) string {
 // containerd does not move: entries are named <network>-<container>-<if>.
 const cniCacheDir = "/var/lib/cni/results"
 
-// removeCNICache removes network's entries from libcni's cache.
-func removeCNICache(network string) error {
+// removeCNICache removes the node's entries from libcni's cache: its
+// network's, and containerd's own loopback ones for the node's pods (their
+// netns path is below dir).
+func removeCNICache(network, dir string) error {
 	entries, err := os.ReadDir(cniCacheDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -331,9 +334,44 @@ func removeCNICache(network string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), network+"-") {
-			if err := os.Remove(filepath.Join(cniCacheDir, e.Name())); err != nil {
+		p := filepath.Join(cniCacheDir, e.Name())
+		ours := strings.HasPrefix(e.Name(), network+"-")
+		if !ours {
+			b, err := os.ReadFile(p)
+			ours = err == nil && strings.Contains(string(b), `"`+dir+"/")
+		}
+		if ours {
+			if err := os.Remove(p); err != nil {
 				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeHostDirs removes the realNodeHostDirs the node made; from those the
+// host had, only what is the node's: the kubelet's device-plugin socket and
+// the links into the node's pod logs (below dir).
+func removeHostDirs(made []string, dir string) error {
+	var errs []error
+	for _, d := range made {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !slices.Contains(made, "/var/lib/kubelet") {
+		if err := os.Remove("/var/lib/kubelet/device-plugins/kubelet.sock"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if !slices.Contains(made, "/var/log/containers") {
+		entries, _ := os.ReadDir("/var/log/containers")
+		for _, e := range entries {
+			p := filepath.Join("/var/log/containers", e.Name())
+			if target, err := os.Readlink(p); err == nil && strings.HasPrefix(target, dir+"/") {
+				if err := os.Remove(p); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}

@@ -326,3 +326,27 @@ func StopRealNode(dir string) error {
 	}
 	return os.Remove(p.stateFile())
 }
+
+// RealNodeDir is where a cluster keeps real node name's Dir:
+// <state-dir>/realnodes/<name>; Down stops every node there.
+func RealNodeDir(stateDir, name string) string {
+	return filepath.Join(stateDir, "realnodes", name)
+}
+
+// stopRealNodes stops every real node of the cluster in stateDir.
+func stopRealNodes(stateDir string) error {
+	entries, err := os.ReadDir(filepath.Join(stateDir, "realnodes"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if err := StopRealNode(RealNodeDir(stateDir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("real node %s: %w", e.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}

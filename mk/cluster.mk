@@ -77,5 +77,5 @@ cluster-down: sockscale-cluster ## Stop the local cluster and remove everything 
 # `images` first: the harness builds the images again with the same flags,
 # then from the go build cache (a cold build takes minutes on 2 cores and
 # would eat the harness's time to bring the cluster up).
-test-e2e: deps cluster-binaries images $$(HELM) ## End-to-end tests (TestE2E*): the harness itself, then the autoscaling scenarios (docs/autoscaling.md) with the chart installed by helm (root).
+test-e2e: deps cluster-binaries real-node-binaries images $$(HELM) ## End-to-end tests (TestE2E*): the harness itself (its real node too), then the autoscaling scenarios (docs/autoscaling.md) with the chart installed by helm (root).
 	$(GO) test -count=1 -p 1 -timeout 40m -run '$(call test-pattern,$(E2E_TEST_PREFIXES))' $(call test-packages,$(E2E_TEST_PREFIXES))

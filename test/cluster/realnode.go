@@ -68,6 +68,11 @@ type RealNodeOptions struct {
 	StaticPodDir string
 	// Kubeconfig is the kubelet's; empty: standalone, no API server.
 	Kubeconfig string
+	// ClientCAFile verifies the client certificates of the kubelet API's
+	// callers (the apiserver's --kubelet-client-certificate) when the node
+	// has a Kubeconfig; their requests are then authorized by the API
+	// server (webhook).
+	ClientCAFile string
 	// ClusterDNS are the pods' name servers (none: the pods have none).
 	ClusterDNS []netip.Addr
 	// KubeletPort is the kubelet API's port (default 10250) on the

@@ -226,6 +226,13 @@ func (o *RealNodeOptions) writeKubeletConfig(p realNodePaths) error {
 			"webhook":   map[string]bool{"enabled": false},
 		}
 		cfg["authorization"] = map[string]string{"mode": "AlwaysAllow"}
+	} else {
+		cfg["authentication"] = map[string]any{
+			"anonymous": map[string]bool{"enabled": false},
+			"webhook":   map[string]bool{"enabled": true},
+			"x509":      map[string]string{"clientCAFile": o.ClientCAFile},
+		}
+		cfg["authorization"] = map[string]string{"mode": "Webhook"}
 	}
 	if len(o.ClusterDNS) > 0 {
 		var dns []string

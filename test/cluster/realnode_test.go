@@ -90,6 +90,39 @@ func TestRealNodeConfigs(t *testing.T) {
 	}
 }
 
+// TestRealNodeJoinedKubeletConfig: with a kubeconfig the kubelet registers
+// and its API asks the API server who may call it.
+func TestRealNodeJoinedKubeletConfig(t *testing.T) {
+	dir := t.TempDir()
+	o := RealNodeOptions{Name: "real-a", Dir: dir, RunDir: "/run/sccl-real-a", PodCIDR: netip.MustParsePrefix("10.244.200.0/24"),
+		CgroupParent: "sockscale-cluster/real-a", Kubeconfig: "/pki/real-a.kubeconfig", ClientCAFile: "/pki/ca.crt",
+		ClusterDNS: []netip.Addr{HostIP}}
+	p := realNodePaths{dir: dir}
+	if err := o.writeKubeletConfig(p); err != nil {
+		t.Fatal(err)
+	}
+	var kc struct {
+		RegisterNode   bool     `json:"registerNode"`
+		ClusterDNS     []string `json:"clusterDNS"`
+		Authentication struct {
+			Anonymous struct{ Enabled bool } `json:"anonymous"`
+			Webhook   struct{ Enabled bool } `json:"webhook"`
+			X509      struct {
+				ClientCAFile string `json:"clientCAFile"`
+			} `json:"x509"`
+		} `json:"authentication"`
+		Authorization struct{ Mode string } `json:"authorization"`
+	}
+	if err := yaml.Unmarshal([]byte(readText(t, p.kubeletConfig())), &kc); err != nil {
+		t.Fatal(err)
+	}
+	a := kc.Authentication
+	if !kc.RegisterNode || a.Anonymous.Enabled || !a.Webhook.Enabled || a.X509.ClientCAFile != "/pki/ca.crt" ||
+		kc.Authorization.Mode != "Webhook" || len(kc.ClusterDNS) != 1 || kc.ClusterDNS[0] != HostIP.String() {
+		t.Errorf("joined kubelet config: %+v", kc)
+	}
+}
+
 func readText(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sockscale/sockscale/internal/imagebuild"
+	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
 	"github.com/sockscale/sockscale/internal/testutil/localroute"
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
@@ -115,6 +116,22 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("static pod ready in %s: IP %s", time.Since(start).Round(100*time.Millisecond), pod.Status.PodIP)
+
+	// runc on a hybrid host puts a container in the cgroup v2 hierarchy too
+	// (beside every v1 one), below the node's cgroup: where the agent
+	// attaches its programs on a joined node.
+	if len(pod.Status.ContainerStatuses) != 1 {
+		t.Fatalf("container statuses: %+v", pod.Status.ContainerStatuses)
+	}
+	v2, err := cgroup2.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	procs := filepath.Join(v2, node.Options().CgroupParent, "kubepods", "besteffort", "pod"+string(pod.UID), id, "cgroup.procs")
+	if b, err := os.ReadFile(procs); err != nil || strings.TrimSpace(string(b)) == "" {
+		t.Errorf("the container is not in its cgroup v2 %s: %q %v", procs, b, err)
+	}
 
 	ip, err := netip.ParseAddr(pod.Status.PodIP)
 	if err != nil || !realTestCIDR.Contains(ip) {

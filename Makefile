@@ -64,12 +64,13 @@ $(GOLANGCI_LINT):
 ##@ Build
 
 .PHONY: build
-build: ## Build the binaries into ./bin (the images' binaries: agent, controller, activator, the autoscale test app).
-	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/... ./controller/cmd/... ./activator/cmd/... ./test/autoscale
+build: ## Build the binaries into ./bin (the images' binaries: agent, controller, activator, the autoscale test app, pause).
+	$(GO) build -o $(BIN_DIR)/ ./agent/cmd/... ./controller/cmd/... ./activator/cmd/... ./test/autoscale ./test/pause
 
-# The images (agent, controller, activator, the autoscale test app) as an
-# OCI layout; tagged with the chart's appVersion, every time in them the
-# commit's (SOURCE_DATE_EPOCH), so one commit gives one digest per image.
+# The images (agent, controller, activator, the autoscale test app, the real
+# node's pause) as an OCI layout; tagged with the chart's appVersion, every
+# time in them the commit's (SOURCE_DATE_EPOCH), so one commit gives one
+# digest per image.
 IMAGES_LAYOUT ?= $(CURDIR)/out/images
 REGISTRY ?=
 

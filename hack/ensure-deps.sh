@@ -11,6 +11,7 @@ declare -A pkgs=(
   [ip]=iproute2
   [iptables]=iptables
   [conntrack]=conntrack
+  [runc]=runc
 )
 missing=()
 for cmd in "${!pkgs[@]}"; do

@@ -40,6 +40,19 @@ cluster-binaries: $$(ETCD) $$(KUBE_APISERVER) $$(KUBECTL) $$(KUBE_CONTROLLER_MAN
 $(COREDNS):
 	cd hack/tools/coredns && $(GO) build -trimpath -ldflags '-s -w' -o $@ .
 
+# The real node's binaries (test/cluster/realnode.go), linked into
+# $(CLUSTER_BIN_DIR) beside the control plane's: kubelet, containerd,
+# containerd-shim-runc-v2, ctr, and cni/ with the CNI plugins. containerd
+# finds its shim on PATH, so the harness puts this directory first there.
+.PHONY: real-node-binaries
+real-node-binaries: deps $$(KUBELET) $$(CONTAINERD) $$(CNI_BIN_DIR)/portmap ## Build the real node's kubelet, containerd (+ runc shim, ctr) and CNI plugins (pinned); runc is Debian's.
+	mkdir -p $(CLUSTER_BIN_DIR)
+	ln -sf $(KUBELET) $(CLUSTER_BIN_DIR)/kubelet
+	ln -sf $(CONTAINERD) $(CLUSTER_BIN_DIR)/containerd
+	ln -sf $(CONTAINERD_DIR)/containerd-shim-runc-v2 $(CLUSTER_BIN_DIR)/containerd-shim-runc-v2
+	ln -sf $(CONTAINERD_DIR)/ctr $(CLUSTER_BIN_DIR)/ctr
+	ln -sfn $(CNI_BIN_DIR) $(CLUSTER_BIN_DIR)/cni
+
 .PHONY: sockscale-cluster
 sockscale-cluster: ## Build the local cluster's command into $(BIN_DIR).
 	$(GO) build -o $(SOCKSCALE_CLUSTER) ./test/cluster/cmd/sockscale-cluster
@@ -64,5 +77,5 @@ cluster-down: sockscale-cluster ## Stop the local cluster and remove everything 
 # `images` first: the harness builds the images again with the same flags,
 # then from the go build cache (a cold build takes minutes on 2 cores and
 # would eat the harness's time to bring the cluster up).
-test-e2e: deps cluster-binaries images $$(HELM) ## End-to-end tests (TestE2E*): the harness itself, then the autoscaling scenarios (docs/autoscaling.md) with the chart installed by helm (root).
+test-e2e: deps cluster-binaries real-node-binaries images $$(HELM) ## End-to-end tests (TestE2E*): the harness itself (its real node too), then the autoscaling scenarios (docs/autoscaling.md) with the chart installed by helm (root).
 	$(GO) test -count=1 -p 1 -timeout 40m -run '$(call test-pattern,$(E2E_TEST_PREFIXES))' $(call test-packages,$(E2E_TEST_PREFIXES))

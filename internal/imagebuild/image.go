@@ -45,6 +45,9 @@ var Images = []Spec{
 	{Name: "sockscale-controller", Package: "./controller/cmd/sockscale-controller", User: NonRoot},
 	{Name: "sockscale-activator", Package: "./activator/cmd/sockscale-activator", User: NonRoot},
 	{Name: "autoscale", Package: "./test/autoscale", User: NonRoot},
+	// The real node's pod sandbox (test/cluster/realnode.go): containerd's
+	// sandbox_image, so no pod there needs an image from outside.
+	{Name: "pause", Package: "./test/pause", User: NonRoot},
 }
 
 // Built is one built image.

@@ -353,6 +353,11 @@ func Down(opts Options) error {
 		return err
 	}
 	var errs []error
+	// Real nodes first: their containers, mounts and rules are not all in
+	// our cgroup subtree or on links the host network's teardown knows.
+	if err := stopRealNodes(opts.StateDir); err != nil {
+		errs = append(errs, err)
+	}
 	// Everything we started is in our cgroup subtree; the PIDs are a
 	// fallback for a subtree someone removed.
 	if err := killCgroupTree(filepath.Join(root, ClusterName)); err != nil {

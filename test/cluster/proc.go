@@ -83,37 +83,63 @@ func (p process) alive() bool {
 // cluster's control-plane subtree, stdout and stderr appended to
 // <state-dir>/logs/<name>.log, and records it in the state file.
 func (c *Cluster) startDaemon(name, bin string, args ...string) error {
-	logDir := filepath.Join(c.opts.StateDir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return err
-	}
-	logf, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := spawn(daemon{name: name, bin: bin, args: args, dir: c.opts.StateDir,
+		logDir: filepath.Join(c.opts.StateDir, "logs"), cgroup: filepath.Join(c.cgroupDir, "control-plane", name)})
 	if err != nil {
 		return err
+	}
+	c.state.Processes = append(c.state.Processes, p)
+	return c.state.save(c.opts.StateDir)
+}
+
+// daemon is a process to start in the background (spawn).
+type daemon struct {
+	name, bin string
+	args      []string
+	// env is added to this process's environment.
+	env []string
+	// dir is its working directory.
+	dir string
+	// logDir gets <name>.log, appended to.
+	logDir string
+	// cgroup is the cgroup v2 directory it starts in, made if missing.
+	cgroup string
+}
+
+// spawn starts d in its own session and cgroup, stdout and stderr appended
+// to its log.
+func spawn(d daemon) (process, error) {
+	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
+		return process{}, err
+	}
+	logf, err := os.OpenFile(filepath.Join(d.logDir, d.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return process{}, err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "--- %s %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
-	cg := filepath.Join(c.cgroupDir, "control-plane", name)
-	if err := os.MkdirAll(cg, 0o755); err != nil {
-		return fmt.Errorf("cgroup for %s: %w", name, err)
+	fmt.Fprintf(logf, "--- %s %s %s\n", time.Now().Format(time.RFC3339), d.bin, strings.Join(d.args, " "))
+	if err := os.MkdirAll(d.cgroup, 0o755); err != nil {
+		return process{}, fmt.Errorf("cgroup for %s: %w", d.name, err)
 	}
-	cgfd, err := os.Open(cg)
+	cgfd, err := os.Open(d.cgroup)
 	if err != nil {
-		return err
+		return process{}, err
 	}
 	defer cgfd.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = c.opts.StateDir
+	cmd := exec.Command(d.bin, d.args...)
+	cmd.Dir = d.dir
+	if len(d.env) > 0 {
+		cmd.Env = append(os.Environ(), d.env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(cgfd.Fd())}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
+		return process{}, fmt.Errorf("start %s: %w", d.name, err)
 	}
 	// Reaps it if it ends while this process lives; after `up` returns it
 	// is init's.
 	go func() { _ = cmd.Wait() }()
-	c.state.Processes = append(c.state.Processes, process{Name: name, PID: cmd.Process.Pid, Exe: bin})
-	return c.state.save(c.opts.StateDir)
+	return process{Name: d.name, PID: cmd.Process.Pid, Exe: d.bin}, nil
 }
 
 // run runs a command and returns its error with its output.

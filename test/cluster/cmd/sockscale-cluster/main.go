@@ -37,6 +37,9 @@ func run() error {
 	fs.IntVar(&opts.Nodes, "nodes", 2, "number of simulated nodes")
 	fs.StringVar(&opts.StateDir, "state-dir", cluster.DefaultStateDir(), "certificates, kubeconfig, logs and state")
 	fs.StringVar(&opts.KubeBinDir, "kube-bin-dir", cluster.DefaultKubeBinDir(), "etcd, kube-apiserver, ... (make cluster-binaries)")
+	// A second registry beside a running cluster's (tests of the real node
+	// on their own) needs another address; `up` always uses RegistryAddr.
+	registryAddr := fs.String("addr", cluster.RegistryAddr, "registry: the loopback address to serve on")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		return err
 	}
@@ -67,7 +70,7 @@ func run() error {
 		log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "node-simulator")
 		return cluster.Simulate(ctx, cluster.SimOptions{StateDir: opts.StateDir, Nodes: opts.Nodes, Self: self, Log: log})
 	case "registry":
-		return cluster.ServeRegistry(ctx, cluster.RegistryAddr, filepath.Join(opts.StateDir, "registry"))
+		return cluster.ServeRegistry(ctx, *registryAddr, filepath.Join(opts.StateDir, "registry"))
 	}
 	return fmt.Errorf("unknown command %q: want up, down or status", cmd)
 }

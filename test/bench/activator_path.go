@@ -54,7 +54,7 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 	}
 	modes := []string{"direct", "activator"}
 	if queueProxy != "" {
-		if err := b.startQueueProxy(queueProxy); err != nil {
+		if err := b.startQueueProxy(queueProxy, queueProxyConfig{userPort: b.proxyBackend.port}); err != nil {
 			return err
 		}
 		modes = append(modes, "queue-proxy")

@@ -38,6 +38,9 @@ func main() {
 	held := flag.Int("held", 10000, "requests held for one target by the hold part")
 	connectRounds := flag.Int("connect-rounds", 40, "rounds per concurrency and load of the connect part (rounded down to whole blocks)")
 	connectBlock := flag.Int("connect-block", 5, "rounds per block of the connect part (one estimate per block)")
+	ccClients := flag.String("cc-c", "8,16", "comma-separated closed-loop concurrencies of the cc part (at containerConcurrency 1 queue-proxy admits 11 and answers 503 beyond)")
+	ccRounds := flag.Int("cc-rounds", 10, "rounds per concurrency of the cc part, each running every mode for one slice")
+	ccSlice := flag.Duration("cc-slice", 2*time.Second, "how long each mode of the cc part runs per round (its queue then drains)")
 	splitConnects := flag.Int("split-connects", 20000, "new connections per case of the split part")
 	activatorBin := flag.String("activator", "", "sockscale-activator binary of the activator parts (empty: build this tree's)")
 	only := flag.String("only", strings.Join(parts, ","), "comma-separated parts: "+strings.Join(parts, ", "))
@@ -46,7 +49,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, cgroups, BPF)")
 		os.Exit(2)
 	}
-	cs, err := parseConcurrencies(*concurrencies)
+	cs, err := parseConcurrencies("-c", *concurrencies)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ccCs, err := parseConcurrencies("-cc-c", *ccClients)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -73,6 +81,8 @@ func main() {
 			err = footprint(b.root, *footprintDuration)
 		case "activator":
 			err = b.activatorPath(*slice, *activatorRounds, *activatorBlock, cs, *queueProxy)
+		case "cc":
+			err = b.ccLimit(*ccSlice, *ccRounds, ccCs, *queueProxy)
 		case "coldstart":
 			err = b.coldStart(*coldStarts, periods)
 		case "hold":
@@ -96,7 +106,7 @@ func main() {
 }
 
 // parts of the bench, in the order they run by default.
-var parts = []string{"datapath", "accuracy", "footprint", "activator", "coldstart", "hold", "connect", "split"}
+var parts = []string{"datapath", "accuracy", "footprint", "activator", "cc", "coldstart", "hold", "connect", "split"}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {
@@ -111,13 +121,14 @@ func parseDurations(flagValue string) ([]time.Duration, error) {
 	return ds, nil
 }
 
-// parseConcurrencies reads the -c flag: positive integers separated by commas.
-func parseConcurrencies(flagValue string) ([]int, error) {
+// parseConcurrencies reads flag name's value (-c, -cc-c): positive
+// integers separated by commas.
+func parseConcurrencies(name, flagValue string) ([]int, error) {
 	var cs []int
 	for _, f := range strings.Split(flagValue, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || c < 1 {
-			return nil, fmt.Errorf("-c %q: %q is not a concurrency; want positive integers separated by commas, e.g. 1,16,64", flagValue, f)
+			return nil, fmt.Errorf("%s %q: %q is not a concurrency; want positive integers separated by commas, e.g. 1,16,64", name, flagValue, f)
 		}
 		cs = append(cs, c)
 	}
@@ -132,9 +143,12 @@ type bench struct {
 	// queue-proxy's backend.
 	twins        [2]server
 	proxyBackend server
-	// queueProxyPid: Knative's queue-proxy runs in the pod in front of
-	// proxyBackend (startQueueProxy); 0: not started.
-	queueProxyPid int
+	// queueProxy is Knative's queue-proxy running in the pod as
+	// queueProxyConf says (startQueueProxy), and queueProxyPid its pid; 0:
+	// not started.
+	queueProxy     *exec.Cmd
+	queueProxyConf queueProxyConfig
+	queueProxyPid  int
 	// rig runs the activator parts' control plane (activatorRig), and
 	// activatorBin is their activator (empty: built from this tree).
 	rig          *activatorRig
@@ -230,7 +244,7 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 	}
 	modes := []string{"off", "on"}
 	if queueProxy != "" {
-		if err := b.startQueueProxy(queueProxy); err != nil {
+		if err := b.startQueueProxy(queueProxy, queueProxyConfig{userPort: b.proxyBackend.port}); err != nil {
 			return err
 		}
 		modes = append(modes, "queue-proxy")
@@ -394,17 +408,29 @@ func (b *bench) accuracy(d time.Duration) error {
 
 const queueProxyPort = 8012
 
+// queueProxyConfig is what a table needs of queue-proxy: the revision's
+// containerConcurrency (0: no limit) and the pod's port it proxies to.
+type queueProxyConfig struct {
+	cc       int
+	userPort int
+}
+
 // startQueueProxy runs Knative's queue-proxy bin in the pod's network
-// namespace in front of the pod's proxied server, as a Knative revision
-// would, once for every table that compares with it. It stays in this
-// process's cgroup, outside the accounting's root.
-func (b *bench) startQueueProxy(bin string) error {
+// namespace in front of the pod's server on conf's port, as a Knative
+// revision would, and keeps it for every table that compares with the
+// same conf. queue-proxy binds fixed ports (serving, admin, metrics), so
+// two cannot share the pod: a table that needs another conf restarts it.
+// It stays in this process's cgroup, outside the accounting's root.
+func (b *bench) startQueueProxy(bin string, conf queueProxyConfig) error {
 	if b.queueProxyPid != 0 {
-		return nil
+		if b.queueProxyConf == conf {
+			return nil
+		}
+		b.stopQueueProxy()
 	}
 	// `ip netns exec`, as testpod starts its processes (see Pod.StartIn).
 	cmd := exec.Command("ip", "netns", "exec", b.pod.Name, bin)
-	cmd.Env = append(os.Environ(), queueProxyEnv(b.pod, b.proxyBackend.port)...)
+	cmd.Env = append(os.Environ(), queueProxyEnv(b.pod, conf)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("queue-proxy: %w", err)
@@ -413,18 +439,27 @@ func (b *bench) startQueueProxy(bin string) error {
 	if err := b.pod.WaitListening(queueProxyPort, 10*time.Second); err != nil {
 		return fmt.Errorf("queue-proxy: %w", err)
 	}
+	b.queueProxy, b.queueProxyConf = cmd, conf
 	b.queueProxyPid = cmd.Process.Pid // ip netns exec execs queue-proxy in place
 	return nil
 }
 
-func queueProxyEnv(pod *testpod.Pod, userPort int) []string {
+// stopQueueProxy kills the running queue-proxy and waits for it to exit,
+// so that the next one can bind the same ports.
+func (b *bench) stopQueueProxy() {
+	_ = b.queueProxy.Process.Kill()
+	_ = b.queueProxy.Wait()
+	b.queueProxy, b.queueProxyConf, b.queueProxyPid = nil, queueProxyConfig{}, 0
+}
+
+func queueProxyEnv(pod *testpod.Pod, conf queueProxyConfig) []string {
 	// The variables queue-proxy v0.50.0 requires (pkg/queue/sharedmain), set
-	// as a revision with containerConcurrency 0 would have them.
+	// as a revision with containerConcurrency conf.cc would have them.
 	env := map[string]string{
 		"SERVING_NAMESPACE": "bench", "SERVING_SERVICE": "bench", "SERVING_CONFIGURATION": "bench",
 		"SERVING_REVISION": "bench-00001", "SERVING_POD": "bench-pod", "SERVING_POD_IP": pod.IP.String(),
 		"QUEUE_SERVING_PORT": strconv.Itoa(queueProxyPort), "QUEUE_SERVING_TLS_PORT": "8112",
-		"USER_PORT": strconv.Itoa(userPort), "CONTAINER_CONCURRENCY": "0",
+		"USER_PORT": strconv.Itoa(conf.userPort), "CONTAINER_CONCURRENCY": strconv.Itoa(conf.cc),
 		"REVISION_TIMEOUT_SECONDS": "300", "SERVING_LOGGING_CONFIG": "", "SERVING_LOGGING_LEVEL": "error",
 	}
 	keys := make([]string, 0, len(env))

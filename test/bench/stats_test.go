@@ -45,12 +45,12 @@ func alternating(n int) []float64 {
 }
 
 func TestParseConcurrencies(t *testing.T) {
-	got, err := parseConcurrencies("1, 16,64")
+	got, err := parseConcurrencies("-c", "1, 16,64")
 	if err != nil || !slices.Equal(got, []int{1, 16, 64}) {
 		t.Errorf("parseConcurrencies(\"1, 16,64\") = %v, %v; want [1 16 64]", got, err)
 	}
 	for _, bad := range []string{"", "0", "1,,2", "-4", "x"} {
-		if _, err := parseConcurrencies(bad); err == nil {
+		if _, err := parseConcurrencies("-c", bad); err == nil {
 			t.Errorf("parseConcurrencies(%q): no error", bad)
 		}
 	}

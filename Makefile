@@ -128,11 +128,13 @@ demo: deps cluster-binaries images $(HELM) ## The README's first command (root):
 
 BENCH_FLAGS ?=
 SCALE_BENCH_FLAGS ?=
+BURST_BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: deps queue-proxy control-plane ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint, the activator (warm path vs queue-proxy, cold start, 10,000 held), the connect-time redirect per new connection (none, miss, Serve target among 1,000 entries, Proxy rewrite), a Route's split of new connections vs its percents (test/bench, flags in BENCH_FLAGS); the controller at 1,000/3,000/10,000 PodAutoscalers with a simulated fleet of agents: decision intervals, pokes, CPU, RSS, API writes, stats ingest (test/bench/scale, flags in SCALE_BENCH_FLAGS); BPF programs per request, stats codec, windows, 10,000 decisions, 5,000 agents' ingest, bytes cached per other Deployment and EndpointSlice; the agent's connection check of 250 pods holding 10,000 connections and its socket-table reads; 100 Proxy/Serve switches through the API server into the redirect map.
+bench: deps queue-proxy control-plane cluster-binaries $(HELM) ## Benchmarks (root): data path off/on/queue-proxy, accuracy, agent footprint, the activator (warm path vs queue-proxy, cold start, 10,000 held), the connect-time redirect per new connection (none, miss, Serve target among 1,000 entries, Proxy rewrite), a Route's split of new connections vs its percents (test/bench, flags in BENCH_FLAGS); the controller at 1,000/3,000/10,000 PodAutoscalers with a simulated fleet of agents: decision intervals, pokes, CPU, RSS, API writes, stats ingest (test/bench/scale, flags in SCALE_BENCH_FLAGS); targets that differ only in target-burst-capacity (211, 0, 1) on the local cluster under a steady load, a burst from 1 to 100 in flight and clients arriving at zero, keep-alive and new connections: req/s, p50/p99, failed, pods, share through the activators, time in Proxy (test/bench/burst, flags in BURST_BENCH_FLAGS); BPF programs per request, stats codec, windows, 10,000 decisions, 5,000 agents' ingest, bytes cached per other Deployment and EndpointSlice; the agent's connection check of 250 pods holding 10,000 connections and its socket-table reads; 100 Proxy/Serve switches through the API server into the redirect map.
 	$(GO) run ./test/bench -queue-proxy $(QUEUE_PROXY) $(BENCH_FLAGS)
 	$(GO) run ./test/bench/scale $(SCALE_BENCH_FLAGS)
+	$(GO) run ./test/bench/burst --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR) $(BURST_BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./agent/internal/connaudit/ ./agent/internal/socktable/
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./bpf/... ./internal/stats/ ./controller/internal/window/ ./controller/internal/decider/ ./controller/internal/collector/ ./controller/internal/cachetrim/
 	$(GO) test -run '^$$' -bench . -benchtime 100x ./agent/internal/redirect/

@@ -116,8 +116,8 @@ func measure(ctx context.Context, c *cluster.Cluster, s *stack.Stack, f *flags, 
 		}
 		rows = append(rows, r)
 	}
-	if tl.errors > 0 {
-		say("the watches failed %d times: Proxy times and pods may miss changes", tl.errors)
+	if n := tl.failures(); n > 0 {
+		say("the watches failed %d times: Proxy times and pods may miss changes", n)
 	}
 	return rows, nil
 }

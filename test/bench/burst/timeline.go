@@ -85,6 +85,13 @@ func (tl *timeline) failed(err error) {
 	fmt.Fprintln(tl.log, "burst: timeline:", err)
 }
 
+// failures is how many times a watch could not be started.
+func (tl *timeline) failures() int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.errors
+}
+
 func (tl *timeline) observe(at time.Time, o any) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()

@@ -124,12 +124,19 @@ func markReady(t *testing.T, c client.Client, name string) {
 		return err == nil, fmt.Sprint(err)
 	})
 	now := metav1.Now()
-	pa.Status.ActualScale, pa.Status.DesiredScale = ptr.To(int32(1)), ptr.To(int32(1))
-	pa.Status.Conditions = []metav1.Condition{
-		{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: "Scaled", Message: "1 pod", LastTransitionTime: now},
-		{Type: kpa.ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", Message: "up", LastTransitionTime: now},
-	}
-	if err := c.Status().Update(ctx, &pa); err != nil {
+	// The revision reconciler may still be writing the new PodAutoscaler:
+	// on a conflict, read it again and set the status again.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, key(name), &pa); err != nil {
+			return err
+		}
+		pa.Status.ActualScale, pa.Status.DesiredScale = ptr.To(int32(1)), ptr.To(int32(1))
+		pa.Status.Conditions = []metav1.Condition{
+			{Type: names.ConditionReady, Status: metav1.ConditionTrue, Reason: "Scaled", Message: "1 pod", LastTransitionTime: now},
+			{Type: kpa.ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", Message: "up", LastTransitionTime: now},
+		}
+		return c.Status().Update(ctx, &pa)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	sks := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
@@ -301,9 +308,16 @@ func TestIntegrationServiceRevisions(t *testing.T) {
 		err := c.Get(ctx, key("hello-v3"), &pa)
 		return err == nil, fmt.Sprint(err)
 	})
-	pa.Status.Conditions = []metav1.Condition{{Type: names.ConditionReady, Status: metav1.ConditionFalse, Reason: "ScaleTargetFailing",
-		Message: "Deployment hello-v3-deployment has no ready pod: ImagePullBackOff", LastTransitionTime: metav1.Now()}}
-	if err := c.Status().Update(ctx, &pa); err != nil {
+	// The revision reconciler may still be writing the new PodAutoscaler:
+	// on a conflict, read it again and set the condition again.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, key("hello-v3"), &pa); err != nil {
+			return err
+		}
+		pa.Status.Conditions = []metav1.Condition{{Type: names.ConditionReady, Status: metav1.ConditionFalse, Reason: "ScaleTargetFailing",
+			Message: "Deployment hello-v3-deployment has no ready pod: ImagePullBackOff", LastTransitionTime: metav1.Now()}}
+		return c.Status().Update(ctx, &pa)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the failing hello-v3 reported, traffic kept on hello-00002", func() (bool, string) {

@@ -109,7 +109,18 @@ func TestKernelDrainAsksClientsToClose(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 	e.waitCounters(t, "the clients' connections", func(c PodCounters) bool { return c.ConnsInFlight == clients })
 
-	fds := serverConnFDs(t, e.pod.PIDs()[0])
+	// The kernel counts a connection once established; the server holds
+	// its fd only once it accepted it: wait for that too.
+	var fds []int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		fds = serverConnFDs(t, e.pod.PIDs()[0])
+		if len(fds) == clients || time.Now().After(deadline) {
+			break
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
 	if len(fds) != clients {
 		t.Fatalf("%d server connections, want %d", len(fds), clients)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,7 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 	t.Logf("pause and autoscale built and pushed in %s", time.Since(start).Round(100*time.Millisecond))
 
 	start = time.Now()
+	chainsBefore := nodeChains(t)
 	node, err := StartRealNode(ctx, RealNodeOptions{
 		Name: realTestNode, Dir: filepath.Join(dir, realTestNode), BinDir: binDir,
 		PodCIDR: realTestCIDR, Bridge: realTestBridge, SandboxImage: images["pause"],
@@ -169,6 +171,32 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 	}
 	t.Logf("stopped in %s", time.Since(start).Round(100*time.Millisecond))
 	checkRealNodeGone(t, node.Options())
+	for _, c := range nodeChains(t) {
+		if !slices.Contains(chainsBefore, c) {
+			t.Errorf("iptables chain %s left by the node", c)
+		}
+	}
+}
+
+// nodeChains are the iptables chains, "table/chain", that a node's
+// kubelet (KUBE-KUBELET-CANARY, KUBE-FIREWALL) or CNI plugins (CNI-*)
+// would make; a running cluster's kube-proxy changes only its own.
+func nodeChains(t *testing.T) []string {
+	t.Helper()
+	var chains []string
+	for _, table := range []string{"filter", "nat", "mangle"} {
+		out, err := output("iptables", "-w", "-t", table, "-S")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			name, ok := strings.CutPrefix(line, "-N ")
+			if ok && (name == "KUBE-KUBELET-CANARY" || name == "KUBE-FIREWALL" || strings.HasPrefix(name, "CNI-")) {
+				chains = append(chains, table+"/"+name)
+			}
+		}
+	}
+	return chains
 }
 
 // realTestPod is the static pod: the autoscale app on port 8080, ready

@@ -202,6 +202,11 @@ func (o *RealNodeOptions) writeKubeletConfig(p realNodePaths) error {
 		"healthzBindAddress": "127.0.0.1",
 		"healthzPort":        o.HealthzPort,
 		"failSwapOn":         false,
+		// No KUBE-FIREWALL or KUBE-KUBELET-CANARY chains from the kubelet:
+		// the host's iptables are shared with the simulated nodes and the
+		// cluster's one kube-proxy (which makes KUBE-FIREWALL, and whose
+		// `down` removes it), and a standalone node would leave them.
+		"makeIPTablesUtilChains": false,
 		// No host resolv.conf in pods: its name servers are off the machine.
 		"resolvConf":                    "",
 		"hairpinMode":                   "hairpin-veth",

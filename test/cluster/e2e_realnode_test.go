@@ -179,7 +179,8 @@ func TestE2ERealNodeStandalone(t *testing.T) {
 }
 
 // nodeChains are the iptables chains, "table/chain", that a node's
-// kubelet (KUBE-KUBELET-CANARY, KUBE-FIREWALL) or CNI plugins (CNI-*)
+// kubelet (KUBE-KUBELET-CANARY, KUBE-FIREWALL, KUBE-IPTABLES-HINT) or CNI
+// plugins (CNI-*)
 // would make; a running cluster's kube-proxy changes only its own.
 func nodeChains(t *testing.T) []string {
 	t.Helper()
@@ -191,7 +192,7 @@ func nodeChains(t *testing.T) []string {
 		}
 		for _, line := range strings.Split(out, "\n") {
 			name, ok := strings.CutPrefix(line, "-N ")
-			if ok && (name == "KUBE-KUBELET-CANARY" || name == "KUBE-FIREWALL" || strings.HasPrefix(name, "CNI-")) {
+			if ok && (name == "KUBE-KUBELET-CANARY" || name == "KUBE-FIREWALL" || name == "KUBE-IPTABLES-HINT" || strings.HasPrefix(name, "CNI-")) {
 				chains = append(chains, table+"/"+name)
 			}
 		}

@@ -371,3 +371,32 @@ func listenIn(netns, addr string) (net.Listener, error) {
 	r := <-done
 	return r.l, r.err
 }
+
+// warmTarget makes target name (containerConcurrency cc) with its one
+// pod at addr, starts an activator and waits until the activator has the
+// pod: the start of the parts that measure a warm target. stop removes
+// both.
+func (b *bench) warmTarget(name string, cc int32, addr netip.AddrPort) (a *activatorProc, stop func(), err error) {
+	rig, err := b.activatorRig()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := rig.createTarget(name, cc, addr, true); err != nil {
+		return nil, nil, err
+	}
+	if a, err = rig.start(); err != nil {
+		_ = rig.deleteTarget(name)
+		return nil, nil, err
+	}
+	stop = func() {
+		a.stop()
+		_ = rig.deleteTarget(name)
+	}
+	if err := a.waitMetric("the pod ready", 10*time.Second, func(m harness.PromSamples) bool {
+		return m.Value("sockscale_activator_pods", targetLabels(name, "state", "assigned")...) == 1
+	}); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return a, stop, nil
+}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
-	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 // activatorPath compares a trivial handler's warm data path three ways on
@@ -33,25 +32,12 @@ func (b *bench) activatorPath(slice time.Duration, rounds, block int, concurrenc
 	if block < 1 || rounds < 2*block {
 		return fmt.Errorf("-activator-rounds %d, -activator-block %d: a confidence interval needs at least two blocks of at least one round", rounds, block)
 	}
-	rig, err := b.activatorRig()
-	if err != nil {
-		return err
-	}
 	const name = "warm"
-	if err := rig.createTarget(name, 0, netip.AddrPortFrom(b.pod.IP, testpod.HTTPPort), true); err != nil {
-		return err
-	}
-	defer func() { _ = rig.deleteTarget(name) }()
-	a, err := rig.start()
+	a, stop, err := b.warmTarget(name, 0, netip.AddrPortFrom(b.pod.IP, testpod.HTTPPort))
 	if err != nil {
 		return err
 	}
-	defer a.stop()
-	if err := a.waitMetric("the pod ready", 10*time.Second, func(m harness.PromSamples) bool {
-		return m.Value("sockscale_activator_pods", targetLabels(name, "state", "assigned")...) == 1
-	}); err != nil {
-		return err
-	}
+	defer stop()
 	modes := []string{"direct", "activator"}
 	if queueProxy != "" {
 		if err := b.startQueueProxy(queueProxy, queueProxyConfig{userPort: b.proxyBackend.port}); err != nil {

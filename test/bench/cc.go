@@ -15,7 +15,6 @@ import (
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
 	"github.com/sockscale/sockscale/internal/testutil/testpod"
-	"github.com/sockscale/sockscale/test/bench/harness"
 )
 
 // ccSleep is the cc part's handler time: long next to either proxy's cost,
@@ -70,25 +69,12 @@ func (b *bench) ccLimit(slice time.Duration, rounds int, concurrencies []int, qu
 	}
 	servers["direct 1"] = servers["activator"]
 
-	rig, err := b.activatorRig()
-	if err != nil {
-		return err
-	}
 	const name = "cc1"
-	if err := rig.createTarget(name, 1, netip.AddrPortFrom(b.pod.IP, ccActivatorPort), true); err != nil {
-		return err
-	}
-	defer func() { _ = rig.deleteTarget(name) }()
-	a, err := rig.start()
+	a, stop, err := b.warmTarget(name, 1, netip.AddrPortFrom(b.pod.IP, ccActivatorPort))
 	if err != nil {
 		return err
 	}
-	defer a.stop()
-	if err := a.waitMetric("the pod ready", 10*time.Second, func(m harness.PromSamples) bool {
-		return m.Value("sockscale_activator_pods", targetLabels(name, "state", "assigned")...) == 1
-	}); err != nil {
-		return err
-	}
+	defer stop()
 	modes := []string{"direct 1", "activator"}
 	if queueProxy != "" {
 		// The other parts' queue-proxy has no limit and another backend:

@@ -65,6 +65,13 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("%s missing in %s: run `make cluster-binaries`: %w", b, opts.KubeBinDir, err)
 		}
 	}
+	if opts.RealNodes > 0 {
+		for _, b := range append(RealNodeBinaries, "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap") {
+			if _, err := os.Stat(filepath.Join(opts.KubeBinDir, b)); err != nil {
+				return nil, fmt.Errorf("%s missing in %s: run `make real-node-binaries`: %w", b, opts.KubeBinDir, err)
+			}
+		}
+	}
 	// One cluster per machine (fixed addresses, one cgroup subtree): test
 	// packages that each start one (go test runs them in parallel) take
 	// turns. The lock is held until (*Cluster).Down or the process ends.
@@ -127,6 +134,9 @@ func (c *Cluster) up(ctx context.Context) error {
 		if _, err := kubeconfig(pkiDir, id.name); err != nil {
 			return err
 		}
+	}
+	if err := c.addRealNodeIdentities(pkiDir); err != nil {
+		return err
 	}
 	c.phase("certificates")
 	if err := c.setupHostNet(); err != nil {
@@ -221,6 +231,9 @@ func (c *Cluster) up(ctx context.Context) error {
 	}
 	if err := c.startDaemon("node-simulator", c.opts.Self, "simulate", "--state-dir", c.opts.StateDir,
 		"--nodes", fmt.Sprint(c.opts.Nodes)); err != nil {
+		return err
+	}
+	if err := c.startRealNodes(ctx); err != nil {
 		return err
 	}
 	if err := c.waitNodesReady(ctx, 60*time.Second); err != nil {
@@ -541,8 +554,8 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 				ready++
 			}
 		}
-		if ready < c.opts.Nodes {
-			return fmt.Errorf("%d of %d nodes ready (see logs/node-simulator.log)", ready, c.opts.Nodes)
+		if want := c.opts.Nodes + c.opts.RealNodes; ready < want {
+			return fmt.Errorf("%d of %d nodes ready (see logs/node-simulator.log, realnodes/*/logs)", ready, want)
 		}
 		return nil
 	})

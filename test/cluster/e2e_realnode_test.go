@@ -17,6 +17,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sockscale/sockscale/internal/imagebuild"
 	"github.com/sockscale/sockscale/internal/testutil/cgroup2"
@@ -353,5 +355,80 @@ func checkRealNodeGone(t *testing.T, o RealNodeOptions) {
 	}
 	if links, err := output("ip", "-o", "link", "show", "master", o.Bridge); err == nil && links != "" {
 		t.Errorf("links left on %s: %s", o.Bridge, links)
+	}
+}
+
+// TestE2ERealNodeJoined: the cluster's real node is Ready, tainted and
+// labelled for its agent pool; a pod that tolerates the taint runs there
+// in a real container (the kubelet's readiness probe passes), gets an
+// address of the node's range, and talks with the rest of the cluster
+// both ways: ClusterIP and DNS from the real pod to a simulated node's
+// pod, pod to pod back; its logs come through the API server from the
+// real kubelet.
+func TestE2ERealNodeJoined(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	name := RealNodeName(0)
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeReady(node) != corev1.ConditionTrue || node.Status.NodeInfo.ContainerRuntimeVersion != "containerd://2.4.2" ||
+		node.Labels[AgentPoolLabel] != name || !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == RealNodeTaint }) {
+		t.Fatalf("node %s: ready %s, runtime %q, labels %v, taints %v", name, nodeReady(node), node.Status.NodeInfo.ContainerRuntimeVersion, node.Labels, node.Spec.Taints)
+	}
+
+	onSim := createReadyPod(t, c, echoPod("joined-sim", map[string]string{"app": "joined-sim"}))
+	svc, err := c.Client.CoreV1().Services(e2eNS).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "joined-sim", Namespace: e2eNS},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "joined-sim"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := echoPod("joined-real", nil)
+	real.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": name}
+	real.Spec.Tolerations = []corev1.Toleration{{Key: RealNodeTaint, Operator: corev1.TolerationOpExists}}
+	start := time.Now()
+	got := createReadyPod(t, c, real)
+	t.Logf("pod on %s ready in %s: %s", name, time.Since(start).Round(100*time.Millisecond), got.Status.PodIP)
+	ip, err := netip.ParseAddr(got.Status.PodIP)
+	if err != nil || !RealNodeCIDR(0).Contains(ip) || got.Status.HostIP != RealNodeIP(0).String() {
+		t.Fatalf("pod IP %q host IP %q: want in %s on %s", got.Status.PodIP, got.Status.HostIP, RealNodeCIDR(0), RealNodeIP(0))
+	}
+	if id := got.Status.ContainerStatuses[0].ContainerID; !strings.HasPrefix(id, "containerd://") {
+		t.Errorf("container ID %q: not containerd's", id)
+	}
+	if err := localroute.Check(ip, localroute.Dev(NodeBridge(name))); err != nil {
+		t.Fatal(err)
+	}
+	from := "http://" + got.Status.PodIP + ":8080"
+	if body, err := get(from + "/env?name=NODE_NAME"); err != nil || body != name {
+		t.Errorf("the real pod's env: %q, %v", body, err)
+	}
+	eventually(t, 30*time.Second, "Service by name from the real pod", func() error {
+		body, err := get(from + "/get?url=http://joined-sim/")
+		if err == nil && !strings.HasPrefix(body, "pod=joined-sim") {
+			err = fmt.Errorf("answer %q", body)
+		}
+		return err
+	})
+	if body, err := get(from + "/resolve?name=joined-sim." + e2eNS + ".svc.cluster.local"); err != nil || strings.TrimSpace(body) != svc.Spec.ClusterIP {
+		t.Errorf("resolve from the real pod: %q, %v; want %s", body, err, svc.Spec.ClusterIP)
+	}
+	simFrom := "http://" + onSim.Status.PodIP + ":8080"
+	if body, err := get(simFrom + "/get?url=http://" + got.Status.PodIP + ":8080/"); err != nil || !strings.Contains(body, "joined-real") {
+		t.Errorf("simulated pod to the real pod: %q, %v", body, err)
+	}
+	logs, err := c.Client.CoreV1().Pods(e2eNS).GetLogs("joined-real", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || len(logs) == 0 {
+		t.Errorf("logs of the real pod through the API server: %q, %v", logs, err)
+	}
+	for _, p := range []string{"joined-real", "joined-sim"} {
+		deleteAndWaitGone(t, c, p)
+	}
+	if err := c.Client.CoreV1().Services(e2eNS).Delete(ctx, "joined-sim", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
 	}
 }

@@ -57,6 +57,11 @@ var (
 type Options struct {
 	// Nodes is the number of simulated nodes (node-a, node-b, ...).
 	Nodes int
+	// RealNodes is the number of real nodes (real-a, ...): a kubelet,
+	// containerd, runc and the CNI plugins each (make real-node-binaries),
+	// joined to the cluster beside the simulated ones. See realnode_join.go
+	// for what tells them apart (a taint, a label).
+	RealNodes int
 	// StateDir keeps certificates, kubeconfigs, logs, etcd's data and the
 	// state file of what runs.
 	StateDir string
@@ -91,6 +96,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Nodes < 1 || o.Nodes > 26 {
 		return fmt.Errorf("nodes: %d, want 1..26", o.Nodes)
+	}
+	if o.RealNodes < 0 || o.RealNodes > maxRealNodes {
+		return fmt.Errorf("real nodes: %d, want 0..%d", o.RealNodes, maxRealNodes)
 	}
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir()

@@ -19,10 +19,12 @@ import (
 	"time"
 )
 
+type identity struct{ name, user, groups string }
+
 // Identities the control plane knows, by bearer token (--token-auth-file).
 // The node simulator and CoreDNS use the admin identity: the simulator acts
 // for every node and asks for every pod's ServiceAccount token.
-var identities = []struct{ name, user, groups string }{
+var identities = []identity{
 	{"admin", "sockscale-admin", "system:masters"},
 	{"kube-controller-manager", "system:kube-controller-manager", ""},
 	{"kube-scheduler", "system:kube-scheduler", ""},
@@ -121,11 +123,11 @@ func pki(dir string) error {
 	}
 	tokens := ""
 	for _, id := range identities {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
+		line, err := tokenLine(id)
+		if err != nil {
 			return err
 		}
-		tokens += fmt.Sprintf("%s,%s,%s,%q\n", hex.EncodeToString(b), id.user, id.user, id.groups)
+		tokens += line
 	}
 	files := []struct {
 		name, typ string
@@ -150,24 +152,63 @@ func pki(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600)
 }
 
+// tokenLine is id's line of tokens.csv with a new random token.
+func tokenLine(id identity) (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s,%s,%s,%q\n", hex.EncodeToString(b), id.user, id.user, id.groups), nil
+}
+
+// nodeIdentity is a real node's kubelet: the Node authorizer's
+// system:node:<name> in system:nodes, as a kubeadm node's credentials.
+func nodeIdentity(node string) identity {
+	return identity{name: node, user: "system:node:" + node, groups: "system:nodes"}
+}
+
+// addIdentity gives id a token in tokens.csv unless it has one; the API
+// server reads the file when it starts.
+func addIdentity(dir string, id identity) error {
+	if _, err := tokenOf(dir, id.user); err == nil {
+		return nil
+	}
+	line, err := tokenLine(id)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "tokens.csv"), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // token is the bearer token of identity name (see identities).
 func token(dir, name string) (string, error) {
+	for _, id := range identities {
+		if id.name == name {
+			return tokenOf(dir, id.user)
+		}
+	}
+	return "", errors.New("no identity " + name)
+}
+
+func tokenOf(dir, user string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "tokens.csv"))
 	if err != nil {
 		return "", err
-	}
-	var user string
-	for _, id := range identities {
-		if id.name == name {
-			user = id.user
-		}
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Split(line, ","); len(f) > 2 && f[1] == user {
 			return f[0], nil
 		}
 	}
-	return "", errors.New("no token for " + name)
+	return "", errors.New("no token for " + user)
 }
 
 // kubeconfig writes a kubeconfig for identity name and returns its path.
@@ -176,6 +217,11 @@ func kubeconfig(dir, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return writeKubeconfig(dir, name, tok)
+}
+
+// writeKubeconfig writes <dir>/<name>.kubeconfig with tok.
+func writeKubeconfig(dir, name, tok string) (string, error) {
 	path := filepath.Join(dir, name+".kubeconfig")
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config

@@ -35,6 +35,7 @@ func run() error {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	var opts cluster.Options
 	fs.IntVar(&opts.Nodes, "nodes", 2, "number of simulated nodes")
+	fs.IntVar(&opts.RealNodes, "real-nodes", 0, "number of real nodes (kubelet, containerd, runc, CNI; make real-node-binaries), tainted "+cluster.RealNodeTaint)
 	fs.StringVar(&opts.StateDir, "state-dir", cluster.DefaultStateDir(), "certificates, kubeconfig, logs and state")
 	fs.StringVar(&opts.KubeBinDir, "kube-bin-dir", cluster.DefaultKubeBinDir(), "etcd, kube-apiserver, ... (make cluster-binaries)")
 	// A second registry beside a running cluster's (tests of the real node

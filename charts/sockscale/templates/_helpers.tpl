@@ -148,14 +148,205 @@ e.g. "agent/role.yaml").
 {{- end }}
 
 {{/*
-"true" when the agents hold leaving pods until drained: agent.drain.enabled
-where the agent can (namespaceAccess, or hostNetwork: the wait listens on
-the node's loopback and reaches the pods' connections through their
-processes); else empty.
+"true" when the agents of one DaemonSet hold leaving pods until drained:
+drain.enabled where the agent can (namespaceAccess, or hostNetwork: the
+wait listens on the node's loopback and reaches the pods' connections
+through their processes); else empty. Call with that DaemonSet's values
+(.Values.agent, or a pool's: sockscale.agent.daemonsets).
+*/}}
+{{- define "sockscale.drain.on" -}}
+{{- if and .drain.enabled (or .namespaceAccess .hostNetwork) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the agents of any DaemonSet (the main one or a pool's) drain:
+then the controller gives serving Revisions the preStop hook, on the
+chart-wide agent.drain.port. On a node whose agent does not drain the hook
+finds no listener and fails at once; the kubelet goes on stopping the pod.
 */}}
 {{- define "sockscale.drain" -}}
-{{- if and .Values.agent.drain.enabled (or .Values.agent.namespaceAccess .Values.agent.hostNetwork) -}}
+{{- $ds := dict }}
+{{- include "sockscale.agent.daemonsets" (dict "ctx" . "out" $ds) }}
+{{- $on := false }}
+{{- range $ds.list }}
+{{- if include "sockscale.drain.on" .values }}
+{{- $on = true }}
+{{- end }}
+{{- end }}
+{{- if $on -}}
 true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The node label that puts a node into an agent pool (agent.pools): its
+nodes run the pool's DaemonSet, and the main one keeps off them.
+*/}}
+{{- define "sockscale.agent.poolLabel" -}}
+sockscale.dev/agent-pool
+{{- end -}}
+
+{{/*
+The agent keys a pool may set: what may differ between nodes and touches
+no object but the pool's own DaemonSet.
+*/}}
+{{- define "sockscale.agent.poolKeys" -}}
+{{- list "cgroupRoot" "bpffs" "capabilities" "privileged" "hostNetwork" "namespaceAccess" "drain" "nodeNetns" "connectionAuditPeriod" "reportPeriod" "logLevel" "extraArgs" "extraEnv" "resources" "priorityClassName" "tolerations" "nodeSelector" "affinity" "updateStrategy" "terminationGracePeriodSeconds" "podAnnotations" "podLabels" | toJson -}}
+{{- end -}}
+
+{{/*
+The agent keys that stay chart-wide, with why: other objects (the
+controller, the Service, the monitors, the NetworkPolicies, RBAC) are made
+once for every agent.
+*/}}
+{{- define "sockscale.agent.chartWideKeys" -}}
+{{- dict
+  "image" "every agent runs the release's one version, which the controller and the activators speak to"
+  "ports" "the metrics Service, the PodMonitor and the NetworkPolicies name one pair of ports for every agent"
+  "metrics" "the PodMonitor scrapes every agent with one scheme and certificate"
+  "activatorSelector" "the activators are the same pods for every node"
+  "activatorNamespace" "the activators are the same pods for every node"
+  "socketRedirect" "the agents' one ClusterRole follows it"
+  "serviceAccount" "every agent DaemonSet runs as the one ServiceAccount"
+  | toJson -}}
+{{- end -}}
+
+{{/*
+Merges the map src into the map dst, in place: a key whose values are maps
+on both sides is merged the same way, anything else (a list, a scalar,
+false, an empty list or map) replaces dst's. Sprig's mergeOverwrite does
+not do: it skips false and empty values of src, so a pool could not turn
+namespaceAccess off or empty its tolerations.
+Call with (dict "dst" $dst "src" $src).
+*/}}
+{{- define "sockscale.mergeInto" -}}
+{{- $dst := .dst }}
+{{- range $k, $v := .src }}
+{{- if and (kindIs "map" $v) (kindIs "map" (get $dst $k)) }}
+{{- include "sockscale.mergeInto" (dict "dst" (get $dst $k) "src" $v) }}
+{{- else }}
+{{- $_ := set $dst $k $v }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The agent's DaemonSets, each with the values it is rendered from. Sets
+.out.list (call with (dict "ctx" $ "out" $out)) to a list of dicts:
+  name    the DaemonSet's name
+  pool    the pool's name; "" for the main DaemonSet
+  path    where its values are set, for messages: "agent" or "agent.pools.<pool>"
+  values  its agent values
+The main DaemonSet first, with .Values.agent itself unless there are pools;
+then the main one also keeps off every pool's nodes (a required node
+affinity "<poolLabel> NotIn <the pools>", ANDed into each of
+agent.affinity's required terms). Then one per pool, in name order: agent
+(without pools) deep-merged with the pool's map (sockscale.mergeInto), on
+the nodes labelled <poolLabel>=<pool> (added to its nodeSelector).
+Fails naming the value for a bad pool name, a name too long for its
+DaemonSet, and a key a pool may not set.
+*/}}
+{{- define "sockscale.agent.daemonsets" -}}
+{{- $ctx := .ctx }}
+{{- $agent := $ctx.Values.agent }}
+{{- $main := include "sockscale.agent.fullname" $ctx }}
+{{- $label := include "sockscale.agent.poolLabel" $ctx }}
+{{- $pools := $agent.pools | default dict }}
+{{- $mainValues := $agent }}
+{{- if $pools }}
+{{- $mainValues = deepCopy $agent }}
+{{- $notIn := dict "key" $label "operator" "NotIn" "values" (keys $pools | sortAlpha) }}
+{{- $affinity := $mainValues.affinity | default dict }}
+{{- $nodeAffinity := get $affinity "nodeAffinity" | default dict }}
+{{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $terms := list }}
+{{- range get $required "nodeSelectorTerms" | default list }}
+{{- $terms = append $terms (set . "matchExpressions" (append (get . "matchExpressions" | default list) $notIn)) }}
+{{- end }}
+{{- if not $terms }}
+{{- $terms = list (dict "matchExpressions" (list $notIn)) }}
+{{- end }}
+{{- $_ := set $required "nodeSelectorTerms" $terms }}
+{{- $_ = set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required }}
+{{- $_ = set $affinity "nodeAffinity" $nodeAffinity }}
+{{- $_ = set $mainValues "affinity" $affinity }}
+{{- end }}
+{{- $list := list (dict "name" $main "pool" "" "path" "agent" "values" $mainValues) }}
+{{- $poolKeys := include "sockscale.agent.poolKeys" $ctx | fromJsonArray }}
+{{- $chartWide := include "sockscale.agent.chartWideKeys" $ctx | fromJson }}
+{{- range $pool, $over := $pools }}
+{{- $path := printf "agent.pools.%s" $pool }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $pool) }}
+{{- fail (printf "agent.pools: pool name %q is not a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit" $pool) }}
+{{- end }}
+{{- $name := printf "%s-%s" $main $pool }}
+{{- if gt (len $name) 63 }}
+{{- fail (printf "agent.pools: pool name %q makes the DaemonSet name %q, %d characters; Kubernetes allows 63, so a pool's name may have at most %d here" $pool $name (len $name) (sub 62 (len $main))) }}
+{{- end }}
+{{- if not (kindIs "map" $over) }}
+{{- fail (printf "%s: want a map of agent settings (may be empty: {}), got %v" $path $over) }}
+{{- end }}
+{{- range $key, $_ := $over }}
+{{- if eq $key "pools" }}
+{{- fail (printf "%s.pools: pools do not nest" $path) }}
+{{- else if hasKey $chartWide $key }}
+{{- fail (printf "%s.%s: chart-wide, a pool may not set it (%s); set agent.%s" $path $key (get $chartWide $key) $key) }}
+{{- else if not (has $key $poolKeys) }}
+{{- fail (printf "%s.%s: not a key a pool may set; a pool may set %s" $path $key (join ", " $poolKeys)) }}
+{{- end }}
+{{- end }}
+{{- $drain := get $over "drain" }}
+{{- if and (kindIs "map" $drain) (hasKey $drain "port") }}
+{{- fail (printf "%s.drain.port: chart-wide, a pool may not set it (the controller gives every serving Revision's pods one preStop hook, on one port); set agent.drain.port" $path) }}
+{{- end }}
+{{- $values := omit $agent "pools" | deepCopy }}
+{{- include "sockscale.mergeInto" (dict "dst" $values "src" (deepCopy $over)) }}
+{{- $nodeSelector := $values.nodeSelector | default dict }}
+{{- $_ := set $nodeSelector $label $pool }}
+{{- $_ = set $values "nodeSelector" $nodeSelector }}
+{{- $list = append $list (dict "name" $name "pool" $pool "path" $path "values" $values) }}
+{{- end }}
+{{- $_ := set .out "list" $list }}
+{{- end -}}
+
+{{/*
+Selector labels of one agent DaemonSet (call with (dict "ctx" $ "pool"
+<pool>), "" for the main one). The main one's are those of every release
+before pools (a DaemonSet's selector cannot change). A pool's pods carry
+component "agent-pool" instead of "agent" and the pool's label: no
+DaemonSet's selector matches another's pods.
+*/}}
+{{- define "sockscale.agent.selectorLabels" -}}
+{{- if .pool -}}
+{{ include "sockscale.selectorLabels" (dict "ctx" .ctx "component" "agent-pool") }}
+{{ include "sockscale.agent.poolLabel" .ctx }}: {{ .pool }}
+{{- else -}}
+{{ include "sockscale.selectorLabels" (dict "ctx" .ctx "component" "agent") }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+With pools, the label every agent pod carries, whatever its DaemonSet.
+*/}}
+{{- define "sockscale.agent.everyPodLabel" -}}
+sockscale.dev/agent: "true"
+{{- end -}}
+
+{{/*
+Labels that select every agent pod of the release, whatever its
+DaemonSet: for the metrics Service, the PodMonitor and the NetworkPolicies.
+Without pools the main DaemonSet's selector labels (as before pools
+existed); with pools sockscale.agent.everyPodLabel instead of the
+component, which differs between the main DaemonSet's pods and the pools'.
+*/}}
+{{- define "sockscale.agent.podSelectorLabels" -}}
+{{- if .Values.agent.pools -}}
+{{ include "sockscale.selectorLabels" (dict "ctx" .) }}
+{{ include "sockscale.agent.everyPodLabel" . }}
+{{- else -}}
+{{ include "sockscale.selectorLabels" (dict "ctx" . "component" "agent") }}
 {{- end -}}
 {{- end -}}
 

@@ -188,6 +188,27 @@ func TestBadValues(t *testing.T) {
 		{"activator.enabled=true,activator.autoscaling.enabled=true,activator.autoscaling.minReplicas=5,activator.autoscaling.maxReplicas=3",
 			[]string{"activator.autoscaling.minReplicas (5)", "activator.autoscaling.maxReplicas (3)"}},
 		{"activator.enabled=true,activator.podDisruptionBudget.minAvailable=2", []string{"activator.podDisruptionBudget.minAvailable (2)", "replicas (2)"}},
+		// agent.pools: names, keys a pool may not set, and its values
+		// checked as the agent's.
+		{"agent.pools.GPU.logLevel=debug", []string{`pool name "GPU"`, "DNS-1123 label", "lower-case letters, digits and '-'"}},
+		{"agent.pools.gpu_a.logLevel=debug", []string{`pool name "gpu_a"`, "DNS-1123 label"}},
+		{"agent.pools.abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz.logLevel=debug",
+			[]string{`pool name "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"`, "68 characters", "Kubernetes allows 63", "at most 47"}},
+		{"fullnameOverride=abcdefghijabcdefghijabcdefghijabcdefghij,agent.pools.abcdefghijklmnopq.logLevel=debug", []string{"64 characters", "at most 16"}},
+		{"agent.pools.gpu.cgroupRot=/x", []string{"agent.pools.gpu.cgroupRot: not a key a pool may set", "a pool may set cgroupRoot, bpffs,", "podLabels"}},
+		{"agent.pools.gpu.socketRedirect=off", []string{"agent.pools.gpu.socketRedirect: chart-wide", "ClusterRole", "set agent.socketRedirect"}},
+		{"agent.pools.gpu.ports.metrics=9100", []string{"agent.pools.gpu.ports: chart-wide", "set agent.ports"}},
+		{"agent.pools.gpu.image.tag=v2", []string{"agent.pools.gpu.image: chart-wide", "set agent.image"}},
+		{"agent.pools.gpu.metrics.secure=false", []string{"agent.pools.gpu.metrics: chart-wide", "PodMonitor"}},
+		{"agent.pools.gpu.activatorNamespace=x", []string{"agent.pools.gpu.activatorNamespace: chart-wide"}},
+		{"agent.pools.gpu.serviceAccount.annotations.a=b", []string{"agent.pools.gpu.serviceAccount: chart-wide"}},
+		{"agent.pools.gpu.drain.port=9200", []string{"agent.pools.gpu.drain.port: chart-wide", "set agent.drain.port"}},
+		{"agent.pools.gpu.pools.cpu.logLevel=debug", []string{"agent.pools.gpu.pools: pools do not nest"}},
+		{"agent.pools.gpu.drain.typo=1", []string{"/agent/pools/gpu/drain", "'typo' not allowed"}},
+		{"agent.pools.gpu.cgroupRoot=sys/fs/cgroup", []string{"/agent/pools/gpu/cgroupRoot", "does not match pattern '^/'"}},
+		{"agent.pools.gpu.logLevel=verbose", []string{"/agent/pools/gpu/logLevel", "'debug', 'info', 'warn', 'error'"}},
+		{"agent.pools.gpu=on", []string{"/agent/pools/gpu", "want object"}},
+		{"agent.pools.gpu.bpffs.mountPropagation=Bidirectional", []string{"agent.pools.gpu.bpffs.mountPropagation", "agent.pools.gpu.privileged=true"}},
 	} {
 		t.Run(tt.set, func(t *testing.T) {
 			_, err := helm(t, templateArgs(t, "--set", tt.set)...)

@@ -70,7 +70,8 @@ type Accounting struct {
 // New loads the accounting programs and attaches them at opts.CgroupRoot.
 // With a PinDir that already holds pinned state (an agent restart), the maps
 // are reused and the attached programs replaced in place, so counting goes
-// on without a gap and without a second attachment.
+// on without a gap and without a second attachment; links pinned at another
+// cgroup are moved to opts.CgroupRoot (attach).
 func New(opts Options) (*Accounting, error) {
 	spec, err := loadAccounting()
 	if err != nil {
@@ -161,23 +162,46 @@ func removeOtherVersions(pinDir string) error {
 }
 
 // attach attaches prog at the cgroup root, or replaces the program of a link
-// pinned by a previous run.
+// pinned by a previous run. A pinned link at another cgroup (the root was
+// moved: another agent.cgroupRoot, or the node moved to an agent pool with
+// its own) is replaced by a new link at the new root, attached before the
+// old one is detached, as the redirect does.
 func attach(cgroupRoot, pinDir, name string, typ ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
 	pin := ""
+	var stale link.Link
 	if pinDir != "" {
 		pin = filepath.Join(pinDir, "link_"+name)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		l, err := link.LoadPinnedLink(pin, nil)
+		switch {
+		case err == nil:
+			same, err := attachedAt(l, cgroupRoot)
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("pinned %s link %s: %w", name, pin, err), l.Close())
+			}
+			if !same {
+				stale = l
+				break
+			}
 			if err := l.Update(prog); err != nil {
 				return nil, errors.Join(fmt.Errorf("replace %s program of pinned link %s: %w", name, pin, err), l.Close())
 			}
 			return l, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
+		case !errors.Is(err, os.ErrNotExist):
 			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
 	}
 	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: typ, Program: prog})
 	if err != nil {
+		if stale != nil {
+			err = errors.Join(err, stale.Close())
+		}
 		return nil, fmt.Errorf("attach %s to %s: %w", name, cgroupRoot, err)
+	}
+	if stale != nil {
+		// Unpin drops the pin's reference, Close ours: the old link goes.
+		if err := errors.Join(stale.Unpin(), stale.Close()); err != nil {
+			return nil, errors.Join(fmt.Errorf("detach %s link at the previous root: %w", name, err), l.Close())
+		}
 	}
 	if pin != "" {
 		if err := l.Pin(pin); err != nil {
@@ -185,6 +209,28 @@ func attach(cgroupRoot, pinDir, name string, typ ebpf.AttachType, prog *ebpf.Pro
 		}
 	}
 	return l, nil
+}
+
+// attachedAt reports whether the cgroup link l is attached at dir: the
+// kernel names cgroups by id, which is the directory's inode number.
+func attachedAt(l link.Link, dir string) (bool, error) {
+	info, err := l.Info()
+	if err != nil {
+		return false, err
+	}
+	cg := info.Cgroup()
+	if cg == nil {
+		return false, fmt.Errorf("not a cgroup link (type %v)", info.Type)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return false, fmt.Errorf("cgroup root: %w", err)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, fmt.Errorf("cgroup root %s: no inode number", dir)
+	}
+	return sys.Ino == cg.CgroupId, nil
 }
 
 // Close releases every file descriptor. Pinned links and maps stay in the

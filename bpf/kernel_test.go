@@ -424,6 +424,49 @@ func TestKernelUpgradeDetachesPreviousVersion(t *testing.T) {
 	e.waitCounters(t, "the new version counts", func(c PodCounters) bool { return c.Requests.Completed == 1 })
 }
 
+// TestKernelRootMoved: an agent started with another cgroup root than the
+// one its pinned links are attached at (the node moved to an agent pool
+// with its own cgroupRoot, say the kubelet's subtree) attaches there, and
+// only there: the old root's links go, the pinned maps and their pods stay.
+func TestKernelRootMoved(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
+		t.Fatal(err)
+	}
+	pinDir := fmt.Sprintf("/sys/fs/bpf/sockscale-test-moved-%d", os.Getpid())
+	t.Cleanup(func() { _ = Uninstall(pinDir) })
+	e := newKernelEnv(t, pinDir)
+	if err := e.acct.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Below the old root, above the pod: it still sees the pod's sockets.
+	moved := e.pod.Cgroup
+	a, err := New(Options{CgroupRoot: moved, PinDir: pinDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	e.acct = a
+	if n := attachedPrograms(t, e.root); n != 0 {
+		t.Errorf("%d programs still attached at the old root, want 0", n)
+	}
+	if n := attachedPrograms(t, moved); n != 3 {
+		t.Errorf("%d programs attached at the new root, want 3 (one per hook)", n)
+	}
+	// The pod added before the move is still accounted, once.
+	resp, err := http.Get(e.url("size=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	e.waitCounters(t, "counted at the new root", func(c PodCounters) bool { return c.Requests.Completed >= 1 })
+	time.Sleep(100 * time.Millisecond)
+	if c, _ := e.counters(t); c.Requests.Completed != 1 || c.Requests.Started != 1 {
+		t.Errorf("one request counted started=%d completed=%d, want 1 and 1", c.Requests.Started, c.Requests.Completed)
+	}
+}
+
 // TestKernelSlowHeadersAreNotLoad: a request counts from the end of its
 // headers, the point from which a server serves it (Knative's queue-proxy
 // counts from there too), so clients that send their headers slowly hold

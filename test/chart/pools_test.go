@@ -18,12 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// The node label of agent.pools, and the label every agent pod carries
-// once there are pools.
-const (
-	poolLabel     = "sockscale.dev/agent-pool"
-	everyAgentPod = "sockscale.dev/agent"
-)
+// The node label of agent.pools.
+const poolLabel = "sockscale.dev/agent-pool"
 
 // Two pools as a platform team writes them: hosts with cgroup v1 and v2
 // (no namespace access there, no tolerations, more memory) and hosts whose
@@ -169,9 +165,11 @@ func TestAgentPools(t *testing.T) {
 }
 
 // No DaemonSet's selector matches another's pods (they would fight over
-// them), each matches its own, and whatever selects "the agents" (the
-// metrics Service, the PodMonitor, the NetworkPolicies) matches every
-// agent pod and nothing else of the release.
+// them), each matches its own; whatever selects "the agents" (the
+// PodMonitor, the NetworkPolicies) matches every agent pod, including the
+// main DaemonSet's of a release before pools, and nothing else of the
+// release; the metrics Services together select every agent pod, and
+// the main one selects them as before.
 func TestAgentPoolSelectors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -202,9 +200,47 @@ func TestAgentPoolSelectors(t *testing.T) {
 			for _, o := range objs.ofKind("Deployment") {
 				others = append(others, get[appsv1.Deployment](t, objs, "Deployment", o.Name).Spec.Template.Labels)
 			}
+			// The main pods of the release before: the upgrade that adds the
+			// first pool rolls them one node at a time.
+			before := map[string]string{"app.kubernetes.io/name": "sockscale", "app.kubernetes.io/instance": release,
+				"app.kubernetes.io/component": "agent", "app.kubernetes.io/version": "0.0.9", "helm.sh/chart": "sockscale-0.0.9"}
+			agentPods := map[string]map[string]string{"the main pods before pools": before}
+			for name, d := range ds {
+				agentPods[name] = d.Spec.Template.Labels
+			}
+
+			// Each agent pod is behind one metrics Service; the main one's
+			// selector is that of every release before pools.
+			var services []*corev1.Service
+			for _, o := range objs.ofKind("Service") {
+				if strings.HasPrefix(o.Name, agentName+"-") && strings.HasSuffix(o.Name, "-metrics") {
+					services = append(services, get[corev1.Service](t, objs, "Service", o.Name))
+				}
+			}
+			for name, l := range agentPods {
+				var behind []string
+				for _, svc := range services {
+					if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(l)) {
+						behind = append(behind, svc.Name)
+					}
+				}
+				if len(behind) != 1 {
+					t.Errorf("the pods of %s are behind the Services %v, want one", name, behind)
+				}
+			}
+			for _, svc := range services {
+				for _, l := range others {
+					if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(l)) {
+						t.Errorf("Service %s matches a pod that is no agent: %v", svc.Name, l)
+					}
+				}
+			}
+			if main := get[corev1.Service](t, objs, "Service", agentMetricsSvc); !maps.Equal(main.Spec.Selector, map[string]string{
+				"app.kubernetes.io/name": "sockscale", "app.kubernetes.io/instance": release, "app.kubernetes.io/component": "agent"}) {
+				t.Errorf("Service %s selects %v, want the main agents as before pools", main.Name, main.Spec.Selector)
+			}
+
 			selectors := map[string]labels.Selector{}
-			svc := get[corev1.Service](t, objs, "Service", agentMetricsSvc)
-			selectors["Service "+svc.Name] = labels.SelectorFromSet(svc.Spec.Selector)
 			var pm struct {
 				Spec struct {
 					Selector metav1.LabelSelector `json:"selector"`
@@ -221,9 +257,9 @@ func TestAgentPoolSelectors(t *testing.T) {
 			}
 			selectors["NetworkPolicy "+controllerName+" stats from"] = mustSelector(t, from[0].PodSelector)
 			for what, sel := range selectors {
-				for name, d := range ds {
-					if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-						t.Errorf("%s (%v) misses the pods of %s: %v", what, sel, name, d.Spec.Template.Labels)
+				for name, l := range agentPods {
+					if !sel.Matches(labels.Set(l)) {
+						t.Errorf("%s (%v) misses %s: %v", what, sel, name, l)
 					}
 				}
 				for _, l := range others {
@@ -274,8 +310,8 @@ func TestAgentNoPoolsUnchanged(t *testing.T) {
 	if a, b := certs.ReplaceAllString(def, "$1: X"), certs.ReplaceAllString(empty, "$1: X"); a != b {
 		t.Errorf("agent.pools={} renders other manifests than the default")
 	}
-	if strings.Contains(def, everyAgentPod+":") || strings.Contains(def, poolLabel) {
-		t.Errorf("the default render has the pools' labels")
+	if strings.Contains(def, poolLabel) || strings.Contains(def, "agent-pool") {
+		t.Errorf("the default render names the pools' label or component")
 	}
 	objs, _ := decode(def)
 	ds := daemonSets(t, objs)

@@ -328,25 +328,25 @@ DaemonSet's selector matches another's pods.
 {{- end -}}
 
 {{/*
-With pools, the label every agent pod carries, whatever its DaemonSet.
+A LabelSelector (its fields) of every agent pod of the release, whatever
+its DaemonSet: for the PodMonitor and the NetworkPolicies. Without pools
+the main DaemonSet's selector labels, as before pools existed; with pools
+the component "agent" or "agent-pool", a set-based requirement, which the
+main DaemonSet's pods match before and after the upgrade that adds the
+first pool (a new label would leave the agents not yet rolled out of the
+stats NetworkPolicy until their turn).
 */}}
-{{- define "sockscale.agent.everyPodLabel" -}}
-sockscale.dev/agent: "true"
-{{- end -}}
-
-{{/*
-Labels that select every agent pod of the release, whatever its
-DaemonSet: for the metrics Service, the PodMonitor and the NetworkPolicies.
-Without pools the main DaemonSet's selector labels (as before pools
-existed); with pools sockscale.agent.everyPodLabel instead of the
-component, which differs between the main DaemonSet's pods and the pools'.
-*/}}
-{{- define "sockscale.agent.podSelectorLabels" -}}
+{{- define "sockscale.agent.podSelector" -}}
 {{- if .Values.agent.pools -}}
-{{ include "sockscale.selectorLabels" (dict "ctx" .) }}
-{{ include "sockscale.agent.everyPodLabel" . }}
+matchLabels:
+  {{- include "sockscale.selectorLabels" (dict "ctx" .) | nindent 2 }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values: [agent, agent-pool]
 {{- else -}}
-{{ include "sockscale.selectorLabels" (dict "ctx" . "component" "agent") }}
+matchLabels:
+  {{- include "sockscale.selectorLabels" (dict "ctx" . "component" "agent") | nindent 2 }}
 {{- end -}}
 {{- end -}}
 

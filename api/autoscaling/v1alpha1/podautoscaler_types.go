@@ -167,9 +167,11 @@ type PodAutoscalerStatus struct {
 	// ScaledToZero, NoBurstCapacity (not enough burst capacity, always
 	// with targetBurstCapacity -1), ContainerConcurrency (the activators
 	// keep each pod within its containerConcurrency, which the direct
-	// path could not) or NoReadyPods; in Serve, NoActivatorEndpoints (no
-	// activator is ready: the pods take requests directly, and a
-	// containerConcurrency is not enforced meanwhile).
+	// path could not) or NoReadyPods; NoActivatorEndpoints when no
+	// activator is ready: in Serve, the pods take requests directly; in
+	// Proxy, a target with containerConcurrency, whose pods are not put
+	// behind the public Service (nothing would hold them to the limit)
+	// and whose requests fail until an activator is ready.
 	// +optional
 	ModeReason string `json:"modeReason,omitempty"`
 	// StableValue and PanicValue are the metric's averages over the stable
@@ -209,7 +211,7 @@ type PodAutoscalerStatus struct {
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredScale`
 // +kubebuilder:printcolumn:name="Actual",type=integer,JSONPath=`.status.actualScale`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
-// +kubebuilder:printcolumn:name="Mode Reason",type=string,JSONPath=`.status.modeReason`,description="Why the mode: Serving; ScaledToZero, NoBurstCapacity, ContainerConcurrency or NoReadyPods in Proxy; NoActivatorEndpoints in Serve"
+// +kubebuilder:printcolumn:name="Mode Reason",type=string,JSONPath=`.status.modeReason`,description="Why the mode: Serving; ScaledToZero, NoBurstCapacity, ContainerConcurrency or NoReadyPods in Proxy; NoActivatorEndpoints with no activator ready"
 // +kubebuilder:printcolumn:name="Stable",type=string,JSONPath=`.status.stableValue`
 // +kubebuilder:printcolumn:name="Panic",type=boolean,JSONPath=`.status.panicking`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -49,7 +49,8 @@ type ServerlessServiceStatus struct {
 	Mode Mode `json:"mode,omitempty"`
 	// ModeReason says why Mode: the spec's reason, or a forced case
 	// (NoReadyPods: Proxy while no pod is ready; NoActivatorEndpoints:
-	// Serve while no activator is).
+	// Serve while no activator is, or, for a target in Proxy for its
+	// containerConcurrency, Proxy with no endpoint).
 	// +optional
 	ModeReason string `json:"modeReason,omitempty"`
 	// Activators in the public endpoints.

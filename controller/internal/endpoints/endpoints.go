@@ -15,7 +15,7 @@ const (
 	ReasonContainerConcurrency = "ContainerConcurrency" // Proxy: the activators keep each pod within its containerConcurrency
 	ReasonProxying             = "Proxying"             // Proxy asked for, reason not given
 	ReasonNoReadyPods          = "NoReadyPods"          // forced Proxy: the private service has no ready endpoint
-	ReasonNoActivators         = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to
+	ReasonNoActivators         = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to (a containerConcurrency target: Proxy with no endpoints)
 )
 
 // Endpoint is one address behind the public Service.
@@ -72,8 +72,13 @@ type Result struct {
 // Public decides the mode in force and the public endpoints: the wanted
 // mode, except that with no ready pod Proxy is forced (the activator holds
 // requests while pods start), and with no activator Serve is forced (better
-// the pods, or nothing, than a dead end). In Proxy mode the endpoints are a
-// stable per-target subset of the activators.
+// the pods, or nothing, than a dead end) unless the target is in Proxy for
+// its containerConcurrency: the limit is what its app relies on (a model
+// that fits once in memory, code that is not thread-safe), and only the
+// activators keep it, so such a target stays in Proxy with no endpoint
+// until an activator is ready, as its requests would fail in Knative
+// with the activators gone and the pods in Proxy. In Proxy mode the
+// endpoints are a stable per-target subset of the activators.
 func Public(in Inputs) Result {
 	mode, reason := in.Want, in.WantReason
 	if reason == "" {
@@ -86,6 +91,9 @@ func Public(in Inputs) Result {
 		mode, reason = v1alpha1.ModeProxy, ReasonNoReadyPods
 	}
 	if mode == v1alpha1.ModeProxy && len(in.Activators) == 0 {
+		if reason == ReasonContainerConcurrency {
+			return Result{Mode: v1alpha1.ModeProxy, Reason: ReasonNoActivators}
+		}
 		mode, reason = v1alpha1.ModeServe, ReasonNoActivators
 	}
 	if mode == v1alpha1.ModeServe {

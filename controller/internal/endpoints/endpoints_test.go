@@ -45,7 +45,8 @@ func TestModes(t *testing.T) {
 		{"no activator forces Serve", in(3, -1, Inputs{Pods: pods}), v1alpha1.ModeServe, ReasonNoActivators, 3},
 		{"containerConcurrency: Proxy, whatever the burst capacity", inCC(3, 5, 1, Inputs{Pods: pods, Activators: acts, NumActivators: 1}), v1alpha1.ModeProxy, ReasonContainerConcurrency, 1},
 		{"containerConcurrency at zero: scaled to zero", inCC(0, 5, 3, Inputs{Pods: pods, Activators: acts, NumActivators: 2}), v1alpha1.ModeProxy, ReasonScaledToZero, 2},
-		{"containerConcurrency without activators: Serve, unenforced", inCC(3, 5, 1, Inputs{Pods: pods}), v1alpha1.ModeServe, ReasonNoActivators, 3},
+		{"containerConcurrency without activators: Proxy, no endpoint (the limit holds)", inCC(3, 5, 1, Inputs{Pods: pods}), v1alpha1.ModeProxy, ReasonNoActivators, 0},
+		{"containerConcurrency at zero without activators: nothing either way", inCC(0, 5, 1, Inputs{}), v1alpha1.ModeServe, ReasonNoActivators, 0},
 		{"more activators wanted than exist: all of them", in(0, 0, Inputs{Pods: pods, Activators: acts, NumActivators: 9}), v1alpha1.ModeProxy, ReasonScaledToZero, 4},
 	}
 	for _, tt := range tests {

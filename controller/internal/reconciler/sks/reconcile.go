@@ -174,6 +174,9 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	status.Mode, status.ModeReason = res.Mode, res.Reason
 	if len(res.Endpoints) == 0 {
+		if res.Mode == v1alpha1.ModeProxy {
+			return notReady(ReasonNoEndpoints, "no activator is ready, and the target's containerConcurrency is kept only by the activators: its pods are not put behind the public Service, where nothing would hold them to it; requests to the public Service fail until an activator is ready")
+		}
 		return notReady(ReasonNoEndpoints, "the target has no ready pod and no activator is ready: requests to the public Service fail until one is")
 	}
 	setSKSCondition(status, sks.Generation, metav1.ConditionTrue, res.Reason, fmt.Sprintf("%s: %d public endpoints", res.Mode, len(res.Endpoints)))

@@ -244,3 +244,69 @@ func TestServerlessServiceDeletesOwnSlicesOfAGoneService(t *testing.T) {
 		})
 	}
 }
+
+// TestServerlessServiceKeepsContainerConcurrencyWithoutActivators: with no
+// activator ready, a target in Proxy for its containerConcurrency gets no
+// public endpoint rather than its pods (where nothing would hold them to
+// the limit), and its Ready condition says why; a target without one is
+// put on its pods.
+func TestServerlessServiceKeepsContainerConcurrencyWithoutActivators(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		reason     string
+		wantMode   v1alpha1.Mode
+		wantPods   bool
+		wantStatus metav1.ConditionStatus
+	}{
+		{"containerConcurrency", "ContainerConcurrency", v1alpha1.ModeProxy, false, metav1.ConditionFalse},
+		{"no burst capacity", "NoBurstCapacity", v1alpha1.ModeServe, true, metav1.ConditionTrue},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sks := &v1alpha1.ServerlessService{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "sks-uid"},
+				Spec: v1alpha1.ServerlessServiceSpec{Mode: v1alpha1.ModeProxy, ModeReason: tt.reason, PublicService: "hello",
+					Selector: map[string]string{"app": "hello"}, Port: 80, NumActivators: 1},
+			}
+			public := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+			pods := &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "hello-private-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "hello-private"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			}
+			scheme := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = v1alpha1.AddToScheme(scheme)
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).
+				WithObjects(sks, public, pods).Build()
+			r := &ServerlessService{Client: c, ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.ServerlessService
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "hello"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, names.ConditionReady)
+			if got.Status.Mode != tt.wantMode || got.Status.ModeReason != "NoActivatorEndpoints" || cond == nil || cond.Status != tt.wantStatus {
+				t.Fatalf("status: mode %s reason %s, Ready %+v; want %s NoActivatorEndpoints, Ready %s", got.Status.Mode, got.Status.ModeReason, cond, tt.wantMode, tt.wantStatus)
+			}
+			if tt.wantStatus == metav1.ConditionFalse && !strings.Contains(cond.Message, "containerConcurrency") {
+				t.Errorf("Ready message %q does not say why", cond.Message)
+			}
+			var slices discoveryv1.EndpointSliceList
+			if err := c.List(context.Background(), &slices, client.MatchingLabels{discoveryv1.LabelServiceName: "hello"}); err != nil {
+				t.Fatal(err)
+			}
+			var addrs []string
+			for _, s := range slices.Items {
+				for _, e := range s.Endpoints {
+					addrs = append(addrs, e.Addresses...)
+				}
+			}
+			if onPods := len(addrs) == 1 && addrs[0] == "10.244.1.7"; onPods != tt.wantPods || (!tt.wantPods && len(addrs) > 0) {
+				t.Errorf("public endpoints %v; want the pod: %v", addrs, tt.wantPods)
+			}
+		})
+	}
+}

@@ -59,6 +59,13 @@ type Target struct {
 	// public endpoints are activators). A Route's proxy-port requests
 	// choose among such revisions first (resolve.ProxiedFirst).
 	Proxy bool
+	// Serve: the ServerlessService's spec and status both say Serve mode
+	// and it is Ready, so its public endpoints are the target's ready pods
+	// and a client connecting to the public Service reaches them without
+	// an activator. Neither Proxy nor Serve: no ServerlessService of its
+	// own yet, no mode in its status yet, not Ready, or on its way from
+	// Serve to Proxy.
+	Serve bool
 }
 
 // RequestTimeout is t.Timeout with the default applied.
@@ -77,6 +84,9 @@ func (t *Target) Validate() error {
 	}
 	if t.ContainerConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("containerConcurrency %d: must be 0 (unlimited) or more", t.ContainerConcurrency))
+	}
+	if t.Proxy && t.Serve {
+		errs = append(errs, errors.New("proxy and serve: a target is in one mode at most"))
 	}
 	if t.Timeout < 0 || t.Timeout > MaxTimeout {
 		errs = append(errs, fmt.Errorf("timeout %v: must be from 0 (default %v) to %v", t.Timeout, DefaultTimeout, MaxTimeout))

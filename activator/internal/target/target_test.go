@@ -41,3 +41,15 @@ func TestRequestTimeout(t *testing.T) {
 		t.Errorf("set = %v, want 1m", got)
 	}
 }
+
+func TestValidateOneMode(t *testing.T) {
+	k := Key{"default", "hello"}
+	for _, tc := range []struct {
+		proxy, serve, ok bool
+	}{{false, false, true}, {true, false, true}, {false, true, true}, {true, true, false}} {
+		err := (&Target{Key: k, Proxy: tc.proxy, Serve: tc.serve}).Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("Proxy %v, Serve %v: Validate = %v, want ok %v", tc.proxy, tc.serve, err, tc.ok)
+		}
+	}
+}

@@ -128,21 +128,36 @@ func TestSyncRoute(t *testing.T) {
 }
 
 // TestSyncProxyMode: a target is Proxy when its ServerlessService's status
-// (not its spec) says so.
+// (not its spec) says so; Serve only when its spec and status both say
+// Serve and it is Ready (its public endpoints are its ready pods).
 func TestSyncProxyMode(t *testing.T) {
+	ready := func(st metav1.ConditionStatus) []metav1.Condition {
+		return []metav1.Condition{{Type: "Ready", Status: st, Reason: "R", LastTransitionTime: metav1.Now()}}
+	}
 	for _, tc := range []struct {
-		status v1alpha1.Mode
-		want   bool
-	}{{v1alpha1.ModeProxy, true}, {v1alpha1.ModeServe, false}, {"", false}} {
+		name         string
+		spec, status v1alpha1.Mode
+		conditions   []metav1.Condition
+		proxy, serve bool
+	}{
+		{"proxy", v1alpha1.ModeProxy, v1alpha1.ModeProxy, ready(metav1.ConditionTrue), true, false},
+		{"proxy wanting serve", v1alpha1.ModeServe, v1alpha1.ModeProxy, ready(metav1.ConditionTrue), true, false},
+		{"serve", v1alpha1.ModeServe, v1alpha1.ModeServe, ready(metav1.ConditionTrue), false, true},
+		{"serve not ready", v1alpha1.ModeServe, v1alpha1.ModeServe, ready(metav1.ConditionFalse), false, false},
+		{"serve no condition", v1alpha1.ModeServe, v1alpha1.ModeServe, nil, false, false},
+		{"serve forced, proxy wanted", v1alpha1.ModeProxy, v1alpha1.ModeServe, ready(metav1.ConditionTrue), false, false},
+		{"no status", v1alpha1.ModeServe, "", nil, false, false},
+	} {
 		sk := sks("hello", "hello", "activator-a")
-		sk.Spec.Mode = v1alpha1.ModeProxy
+		sk.Spec.Mode = tc.spec
 		sk.Status.Mode = tc.status
+		sk.Status.Conditions = tc.conditions
 		s := newSinks()
 		if err := watcher(s).Sync(context.Background(), reader(t, pa("hello", "hello", 1), service("hello", corev1.ServicePort{Port: 80}), sk), hello); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.targets[hello].Proxy; got != tc.want {
-			t.Errorf("status.mode %q: Proxy = %v, want %v", tc.status, got, tc.want)
+		if got := s.targets[hello]; got.Proxy != tc.proxy || got.Serve != tc.serve {
+			t.Errorf("%s: Proxy %v, Serve %v; want %v, %v", tc.name, got.Proxy, got.Serve, tc.proxy, tc.serve)
 		}
 	}
 }

@@ -421,6 +421,7 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 		// The mode in place (forced Proxy without ready pods included),
 		// not the PodAutoscaler's wish: what decides where connects go.
 		t.Proxy = sks.Status.Mode == v1alpha1.ModeProxy
+		t.Serve = serving(sks)
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("get ServerlessService %s/%s: %w", pa.Namespace, pa.Name, err)
 	}
@@ -514,6 +515,21 @@ func targetOf(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) (target.Target, e
 		}
 	}
 	return t, t.Validate()
+}
+
+// sksReady is the type of a ServerlessService's condition that says its
+// public endpoints are in place (the controller's names.ConditionReady).
+const sksReady = "Ready"
+
+// serving says whether a client that connects to the target's public
+// Service now reaches its pods: the ServerlessService is in Serve mode
+// (its status), Ready (the public endpoints are written, with a ready pod
+// at least) and not already asked for Proxy (its spec). A Serve forced
+// while no activator is ready (spec Proxy) is not: the target goes back
+// to Proxy as soon as one is.
+func serving(sks *v1alpha1.ServerlessService) bool {
+	return sks.Status.Mode == v1alpha1.ModeServe && sks.Spec.Mode == v1alpha1.ModeServe &&
+		meta.IsStatusConditionTrue(sks.Status.Conditions, sksReady)
 }
 
 // clusterIPs are the Service's addresses ("None", headless, is none).

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sockscale/sockscale/activator/internal/target"
 )
@@ -73,6 +74,8 @@ type Table struct {
 	// intN draws uniformly from [0, n) for the routes' weighted choice
 	// (rand.Int64N; a seeded source in tests).
 	intN func(n int64) int64
+	// now is the clock of serveSince (time.Now; a fake in tests).
+	now func() time.Time
 
 	mu sync.RWMutex
 	// readyPods says how many ready pods a target has, as the throttle
@@ -86,6 +89,9 @@ type Table struct {
 	// Indexes over the Services of both targets and RouteServices.
 	ips   map[netip.Addr]target.Key // ClusterIP -> Service
 	hosts map[string][]target.Key   // extra host -> Services registering it
+	// serveSince holds, for each target in Serve mode, when an Upsert
+	// first said so after one that did not (ServeSince).
+	serveSince map[target.Key]time.Time
 }
 
 // NewTable returns an empty table for Services under clusterDomain ("" is
@@ -96,13 +102,15 @@ func NewTable(clusterDomain string) *Table {
 		d = DefaultClusterDomain
 	}
 	return &Table{
-		domain:   d,
-		intN:     rand.Int64N,
-		targets:  make(map[target.Key]*target.Target),
-		routes:   make(map[target.Key]*Route),
-		services: make(map[target.Key]*RouteService),
-		ips:      make(map[netip.Addr]target.Key),
-		hosts:    make(map[string][]target.Key),
+		domain:     d,
+		intN:       rand.Int64N,
+		now:        time.Now,
+		targets:    make(map[target.Key]*target.Target),
+		routes:     make(map[target.Key]*Route),
+		services:   make(map[target.Key]*RouteService),
+		ips:        make(map[netip.Addr]target.Key),
+		hosts:      make(map[string][]target.Key),
+		serveSince: make(map[target.Key]time.Time),
 	}
 }
 
@@ -126,10 +134,28 @@ func (tb *Table) Upsert(t target.Target) error {
 	}
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
+	since, serving := tb.serveSince[t.Key]
 	tb.forget(t.Key)
 	tb.targets[t.Key] = &c
 	tb.index(c.Key, c.ClusterIPs, c.Hosts)
+	if c.Serve {
+		if !serving {
+			since = tb.now()
+		}
+		tb.serveSince[t.Key] = since
+	}
 	return nil
+}
+
+// ServeSince says since when target k has been in Serve mode
+// (target.Target.Serve) without a break, as this table learnt it: from
+// the first Upsert that said Serve after one that did not (or after k was
+// no target). False while k is in any other mode, or is no target.
+func (tb *Table) ServeSince(k target.Key) (time.Time, bool) {
+	tb.mu.RLock()
+	defer tb.mu.RUnlock()
+	since, ok := tb.serveSince[k]
+	return since, ok
 }
 
 // Delete removes the Service with key k, if any: a target's public
@@ -146,6 +172,7 @@ func (tb *Table) forget(k target.Key) {
 	if t, ok := tb.targets[k]; ok {
 		tb.unindex(k, t.ClusterIPs, t.Hosts)
 		delete(tb.targets, k)
+		delete(tb.serveSince, k)
 	}
 	if s, ok := tb.services[k]; ok {
 		tb.unindex(k, s.ClusterIPs, s.Hosts)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -273,4 +274,58 @@ func FuzzResolveHost(f *testing.F) {
 		}
 		t.Fatalf("%q resolved to %s, but %q is none of its forms %q", host, k, name, forms)
 	})
+}
+
+// TestServeSince: the time a target entered Serve mode is kept across
+// Upserts that keep it there, and starts again after any other mode, a
+// Delete, or its key becoming a Route's Service.
+func TestServeSince(t *testing.T) {
+	tb := NewTable("")
+	now := time.Unix(1000, 0)
+	tb.now = func() time.Time { return now }
+	hello := key("default", "hello")
+	mode := func(proxy, serve bool) target.Target {
+		x := tgt("default", "hello").IP("10.96.0.10").Obj()
+		x.Proxy, x.Serve = proxy, serve
+		return x
+	}
+	check := func(what string, wantSince time.Time, wantOK bool) {
+		t.Helper()
+		since, ok := tb.ServeSince(hello)
+		if ok != wantOK || !since.Equal(wantSince) {
+			t.Errorf("%s: ServeSince = %v, %v; want %v, %v", what, since, ok, wantSince, wantOK)
+		}
+	}
+	check("unknown", time.Time{}, false)
+	mustUpsert(t, tb, mode(true, false))
+	check("proxy", time.Time{}, false)
+	mustUpsert(t, tb, mode(false, false))
+	check("neither", time.Time{}, false)
+
+	entered := now
+	mustUpsert(t, tb, mode(false, true))
+	check("serve", entered, true)
+	now = now.Add(time.Minute)
+	mustUpsert(t, tb, mode(false, true)) // another change: pods, hosts
+	check("serve again", entered, true)
+
+	mustUpsert(t, tb, mode(true, false))
+	check("back to proxy", time.Time{}, false)
+	now = now.Add(time.Second)
+	mustUpsert(t, tb, mode(false, true))
+	check("serve after proxy", now, true)
+
+	tb.Delete(hello)
+	check("deleted", time.Time{}, false)
+	now = now.Add(time.Second)
+	mustUpsert(t, tb, mode(false, true))
+	check("serve after delete", now, true)
+	if err := tb.UpsertRouteService(RouteService{Key: hello, Route: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	check("a Route's Service now", time.Time{}, false)
+
+	if err := tb.Upsert(mode(true, true)); err == nil {
+		t.Error("a target in Proxy and Serve mode at once was taken")
+	}
 }

@@ -74,6 +74,12 @@ type Options struct {
 	// Admitter, if set, is asked before every forward (nil: every client
 	// may reach every target, --network-policies=ignore).
 	Admitter Admitter
+	// Modes, if set, moves kept-alive HTTP/1.x clients to the direct
+	// path: a pod's response to one whose target has been in Serve mode
+	// for ReconnectAfter asks it to reconnect (reconnect.go). Nil: never
+	// (the route port; --reconnect-served-clients=false).
+	Modes          Modes
+	ReconnectAfter time.Duration
 	// Pool bounds the requests held by every port's handler together and
 	// shares them fairly among namespaces (the wiring gives all handlers
 	// one); nil: a pool of holdpool.DefaultCapacity for this handler.
@@ -114,6 +120,8 @@ type Options struct {
 //     network_policy_undecided while it cannot tell), forward to it.
 //     The destination comes only from the throttle, whose addresses are
 //     only the target's ready pods: no request can name where it goes.
+//     With Modes set, the pod's response may ask a kept-alive client to
+//     reconnect, when its target is served directly (reconnect.go).
 func New(o Options) http.Handler {
 	h := &handler{
 		podName:   o.PodName,
@@ -121,9 +129,12 @@ func New(o Options) http.Handler {
 		throttler: o.Throttler,
 		stats:     o.Stats,
 		admitter:  o.Admitter,
+		modes:     o.Modes,
 		pool:      o.Pool,
 		m:         o.Metrics,
 		log:       o.Log,
+
+		reconnectAfter: o.ReconnectAfter,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -152,11 +163,14 @@ type handler struct {
 	throttler Throttler
 	stats     Stats
 	admitter  Admitter
+	modes     Modes
 	pool      *holdpool.Pool
 	http1     *httputil.ReverseProxy
 	h2c       *httputil.ReverseProxy
 	m         *Metrics
 	log       *slog.Logger
+
+	reconnectAfter time.Duration
 }
 
 func (h *handler) refuseConnect(next http.Handler) http.Handler {
@@ -267,6 +281,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { _ = held.Release() }()
 	client := clientAddr(r)
+	reconnect := h.modes != nil && reconnectable(r)
 	err = h.throttler.Try(holdCtx, t.Key, func(dest netip.AddrPort) error {
 		// The pod is known only now, so a client the target's
 		// NetworkPolicies refuse was held like any other: its first
@@ -289,7 +304,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if t.H2C {
 			proxy = h.h2c
 		}
-		f := &forward{dest: dest, target: t, body: body}
+		f := &forward{dest: dest, target: t, body: body, reconnect: reconnect}
 		proxy.ServeHTTP(w, out.WithContext(context.WithValue(ctx, forwardKey{}, f)))
 		if f.unreachable != nil {
 			return fmt.Errorf("%w: %w", throttle.ErrPodUnreachable, f.unreachable)

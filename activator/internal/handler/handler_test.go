@@ -57,6 +57,13 @@ func newEnvWithPool(t *testing.T, queueDepth int, pool *holdpool.Pool) *env {
 // forward (nil: none).
 func newEnvWithAdmitter(t *testing.T, queueDepth int, pool *holdpool.Pool, admitter Admitter) *env {
 	t.Helper()
+	return newEnvWithOptions(t, queueDepth, func(o *Options) { o.Pool, o.Admitter = pool, admitter })
+}
+
+// newEnvWithOptions is newEnv whose handler's options edit changes (the
+// table, throttle, stats and registry are the env's).
+func newEnvWithOptions(t *testing.T, queueDepth int, edit func(*Options)) *env {
+	t.Helper()
 	base, stop := context.WithCancelCause(context.Background())
 	e := &env{
 		table: resolve.NewTable(""),
@@ -65,7 +72,11 @@ func newEnvWithAdmitter(t *testing.T, queueDepth int, pool *holdpool.Pool, admit
 		reg:   prometheus.NewRegistry(),
 		stop:  stop,
 	}
-	h := New(Options{PodName: "activator-0", Resolver: e.table, Throttler: e.th, Stats: e.stats, Pool: pool, Admitter: admitter, Registerer: e.reg})
+	o := Options{PodName: "activator-0", Resolver: e.table, Throttler: e.th, Stats: e.stats, Registerer: e.reg}
+	if edit != nil {
+		edit(&o)
+	}
+	h := New(o)
 	e.srv = httptest.NewUnstartedServer(h)
 	e.srv.Config = NewServer("", h, base)
 	e.srv.Start()

@@ -36,7 +36,8 @@ const (
 
 // Metrics are the handler's counters.
 type Metrics struct {
-	responses *prometheus.CounterVec
+	responses  *prometheus.CounterVec
+	reconnects *prometheus.CounterVec
 }
 
 // NewMetrics makes the handler's metrics and registers them with reg
@@ -52,9 +53,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				"403 network_policy (the target namespace's NetworkPolicies do not admit the client); 404 unknown_target, ambiguous_target; 503 queue_full, max_held (the activator holds --max-held requests and the namespace its fair share), shed (a held request dropped for a namespace holding less than its fair share), target_removed, shutting_down, route_not_ready, route_revision_unknown, network_policy_undecided; 504 deadline, pod_timeout; " +
 				"502 pod_error, pod_unreachable (several pods in a row could not be reached); 500 internal.",
 		}, []string{"code", "reason"}),
+		// By the target's namespace only, as the NetworkPolicy denials:
+		// namespaces are as many as the cluster has, a label per target
+		// would need forgetting when it goes.
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sockscale_activator_reconnects_asked_total",
+			Help: "Kept-alive HTTP/1.x connections asked to reconnect (Connection: close on a pod's response) because their target had been in Serve mode for --reconnect-served-after: the client's next connect goes to the pods, not an activator. By the target's namespace.",
+		}, []string{"namespace"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.responses)
+		reg.MustRegister(m.responses, m.reconnects)
 	}
 	return m
 }

@@ -28,6 +28,9 @@ type forward struct {
 	// the pod could not be reached and nothing was sent: the request can
 	// go to another pod.
 	unreachable error
+	// reconnect: the client's connection may be asked to reconnect after
+	// the pod's response (askReconnect).
+	reconnect bool
 }
 
 // unsentBody is a request body that the transport may not close (it does
@@ -92,15 +95,17 @@ func NewH2CTransport() *http.Transport {
 // not wait in a buffer), passes trailers, and switches protocols
 // (websockets) by hijacking both connections. httputil.ReverseProxy
 // removes hop-by-hop headers, those named in Connection included, in both
-// directions.
+// directions; askReconnect may then add "Connection: close" to the
+// client's response.
 func (h *handler) reverseProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Rewrite:       h.rewrite,
-		Transport:     rt,
-		FlushInterval: -1,
-		BufferPool:    copyBuffers,
-		ErrorHandler:  h.proxyError,
-		ErrorLog:      slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+		Rewrite:        h.rewrite,
+		ModifyResponse: h.askReconnect,
+		Transport:      rt,
+		FlushInterval:  -1,
+		BufferPool:     copyBuffers,
+		ErrorHandler:   h.proxyError,
+		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 }
 

@@ -87,6 +87,10 @@ type config struct {
 	tokenFile     string
 	reportPeriod  time.Duration
 	netPolicies   string
+	// reconnect: ask kept-alive clients of targets served directly to
+	// reconnect, once their target has been in Serve mode reconnectAfter.
+	reconnect      bool
+	reconnectAfter time.Duration
 }
 
 // The values of --network-policies.
@@ -118,6 +122,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
 	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
 	fs.StringVar(&c.netPolicies, "network-policies", networkPoliciesEnforce, "enforce: forward a request to a pod only if the NetworkPolicies of the pod's namespace admit the request's client (its pod, namespace or address) to that pod, else 403; ignore: forward every request (any client that reaches the activator reaches every target)")
+	fs.BoolVar(&c.reconnect, "reconnect-served-clients", true, "on the proxy port, answer an HTTP/1.x keep-alive client's request for a target in Serve mode (its public endpoints are its pods) with Connection: close on the pod's response, so its next connect takes the direct path instead of staying on the activator it reached while the target was in Proxy mode (h2c, websockets and the route port are left alone)")
+	fs.DurationVar(&c.reconnectAfter, "reconnect-served-after", handler.DefaultReconnectAfter, "how long a target must have been in Serve mode before its clients are asked to reconnect, so that kube-proxy and the agents have the new endpoints in place (0..1m)")
 	fs.DurationVar(&c.reportPeriod, "report-period", stats.DefaultPeriod, "how often held and forwarded requests are reported (100ms..1m; the KPA expects 1s)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -175,6 +181,9 @@ func (c *config) validate() error {
 	}
 	if c.netPolicies != networkPoliciesEnforce && c.netPolicies != networkPoliciesIgnore {
 		errs = append(errs, fmt.Errorf("--network-policies=%q: want %s or %s", c.netPolicies, networkPoliciesEnforce, networkPoliciesIgnore))
+	}
+	if c.reconnectAfter < 0 || c.reconnectAfter > time.Minute {
+		errs = append(errs, fmt.Errorf("--reconnect-served-after=%v: must be from 0 to 1m", c.reconnectAfter))
 	}
 	if c.reportPeriod < 100*time.Millisecond || c.reportPeriod > time.Minute {
 		errs = append(errs, fmt.Errorf("--report-period=%v: must be from 100ms to 1m", c.reportPeriod))
@@ -340,15 +349,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	// One handler per port, the same but for how a Route's own host
-	// chooses its revision (resolve.Pick), counting into one set of
-	// metrics.
+	// chooses its revision (resolve.Pick) and whether kept-alive clients
+	// of targets in Serve mode are asked to reconnect (the route port's
+	// would reconnect to an activator: a Route's addresses always lead to
+	// them), counting into one set of metrics.
 	metrics := handler.NewMetrics(reg)
 	ports := []struct {
 		flag, addr string
 		pick       resolve.Pick
+		reconnect  bool
 	}{
-		{"--proxy-bind-address", cfg.proxyAddr, resolve.ProxiedFirst},
-		{"--route-bind-address", cfg.routeAddr, resolve.AllRevisions},
+		{"--proxy-bind-address", cfg.proxyAddr, resolve.ProxiedFirst, cfg.reconnect},
+		{"--route-bind-address", cfg.routeAddr, resolve.AllRevisions, false},
 	}
 	base, stopRequests := context.WithCancelCause(context.Background())
 	defer stopRequests(nil)
@@ -363,6 +375,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		o := handler.Options{PodName: cfg.podName, Resolver: table.Picking(p.pick), Throttler: th, Stats: counter, Pool: pool, Metrics: metrics, Log: log}
 		if admitter != nil {
 			o.Admitter = admitter // not a nil *Admitter in the interface
+		}
+		if p.reconnect {
+			o.Modes, o.ReconnectAfter = table, cfg.reconnectAfter
 		}
 		h := handler.New(o)
 		srv := handler.NewServer(p.addr, h, base)
@@ -415,7 +430,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			}
 		}()
 	}
-	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "maxHeld", pool.Capacity(), "probePeriod", cfg.probePeriod, "networkPolicies", cfg.netPolicies)
+	log.Info("activator started", "proxy", cfg.proxyAddr, "route", cfg.routeAddr, "podIP", cfg.podIP, "queueDepth", cfg.queueDepth, "maxHeld", pool.Capacity(), "probePeriod", cfg.probePeriod, "networkPolicies", cfg.netPolicies,
+		"reconnectServedClients", cfg.reconnect, "reconnectServedAfter", cfg.reconnectAfter)
 
 	select {
 	case <-ctx.Done():

@@ -55,6 +55,10 @@ func TestFlags(t *testing.T) {
 		{name: "network policies ignored", args: []string{"--network-policies=ignore"}},
 		{name: "network policies", args: []string{"--network-policies=audit"}, errs: []string{`--network-policies="audit": want enforce or ignore`}},
 		{name: "stats", args: []string{"--controller-stats-address=ctl.ns.svc:8443", "--report-period=2s"}},
+		{name: "reconnect off", args: []string{"--reconnect-served-clients=false"}},
+		{name: "reconnect at once", args: []string{"--reconnect-served-after=0s"}},
+		{name: "reconnect after", args: []string{"--reconnect-served-after=-1s"}, errs: []string{"--reconnect-served-after=-1s: must be from 0 to 1m"}},
+		{name: "reconnect too late", args: []string{"--reconnect-served-after=2m"}, errs: []string{"--reconnect-served-after=2m0s: must be from 0 to 1m"}},
 		{name: "plain metrics", args: []string{"--metrics-secure=false"}},
 		{name: "metrics certificate without TLS", args: []string{"--metrics-secure=false", "--metrics-cert-path=/etc/certs"},
 			errs: []string{`--metrics-cert-path="/etc/certs" needs --metrics-secure`}},
@@ -258,4 +262,15 @@ func freeAddrs(t *testing.T, n int) []string {
 func isStatus(err error, code int) bool {
 	var se *stack.StatusError
 	return errors.As(err, &se) && se.Code == code
+}
+
+func TestReconnectDefaults(t *testing.T) {
+	t.Setenv("POD_NAME", "activator-0")
+	c, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.reconnect || c.reconnectAfter != 2*time.Second {
+		t.Errorf("--reconnect-served-clients=%v --reconnect-served-after=%v, want true and 2s", c.reconnect, c.reconnectAfter)
+	}
 }

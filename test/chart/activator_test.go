@@ -97,6 +97,7 @@ func TestActivatorDeployment(t *testing.T) {
 		"--probe-period=15ms",
 		"--cluster-domain=cluster.local",
 		"--network-policies=enforce",
+		"--reconnect-served-clients=true",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
 		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
 		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",
@@ -410,6 +411,7 @@ activator:
   probePeriod: 100ms
   clusterDomain: corp.example
   networkPolicies: ignore
+  reconnectServedClients: false
   logLevel: debug
   extraArgs: [--kubeconfig=/etc/kube/config]
   extraEnv: [{name: GOMEMLIMIT, value: 200MiB}]
@@ -442,6 +444,7 @@ activator:
 		"--probe-period=100ms",
 		"--cluster-domain=corp.example",
 		"--network-policies=ignore",
+		"--reconnect-served-clients=false",
 		"--controller-stats-address=" + statsService + "." + namespace + ".svc:8443",
 		"--controller-token-file=/var/run/secrets/sockscale.dev/stats-client/token",
 		"--controller-ca-file=/var/run/secrets/sockscale.dev/stats-client/ca.crt",

@@ -172,6 +172,7 @@ func TestBadValues(t *testing.T) {
 		{"activator.probePeriod=fast", []string{"/activator/probePeriod", "'fast' does not match pattern"}},
 		{"activator.clusterDomain=Cluster.Local", []string{"/activator/clusterDomain"}},
 		{"activator.networkPolicies=audit", []string{"/activator/networkPolicies", "'audit' does not match pattern '^(enforce|ignore)$'"}},
+		{"activator.reconnectServedClients=sometimes", []string{"/activator/reconnectServedClients", "got string, want boolean"}},
 		{"activator.replicas=0", []string{"/activator/replicas", "minimum"}},
 		{"activator.terminationGracePeriodSeconds=-1", []string{"/activator/terminationGracePeriodSeconds", "minimum"}},
 		{"activator.autoscaling.targetCPUUtilizationPercentage=0", []string{"/activator/autoscaling/targetCPUUtilizationPercentage", "minimum"}},

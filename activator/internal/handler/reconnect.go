@@ -20,8 +20,8 @@ import (
 // client's next request as usual (forwarded to a pod) and adds
 // "Connection: close" to the pod's response: Go's server closes the
 // connection after writing it, and the client's next connect goes to the
-// public Service, whose endpoints are the pods now (or the kernel sends
-// it to a pod directly).
+// public Service (from a Route's address, through the kernel's split),
+// whose endpoints are the pods now.
 //
 // What is left alone:
 //   - HTTP/2 (h2c) connections. Go's HTTP/2 server reads "Connection:

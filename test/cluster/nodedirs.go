@@ -10,3 +10,18 @@ func (c *Cluster) NodeBPFFS(node string) string { return nodeBPFFS(node) }
 
 // Nodes is the number of simulated nodes, named NodeName(0..Nodes-1).
 func (c *Cluster) Nodes() int { return c.opts.Nodes }
+
+// NodeNames are every node's name: the simulated ones', then the real
+// ones'. NodeCgroup and NodeBPFFS hold for both: a real node's kubelet
+// puts its pods below its NodeCgroup, and its agent pool pins in its
+// NodeBPFFS (RealNodeAgentValues).
+func (c *Cluster) NodeNames() []string {
+	var names []string
+	for i := range c.opts.Nodes {
+		names = append(names, NodeName(i))
+	}
+	for i := range c.opts.RealNodes {
+		names = append(names, RealNodeName(i))
+	}
+	return names
+}

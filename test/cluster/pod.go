@@ -213,9 +213,16 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 // `ip netns exec`; "" for hostNetwork) and its cgroup, below the node's
 // subtree, so a process started in it is one of the node's for the node's
 // agent (its programs are attached at the node's cgroup root).
+//
+// For a pod on a real node it is the pod's first container's: its cgroup
+// v2 and its network namespace, named here (ip netns attach; `down`
+// removes the name) as the simulated nodes' are.
 func PodSandbox(pod *corev1.Pod) (netns, cgroup string, err error) {
+	if isRealNode(pod.Spec.NodeName) {
+		return realPodSandbox(pod)
+	}
 	if NodeIndex(pod.Spec.NodeName) < 0 {
-		return "", "", fmt.Errorf("pod %s/%s is on no simulated node (nodeName %q)", pod.Namespace, pod.Name, pod.Spec.NodeName)
+		return "", "", fmt.Errorf("pod %s/%s is on no node of the local cluster (nodeName %q)", pod.Namespace, pod.Name, pod.Spec.NodeName)
 	}
 	root, err := cgroup2.Root()
 	if err != nil {

@@ -204,3 +204,58 @@ func moduleDir(ctx context.Context) (string, error) {
 	}
 	return filepath.Dir(mod), nil
 }
+
+// isRealNode says whether name is a real node's (RealNodeName).
+func isRealNode(name string) bool {
+	for i := range maxRealNodes {
+		if name == RealNodeName(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// realPodSandbox is PodSandbox for a pod on a real node: the cgroup the
+// kubelet and runc made for its first container (cgroupfs driver, below
+// the node's cgroup: kubepods[/<qos>]/pod<uid>/<container id>) and that
+// container's network namespace.
+func realPodSandbox(pod *corev1.Pod) (netns, cgroup string, err error) {
+	if len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Running == nil {
+		return "", "", fmt.Errorf("pod %s/%s: its first container does not run yet", pod.Namespace, pod.Name)
+	}
+	id, ok := strings.CutPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	if !ok {
+		return "", "", fmt.Errorf("pod %s/%s: container ID %q is not containerd's", pod.Namespace, pod.Name, pod.Status.ContainerStatuses[0].ContainerID)
+	}
+	v2, err := cgroup2.Root()
+	if err != nil {
+		return "", "", err
+	}
+	dir := filepath.Join(nodeCgroup(v2, pod.Spec.NodeName), "kubepods")
+	switch pod.Status.QOSClass {
+	case corev1.PodQOSBestEffort, corev1.PodQOSBurstable:
+		dir = filepath.Join(dir, strings.ToLower(string(pod.Status.QOSClass)))
+	case corev1.PodQOSGuaranteed:
+	default:
+		return "", "", fmt.Errorf("pod %s/%s: no QoS class yet", pod.Namespace, pod.Name)
+	}
+	cgroup = filepath.Join(dir, "pod"+string(pod.UID), id)
+	b, err := os.ReadFile(filepath.Join(cgroup, "cgroup.procs"))
+	if err != nil {
+		return "", "", err
+	}
+	pid, _, _ := strings.Cut(string(b), "\n")
+	if pid == "" {
+		return "", "", fmt.Errorf("pod %s/%s: no process in %s", pod.Namespace, pod.Name, cgroup)
+	}
+	if pod.Spec.HostNetwork {
+		return "", cgroup, nil
+	}
+	netns = podNetNS(pod.Spec.NodeName, pod)
+	if _, err := os.Stat(filepath.Join("/run/netns", netns)); errors.Is(err, os.ErrNotExist) {
+		if out, err := exec.Command("ip", "netns", "attach", netns, pid).CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("ip netns attach %s %s: %w: %s", netns, pid, err, out)
+		}
+	}
+	return netns, cgroup, nil
+}

@@ -53,10 +53,12 @@ func TestMain(m *testing.M) {
 const appNS = "e2e"
 
 // chartSets are the helm --set values of the package's install: a 20 s
-// stable window keeps the scenarios short; the rest is the chart's
-// defaults (the activator on). A scenario that installs with more sets
-// reinstalls with these alone when it ends.
-var chartSets = []string{"autoscaler.stable-window=20s"}
+// stable window keeps the scenarios short; Revisions may choose their
+// nodes and tolerate taints (as a platform team with a node pool for them
+// would allow), so the real node's scenarios can put serving Revisions
+// there; the rest is the chart's defaults (the activator on). A scenario
+// that installs with more sets reinstalls with these alone when it ends.
+var chartSets = []string{"autoscaler.stable-window=20s", "autoscaler.podspec-nodeselector=enabled", "autoscaler.podspec-tolerations=enabled"}
 
 // up returns the shared cluster with sockscale installed by helm.
 func up(t *testing.T) *stack.Stack {
@@ -67,7 +69,7 @@ func up(t *testing.T) *stack.Stack {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
 		start := time.Now()
-		shared, upErr = cluster.Up(ctx, cluster.Options{Nodes: 2, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e")})
+		shared, upErr = cluster.Up(ctx, cluster.Options{Nodes: 2, RealNodes: 1, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e")})
 		if upErr != nil {
 			return
 		}

@@ -140,11 +140,24 @@ func keepAgentOff(t *testing.T, s *stack.Stack, node string) (restore func()) {
 	ds := agentDaemonSet(t, s)
 	orig := ds.Spec.Template.Spec.Affinity.DeepCopy()
 	patch := client.MergeFrom(ds.DeepCopy())
-	ds.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{node}}},
-		}}},
-	}}
+	// ANDed into the chart's own terms, which keep it off the agent
+	// pools' nodes.
+	off := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{node}}
+	aff := ds.Spec.Template.Spec.Affinity
+	if aff == nil {
+		aff = &corev1.Affinity{}
+	}
+	if aff.NodeAffinity == nil {
+		aff.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	if aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, off)
+	}
+	ds.Spec.Template.Spec.Affinity = aff
 	if err := s.Client.Patch(ctx, ds, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +186,7 @@ func keepAgentOff(t *testing.T, s *stack.Stack, node string) (restore func()) {
 func agentDaemonSet(t *testing.T, s *stack.Stack) *appsv1.DaemonSet {
 	t.Helper()
 	var list appsv1.DaemonSetList
+	// The main one (the agent pools' are component agent-pool).
 	if err := s.Client.List(context.Background(), &list, client.InNamespace(stack.Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +200,7 @@ func agentDaemonSet(t *testing.T, s *stack.Stack) *appsv1.DaemonSet {
 func agentOn(t *testing.T, s *stack.Stack, node string) bool {
 	t.Helper()
 	var pods corev1.PodList
-	if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+	if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), stack.AgentPods); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {

@@ -965,7 +965,7 @@ func agentAddr(t *testing.T, s *stack.Stack, node string) netip.Addr {
 	var addr netip.Addr
 	e2etest.Eventually(t, time.Minute, "a ready agent on "+node, func() error {
 		var pods corev1.PodList
-		if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+		if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), stack.AgentPods); err != nil {
 			return err
 		}
 		for _, p := range pods.Items {

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -162,13 +166,59 @@ func ClusterSets() []string {
 	return append(ImageSets(), "agent.nodeNetns=/var/run/netns/"+cluster.HostNetns, "agent.drain.enabled=false")
 }
 
+// RealNodeSets are the chart values for the cluster's real nodes: each
+// is an agent pool of its own (agent.pools.<node>, the nodes labelled
+// cluster.AgentPoolLabel), whose agent attaches at the node's cgroup
+// (cluster.RealNodeAgentValues) and serves the drain: a real kubelet runs
+// the preStop hooks, and the node's loopback port is its agent's alone.
+func (s *Stack) RealNodeSets(ctx context.Context) ([]string, error) {
+	var nodes corev1.NodeList
+	if err := s.Client.List(ctx, &nodes, client.HasLabels{cluster.AgentPoolLabel}); err != nil {
+		return nil, err
+	}
+	var sets []string
+	for _, n := range nodes.Items {
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cluster.RealNodeTaint }) {
+			continue
+		}
+		pool := n.Labels[cluster.AgentPoolLabel]
+		vals, err := cluster.RealNodeAgentValues(n.Name)
+		if err != nil {
+			return nil, err
+		}
+		vals["drain.enabled"] = "true"
+		for _, k := range slices.Sorted(maps.Keys(vals)) {
+			sets = append(sets, fmt.Sprintf("agent.pools.%s.%s=%s", pool, k, vals[k]))
+		}
+	}
+	return sets, nil
+}
+
+// AgentPods selects the agent pods of every DaemonSet, the main one's
+// (component agent) and the agent pools' (component agent-pool), as a
+// List option.
+var AgentPods = client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(nil).Add(mustRequirement("app.kubernetes.io/component", selection.In, "agent", "agent-pool"))}
+
+func mustRequirement(key string, op selection.Operator, vals ...string) labels.Requirement {
+	r, err := labels.NewRequirement(key, op, vals)
+	if err != nil {
+		panic(err)
+	}
+	return *r
+}
+
 // Install installs (or upgrades) the chart pushed by PushChart from the
 // registry, its images from ImageRepo, and waits until its workloads are
-// ready. sets are extra --set key=value pairs.
+// ready. sets are extra --set key=value pairs, after ClusterSets and
+// RealNodeSets.
 func (s *Stack) Install(ctx context.Context, sets ...string) error {
 	args := []string{"upgrade", "--install", "sockscale", "oci://" + ChartRepo + "/sockscale", "--version", mustChart().Version,
 		"--plain-http", "--namespace", Namespace, "--create-namespace", "--wait", "--timeout", "4m"}
-	for _, set := range append(ClusterSets(), sets...) {
+	real, err := s.RealNodeSets(ctx)
+	if err != nil {
+		return err
+	}
+	for _, set := range slices.Concat(ClusterSets(), real, sets) {
 		args = append(args, "--set", set)
 	}
 	return s.helm(ctx, args...)
@@ -194,6 +244,18 @@ type App struct {
 	// registry does not have leaves the pod waiting in ErrImagePull and
 	// ImagePullBackOff: a target whose pods never become ready.
 	Image string
+	// Pod adjusts the pod template's spec (AppPodSpec), e.g. OnRealNode.
+	Pod func(*corev1.PodSpec)
+}
+
+// OnRealNode puts a pod on the local cluster's real node name (a real
+// kubelet, containerd and runc): it selects the node and tolerates its
+// taint.
+func OnRealNode(name string) func(*corev1.PodSpec) {
+	return func(p *corev1.PodSpec) {
+		p.NodeSelector = map[string]string{"kubernetes.io/hostname": name}
+		p.Tolerations = append(p.Tolerations, corev1.Toleration{Key: cluster.RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	}
 }
 
 // Deploy creates the app's namespace (if missing), Deployment, Service and
@@ -211,6 +273,10 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 	if image == "" {
 		image = AppImage
 	}
+	podSpec := AppPodSpec(image)
+	if app.Pod != nil {
+		app.Pod(&podSpec)
+	}
 	deploy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
 		Spec: appsv1.DeploymentSpec{
@@ -218,7 +284,7 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       AppPodSpec(image),
+				Spec:       podSpec,
 			},
 		},
 	}
@@ -295,7 +361,7 @@ type PodSeries struct {
 // series by "namespace/pod".
 func (s *Stack) AgentMetrics(ctx context.Context) (map[string]*PodSeries, error) {
 	var pods corev1.PodList
-	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), AgentPods); err != nil {
 		return nil, err
 	}
 	if len(pods.Items) == 0 {
@@ -360,7 +426,7 @@ func (s *Stack) AgentMetrics(ctx context.Context) (map[string]*PodSeries, error)
 // AgentIP is the address of one ready agent (for a user to curl).
 func (s *Stack) AgentIP(ctx context.Context) (string, error) {
 	var pods corev1.PodList
-	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+	if err := s.Client.List(ctx, &pods, client.InNamespace(Namespace), AgentPods); err != nil {
 		return "", err
 	}
 	for _, p := range pods.Items {

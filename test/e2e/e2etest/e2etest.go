@@ -57,8 +57,16 @@ func Poll(t *testing.T, timeout, step time.Duration, what string, f func() error
 // activators and kube-proxy's first sync of its Service.
 func Deploy(t *testing.T, s *stack.Stack, ns, name string, spec func(*v1alpha1.PodAutoscalerSpec), answers func(url string) error) string {
 	t.Helper()
+	return DeployApp(t, s, stack.App{Namespace: ns, Name: name, Spec: spec}, answers)
+}
+
+// DeployApp is Deploy for an app with more than its PodAutoscaler's spec
+// set (its pods' spec, its image).
+func DeployApp(t *testing.T, s *stack.Stack, app stack.App, answers func(url string) error) string {
+	t.Helper()
 	ctx := context.Background()
-	if err := s.Deploy(ctx, stack.App{Namespace: ns, Name: name, Spec: spec}); err != nil {
+	ns, name := app.Namespace, app.Name
+	if err := s.Deploy(ctx, app); err != nil {
 		t.Fatal(err)
 	}
 	Eventually(t, 2*time.Minute, name+" has a ready pod", func() error {

@@ -202,11 +202,11 @@ func TestE2ERealNodeColdStart(t *testing.T) {
 // kubelet's PodReadyToStartContainers), its container running, the pod
 // Ready.
 type coldStartTrace struct {
-	mu                                                 sync.Mutex
+	mu                                                  sync.Mutex
 	scaled, created, scheduled, sandbox, running, ready time.Time
-	pod                                                string
-	cancel                                             context.CancelFunc
-	done                                               sync.WaitGroup
+	pod                                                 string
+	cancel                                              context.CancelFunc
+	done                                                sync.WaitGroup
 }
 
 func watchColdStart(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *coldStartTrace {

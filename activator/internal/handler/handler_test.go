@@ -650,6 +650,32 @@ func TestHoldFailures(t *testing.T) {
 			t.Errorf("the pod got the request %d times, want once", n)
 		}
 	})
+	t.Run("pod closes the connection without an answer to a GET: it goes to another pod", func(t *testing.T) {
+		// As a leaving pod's drain closes a kept-alive connection the
+		// moment a request goes out on it.
+		e := newEnv(t, 0)
+		var closed atomic.Int32
+		closing := newPod(t, func(w http.ResponseWriter, _ *http.Request) {
+			closed.Add(1)
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+		})
+		live := newPod(t, hi)
+		e.serve(t, target.Target{Key: hello, ContainerConcurrency: 1}, closing.Server, live.Server)
+		for i := range 4 {
+			resp, body, err := e.get(t, context.Background(), "hello.default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 200 || body != "hi from the pod\n" {
+				t.Errorf("request %d: got %d %q, want 200 from the live pod", i, resp.StatusCode, body)
+			}
+		}
+		if closed.Load() == 0 {
+			t.Error("the closing pod got no request: the case was not exercised")
+		}
+	})
 	t.Run("every pod unreachable (dial timeout): 502 after three, not the request timeout", func(t *testing.T) {
 		// A dial timeout matches context.DeadlineExceeded too; it must not
 		// read as the target's request timeout (5 minutes that did not pass).

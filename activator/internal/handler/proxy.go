@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sockscale/sockscale/activator/internal/resolve"
@@ -49,12 +50,33 @@ func (b *unsentBody) Read(p []byte) (int, error) {
 // Close leaves the body to the server, which closes it after the handler.
 func (b *unsentBody) Close() error { return nil }
 
-// unsent says whether err means the transport reached no pod and sent
-// nothing: the dial failed (refused, no route, timed out) before a byte of
-// the request was written.
-func (f *forward) unsent(err error) bool {
+// unsent says whether the request may go to another pod after err: the
+// transport reached no pod and sent nothing (the dial failed: refused, no
+// route, timed out) before a byte of the request was written; or the pod
+// closed or reset the connection without a byte of answer to a request
+// with no body and an idempotent method, which RFC 9110 (9.2.2) lets a
+// client send again. The second is a kept-alive connection the pod closed
+// as the request went out on it: a leaving pod's drain closes its idle
+// connections, and a pod's own idle timeout does the same; Go's transport
+// resends such a request itself only when none of it was written yet.
+func (f *forward) unsent(r *http.Request, err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" && (f.body == nil || !f.body.read)
+	if errors.As(err, &op) && op.Op == "dial" {
+		return f.body == nil || !f.body.read
+	}
+	return f.body == nil && idempotent(r.Method) &&
+		(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
+// idempotent says whether a request of method m may be sent twice with
+// the effect of once (RFC 9110, 9.2.2; PUT and DELETE carry what they
+// change, and are not resent here either).
+func idempotent(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 type forwardKey struct{}
@@ -187,7 +209,7 @@ func disarmProbeAgents(h http.Header) {
 func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	f := r.Context().Value(forwardKey{}).(*forward)
 	switch {
-	case r.Context().Err() == nil && f.unsent(err):
+	case r.Context().Err() == nil && f.unsent(r, err):
 		// Not answered here: Try hands the request to another pod.
 		f.unreachable = err
 	case errors.Is(context.Cause(r.Context()), ErrShuttingDown):

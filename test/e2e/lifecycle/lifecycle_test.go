@@ -67,7 +67,7 @@ func TestE2EUpgradeAndUninstall(t *testing.T) {
 	ctx := context.Background()
 	upCtx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
-	cl, err := cluster.Up(upCtx, cluster.Options{Nodes: 2, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e-lifecycle")})
+	cl, err := cluster.Up(upCtx, cluster.Options{Nodes: 2, RealNodes: 1, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e-lifecycle")})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
 	}
@@ -103,10 +103,12 @@ func TestE2EUpgradeAndUninstall(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	steady := deploy(t, s, "steady", func(p *v1alpha1.PodAutoscalerSpec) {
+	// Its three pods under load one per node: the real node's agent
+	// rolls with a count to keep too.
+	steady := deployApp(t, s, stack.App{Namespace: appNS, Name: "steady", Pod: onEveryNode("steady"), Spec: func(p *v1alpha1.PodAutoscalerSpec) {
 		p.Target, p.MinScale, p.MaxScale = ptr.To(10.0), ptr.To(int32(1)), ptr.To(int32(10))
 		p.TargetBurstCapacity = ptr.To(0.0)
-	})
+	}})
 	// Left alone from here: at zero, in Proxy mode, by the uninstall.
 	deploy(t, s, "idle", func(p *v1alpha1.PodAutoscalerSpec) { p.MinScale = ptr.To(int32(0)) })
 	t.Run("agents roll under load", func(t *testing.T) { agentsRoll(t, s, cl, steady) })
@@ -162,7 +164,11 @@ func crdUpgrade(t *testing.T, s *stack.Stack, crds client.Client) {
 	ctx := context.Background()
 	old := olderChart(t)
 	start := time.Now()
-	helm(t, s, append([]string{"install", "sockscale", old, "--namespace", stack.Namespace, "--create-namespace", "--wait", "--timeout", "4m"}, setArgs(append(stack.ClusterSets(), chartSets...))...)...)
+	real, err := s.RealNodeSets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm(t, s, append([]string{"install", "sockscale", old, "--namespace", stack.Namespace, "--create-namespace", "--wait", "--timeout", "4m"}, setArgs(slices.Concat(stack.ClusterSets(), real, chartSets))...)...)
 	t.Logf("older chart (0.0.1, CRD without %s) installed in %s", addedField, time.Since(start).Round(100*time.Millisecond))
 	if servesField(t, crds) {
 		t.Fatalf("the older chart's CRD serves %s: the test's copy did not remove it", addedField)
@@ -334,6 +340,21 @@ func agentsRoll(t *testing.T, s *stack.Stack, cl *cluster.Cluster, url string) {
 		before, _ = strconv.ParseFloat(pa.Status.StableValue, 64)
 		return nil
 	})
+	// One pod per node (onEveryNode), so every agent's roll is under load.
+	var steadyPods corev1.PodList
+	if err := s.Client.List(ctx, &steadyPods, client.InNamespace(appNS), client.MatchingLabels{"app": "steady"}); err != nil {
+		t.Fatal(err)
+	}
+	var onNodes []string
+	for _, p := range steadyPods.Items {
+		if p.DeletionTimestamp == nil {
+			onNodes = append(onNodes, p.Spec.NodeName)
+		}
+	}
+	slices.Sort(onNodes)
+	if want := slices.Sorted(slices.Values(cl.NodeNames())); !slices.Equal(onNodes, want) {
+		t.Fatalf("steady's pods on nodes %v; want one on each of %v", onNodes, want)
+	}
 	oldAgents := agentPods(t, s)
 
 	// Sample the target every 500 ms while the agents roll.
@@ -399,13 +420,13 @@ func agentsRoll(t *testing.T, s *stack.Stack, cl *cluster.Cluster, url string) {
 	}
 	t.Logf("during the roll: stable concurrency %.1f..%.1f (18 in flight)", minStable, maxStable)
 	// The agents adopted their predecessors' pins.
-	for i := range cl.Nodes() {
-		dir := filepath.Join(cl.NodeBPFFS(cluster.NodeName(i)), "sockscale")
-		if n := attached(t, cl.NodeCgroup(cluster.NodeName(i))); n != 7 {
-			t.Errorf("%s: %d sockscale programs at its cgroup root after the roll; want 7 (3 accounting, 4 redirect)", cluster.NodeName(i), n)
+	for _, node := range cl.NodeNames() {
+		dir := filepath.Join(cl.NodeBPFFS(node), "sockscale")
+		if n := attached(t, cl.NodeCgroup(node)); n != 7 {
+			t.Errorf("%s: %d sockscale programs at its cgroup root after the roll; want 7 (3 accounting, 4 redirect)", node, n)
 		}
 		if _, err := os.Stat(dir); err != nil {
-			t.Errorf("%s: pin directory after the roll: %v", cluster.NodeName(i), err)
+			t.Errorf("%s: pin directory after the roll: %v", node, err)
 		}
 	}
 }
@@ -457,8 +478,7 @@ func uninstall(t *testing.T, s *stack.Stack, cl *cluster.Cluster, steadyURL stri
 		return nil
 	})
 	e2etest.Eventually(t, time.Minute, "no program attached and no pin on any node", func() error {
-		for i := range cl.Nodes() {
-			node := cluster.NodeName(i)
+		for _, node := range cl.NodeNames() {
 			if n := attached(t, cl.NodeCgroup(node)); n != 0 {
 				return fmt.Errorf("%s: %d sockscale programs attached at %s", node, n, cl.NodeCgroup(node))
 			}
@@ -567,7 +587,7 @@ func attached(t *testing.T, cgroup string) int {
 func agentPods(t *testing.T, s *stack.Stack) map[string]corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
-	if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+	if err := s.Client.List(context.Background(), &pods, client.InNamespace(stack.Namespace), stack.AgentPods); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]corev1.Pod{}
@@ -591,8 +611,26 @@ func podReady(p corev1.Pod) bool {
 // deploy makes an app and waits until its public Service answers.
 func deploy(t *testing.T, s *stack.Stack, name string, spec func(*v1alpha1.PodAutoscalerSpec)) string {
 	t.Helper()
+	return deployApp(t, s, stack.App{Namespace: appNS, Name: name, Spec: spec})
+}
+
+// onEveryNode spreads an app's pods one per node, the real node's too
+// (its taint tolerated), so that every node's agent counts some of them.
+func onEveryNode(name string) func(*corev1.PodSpec) {
+	return func(p *corev1.PodSpec) {
+		p.Tolerations = append(p.Tolerations, corev1.Toleration{Key: cluster.RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+		p.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		}}
+	}
+}
+
+// deployApp makes an app and waits until its public Service answers.
+func deployApp(t *testing.T, s *stack.Stack, app stack.App) string {
+	t.Helper()
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	return e2etest.Deploy(t, s, appNS, name, spec, func(url string) error {
+	return e2etest.DeployApp(t, s, app, func(url string) error {
 		resp, err := c.Get(url)
 		if err != nil {
 			return err

@@ -10,8 +10,11 @@
 //	GET /?sleep=100&prime=10000&bloat=5   all three, in one request
 //	GET /healthz            readiness: 503 while starting and while draining
 //
-// A bad value answers 400 naming the parameter, the value and what is
-// allowed. On SIGTERM it stops being ready, keeps serving for
-// --shutdown-delay, then drains requests in flight for up to
-// --drain-timeout. The image's repository name is "autoscale".
+// Each answer to / carries X-In-Flight (the requests the pod had in
+// flight, this one included) and X-Listening-For (microseconds since the
+// app's listener opened: on a cold start's first answer, how long the
+// request took to reach the new pod once it could be served). A bad value
+// answers 400 naming the parameter, the value and what is allowed. On
+// SIGTERM it stops being ready, keeps serving for --shutdown-delay, then
+// drains requests in flight for up to --drain-timeout. The image's repository name is "autoscale".
 package main

@@ -45,7 +45,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	return serve(ctx, ln, &app{pod: podName(os.Getenv, os.Hostname), log: log}, o)
+	return serve(ctx, ln, &app{pod: podName(os.Getenv, os.Hostname), log: log, listening: time.Now()}, o)
 }
 
 // parseFlags reads the command line; the port defaults to $PORT (as

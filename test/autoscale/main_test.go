@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,39 @@ func TestInFlightHeader(t *testing.T) {
 	}
 	if got := inFlight("/"); got != "1" {
 		t.Errorf("a request alone: %s %q, want 1", InFlightHeader, got)
+	}
+}
+
+// Each answer says how long the listener had been open when the request
+// arrived, in microseconds: at least the time since the app noted it,
+// more on a later request; nothing when the app does not know.
+func TestListeningForHeader(t *testing.T) {
+	listeningFor := func(a *app) (time.Duration, bool) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		a.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		v := rec.Header().Get(ListeningForHeader)
+		if v == "" {
+			return 0, false
+		}
+		us, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s %q: not whole microseconds", ListeningForHeader, v)
+		}
+		return time.Duration(us) * time.Microsecond, true
+	}
+	a := newApp()
+	if d, ok := listeningFor(a); ok {
+		t.Errorf("listener open time unknown: %s %s, want no header", ListeningForHeader, d)
+	}
+	a.listening = time.Now().Add(-1500 * time.Millisecond)
+	first, ok := listeningFor(a)
+	if !ok || first < 1500*time.Millisecond {
+		t.Fatalf("listening for 1.5 s: %s %s (sent %v), want >= 1.5s", ListeningForHeader, first, ok)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if later, _ := listeningFor(a); later <= first {
+		t.Errorf("a later request: %s, the first %s; want more", later, first)
 	}
 }
 

@@ -23,6 +23,9 @@ type app struct {
 	// endpoints consumer, to stop sending new requests.
 	ready    atomic.Bool
 	inFlight atomic.Int64
+	// listening is when the listener opened (zero: unknown, no
+	// ListeningForHeader).
+	listening time.Time
 }
 
 // InFlightHeader is the answer's header that says how many requests the
@@ -30,6 +33,14 @@ type app struct {
 // any answer says is the most the pod ever served at once (a
 // containerConcurrency check needs no other bookkeeping).
 const InFlightHeader = "X-In-Flight"
+
+// ListeningForHeader is the answer's header that says how long the pod's
+// listener had been open when this request arrived, in whole
+// microseconds. On a pod's first answer after a cold start it is the time
+// from the moment the app could take a request to the moment one came:
+// what whoever held the request (the activator) took to notice the pod
+// and send it on.
+const ListeningForHeader = "X-Listening-For"
 
 func (a *app) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -44,6 +55,9 @@ func (a *app) handler() http.Handler {
 // stays allocated until the response is written, so it counts for the
 // whole request), prime, then sleep.
 func (a *app) serveWork(w http.ResponseWriter, r *http.Request) {
+	if !a.listening.IsZero() {
+		w.Header().Set(ListeningForHeader, strconv.FormatInt(time.Since(a.listening).Microseconds(), 10))
+	}
 	w.Header().Set(InFlightHeader, strconv.FormatInt(a.inFlight.Add(1), 10))
 	defer a.inFlight.Add(-1)
 

@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -141,7 +138,8 @@ func TestE2ERealNodeCountsExactly(t *testing.T) {
 // back through the activator with a real cold start (containerd makes the
 // sandbox, pulls nothing it has, starts the container; the kubelet
 // probes it ready): ten requests held at zero are all answered 200, and
-// one cold start's steps are printed as this test's watches saw them.
+// one cold start's steps are printed as this test's watches saw them
+// (stack.ColdStartTrace).
 func TestE2ERealNodeColdStart(t *testing.T) {
 	s := up(t)
 	node := realNode(t)
@@ -166,8 +164,11 @@ func TestE2ERealNodeColdStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trace := watchColdStart(ctx, t, cs, name)
-	defer trace.stop()
+	trace, err := stack.WatchColdStart(ctx, cs, appNS, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trace.Stop()
 	const held = 10
 	hc := &http.Client{Timeout: 2 * time.Minute}
 	start := time.Now()
@@ -188,133 +189,20 @@ func TestE2ERealNodeColdStart(t *testing.T) {
 			first = a.end
 		}
 	}
-	trace.waitReady(t)
-	trace.stop()
-	t.Logf("%d requests at zero on %s: %s", held, node, trace.breakdown(start, first))
+	waitReady(t, trace)
+	trace.Stop()
+	t.Logf("%d requests at zero on %s: %s", held, node, trace.Breakdown(start, first))
 	if p := realPod(t, s, name, node); p.Spec.NodeName != node {
 		t.Errorf("the new pod runs on %s", p.Spec.NodeName)
 	}
 }
 
-// coldStartTrace is when this test's watches first saw each step of a
-// cold start: the Deployment scaled up by the autoscaler (through
-// /scale), its new pod created, scheduled, its sandbox ready (the
-// kubelet's PodReadyToStartContainers), its container running, the pod
-// Ready.
-type coldStartTrace struct {
-	mu                                                  sync.Mutex
-	scaled, created, scheduled, sandbox, running, ready time.Time
-	pod                                                 string
-	cancel                                              context.CancelFunc
-	done                                                sync.WaitGroup
-}
-
-func watchColdStart(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *coldStartTrace {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	tr := &coldStartTrace{cancel: cancel}
-	dw, err := cs.AppsV1().Deployments(appNS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw, err := cs.CoreV1().Pods(appNS).Watch(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := func(at *time.Time, now time.Time) {
-		if at.IsZero() {
-			*at = now
-		}
-	}
-	tr.done.Go(func() {
-		defer dw.Stop()
-		for ev := range dw.ResultChan() {
-			now := time.Now()
-			if d, ok := ev.Object.(*appsv1.Deployment); ok && d.Spec.Replicas != nil && *d.Spec.Replicas > 0 {
-				tr.mu.Lock()
-				seen(&tr.scaled, now)
-				tr.mu.Unlock()
-			}
-		}
-	})
-	tr.done.Go(func() {
-		defer pw.Stop()
-		for ev := range pw.ResultChan() {
-			now := time.Now()
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted || p.DeletionTimestamp != nil {
-				continue
-			}
-			tr.mu.Lock()
-			if tr.pod == "" {
-				tr.pod = p.Name
-			}
-			if p.Name == tr.pod {
-				seen(&tr.created, now)
-				if p.Spec.NodeName != "" {
-					seen(&tr.scheduled, now)
-				}
-				for _, c := range p.Status.Conditions {
-					if c.Status != corev1.ConditionTrue {
-						continue
-					}
-					switch c.Type {
-					case corev1.PodReadyToStartContainers:
-						seen(&tr.sandbox, now)
-					case corev1.PodReady:
-						seen(&tr.ready, now)
-					}
-				}
-				if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
-					seen(&tr.running, now)
-				}
-			}
-			tr.mu.Unlock()
-		}
-	})
-	return tr
-}
-
-func (tr *coldStartTrace) stop() {
-	tr.cancel()
-	tr.done.Wait()
-}
-
-// breakdown is the cold start's steps as offsets from start (the
-// requests sent), in the order they happened: the activator forwards as
-// soon as its own probe of the pod succeeds, which may be before the
-// kubelet's readiness probe marks the pod Ready.
-func (tr *coldStartTrace) breakdown(start, first time.Time) string {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	steps := []struct {
-		what string
-		at   time.Time
-	}{{"scaled (/scale)", tr.scaled}, {"pod created", tr.created}, {"scheduled", tr.scheduled},
-		{"sandbox ready", tr.sandbox}, {"container running", tr.running}, {"Ready (kubelet)", tr.ready}, {"first answer", first}}
-	sort.SliceStable(steps, func(i, j int) bool {
-		return !steps[i].at.IsZero() && (steps[j].at.IsZero() || steps[i].at.Before(steps[j].at))
-	})
-	var b strings.Builder
-	fmt.Fprintf(&b, "first answer %s after the requests (pod %s); each step's time since the requests, as this test's watches saw it:", first.Sub(start).Round(time.Millisecond), tr.pod)
-	for _, st := range steps {
-		if st.at.IsZero() {
-			fmt.Fprintf(&b, " %s not seen;", st.what)
-			continue
-		}
-		fmt.Fprintf(&b, " %s %s;", st.what, st.at.Sub(start).Round(time.Millisecond))
-	}
-	return b.String()
-}
-
-// waitReady waits until the watches saw the pod Ready.
-func (tr *coldStartTrace) waitReady(t *testing.T) {
+// waitReady waits until the trace saw the pod Ready.
+func waitReady(t *testing.T, tr *stack.ColdStartTrace) {
 	t.Helper()
 	e2etest.Eventually(t, 30*time.Second, "the new pod Ready", func() error {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		if tr.ready.IsZero() {
-			return fmt.Errorf("pod %q not Ready yet", tr.pod)
+		if st := tr.Steps(); st.Ready.IsZero() {
+			return fmt.Errorf("pod %q not Ready yet", st.Pod)
 		}
 		return nil
 	})

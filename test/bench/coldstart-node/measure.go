@@ -265,9 +265,8 @@ func waitAnswers(ctx context.Context, s *stack.Stack, t *target) error {
 			}
 			t.url = u
 		}
-		code, _, _, err := get(ctx, hc, t.url)
-		if err != nil || code != http.StatusOK {
-			last = fmt.Errorf("GET %s: %d %v", t.url, code, err)
+		if _, _, _, err := get(ctx, hc, t.url); err != nil {
+			last = err
 			return false, nil
 		}
 		return true, nil

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -18,22 +19,25 @@ import (
 // ColdStartSteps are when watches first saw each step of one cold start
 // of an app (App): its Deployment scaled up by the autoscaler (through
 // /scale), its new pod created, scheduled, its sandbox ready (the
-// kubelet's PodReadyToStartContainers), its container running, the pod
-// Ready. A zero time is a step not seen. Each is when the event reached
-// this process, so a step is seen when the component that made it wrote
-// it to the API server (a kubelet writes a pod's status after the fact),
-// plus the watch's delivery.
+// kubelet's PodReadyToStartContainers), its container running, its
+// address in the private Service's EndpointSlices (ready or not: where
+// the activator learns of the pod, to probe it), the pod Ready. A zero
+// time is a step not seen. Each is when the event reached this process,
+// so a step is seen when the component that made it wrote it to the API
+// server (a kubelet writes a pod's status after the fact), plus the
+// watch's delivery.
 type ColdStartSteps struct {
-	Scaled, Created, Scheduled, Sandbox, Running, Ready time.Time
+	Scaled, Created, Scheduled, Sandbox, Running, Endpoint, Ready time.Time
 	// Pod is the new pod's name: the first pod of the app, not being
 	// deleted, that the watch saw.
 	Pod string
 }
 
-// ColdStartTrace follows one cold start of an app with two watches, its
-// Deployment's and its pods'. Start it while the app is at zero with no
-// pod left (a pod still terminating is ignored), before the request that
-// wakes it.
+// ColdStartTrace follows one cold start of an app with three watches:
+// its Deployment's, its pods' and its private Service's EndpointSlices'.
+// Start it while the app is at zero with no pod left (a pod still
+// terminating is ignored, an address in the EndpointSlices is not),
+// before the request that wakes it.
 type ColdStartTrace struct {
 	mu     sync.Mutex
 	steps  ColdStartSteps
@@ -56,6 +60,13 @@ func WatchColdStart(ctx context.Context, cs kubernetes.Interface, ns, name strin
 		dw.Stop()
 		cancel()
 		return nil, fmt.Errorf("watch pods of %s/%s: %w", ns, name, err)
+	}
+	ew, err := cs.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name + privateSuffix})
+	if err != nil {
+		dw.Stop()
+		pw.Stop()
+		cancel()
+		return nil, fmt.Errorf("watch EndpointSlices of %s/%s%s: %w", ns, name, privateSuffix, err)
 	}
 	seen := func(at *time.Time, now time.Time) {
 		if at.IsZero() {
@@ -104,8 +115,29 @@ func WatchColdStart(ctx context.Context, cs kubernetes.Interface, ns, name strin
 			}
 		})
 	})
+	tr.done.Go(func() {
+		follow(ctx, ew, func(ev watch.Event, now time.Time) {
+			es, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok || ev.Type == watch.Deleted {
+				return
+			}
+			for _, ep := range es.Endpoints {
+				if len(ep.Addresses) > 0 && (ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating) {
+					tr.mu.Lock()
+					seen(&tr.steps.Endpoint, now)
+					tr.mu.Unlock()
+					return
+				}
+			}
+		})
+	})
 	return tr, nil
 }
+
+// privateSuffix names an app's private Service (the controller's
+// names.PrivateServiceName): its EndpointSlices hold the app's pods, ready
+// or not.
+const privateSuffix = "-private"
 
 // follow hands w's events to f, each with the time it arrived, until ctx
 // ends or the watch does; then it stops w.
@@ -148,7 +180,8 @@ func (tr *ColdStartTrace) Breakdown(start, first time.Time) string {
 		what string
 		at   time.Time
 	}{{"scaled (/scale)", st.Scaled}, {"pod created", st.Created}, {"scheduled", st.Scheduled},
-		{"sandbox ready", st.Sandbox}, {"container running", st.Running}, {"Ready (kubelet)", st.Ready}, {"first answer", first}}
+		{"sandbox ready", st.Sandbox}, {"container running", st.Running}, {"endpoint published", st.Endpoint},
+		{"Ready (kubelet)", st.Ready}, {"first answer", first}}
 	sort.SliceStable(steps, func(i, j int) bool {
 		return !steps[i].at.IsZero() && (steps[j].at.IsZero() || steps[i].at.Before(steps[j].at))
 	})

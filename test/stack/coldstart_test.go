@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -82,6 +83,26 @@ func TestColdStartTrace(t *testing.T) {
 	update("running", func(p *corev1.Pod) {
 		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	}, func(s ColdStartSteps) bool { return !s.Running.IsZero() })
+	// The private Service's slice: the old pod's address, terminating, is
+	// not the new pod's; then the new one's, not ready yet.
+	step()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "app-private-x", Labels: map[string]string{discoveryv1.LabelServiceName: "app-private"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.100.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Terminating: ptr.To(true)}}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if st := tr.Steps(); !st.Endpoint.IsZero() {
+		t.Fatalf("a terminating address taken for the new pod's: %+v", st)
+	}
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.100.8"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}})
+	if _, err := cs.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSeen("endpoint", func(s ColdStartSteps) bool { return !s.Endpoint.IsZero() })
 	update("ready", func(p *corev1.Pod) { p.Status.Conditions = append(p.Status.Conditions, cond(corev1.PodReady)) },
 		func(s ColdStartSteps) bool { return !s.Ready.IsZero() })
 	// A later write does not move a step already seen.
@@ -97,7 +118,7 @@ func TestColdStartTrace(t *testing.T) {
 	if got.Pod != "new" {
 		t.Errorf("pod %q, want the new one, not the one terminating", got.Pod)
 	}
-	order := []time.Time{got.Scaled, got.Created, got.Scheduled, got.Sandbox, got.Running, got.Ready}
+	order := []time.Time{got.Scaled, got.Created, got.Scheduled, got.Sandbox, got.Running, got.Endpoint, got.Ready}
 	for i := 1; i < len(order); i++ {
 		if !order[i].After(order[i-1]) {
 			t.Errorf("step %d seen at %s, not after step %d at %s: %+v", i, order[i], i-1, order[i-1], got)

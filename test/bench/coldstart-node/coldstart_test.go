@@ -67,7 +67,7 @@ func TestPercentile(t *testing.T) {
 
 // at builds a sample whose request went at t0 and whose steps come at the
 // given milliseconds (0: not seen).
-func at(t0 time.Time, scaled, created, scheduled, sandbox, running, ready, answer int, listeningFor time.Duration) sample {
+func at(t0 time.Time, scaled, created, scheduled, sandbox, running, endpoint, ready, answer int, listeningFor time.Duration) sample {
 	ms := func(v int) time.Time {
 		if v == 0 {
 			return time.Time{}
@@ -75,7 +75,7 @@ func at(t0 time.Time, scaled, created, scheduled, sandbox, running, ready, answe
 		return t0.Add(time.Duration(v) * time.Millisecond)
 	}
 	return sample{start: t0, end: ms(answer), code: http.StatusOK, listeningFor: listeningFor,
-		steps: stack.ColdStartSteps{Scaled: ms(scaled), Created: ms(created), Scheduled: ms(scheduled), Sandbox: ms(sandbox), Running: ms(running), Ready: ms(ready), Pod: "p"}}
+		steps: stack.ColdStartSteps{Scaled: ms(scaled), Created: ms(created), Scheduled: ms(scheduled), Sandbox: ms(sandbox), Running: ms(running), Endpoint: ms(endpoint), Ready: ms(ready), Pod: "p"}}
 }
 
 func TestStepsAndDominates(t *testing.T) {
@@ -84,7 +84,7 @@ func TestStepsAndDominates(t *testing.T) {
 	// A real node's shape: the container's status is written after the
 	// app already answered (it is seen after the first answer).
 	for i := range 5 {
-		r.samples = append(r.samples, at(t0, 40, 60, 70+i, 600, 900, 1300, 800+i, 15*time.Millisecond))
+		r.samples = append(r.samples, at(t0, 40, 60, 70+i, 600, 900, 650, 1300, 800+i, 15*time.Millisecond))
 	}
 	r.samples = append(r.samples, sample{start: t0, end: t0.Add(time.Minute), err: errors.New("timeout")})
 	st := r.stats()
@@ -99,16 +99,17 @@ func TestStepsAndDominates(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s->%s %s", s.from, s.to, s.d))
 	}
 	want := []string{"request->scaled (/scale) 40ms", "scaled (/scale)->pod created 20ms", "pod created->scheduled 12ms",
-		"scheduled->sandbox ready 528ms", "sandbox ready->app listening 187ms", "app listening->first answer 15ms", "first answer->container running 98ms"}
+		"scheduled->sandbox ready 528ms", "sandbox ready->endpoint published 50ms", "endpoint published->app listening 137ms",
+		"app listening->first answer 15ms", "first answer->container running 98ms"}
 	if strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("stretches\n%s\nwant\n%s", strings.Join(got, ", "), strings.Join(want, ", "))
 	}
-	if d := st.dominates(); d != "scheduled -> sandbox ready 528 ms (66 %), then sandbox ready -> app listening 187 ms (23 %) of the p50 802 ms" {
+	if d := st.dominates(); d != "scheduled -> sandbox ready 528 ms (66 %), then endpoint published -> app listening 137 ms (17 %) of the p50 802 ms" {
 		t.Errorf("dominates %q", d)
 	}
 
 	var b bytes.Buffer
-	sim := &result{t: &target{kind: "simulated", node: "node-a"}, samples: []sample{at(t0, 30, 50, 60, 100, 100, 0, 200, 5*time.Millisecond)}}
+	sim := &result{t: &target{kind: "simulated", node: "node-a"}, samples: []sample{at(t0, 30, 50, 60, 100, 100, 0, 0, 200, 5*time.Millisecond)}}
 	writeTable(&b, &flags{timeout: time.Minute, stableWindow: 6 * time.Second, grace: time.Second}, []*result{sim, r}, "1 2 3", "4 5 6")
 	out := b.String()
 	for _, want := range []string{"simulated node (node-a)", "real node (real-a)", "stable-window=6s", "failed (not 200)",

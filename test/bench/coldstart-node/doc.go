@@ -6,10 +6,10 @@
 // node after the first pod) pinned to node-a (the cluster's simulated
 // kubelet) or to real-a (a real kubelet, containerd and runc). Each
 // sample also has its steps as watches saw them (scaled, pod created,
-// scheduled, sandbox ready, container running, Ready) and the
-// activator's own share: the app's X-Listening-For on the first answer,
-// the time from the new pod's listener opening to the held request
-// reaching it. The table gives, per node, p50/p95/max end to end, the
+// scheduled, sandbox ready, container running, the pod's address in the
+// private Service's EndpointSlices, Ready) and the activator's own share:
+// the app's X-Listening-For on the first answer, the time from the new
+// pod's listener opening to the held request reaching it. The table gives, per node, p50/p95/max end to end, the
 // share's p50/p95, each step's p50 offset from the request, and the
 // largest stretch between them. docs/benchmarks.md ("Cold start on a real
 // node") has the method and the latest run.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -288,8 +289,9 @@ func checkNode(ctx context.Context, s *stack.Stack, t *target) error {
 }
 
 // waitZero waits until the target is at zero: no pod wanted, none left
-// (not even terminating), and its PodAutoscaler and ServerlessService in
-// Proxy mode, the activators holding its next request.
+// (not even terminating), no address in its private Service's
+// EndpointSlices, and its PodAutoscaler and ServerlessService in Proxy
+// mode, the activators holding its next request.
 func waitZero(ctx context.Context, s *stack.Stack, t *target, timeout time.Duration) error {
 	var state string
 	return poll(ctx, timeout, 250*time.Millisecond, func() (bool, error) {
@@ -309,10 +311,18 @@ func waitZero(ctx context.Context, s *stack.Stack, t *target, timeout time.Durat
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: t.name}, &sks); err != nil {
 			return false, fmt.Errorf("ServerlessService %s: %w", t.name, err)
 		}
+		var slices discoveryv1.EndpointSliceList
+		if err := s.Client.List(ctx, &slices, client.InNamespace(appNS), client.MatchingLabels{discoveryv1.LabelServiceName: t.name + "-private"}); err != nil {
+			return false, fmt.Errorf("EndpointSlices of %s-private: %w", t.name, err)
+		}
+		endpoints := 0
+		for _, es := range slices.Items {
+			endpoints += len(es.Endpoints)
+		}
 		want := ptr.Deref(d.Spec.Replicas, -1)
-		state = fmt.Sprintf("%d pods wanted, %d in the Deployment's status, %d pod objects, PodAutoscaler %q, ServerlessService %q",
-			want, d.Status.Replicas, len(pods.Items), pa.Status.Mode, sks.Status.Mode)
-		return want == 0 && d.Status.Replicas == 0 && len(pods.Items) == 0 &&
+		state = fmt.Sprintf("%d pods wanted, %d in the Deployment's status, %d pod objects, %d private endpoints, PodAutoscaler %q, ServerlessService %q",
+			want, d.Status.Replicas, len(pods.Items), endpoints, pa.Status.Mode, sks.Status.Mode)
+		return want == 0 && d.Status.Replicas == 0 && len(pods.Items) == 0 && endpoints == 0 &&
 			pa.Status.Mode == v1alpha1.ModeProxy && sks.Status.Mode == v1alpha1.ModeProxy, nil
 	}, func() error { return fmt.Errorf("not at zero after %s: %s", timeout, state) })
 }

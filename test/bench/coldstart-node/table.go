@@ -19,6 +19,7 @@ const (
 	stScheduled = "scheduled"
 	stSandbox   = "sandbox ready"
 	stRunning   = "container running"
+	stEndpoint  = "endpoint published"
 	stListening = "app listening"
 	stAnswer    = "first answer"
 	stReady     = "Ready (kubelet)"
@@ -48,7 +49,7 @@ func stepOffsets(s sample) []stepAt {
 	}
 	return []stepAt{
 		at(stScaled, s.steps.Scaled), at(stCreated, s.steps.Created), at(stScheduled, s.steps.Scheduled),
-		at(stSandbox, s.steps.Sandbox), at(stRunning, s.steps.Running), listening,
+		at(stSandbox, s.steps.Sandbox), at(stRunning, s.steps.Running), at(stEndpoint, s.steps.Endpoint), listening,
 		{stAnswer, s.end.Sub(s.start), true}, at(stReady, s.steps.Ready),
 	}
 }
@@ -113,7 +114,7 @@ func (st stats) stretches() []stretch {
 		at   time.Duration
 	}
 	var ps []p50
-	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stListening, stAnswer} {
+	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stEndpoint, stListening, stAnswer} {
 		if d, ok := percentile(st.steps[what], 0.5); ok {
 			ps = append(ps, p50{what, d})
 		}
@@ -189,7 +190,7 @@ func writeTable(w io.Writer, f *flags, results []*result, loadBefore, loadAfter 
 	row("end to end max", func(st stats) string { return q(st.e2e, 1) })
 	row("activator share p50", func(st stats) string { return q(st.share, 0.5) })
 	row("activator share p95", func(st stats) string { return q(st.share, 0.95) })
-	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stListening, stAnswer, stReady} {
+	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stEndpoint, stListening, stAnswer, stReady} {
 		row(what+" p50", func(st stats) string {
 			v := q(st.steps[what], 0.5)
 			if n := len(st.steps[what]); n < len(st.e2e) {

@@ -94,6 +94,15 @@ func TestStepsAndDominates(t *testing.T) {
 	if got, _ := percentile(st.steps[stListening], 0.5); got != 787*time.Millisecond {
 		t.Errorf("app listening p50 %s, want 802 - 15 ms", got)
 	}
+	// Listening at 785-789 ms, long after the endpoint (650 ms): the whole
+	// 15 ms share is the activator's.
+	if got, _ := percentile(st.afterEndpoint, 0.5); got != 15*time.Millisecond {
+		t.Errorf("share after the endpoint %s, want all of the 15 ms", got)
+	}
+	late := at(t0, 40, 60, 70, 600, 900, 790, 1300, 800, 50*time.Millisecond)
+	if got := (&result{samples: []sample{late}}).stats().afterEndpoint; len(got) != 1 || got[0] != 10*time.Millisecond {
+		t.Errorf("endpoint 40 ms after listening: share after it %v, want 10ms (of the 50)", got)
+	}
 	var got []string
 	for _, s := range st.stretches() {
 		got = append(got, fmt.Sprintf("%s->%s %s", s.from, s.to, s.d))

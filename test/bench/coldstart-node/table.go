@@ -71,6 +71,10 @@ type stats struct {
 	samples, failed int
 	firstError      error
 	e2e, share      []time.Duration
+	// afterEndpoint is the share from the later of the app listening and
+	// its address published in the EndpointSlices: from when the
+	// activator could know of a pod that answers.
+	afterEndpoint []time.Duration
 	// steps holds each step's offsets, by name, from the samples that saw
 	// it.
 	steps map[string][]time.Duration
@@ -89,6 +93,9 @@ func (r *result) stats() stats {
 		st.e2e = append(st.e2e, s.end.Sub(s.start))
 		if s.listeningFor >= 0 {
 			st.share = append(st.share, s.listeningFor)
+			if !s.steps.Endpoint.IsZero() {
+				st.afterEndpoint = append(st.afterEndpoint, min(s.listeningFor, s.end.Sub(s.steps.Endpoint)))
+			}
 		}
 		for _, a := range stepOffsets(s) {
 			if a.seen {
@@ -160,7 +167,7 @@ func writeTable(w io.Writer, f *flags, results []*result, loadBefore, loadAfter 
 	fmt.Fprintf(w, "to the public Service's ClusterIP, timeout %s; the autoscale app (a static Go HTTP server, image on the node, --shutdown-delay=0s); one cold start measured at a time.\n", f.timeout)
 	fmt.Fprintf(w, "Scale to zero: autoscaler.stable-window=%s, autoscaler.scale-to-zero-grace-period=%s (the least the controller accepts: 6s, 1s). Load average %s before, %s after.\n", f.stableWindow, f.grace, loadBefore, loadAfter)
 	fmt.Fprintf(w, "activator share: the app's X-Listening-For on the first answer (its listener opening -> the held request's arrival). Steps: p50 offset from the request, as watches saw them\n")
-	fmt.Fprintf(w, "(n: samples that saw the step, if not all); app listening = first answer - X-Listening-For.\n")
+	fmt.Fprintf(w, "(n: samples that saw the step, if not all); app listening = first answer - X-Listening-For. after the endpoint: the share from the later of app listening and endpoint published.\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	sts := make([]stats, len(results))
 	header := []string{""}
@@ -190,6 +197,8 @@ func writeTable(w io.Writer, f *flags, results []*result, loadBefore, loadAfter 
 	row("end to end max", func(st stats) string { return q(st.e2e, 1) })
 	row("activator share p50", func(st stats) string { return q(st.share, 0.5) })
 	row("activator share p95", func(st stats) string { return q(st.share, 0.95) })
+	row("  after the endpoint p50", func(st stats) string { return q(st.afterEndpoint, 0.5) })
+	row("  after the endpoint p95", func(st stats) string { return q(st.afterEndpoint, 0.95) })
 	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stEndpoint, stListening, stAnswer, stReady} {
 		row(what+" p50", func(st stats) string {
 			v := q(st.steps[what], 0.5)

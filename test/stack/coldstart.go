@@ -19,15 +19,16 @@ import (
 // ColdStartSteps are when watches first saw each step of one cold start
 // of an app (App): its Deployment scaled up by the autoscaler (through
 // /scale), its new pod created, scheduled, its sandbox ready (the
-// kubelet's PodReadyToStartContainers), its container running, its
-// address in the private Service's EndpointSlices (ready or not: where
-// the activator learns of the pod, to probe it), the pod Ready. A zero
+// kubelet's PodReadyToStartContainers), its IP in its status, its
+// container running, its address in the private Service's EndpointSlices
+// (ready or not: where the activator learns of the pod, to probe it), the
+// pod Ready. A zero
 // time is a step not seen. Each is when the event reached this process,
 // so a step is seen when the component that made it wrote it to the API
 // server (a kubelet writes a pod's status after the fact), plus the
 // watch's delivery.
 type ColdStartSteps struct {
-	Scaled, Created, Scheduled, Sandbox, Running, Endpoint, Ready time.Time
+	Scaled, Created, Scheduled, Sandbox, PodIP, Running, Endpoint, Ready time.Time
 	// Pod is the new pod's name: the first pod of the app, not being
 	// deleted, that the watch saw.
 	Pod string
@@ -109,6 +110,9 @@ func WatchColdStart(ctx context.Context, cs kubernetes.Interface, ns, name strin
 						seen(&tr.steps.Ready, now)
 					}
 				}
+				if p.Status.PodIP != "" {
+					seen(&tr.steps.PodIP, now)
+				}
 				if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
 					seen(&tr.steps.Running, now)
 				}
@@ -180,7 +184,7 @@ func (tr *ColdStartTrace) Breakdown(start, first time.Time) string {
 		what string
 		at   time.Time
 	}{{"scaled (/scale)", st.Scaled}, {"pod created", st.Created}, {"scheduled", st.Scheduled},
-		{"sandbox ready", st.Sandbox}, {"container running", st.Running}, {"endpoint published", st.Endpoint},
+		{"sandbox ready", st.Sandbox}, {"pod IP", st.PodIP}, {"container running", st.Running}, {"endpoint published", st.Endpoint},
 		{"Ready (kubelet)", st.Ready}, {"first answer", first}}
 	sort.SliceStable(steps, func(i, j int) bool {
 		return !steps[i].at.IsZero() && (steps[j].at.IsZero() || steps[i].at.Before(steps[j].at))

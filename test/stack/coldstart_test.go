@@ -80,6 +80,7 @@ func TestColdStartTrace(t *testing.T) {
 		p.Status.Conditions = append(p.Status.Conditions, cond(corev1.PodReadyToStartContainers))
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}}}
 	}, func(s ColdStartSteps) bool { return !s.Sandbox.IsZero() })
+	update("pod IP", func(p *corev1.Pod) { p.Status.PodIP = "10.244.100.8" }, func(s ColdStartSteps) bool { return !s.PodIP.IsZero() })
 	update("running", func(p *corev1.Pod) {
 		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	}, func(s ColdStartSteps) bool { return !s.Running.IsZero() })
@@ -118,7 +119,7 @@ func TestColdStartTrace(t *testing.T) {
 	if got.Pod != "new" {
 		t.Errorf("pod %q, want the new one, not the one terminating", got.Pod)
 	}
-	order := []time.Time{got.Scaled, got.Created, got.Scheduled, got.Sandbox, got.Running, got.Endpoint, got.Ready}
+	order := []time.Time{got.Scaled, got.Created, got.Scheduled, got.Sandbox, got.PodIP, got.Running, got.Endpoint, got.Ready}
 	for i := 1; i < len(order); i++ {
 		if !order[i].After(order[i-1]) {
 			t.Errorf("step %d seen at %s, not after step %d at %s: %+v", i, order[i], i-1, order[i-1], got)

@@ -18,6 +18,7 @@ const (
 	stCreated   = "pod created"
 	stScheduled = "scheduled"
 	stSandbox   = "sandbox ready"
+	stPodIP     = "pod IP"
 	stRunning   = "container running"
 	stEndpoint  = "endpoint published"
 	stListening = "app listening"
@@ -49,7 +50,7 @@ func stepOffsets(s sample) []stepAt {
 	}
 	return []stepAt{
 		at(stScaled, s.steps.Scaled), at(stCreated, s.steps.Created), at(stScheduled, s.steps.Scheduled),
-		at(stSandbox, s.steps.Sandbox), at(stRunning, s.steps.Running), at(stEndpoint, s.steps.Endpoint), listening,
+		at(stSandbox, s.steps.Sandbox), at(stPodIP, s.steps.PodIP), at(stRunning, s.steps.Running), at(stEndpoint, s.steps.Endpoint), listening,
 		{stAnswer, s.end.Sub(s.start), true}, at(stReady, s.steps.Ready),
 	}
 }
@@ -121,7 +122,7 @@ func (st stats) stretches() []stretch {
 		at   time.Duration
 	}
 	var ps []p50
-	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stEndpoint, stListening, stAnswer} {
+	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stPodIP, stRunning, stEndpoint, stListening, stAnswer} {
 		if d, ok := percentile(st.steps[what], 0.5); ok {
 			ps = append(ps, p50{what, d})
 		}
@@ -199,7 +200,7 @@ func writeTable(w io.Writer, f *flags, results []*result, loadBefore, loadAfter 
 	row("activator share p95", func(st stats) string { return q(st.share, 0.95) })
 	row("  after the endpoint p50", func(st stats) string { return q(st.afterEndpoint, 0.5) })
 	row("  after the endpoint p95", func(st stats) string { return q(st.afterEndpoint, 0.95) })
-	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stRunning, stEndpoint, stListening, stAnswer, stReady} {
+	for _, what := range []string{stScaled, stCreated, stScheduled, stSandbox, stPodIP, stRunning, stEndpoint, stListening, stAnswer, stReady} {
 		row(what+" p50", func(st stats) string {
 			v := q(st.steps[what], 0.5)
 			if n := len(st.steps[what]); n < len(st.e2e) {

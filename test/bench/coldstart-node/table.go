@@ -181,7 +181,7 @@ func writeTable(w io.Writer, f *flags, results []*result, loadBefore, loadAfter 
 		for _, st := range sts {
 			cells = append(cells, cell(st))
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	q := func(ds []time.Duration, p float64) string {
 		d, ok := percentile(ds, p)
@@ -190,7 +190,7 @@ func writeTable(w io.Writer, f *flags, results []*result, loadBefore, loadAfter 
 		}
 		return ms(d)
 	}
-	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	row("samples", func(st stats) string { return fmt.Sprint(st.samples) })
 	row("failed (not 200)", func(st stats) string { return fmt.Sprint(st.failed) })
 	row("end to end p50", func(st stats) string { return q(st.e2e, 0.5) })

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
@@ -122,7 +123,8 @@ func expectActivatorEndpointsIn(ctx context.Context, s *stack.Stack, ns, name st
 		return err
 	}
 	if pa.Status.Mode != v1alpha1.ModeProxy {
-		return fmt.Errorf("mode %q, want Proxy", pa.Status.Mode)
+		ready := meta.FindStatusCondition(pa.Status.Conditions, "Ready")
+		return fmt.Errorf("mode %q, want Proxy (Ready: %+v)", pa.Status.Mode, ready)
 	}
 	acts, err := s.Activators(ctx)
 	if err != nil {

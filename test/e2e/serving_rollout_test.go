@@ -299,8 +299,16 @@ func TestE2EServingRollout(t *testing.T) {
 	if sched[first].percent != 1 {
 		t.Errorf("the rollout's first step gave %s %d %%, want 1 %% (docs/serving.md)", v2Name, sched[first].percent)
 	}
-	if took := full.Sub(t0); took > duration+30*time.Second {
-		t.Errorf("100 %% on %s %s after the template change, want within rollout-duration + 30 s = %s", v2Name, took.Round(100*time.Millisecond), duration+30*time.Second)
+	// Timed from the first 1 %: how long the new revision takes to be
+	// ready is the node's, not the rollout's. Each step is timed from the
+	// reconcile that made the one before, so a late reconcile (a busy
+	// API server, a controller handing over its lease while other tests
+	// reinstall the chart) delays the rest: 30 s of slack.
+	if rolled > duration+30*time.Second {
+		t.Errorf("100 %% on %s %s after its first step, want within rollout-duration + 30 s = %s", v2Name, rolled.Round(100*time.Millisecond), duration+30*time.Second)
+		t.Logf("the controllers' log on Routes, rollouts and leases:\n%s", controllerLog(func(l string) bool {
+			return (strings.Contains(l, `"name":"`+name+`"`) && strings.Contains(l, "serving-route")) || strings.Contains(strings.ToLower(l), "leader")
+		}, 40))
 	}
 	if rolled < duration/2 {
 		t.Errorf("the rollout took %s from its first step to 100 %%, want at least half of rollout-duration %s: not gradual", rolled.Round(100*time.Millisecond), duration)

@@ -142,7 +142,12 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
-		return ctrl.Result{}, r.writeStatus(ctx, &pa, status)
+		// Looked at again like a missing Deployment: what fixes the
+		// settings is watched by no one here, neither the cluster's
+		// ConfigMap (re-read every 10 s: allow-zero-initial-scale set
+		// just after the PodAutoscaler was made) nor the Deployment's
+		// annotations.
+		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
 	if errors.Is(err, errSKSNotOwned) {

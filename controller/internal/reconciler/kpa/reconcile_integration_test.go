@@ -110,10 +110,21 @@ sockscale_controller_stable_value{namespace="default",podautoscaler="hello"} 140
 	if err := c.Update(ctx, &d); err != nil {
 		t.Fatal(err)
 	}
-	reconcileOnce("hello")
+	if _, err := cr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cond := assertCondition(t, c, "hello", names.ConditionReady, "InvalidSettings")
 	if !strings.Contains(cond.Message, `annotation "autoscaling.knative.dev/window": value "5s"`) {
 		t.Errorf("message %q does not name the annotation and value", cond.Message)
+	}
+	// Nothing watched here fixes it (the Deployment's annotations, the
+	// cluster's ConfigMap): it must be looked at again.
+	if res.RequeueAfter <= 0 {
+		t.Errorf("invalid settings: result %+v, want a RequeueAfter to look again once fixed", res)
 	}
 
 	// A PodAutoscaler whose Deployment does not exist says so.

@@ -19,6 +19,9 @@ import (
 type Kernel interface {
 	ConnActivity(fd int) (bpf.ConnActivity, error)
 	Drain(fd int) error
+	// Snapshot gives each pod's requests as the kernel counts them,
+	// those on connections no process has accepted yet too.
+	Snapshot() (bpf.Snapshot, error)
 }
 
 // Pods lists the node's leaving pods (podwatch.Watcher).
@@ -44,7 +47,13 @@ type Options struct {
 	// (default 2 s): the time kube-proxy and the activators take to stop
 	// sending it new connections, which a pod without any would otherwise
 	// refuse once its app stopped.
-	MinWait    time.Duration
+	MinWait time.Duration
+	// Quiet is how long no new request may have started on a pod before
+	// it counts as drained (default 1 s): new connections still coming
+	// mean some kube-proxy or activator has not yet stopped sending it
+	// any, however long MinWait was; a request that came just after the
+	// drain ended would meet an app that stopped.
+	Quiet      time.Duration
 	Clock      clock.WithTicker
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -55,7 +64,8 @@ type Options struct {
 // drain program between two responses, so its next response asks the
 // client to close it, and an idle one is closed after IdleClose. A pod is
 // drained when none of its connections has a request in flight or is
-// idle, and MinWait has passed since its deletion; Wait tells a preStop
+// idle, the kernel counts no request in flight on it and none started for
+// Quiet, and MinWait has passed since its deletion; Wait tells a preStop
 // hook so.
 type Drainer struct {
 	kernel  Kernel
@@ -73,10 +83,21 @@ type Drainer struct {
 	tick chan struct{}
 }
 
+// inFlight is the pod's requests in flight at the last round: as its
+// connections showed them, or as the kernel counted them when that is
+// more (a request on a connection not accepted yet).
+func (st *podState) inFlight() int { return max(st.last.InFlight, int(st.kernelInFlight)) }
+
 type podState struct {
 	leaving podwatch.Leaving
 	drain   *podDrain
 	last    Round
+	// kernel is what the kernel counted at the last round: requests in
+	// flight, and since when the count of those started has not moved
+	// (quietFrom; zero until a round read it).
+	kernelInFlight int64
+	started        uint64
+	quietFrom      time.Time
 	// done: drained and held for MinWait; then no longer looked at.
 	done bool
 }
@@ -91,6 +112,9 @@ func New(kernel Kernel, pods Pods, conns ConnSource, o Options) *Drainer {
 	}
 	if o.MinWait <= 0 {
 		o.MinWait = 2 * time.Second
+	}
+	if o.Quiet <= 0 {
+		o.Quiet = time.Second
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -122,6 +146,7 @@ func (d *Drainer) Round() {
 	leaving := d.pods.Leaving()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	snap := d.snapshot(leaving)
 	present := make(map[types.UID]bool, len(leaving))
 	for _, l := range leaving {
 		present[l.UID] = true
@@ -135,7 +160,8 @@ func (d *Drainer) Round() {
 			continue
 		}
 		st.last = d.look(now, st)
-		if st.last.Drained() && now.Sub(l.Since) >= d.opts.MinWait {
+		d.observeKernel(now, st, snap)
+		if st.last.Drained() && st.kernelInFlight == 0 && now.Sub(st.quietFrom) >= d.opts.Quiet && now.Sub(l.Since) >= d.opts.MinWait {
 			st.done = true
 			d.metrics.drains.WithLabelValues(resultDrained).Inc()
 			d.metrics.took.Observe(now.Sub(l.Since).Seconds())
@@ -151,14 +177,57 @@ func (d *Drainer) Round() {
 		// stopped with these requests in flight.
 		if !st.done {
 			d.metrics.drains.WithLabelValues(resultGone).Inc()
-			d.metrics.cut.Add(float64(st.last.InFlight))
+			cut := st.inFlight()
+			d.metrics.cut.Add(float64(cut))
 			d.log.Warn("pod went before it was drained", "pod", st.leaving.Namespace+"/"+st.leaving.Name,
-				"requests_in_flight", st.last.InFlight)
+				"requests_in_flight", cut)
 		}
 		delete(d.states, uid)
 	}
 	close(d.tick)
 	d.tick = make(chan struct{})
+}
+
+// snapshot reads the kernel's counters when a leaving pod is not drained
+// yet; nil when none is, or the read failed (logged, counted): the rounds
+// then go by the pods' connections alone.
+func (d *Drainer) snapshot(leaving []podwatch.Leaving) map[netip.Addr]bpf.PodCounters {
+	undone := false
+	for _, l := range leaving {
+		if st := d.states[l.UID]; st == nil || !st.done {
+			undone = true
+			break
+		}
+	}
+	if !undone {
+		return nil
+	}
+	snap, err := d.kernel.Snapshot()
+	if err != nil {
+		d.metrics.errors.Inc()
+		d.log.Warn("drain: cannot read the kernel's counters; going by the connections alone", "error", err)
+		return nil
+	}
+	return snap.Pods
+}
+
+// observeKernel keeps what the kernel counts of st's pod: its requests in
+// flight, and since when none started. A pod the kernel does not count
+// (its slot gone, or no counters this round) is quiet from its first
+// round on, with nothing in flight.
+func (d *Drainer) observeKernel(now time.Time, st *podState, snap map[netip.Addr]bpf.PodCounters) {
+	pc, ok := snap[st.leaving.IP]
+	if !ok {
+		st.kernelInFlight = 0
+		if st.quietFrom.IsZero() {
+			st.quietFrom = now
+		}
+		return
+	}
+	st.kernelInFlight = pc.Requests.InFlight
+	if st.quietFrom.IsZero() || pc.Requests.Started != st.started {
+		st.started, st.quietFrom = pc.Requests.Started, now
+	}
 }
 
 // look runs one round over a pod's connections. Called with d.mu held:
@@ -227,20 +296,9 @@ func (d *Drainer) Wait(ctx context.Context, namespace, workload string, noneGrac
 	start := d.clock.Now()
 	for {
 		d.mu.Lock()
-		var r Result
-		for _, st := range d.states {
-			if st.leaving.Namespace != namespace || st.leaving.Workload != workload {
-				continue
-			}
-			r.Pods++
-			if st.done {
-				r.Drained++
-			} else {
-				r.InFlight += st.last.InFlight
-			}
-		}
 		tick := d.tick
 		d.mu.Unlock()
+		r := d.waitResult(namespace, workload)
 		if r.Pods > 0 && r.Drained == r.Pods {
 			return r
 		}
@@ -253,4 +311,24 @@ func (d *Drainer) Wait(ctx context.Context, namespace, workload string, noneGrac
 		case <-tick:
 		}
 	}
+}
+
+// waitResult is what Wait finds now of namespace and workload's leaving
+// pods.
+func (d *Drainer) waitResult(namespace, workload string) Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var r Result
+	for _, st := range d.states {
+		if st.leaving.Namespace != namespace || st.leaving.Workload != workload {
+			continue
+		}
+		r.Pods++
+		if st.done {
+			r.Drained++
+		} else {
+			r.InFlight += st.inFlight()
+		}
+	}
+	return r
 }

@@ -50,20 +50,25 @@ type Round struct {
 func (r Round) Drained() bool { return r.InFlight == 0 && r.Idle == 0 }
 
 // podDrain is the drain of one pod: which of its connections were handed
-// over and when, and which were closed.
+// over and when, since when each has been idle, and which were closed.
 type podDrain struct {
-	handed map[uint64]time.Time
-	closed map[uint64]bool
+	handed    map[uint64]time.Time
+	idleSince map[uint64]time.Time
+	closed    map[uint64]bool
 }
 
 func newPodDrain() *podDrain {
-	return &podDrain{handed: map[uint64]time.Time{}, closed: map[uint64]bool{}}
+	return &podDrain{handed: map[uint64]time.Time{}, idleSince: map[uint64]time.Time{}, closed: map[uint64]bool{}}
 }
 
 // round decides what to do with each connection at now; idleClose is how
-// long an idle connection that was handed over is left open. A connection
-// is handed over only between two responses with nothing left unsent, so
-// that the next thing its server writes starts a response.
+// long an idle connection that was handed over is left open: idle all that
+// time since both its hand-over and its last request, as each round saw
+// it. (A connection that served a request between two rounds looks idle
+// throughout; its client's next request may then meet the close, which a
+// client retries on a kept-alive connection that ends before answering.)
+// A connection is handed over only between two responses with nothing
+// left unsent, so that the next thing its server writes starts a response.
 func (d *podDrain) round(now time.Time, conns []Conn, idleClose time.Duration) ([]Action, Round) {
 	acts := make([]Action, len(conns))
 	var r Round
@@ -84,12 +89,17 @@ func (d *podDrain) round(now time.Time, conns []Conn, idleClose time.Duration) (
 				r.Idle++
 			}
 		}
+		if c.Activity != bpf.ConnIdle {
+			delete(d.idleSince, c.Cookie)
+		} else if _, seen := d.idleSince[c.Cookie]; !seen {
+			d.idleSince[c.Cookie] = now
+		}
 		at, handed := d.handed[c.Cookie]
 		switch {
 		case !handed && c.Unsent == 0 && (c.Activity == bpf.ConnIdle || c.Activity == bpf.ConnWaiting):
 			acts[i] = HandOver
 			d.handed[c.Cookie] = now
-		case handed && c.Activity == bpf.ConnIdle && !d.closed[c.Cookie] && now.Sub(at) >= idleClose:
+		case handed && c.Activity == bpf.ConnIdle && !d.closed[c.Cookie] && now.Sub(later(at, d.idleSince[c.Cookie])) >= idleClose:
 			acts[i] = CloseIdle
 			d.closed[c.Cookie] = true
 			r.Idle--
@@ -103,5 +113,17 @@ func (d *podDrain) round(now time.Time, conns []Conn, idleClose time.Duration) (
 			delete(d.closed, c)
 		}
 	}
+	for c := range d.idleSince {
+		if !live[c] {
+			delete(d.idleSince, c)
+		}
+	}
 	return acts, r
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -32,8 +32,17 @@ func TestRounds(t *testing.T) {
 		{time.Second, []Conn{{1, bpf.ConnIdle, 0}, {3, bpf.ConnIdle, 0}, {5, bpf.ConnIdle, 0}},
 			[]Action{CloseIdle, Leave, Leave}, Round{Idle: 2}},
 		// 1 is closing (its client has not closed yet): not waited for.
-		{1500 * time.Millisecond, []Conn{{1, bpf.ConnIdle, 0}, {3, bpf.ConnIdle, 0}, {5, bpf.ConnIdle, 0}},
-			[]Action{Leave, CloseIdle, CloseIdle}, Round{}},
+		// 3 got a request: idle again from the next round on.
+		{1500 * time.Millisecond, []Conn{{1, bpf.ConnIdle, 0}, {3, bpf.ConnWaiting, 0}, {5, bpf.ConnIdle, 0}},
+			[]Action{Leave, Leave, CloseIdle}, Round{InFlight: 1}},
+		// 3 answered: idle since 1.8s, so it is left until 2.8s though
+		// handed over 1.3s before.
+		{1800 * time.Millisecond, []Conn{{1, bpf.ConnIdle, 0}, {3, bpf.ConnIdle, 0}},
+			[]Action{Leave, Leave}, Round{Idle: 1}},
+		{2700 * time.Millisecond, []Conn{{1, bpf.ConnIdle, 0}, {3, bpf.ConnIdle, 0}},
+			[]Action{Leave, Leave}, Round{Idle: 1}},
+		{2800 * time.Millisecond, []Conn{{3, bpf.ConnIdle, 0}},
+			[]Action{CloseIdle}, Round{}},
 	}
 	for i, s := range steps {
 		acts, r := d.round(t0.Add(s.at), s.conns, idleClose)
@@ -48,8 +57,8 @@ func TestRounds(t *testing.T) {
 		t.Error("Drained: only in-flight requests and idle connections hold a pod")
 	}
 	// Gone connections are forgotten.
-	d.round(t0.Add(2*time.Second), nil, idleClose)
-	if len(d.handed) != 0 || len(d.closed) != 0 {
-		t.Errorf("after every connection went: handed %v closed %v", d.handed, d.closed)
+	d.round(t0.Add(3*time.Second), nil, idleClose)
+	if len(d.handed) != 0 || len(d.closed) != 0 || len(d.idleSince) != 0 {
+		t.Errorf("after every connection went: handed %v closed %v idle since %v", d.handed, d.closed, d.idleSince)
 	}
 }

@@ -43,6 +43,7 @@ type noKernel struct{}
 
 func (noKernel) ConnActivity(int) (bpf.ConnActivity, error) { return bpf.ConnUnknown, nil }
 func (noKernel) Drain(int) error                            { return nil }
+func (noKernel) Snapshot() (bpf.Snapshot, error)            { return bpf.Snapshot{}, nil }
 
 func TestWaitParams(t *testing.T) {
 	d := New(noKernel{}, &fakePods{}, noConns{}, Options{})

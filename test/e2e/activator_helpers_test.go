@@ -70,6 +70,26 @@ func deployUnready(t *testing.T, s *stack.Stack, app stack.App) string {
 			return fmt.Errorf("connect to the public Service: %w", err)
 		}
 		conn.Close()
+		// kube-proxy picks any of the endpoints for the next connection:
+		// each must take one from here (an activator replaced just before
+		// may not yet be reachable from the host).
+		addrs, ports, err := publicEndpoints(ctx, s, app.Name)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			for _, p := range ports {
+				ap := net.JoinHostPort(a, fmt.Sprint(p))
+				if err := localroute.Check(netip.MustParseAddr(a), localroute.DevPrefix("sccl-")); err != nil {
+					return err
+				}
+				conn, err := net.DialTimeout("tcp", ap, time.Second)
+				if err != nil {
+					return fmt.Errorf("connect to the public endpoint %s: %w", ap, err)
+				}
+				conn.Close()
+			}
+		}
 		return nil
 	})
 	return url

@@ -77,14 +77,33 @@ func withoutDocs(data map[string]string) map[string]string {
 	return out
 }
 
-func TestAutoscalerConfigMapDefaults(t *testing.T) {
+// chartDepartures are the keys whose chart default is sockscale's own
+// choice, not Knative's (the controller's built-in default, which stays
+// one setting away): target-burst-capacity 0 keeps the activators out of
+// a target's path except at zero (docs/autoscaling.md, "The chart's
+// default: the direct path").
+var chartDepartures = map[string]string{"target-burst-capacity": "0"}
+
+// chartDefaults is what the chart's autoscaler ConfigMap holds by default.
+func chartDefaults(t *testing.T) map[string]string {
 	want := controllerDefaults(t)
+	maps.Copy(want, chartDepartures)
+	return want
+}
+
+func TestAutoscalerConfigMapDefaults(t *testing.T) {
+	want := chartDefaults(t)
 	if len(want) < 19 {
 		t.Fatalf("read only %d keys from DefaultConfigMapData", len(want))
 	}
+	for k, v := range chartDepartures {
+		if knative := controllerDefaults(t)[k]; knative == v {
+			t.Errorf("%s: the chart's %q is the controller's default too: no departure left to list", k, v)
+		}
+	}
 	cm := get[corev1.ConfigMap](t, render(t), "ConfigMap", autoscalerCM)
 	if diff := cmp.Diff(want, withoutDocs(cm.Data)); diff != "" {
-		t.Errorf("the chart's autoscaler ConfigMap differs from config.DefaultConfigMapData (-controller +chart):\n%s", diff)
+		t.Errorf("the chart's autoscaler ConfigMap differs from config.DefaultConfigMapData and the listed departures (-want +chart):\n%s", diff)
 	}
 	if !strings.Contains(cm.Data["_example"], "autoscaling.knative.dev/<key>") {
 		t.Errorf("the ConfigMap's _example does not document the per-target overrides: %q", cm.Data["_example"])
@@ -115,7 +134,7 @@ func TestAutoscalerConfigMapOverrides(t *testing.T) {
 				}
 				return a
 			})
-			want := controllerDefaults(t)
+			want := chartDefaults(t)
 			maps.Copy(want, tt.want)
 			cm := get[corev1.ConfigMap](t, render(t, args...), "ConfigMap", autoscalerCM)
 			if diff := cmp.Diff(want, withoutDocs(cm.Data)); diff != "" {

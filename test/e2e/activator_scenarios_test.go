@@ -40,8 +40,7 @@ import (
 //     exactly 5 pods.
 func TestE2EActivatorColdStarts(t *testing.T) {
 	s := up(t)
-	// A 6 s window (the shortest): idle is noticed fast; the default
-	// burst capacity (211) keeps the activator in the path.
+	// A 6 s window (the shortest): idle is noticed fast.
 	window := &metav1.Duration{Duration: 6 * time.Second}
 	deploy(t, s, "cold1", func(p *v1alpha1.PodAutoscalerSpec) {
 		p.Window, p.ContainerConcurrency, p.MaxScale = window, 1, ptr.To(int32(10))

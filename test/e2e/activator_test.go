@@ -25,8 +25,8 @@ import (
 func TestE2EScaleToZeroAndBack(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
-	// A 10 s window: idle is noticed fast. The default burst capacity
-	// (211) keeps the activator in the path while one pod serves.
+	// A 10 s window: idle is noticed fast; then Proxy mode, and the last
+	// pod goes after the grace period.
 	url := deploy(t, s, "zero", func(p *v1alpha1.PodAutoscalerSpec) {
 		p.Window = &metav1.Duration{Duration: 10 * time.Second}
 		p.MaxScale = ptr.To(int32(3))

@@ -394,7 +394,7 @@ func TestE2EHeldRequestsSharedAmongTenants(t *testing.T) {
 	s := up(t)
 	ctx := context.Background()
 	const maxHeld, extra = 20, 5
-	sets := append(slices.Clone(chartSets), fmt.Sprintf("activator.maxHeld=%d", maxHeld), "autoscaler.allow-zero-initial-scale=true")
+	sets := append(slices.Clone(chartSets), fmt.Sprintf("activator.maxHeld=%d", maxHeld))
 	if err := s.Install(ctx, sets...); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,9 @@ func TestAgentDaemonSet(t *testing.T) {
 
 	// Security: no privileged, all capabilities dropped, the three the BPF
 	// programs need added and, for agent.namespaceAccess (on by default),
-	// SYS_ADMIN and SYS_PTRACE with the node's PIDs; read-only root.
+	// SYS_ADMIN and SYS_PTRACE with the node's PIDs, and for the drain
+	// DAC_READ_SEARCH (the descriptors of apps of other users); read-only
+	// root.
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
 		t.Fatal("the agent has no securityContext.capabilities")
@@ -106,7 +108,7 @@ func TestAgentDaemonSet(t *testing.T) {
 	if diff := cmp.Diff([]corev1.Capability{"ALL"}, sc.Capabilities.Drop); diff != "" {
 		t.Errorf("capabilities dropped (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]corev1.Capability{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}, sc.Capabilities.Add); diff != "" {
+	if diff := cmp.Diff([]corev1.Capability{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"}, sc.Capabilities.Add); diff != "" {
 		t.Errorf("capabilities added (-want +got):\n%s", diff)
 	}
 	if !spec.HostPID {
@@ -587,7 +589,7 @@ func TestAgentCapabilitiesValue(t *testing.T) {
 	objs := render(t, "--set", "agent.capabilities={SYS_ADMIN,NET_ADMIN}")
 	sc := get[appsv1.DaemonSet](t, objs, "DaemonSet", agentName).Spec.Template.Spec.Containers[0].SecurityContext
 	// agent.namespaceAccess adds what it needs, once.
-	if diff := cmp.Diff([]corev1.Capability{"SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"}, sc.Capabilities.Add); diff != "" {
+	if diff := cmp.Diff([]corev1.Capability{"SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"}, sc.Capabilities.Add); diff != "" {
 		t.Errorf("capabilities added (-want +got):\n%s", diff)
 	}
 	if sc.AllowPrivilegeEscalation != nil {

@@ -71,10 +71,8 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 		"autoscaling.knative.dev/initial-scale":         "8",
 		"autoscaling.knative.dev/min-scale":             "2",
 		"autoscaling.knative.dev/max-scale":             "8",
-		"autoscaling.knative.dev/target":                "10",
+		"autoscaling.knative.dev/target":                "8",
 		"autoscaling.knative.dev/target-burst-capacity": tbc,
-		// The shortest window: 8 -> 2 within seconds of the burst's end.
-		"autoscaling.knative.dev/window": "6s",
 	})
 	spec := &svc.Spec.Template.Spec
 	spec.Containers[0].Args = []string{"--exit-on-sigterm"}
@@ -83,6 +81,13 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 	createServing(t, s, svc)
 	first := name + "-00001"
 	waitLatestReady(t, s, name, first, 3*time.Minute)
+	scales := watchScales(t, s, appNS, first)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s's desired scale over the case: %v", first, scales())
+			logLines(t, s, "agent-pool", "still draining", "pod went", "cannot read")
+		}
+	})
 	// The Revision's own public Service: in Serve (TBC 0) its pods behind
 	// kube-proxy, the direct path; a Route's address goes through the
 	// activators.
@@ -96,7 +101,7 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 	}
 	url := "http://" + addr.String() + "/"
 	// A steady load for the whole case: 2 + 2 short requests and 6 of
-	// 5 s, 10 in flight: 2 pods at 7 a pod (target 10, 70 % of it) ...
+	// 5 s, 10 in flight: 2 pods at 5.6 a pod (target 8, 70 % of it) ...
 	loads := []*loadgen.Load{
 		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 2, KeepAlive: true}),
 		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 2}),
@@ -108,12 +113,12 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 			l.Stop()
 		}
 	}()
-	// ... and a burst of 56 more that holds the Revision at its 8 pods
-	// until it ends, as Knative's autoscale sample is loaded with
-	// hey -c 50.
+	// ... and a burst of 36 more (46 in flight want 9 pods) that holds
+	// the Revision at its 8 pods until it ends, as Knative's autoscale
+	// sample is loaded with hey -c 50.
 	burst := []*loadgen.Load{
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 28, KeepAlive: true}),
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 28}),
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 18, KeepAlive: true}),
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 18}),
 	}
 	loads = append(loads, burst...)
 	kinds = append(kinds, "burst keep-alive 100 ms", "burst new-connection 100 ms")
@@ -161,7 +166,6 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 	loads = nil
 	if t.Failed() {
 		logLines(t, s, "activator", "forward failed", "unreachable")
-		logLines(t, s, "agent-pool", "drain", "pod went")
 	}
 	return leaving
 }

@@ -59,6 +59,10 @@ type Options struct {
 	Log        *slog.Logger
 }
 
+// stillDrainingEvery is how often the log says what holds a leaving pod
+// that is not drained yet.
+const stillDrainingEvery = 10 * time.Second
+
 // Drainer drains every leaving pod of the node, from the moment its
 // deletion is seen: each HTTP/1.x connection is handed to the kernel's
 // drain program between two responses, so its next response asks the
@@ -100,6 +104,10 @@ type podState struct {
 	quietFrom      time.Time
 	// done: drained and held for MinWait; then no longer looked at.
 	done bool
+	// toldAt is when the log last said what holds the pod; readErr the
+	// last error reading its connections that the log said.
+	toldAt  time.Time
+	readErr string
 }
 
 // New returns a Drainer; Run drives it.
@@ -167,6 +175,13 @@ func (d *Drainer) Round() {
 			d.metrics.took.Observe(now.Sub(l.Since).Seconds())
 			d.log.Info("drained", "pod", l.Namespace+"/"+l.Name, "after", now.Sub(l.Since).Round(time.Millisecond),
 				"opaque", st.last.Opaque, "unknown", st.last.Unknown)
+		} else if now.Sub(l.Since) >= stillDrainingEvery && now.Sub(st.toldAt) >= stillDrainingEvery {
+			// What holds a pod that is slow to drain, for whoever wonders
+			// why its termination takes so long.
+			st.toldAt = now
+			d.log.Info("still draining", "pod", l.Namespace+"/"+l.Name, "for", now.Sub(l.Since).Round(time.Second),
+				"requests_in_flight", st.last.InFlight, "idle_connections", st.last.Idle, "kernel_requests_in_flight", st.kernelInFlight,
+				"last_request_started", now.Sub(st.quietFrom).Round(time.Millisecond), "opaque", st.last.Opaque, "unknown", st.last.Unknown)
 		}
 	}
 	for uid, st := range d.states {
@@ -234,10 +249,16 @@ func (d *Drainer) observeKernel(now time.Time, st *podState, snap map[netip.Addr
 // the socket reads are quick, and rounds are serial anyway.
 func (d *Drainer) look(now time.Time, st *podState) Round {
 	fds, err := d.conns.ServerConns(st.leaving.IP)
-	if err != nil {
+	unreadable := err != nil
+	if unreadable {
+		// Drained goes by the connections found and the kernel's
+		// counts then; said once per pod and error, not every round.
 		d.metrics.errors.Inc()
-		d.log.Warn("drain: cannot read the pod's connections", "pod", st.leaving.Namespace+"/"+st.leaving.Name, "error", err)
-		return Round{Unknown: 1}
+		if msg := err.Error(); msg != st.readErr {
+			st.readErr = msg
+			d.log.Warn("drain: cannot read all of the pod's connections: its clients are not asked to move, and only the kernel's counts tell when it is drained",
+				"pod", st.leaving.Namespace+"/"+st.leaving.Name, "error", err)
+		}
 	}
 	defer func() {
 		for _, fd := range fds {
@@ -259,6 +280,9 @@ func (d *Drainer) look(now time.Time, st *podState) Round {
 		conns = append(conns, c)
 	}
 	acts, r := st.drain.round(now, conns, d.opts.IdleClose)
+	if unreadable {
+		r.Unknown++
+	}
 	for i, a := range acts {
 		switch a {
 		case HandOver:

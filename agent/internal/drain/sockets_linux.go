@@ -25,7 +25,10 @@ type Sockets struct {
 
 // ServerConns returns descriptors of the TCP connections accepted on pod's
 // address by the processes of pod's network namespace, one per socket;
-// the caller closes them. A process that exits meanwhile is skipped.
+// the caller closes them. A process that exits meanwhile is skipped; one
+// whose descriptors cannot be read (the agent lacks a capability, a
+// security module says no) makes the error, which names it, while the
+// descriptors of the others are returned.
 func (s Sockets) ServerConns(pod netip.Addr) ([]int, error) {
 	nss, err := s.Finder.Find([]netip.Addr{pod})
 	ns, ok := nss[pod]
@@ -45,6 +48,7 @@ func (s Sockets) ServerConns(pod netip.Addr) ([]int, error) {
 	}
 	seen := map[uint64]bool{} // socket inodes: a forked server shares its sockets
 	var fds []int
+	var errs []error
 	for _, e := range pids {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -54,18 +58,37 @@ func (s Sockets) ServerConns(pod netip.Addr) ([]int, error) {
 		if unix.Stat(filepath.Join(procDir, e.Name(), "ns/net"), &st) != nil || st.Dev != ns.Dev || st.Ino != ns.Inode {
 			continue
 		}
-		fds = append(fds, processConns(procDir, pid, pod, seen)...)
+		got, err := processConns(procDir, pid, pod, seen)
+		fds = append(fds, got...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fds, fmt.Errorf("server connections of %s: %w", pod, errors.Join(errs...))
 	}
 	return fds, nil
 }
 
+// exited says that err is a process's or descriptor's going away, not a
+// refusal.
+func exited(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EBADF)
+}
+
 // processConns duplicates the sockets of process pid that are connections
-// accepted on pod's address and not in seen.
-func processConns(procDir string, pid int, pod netip.Addr, seen map[uint64]bool) []int {
+// accepted on pod's address and not in seen. A process that exited has
+// none; one that cannot be read is an error naming the step.
+func processConns(procDir string, pid int, pod netip.Addr, seen map[uint64]bool) ([]int, error) {
 	dir := filepath.Join(procDir, strconv.Itoa(pid), "fd")
 	ents, err := os.ReadDir(dir)
+	if exited(err) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil // exited, or not ours to read
+		// /proc/PID/fd is its owner's alone: a process of another user
+		// needs CAP_DAC_READ_SEARCH.
+		return nil, fmt.Errorf("process %d: list its descriptors: %w", pid, err)
 	}
 	pidfd := -1
 	defer func() {
@@ -76,6 +99,10 @@ func processConns(procDir string, pid int, pod netip.Addr, seen map[uint64]bool)
 	var fds []int
 	for _, e := range ents {
 		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil && !exited(err) {
+			// PTRACE_MODE_READ: CAP_SYS_PTRACE.
+			return fds, fmt.Errorf("process %d: read descriptor %s: %w", pid, e.Name(), err)
+		}
 		ino, ok := socketInode(target)
 		if err != nil || !ok || seen[ino] {
 			continue
@@ -86,13 +113,19 @@ func processConns(procDir string, pid int, pod netip.Addr, seen map[uint64]bool)
 			continue
 		}
 		if pidfd < 0 {
-			if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
-				return nil
+			if pidfd, err = unix.PidfdOpen(pid, 0); exited(err) {
+				return fds, nil
+			} else if err != nil {
+				return fds, fmt.Errorf("process %d: pidfd_open: %w", pid, err)
 			}
 		}
 		fd, err := unix.PidfdGetfd(pidfd, num, 0)
-		if err != nil {
+		if exited(err) {
 			continue // closed meanwhile
+		}
+		if err != nil {
+			// CAP_SYS_PTRACE, and a seccomp profile that allows it.
+			return fds, fmt.Errorf("process %d: pidfd_getfd of descriptor %d: %w", pid, num, err)
 		}
 		if acceptedOn(fd, pod) {
 			fds = append(fds, fd)
@@ -100,7 +133,7 @@ func processConns(procDir string, pid int, pod netip.Addr, seen map[uint64]bool)
 			_ = unix.Close(fd)
 		}
 	}
-	return fds
+	return fds, nil
 }
 
 // socketInode reads "socket:[12345]", a socket's /proc/PID/fd link.

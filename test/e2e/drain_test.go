@@ -26,13 +26,13 @@ import (
 // moment it gets SIGTERM, as most apps do (the test app's
 // --exit-on-sigterm: requests in flight are cut, the listener is gone).
 // Under a steady load of keep-alive and new-connection clients, and
-// 5-second requests in flight on most pods, three cases side by side:
-// the Revision, held at 8 pods by a burst, scales 8 -> 2 when the burst
-// ends, on the direct path (TBC 0, its public Service's pods behind
-// kube-proxy) and through the activators (TBC -1); and a rollout through
-// the activators retires all 8 pods of the first Revision. Every request
-// is answered 200, the slow ones too; the node's agent drained every
-// leaving pod and cut no request.
+// 5-second requests in flight on most pods: the Revision, held at 8 pods
+// by a burst, scales 8 -> 2 when the burst ends; and a rollout retires
+// all 8 pods of the first Revision. Each on the direct path (TBC 0: the
+// Revision's public Service, or the Route's split in the kernel, to the
+// pods) and through the activators (TBC -1), the two paths side by side.
+// Every request is answered 200, the slow ones too; the node's agent
+// drained every leaving pod and cut no request.
 func TestE2EDrainOnTheRealNode(t *testing.T) {
 	s := up(t)
 	node := realNode(t)
@@ -40,21 +40,18 @@ func TestE2EDrainOnTheRealNode(t *testing.T) {
 	drainedBefore := scrapeSum(t, s, agent, "sockscale_agent_drains_total", map[string]string{"result": "drained"})
 	cutBefore := scrapeSum(t, s, agent, "sockscale_agent_drain_requests_cut_total", nil)
 	var leaving atomic.Int64
-	t.Run("cases", func(t *testing.T) {
-		for _, tc := range []struct {
-			name, service, tbc string
-			rollout            bool
-		}{
-			{"scale 8 to 2, direct", "drain-direct", "0", false},
-			{"scale 8 to 2, through the activators", "drain-proxied", "-1", false},
-			{"rollout, through the activators", "drain-rollout", "-1", true},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				leaving.Add(int64(drainScenario(t, s, node, tc.service, tc.tbc, tc.rollout)))
-			})
-		}
-	})
+	for _, rollout := range []bool{false, true} {
+		wave := map[bool]string{false: "scale 8 to 2", true: "rollout"}[rollout]
+		t.Run(wave, func(t *testing.T) {
+			for _, path := range []struct{ name, tbc string }{{"direct", "0"}, {"through the activators", "-1"}} {
+				t.Run(path.name, func(t *testing.T) {
+					t.Parallel()
+					service := fmt.Sprintf("drain-%s-%s", map[bool]string{false: "scale", true: "roll"}[rollout], map[string]string{"0": "direct", "-1": "proxied"}[path.tbc])
+					leaving.Add(int64(drainScenario(t, s, node, service, path.tbc, rollout)))
+				})
+			}
+		})
+	}
 	drained := scrapeSum(t, s, agent, "sockscale_agent_drains_total", map[string]string{"result": "drained"}) - drainedBefore
 	cut := scrapeSum(t, s, agent, "sockscale_agent_drain_requests_cut_total", nil) - cutBefore
 	t.Logf("%s's agent: %v pods drained (%d left), %v requests cut", node, drained, leaving.Load(), cut)

@@ -162,6 +162,7 @@ func (d *Drainer) Round() {
 		if st == nil {
 			st = &podState{leaving: l, drain: newPodDrain()}
 			d.states[l.UID] = st
+			d.metrics.started.Inc()
 			d.log.Info("draining", "pod", l.Namespace+"/"+l.Name, "ip", l.IP)
 		}
 		if st.done {
@@ -199,6 +200,13 @@ func (d *Drainer) Round() {
 		}
 		delete(d.states, uid)
 	}
+	draining := 0
+	for _, st := range d.states {
+		if !st.done {
+			draining++
+		}
+	}
+	d.metrics.draining.Set(float64(draining))
 	close(d.tick)
 	d.tick = make(chan struct{})
 }

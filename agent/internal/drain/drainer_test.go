@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
@@ -39,7 +41,14 @@ func TestDrainedWhenTheKernelIsQuiet(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.5")
 	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IP: ip, Since: t0}}}
 	k := &countingKernel{ip: ip}
-	d := New(k, pods, noConns{}, Options{Clock: clk, MinWait: 500 * time.Millisecond, Quiet: time.Second})
+	d := New(k, pods, noConns{}, Options{Clock: clk, MinWait: 500 * time.Millisecond, Quiet: time.Second, Registerer: prometheus.NewRegistry()})
+	// One drain started, in progress until it is done.
+	gauge := func() float64 {
+		if started := promtestutil.ToFloat64(d.metrics.started); started != 1 {
+			t.Errorf("%v drains started, want 1", started)
+		}
+		return promtestutil.ToFloat64(d.metrics.draining)
+	}
 	var doneAt time.Duration
 	for at := time.Duration(0); at <= 5*time.Second && doneAt == 0; at += 250 * time.Millisecond {
 		clk.SetTime(t0.Add(at))
@@ -55,6 +64,9 @@ func TestDrainedWhenTheKernelIsQuiet(t *testing.T) {
 		d.Round()
 		if d.states["u1"].done {
 			doneAt = at
+		}
+		if want := map[bool]float64{true: 0, false: 1}[doneAt != 0]; gauge() != want {
+			t.Errorf("at %v: %v drains in progress, want %v", at, gauge(), want)
 		}
 		if r := d.waitResult("shop", "cart"); doneAt == 0 && at < 2500*time.Millisecond && r.InFlight != 1 {
 			t.Errorf("at %v: the wait reports %d in flight, want the kernel's 1", at, r.InFlight)

@@ -9,6 +9,8 @@ const (
 )
 
 type metrics struct {
+	started    prometheus.Counter
+	draining   prometheus.Gauge
 	drains     *prometheus.CounterVec
 	took       prometheus.Histogram
 	handed     prometheus.Counter
@@ -22,6 +24,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		started: prometheus.NewCounter(prometheus.CounterOpts{Name: "sockscale_agent_drains_started_total",
+			Help: "Leaving pods whose drain began (their deletion seen)."}),
+		draining: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_drains_in_progress",
+			Help: "Leaving pods being drained now: deleted, not drained yet, still there."}),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sockscale_agent_drains_total",
 			Help: "Leaving pods whose drain ended, by result: drained (nothing in flight, its preStop hook may let the app stop), gone (deleted first: its grace period ran out, or it had no hook that waited)."}, []string{"result"}),
 		took: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sockscale_agent_drain_duration_seconds",
@@ -39,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "preStop waits (GET /drain) that ended before their pods were drained: their timeout passed, or the kubelet gave up."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.drains, m.took, m.handed, m.idleClosed, m.cut, m.errors, m.waitTimeouts)
+		reg.MustRegister(m.started, m.draining, m.drains, m.took, m.handed, m.idleClosed, m.cut, m.errors, m.waitTimeouts)
 	}
 	return m
 }

@@ -27,13 +27,13 @@ func TestDrain(t *testing.T) {
 		sets       []string
 		agent, ctl []string
 	}{
-		{"default", nil, []string{"--drain-bind-address=127.0.0.1:9094", "--drain-min-wait=5s"}, []string{"--drain-port=9094"}},
-		{"another port and wait", []string{"agent.drain.port=9200", "agent.drain.minWait=8s"},
-			[]string{"--drain-bind-address=127.0.0.1:9200", "--drain-min-wait=8s"}, []string{"--drain-port=9200"}},
+		{"default", nil, []string{"--drain-bind-address=127.0.0.1:9094", "--drain-min-wait=2s"}, []string{"--drain-port=9094"}},
+		{"another port and wait", []string{"agent.drain.port=9200", "agent.drain.minWait=5s"},
+			[]string{"--drain-bind-address=127.0.0.1:9200", "--drain-min-wait=5s"}, []string{"--drain-port=9200"}},
 		{"off", []string{"agent.drain.enabled=false"}, nil, nil},
 		{"no namespace access", []string{"agent.namespaceAccess=false"}, nil, nil},
 		{"host network instead", []string{"agent.namespaceAccess=false", "agent.hostNetwork=true"},
-			[]string{"--drain-bind-address=127.0.0.1:9094", "--drain-min-wait=5s"}, []string{"--drain-port=9094"}},
+			[]string{"--drain-bind-address=127.0.0.1:9094", "--drain-min-wait=2s"}, []string{"--drain-port=9094"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var extra []string
@@ -69,7 +69,7 @@ func TestDrainPools(t *testing.T) {
 		}
 		return out
 	}
-	on := []string{"--drain-bind-address=127.0.0.1:9094", "--drain-min-wait=5s"}
+	on := []string{"--drain-bind-address=127.0.0.1:9094", "--drain-min-wait=2s"}
 	for _, tc := range []struct {
 		name       string
 		set        string
@@ -81,8 +81,8 @@ func TestDrainPools(t *testing.T) {
 		{"only in the pool", "agent.drain.enabled=false,agent.pools.gpu.drain.enabled=true", nil, on, []string{"--drain-port=9094"}},
 		{"only the pool can", "agent.namespaceAccess=false,agent.pools.gpu.namespaceAccess=true", nil, on, []string{"--drain-port=9094"}},
 		{"only the pool, by hostNetwork", "agent.namespaceAccess=false,agent.pools.gpu.hostNetwork=true", nil, on, []string{"--drain-port=9094"}},
-		{"the pool's wait, the agent's port", "agent.drain.port=9200,agent.pools.gpu.drain.minWait=8s",
-			[]string{"--drain-bind-address=127.0.0.1:9200", "--drain-min-wait=5s"}, []string{"--drain-bind-address=127.0.0.1:9200", "--drain-min-wait=8s"}, []string{"--drain-port=9200"}},
+		{"the pool's wait, the agent's port", "agent.drain.port=9200,agent.pools.gpu.drain.minWait=5s",
+			[]string{"--drain-bind-address=127.0.0.1:9200", "--drain-min-wait=2s"}, []string{"--drain-bind-address=127.0.0.1:9200", "--drain-min-wait=5s"}, []string{"--drain-port=9200"}},
 		{"nowhere", "agent.drain.enabled=false,agent.pools.gpu.namespaceAccess=false", nil, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,15 +44,12 @@ type Options struct {
 	// (default 1 s).
 	IdleClose time.Duration
 	// MinWait is how long after its deletion a pod is held at least
-	// (default 5 s): the time kube-proxy and the activators take to stop
+	// (default 2 s): the time kube-proxy and the activators take to stop
 	// sending it new connections, which a pod without any would otherwise
-	// refuse once its app stopped. Two steps come first (the EndpointSlice
-	// controller marks the pod terminating, the public Service's slices
-	// follow) and a busy node's kube-proxy syncs late: 2 s was seen to be
-	// too short. (Knative's queue-proxy waits 30 s.)
+	// refuse once its app stopped.
 	MinWait time.Duration
 	// Quiet is how long no new request may have started on a pod before
-	// it counts as drained (default 2 s): new connections still coming
+	// it counts as drained (default 1 s): new connections still coming
 	// mean some kube-proxy or activator has not yet stopped sending it
 	// any, however long MinWait was; a request that came just after the
 	// drain ended would meet an app that stopped.
@@ -122,10 +119,10 @@ func New(kernel Kernel, pods Pods, conns ConnSource, o Options) *Drainer {
 		o.IdleClose = time.Second
 	}
 	if o.MinWait <= 0 {
-		o.MinWait = 5 * time.Second
+		o.MinWait = 2 * time.Second
 	}
 	if o.Quiet <= 0 {
-		o.Quiet = 2 * time.Second
+		o.Quiet = time.Second
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -87,17 +87,12 @@ type Drainer struct {
 	tick chan struct{}
 }
 
-// inFlight is the pod's requests in flight at the last round: as its
-// connections showed them, or as the kernel counted them when that is
-// more (a request on a connection not accepted yet).
-func (st *podState) inFlight() int { return max(st.last.InFlight, int(st.kernelInFlight)) }
-
 type podState struct {
 	leaving podwatch.Leaving
 	drain   *podDrain
 	last    Round
-	// kernel is what the kernel counted at the last round: requests in
-	// flight, and since when the count of those started has not moved
+	// What the kernel counted at the last round: requests in flight, the
+	// count of those started, and since when that count has not moved
 	// (quietFrom; zero until a round read it).
 	kernelInFlight int64
 	started        uint64
@@ -109,6 +104,11 @@ type podState struct {
 	toldAt  time.Time
 	readErr string
 }
+
+// inFlight is the pod's requests in flight at the last round: as its
+// connections showed them, or as the kernel counted them when that is
+// more (a request on a connection not accepted yet).
+func (st *podState) inFlight() int { return max(st.last.InFlight, int(st.kernelInFlight)) }
 
 // New returns a Drainer; Run drives it.
 func New(kernel Kernel, pods Pods, conns ConnSource, o Options) *Drainer {

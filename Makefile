@@ -37,7 +37,7 @@ generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./api/... output:crd:artifacts:config=charts/sockscale/files/crds
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-controller paths=./controller/... output:rbac:artifacts:config=charts/sockscale/files/rbac
-	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent 'paths=./agent/internal/podwatch/...;./agent/internal/lifecycle/...;./agent/cmd/...' output:rbac:artifacts:config=charts/sockscale/files/rbac/agent
+	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent 'paths=./agent/internal/podwatch/...;./agent/internal/lifecycle/...;./agent/internal/endpointwatch/...;./agent/cmd/...' output:rbac:artifacts:config=charts/sockscale/files/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent-redirect paths=./agent/internal/redirect/... output:rbac:artifacts:config=charts/sockscale/files/rbac/agent-redirect
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-activator paths=./activator/... output:rbac:artifacts:config=charts/sockscale/files/rbac/activator
 	$(GO) run ./hack/pkgmap

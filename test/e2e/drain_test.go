@@ -30,9 +30,7 @@ import (
 // by a burst, scales 8 -> 2 when the burst ends; and a rollout retires
 // all 8 pods of the first Revision. Each on the direct path (TBC 0: the
 // Revision's public Service, or the Route's split in the kernel, to the
-// pods) and through the activators (TBC -1), the two paths side by side;
-// but the scale-down on the direct path, which still loses a few
-// requests (see the loop).
+// pods) and through the activators (TBC -1), the two paths side by side.
 // Every request is answered 200, the slow ones too; the node's agent
 // drained every leaving pod and cut no request.
 func TestE2EDrainOnTheRealNode(t *testing.T) {
@@ -46,14 +44,6 @@ func TestE2EDrainOnTheRealNode(t *testing.T) {
 		wave := map[bool]string{false: "scale 8 to 2", true: "rollout"}[rollout]
 		t.Run(wave, func(t *testing.T) {
 			for _, path := range []struct{ name, tbc string }{{"direct", "0"}, {"through the activators", "-1"}} {
-				if !rollout && path.tbc == "0" {
-					// Left out until it passes: scaled down on the direct
-					// path (the Revision's public Service behind
-					// kube-proxy), 1 to 5 of ~1,500 short requests still
-					// meet a pod whose app stopped (EOF, connection
-					// refused), with minWait 2 s or 5 s alike.
-					continue
-				}
 				t.Run(path.name, func(t *testing.T) {
 					t.Parallel()
 					service := fmt.Sprintf("drain-%s-%s", map[bool]string{false: "scale", true: "roll"}[rollout], map[string]string{"0": "direct", "-1": "proxied"}[path.tbc])
@@ -92,29 +82,30 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s's desired scale over the case: %v", first, scales())
-			logLines(t, s, "agent-pool", "still draining", "pod went", "cannot read")
+			logLines(t, s, "agent-pool", "draining", "drained", "pod went", "cannot read", "cannot list")
 		}
 	})
 	// The Revision's own public Service: in Serve (TBC 0) its pods behind
 	// kube-proxy, the direct path; a Route's address goes through the
 	// activators.
-	addr := addressOf(t, s, name)
+	service := name
 	if !rollout {
 		var rev servingv1alpha1.Revision
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: first}, &rev); err != nil {
 			t.Fatal(err)
 		}
-		addr = addressOf(t, s, rev.Status.ServiceName)
+		service = rev.Status.ServiceName
 	}
-	url := "http://" + addr.String() + "/"
+	url := "http://" + addressOf(t, s, service).String() + "/"
+	tl := startTimeline(t, s, service, first)
 	// A steady load for the whole case: 2 + 2 short requests and 6 of
 	// 5 s, 10 in flight: 2 pods at 5.6 a pod (target 8, 70 % of it) ...
-	loads := []*loadgen.Load{
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 2, KeepAlive: true}),
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 2}),
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=5000"}, Concurrency: 6, KeepAlive: true}),
-	}
 	kinds := []string{"keep-alive 100 ms", "new-connection 100 ms", "keep-alive 5 s"}
+	loads := []*loadgen.Load{
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 2, KeepAlive: true, OnError: tl.failed(kinds[0])}),
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 2, OnError: tl.failed(kinds[1])}),
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=5000"}, Concurrency: 6, KeepAlive: true, OnError: tl.failed(kinds[2])}),
+	}
 	defer func() {
 		for _, l := range loads {
 			l.Stop()
@@ -123,12 +114,12 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 	// ... and a burst of 36 more (46 in flight want 9 pods) that holds
 	// the Revision at its 8 pods until it ends, as Knative's autoscale
 	// sample is loaded with hey -c 50.
+	kinds = append(kinds, "burst keep-alive 100 ms", "burst new-connection 100 ms")
 	burst := []*loadgen.Load{
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 18, KeepAlive: true}),
-		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 18}),
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 18, KeepAlive: true, OnError: tl.failed(kinds[3])}),
+		loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=100"}, Concurrency: 18, OnError: tl.failed(kinds[4])}),
 	}
 	loads = append(loads, burst...)
-	kinds = append(kinds, "burst keep-alive 100 ms", "burst new-connection 100 ms")
 	e2etest.Eventually(t, 3*time.Minute, "8 ready pods of "+first, func() error {
 		if n := readyPods(t, s, first, node); n != 8 {
 			return fmt.Errorf("%d ready on %s", n, node)

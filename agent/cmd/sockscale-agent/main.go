@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -35,6 +36,7 @@ import (
 
 	"github.com/sockscale/sockscale/agent/internal/connaudit"
 	"github.com/sockscale/sockscale/agent/internal/drain"
+	"github.com/sockscale/sockscale/agent/internal/endpointwatch"
 	"github.com/sockscale/sockscale/agent/internal/lifecycle"
 	"github.com/sockscale/sockscale/agent/internal/metrics"
 	"github.com/sockscale/sockscale/agent/internal/nodeaddr"
@@ -226,7 +228,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		// Leaving pods: their clients moved off kept-alive connections and
 		// their requests finished before the kubelet stops them (the
 		// preStop hooks of serving Revisions wait here).
-		drainer := drain.New(acct, pods, drain.Sockets{}, drain.Options{MinWait: cfg.drainMinWait, Log: log.With("part", "drain"), Registerer: reg})
+		endpoints := endpointwatch.New(nil)
+		go func() { errc <- endpoints.Run(ctx, client, cfg.nodeName) }()
+		drainer := drain.New(acct, pods, drain.Sockets{}, drain.Options{
+			MinWait: cfg.drainMinWait, Endpoints: endpoints, Log: log.With("part", "drain"), Registerer: reg,
+			Deleting: func(ctx context.Context, namespace, workload string) ([]types.UID, error) {
+				return podwatch.DeletingPods(ctx, client, cfg.nodeName, namespace, workload)
+			},
+		})
 		mux := http.NewServeMux()
 		mux.Handle("/drain", drainer.Handler())
 		go drainer.Run(ctx)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/sockscale/sockscale/agent/internal/endpointwatch"
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/bpf"
 )
@@ -27,6 +28,20 @@ type Kernel interface {
 // Pods lists the node's leaving pods (podwatch.Watcher).
 type Pods interface {
 	Leaving() []podwatch.Leaving
+	// Has says whether the pod is still there (not finished, not
+	// deleted).
+	Has(uid types.UID) bool
+}
+
+// Deleting lists the node's pods of a workload whose deletion the API
+// server has, read afresh (podwatch.DeletingPods): a preStop hook's wait
+// is for those, and the watch that Pods follows may not show them yet.
+type Deleting func(ctx context.Context, namespace, workload string) ([]types.UID, error)
+
+// Endpoints says whether some Service still sends new connections to an
+// address (endpointwatch.Watcher).
+type Endpoints interface {
+	Of(addr netip.Addr) endpointwatch.State
 }
 
 // ConnSource finds a pod's connections (Sockets).
@@ -43,17 +58,25 @@ type Options struct {
 	// left open for its client's next request before our side closes it
 	// (default 1 s).
 	IdleClose time.Duration
-	// MinWait is how long after its deletion a pod is held at least
-	// (default 2 s): the time kube-proxy and the activators take to stop
-	// sending it new connections, which a pod without any would otherwise
-	// refuse once its app stopped.
+	// MinWait is how long a pod is held at least after its deletion,
+	// and after the last EndpointSlice that listed it as ready stopped
+	// doing so (default 2 s): the time kube-proxy and the activators take
+	// to stop sending it new connections, which a pod without any would
+	// otherwise refuse once its app stopped.
 	MinWait time.Duration
 	// Quiet is how long no new request may have started on a pod before
 	// it counts as drained (default 1 s): new connections still coming
 	// mean some kube-proxy or activator has not yet stopped sending it
 	// any, however long MinWait was; a request that came just after the
 	// drain ended would meet an app that stopped.
-	Quiet      time.Duration
+	Quiet time.Duration
+	// Endpoints, if set, holds a pod while some EndpointSlice lists it
+	// as ready (and MinWait after); nil, or before its first list, the
+	// deletion alone starts MinWait.
+	Endpoints Endpoints
+	// Deleting, if set, tells each wait which pods it is for; nil, a
+	// wait is for the leaving pods the watch shows.
+	Deleting   Deleting
 	Clock      clock.WithTicker
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -69,7 +92,8 @@ const stillDrainingEvery = 10 * time.Second
 // client to close it, and an idle one is closed after IdleClose. A pod is
 // drained when none of its connections has a request in flight or is
 // idle, the kernel counts no request in flight on it and none started for
-// Quiet, and MinWait has passed since its deletion; Wait tells a preStop
+// Quiet, no EndpointSlice lists it as ready, and MinWait has passed since
+// its deletion and since the last slice dropped it; Wait tells a preStop
 // hook so.
 type Drainer struct {
 	kernel  Kernel
@@ -97,6 +121,11 @@ type podState struct {
 	kernelInFlight int64
 	started        uint64
 	quietFrom      time.Time
+	// What the EndpointSlices said at the last round: the slices that
+	// still list the pod as ready, or since when none does (zero: none
+	// ever did, or they are not known).
+	readyIn    []string
+	unroutedAt time.Time
 	// done: drained and held for MinWait; then no longer looked at.
 	done bool
 	// toldAt is when the log last said what holds the pod; readErr the
@@ -109,6 +138,15 @@ type podState struct {
 // connections showed them, or as the kernel counted them when that is
 // more (a request on a connection not accepted yet).
 func (st *podState) inFlight() int { return max(st.last.InFlight, int(st.kernelInFlight)) }
+
+// heldFrom is when MinWait starts: at the pod's deletion, or later when
+// an EndpointSlice listed it as ready after that.
+func (st *podState) heldFrom() time.Time {
+	if st.unroutedAt.After(st.leaving.Since) {
+		return st.unroutedAt
+	}
+	return st.leaving.Since
+}
 
 // New returns a Drainer; Run drives it.
 func New(kernel Kernel, pods Pods, conns ConnSource, o Options) *Drainer {
@@ -170,7 +208,9 @@ func (d *Drainer) Round() {
 		}
 		st.last = d.look(now, st)
 		d.observeKernel(now, st, snap)
-		if st.last.Drained() && st.kernelInFlight == 0 && now.Sub(st.quietFrom) >= d.opts.Quiet && now.Sub(l.Since) >= d.opts.MinWait {
+		d.observeEndpoints(st)
+		if st.last.Drained() && st.kernelInFlight == 0 && now.Sub(st.quietFrom) >= d.opts.Quiet &&
+			len(st.readyIn) == 0 && now.Sub(st.heldFrom()) >= d.opts.MinWait {
 			st.done = true
 			d.metrics.drains.WithLabelValues(resultDrained).Inc()
 			d.metrics.took.Observe(now.Sub(l.Since).Seconds())
@@ -182,7 +222,8 @@ func (d *Drainer) Round() {
 			st.toldAt = now
 			d.log.Info("still draining", "pod", l.Namespace+"/"+l.Name, "for", now.Sub(l.Since).Round(time.Second),
 				"requests_in_flight", st.last.InFlight, "idle_connections", st.last.Idle, "kernel_requests_in_flight", st.kernelInFlight,
-				"last_request_started", now.Sub(st.quietFrom).Round(time.Millisecond), "opaque", st.last.Opaque, "unknown", st.last.Unknown)
+				"last_request_started", now.Sub(st.quietFrom).Round(time.Millisecond), "ready_in", st.readyIn,
+				"opaque", st.last.Opaque, "unknown", st.last.Unknown)
 		}
 	}
 	for uid, st := range d.states {
@@ -253,6 +294,19 @@ func (d *Drainer) observeKernel(now time.Time, st *podState, snap map[netip.Addr
 	}
 }
 
+// observeEndpoints keeps what the EndpointSlices say of st's pod: which
+// still list it as ready (kube-proxy and its peers send it new
+// connections by those), or since when none does.
+func (d *Drainer) observeEndpoints(st *podState) {
+	st.readyIn, st.unroutedAt = nil, time.Time{}
+	if d.opts.Endpoints == nil {
+		return
+	}
+	if e := d.opts.Endpoints.Of(st.leaving.IP); e.Known {
+		st.readyIn, st.unroutedAt = e.Slices, e.Since
+	}
+}
+
 // look runs one round over a pod's connections. Called with d.mu held:
 // the socket reads are quick, and rounds are serial anyway.
 func (d *Drainer) look(now time.Time, st *podState) Round {
@@ -319,23 +373,46 @@ type Result struct {
 	InFlight int
 }
 
-// Wait blocks until every leaving pod of namespace and workload is drained,
-// ctx ends (the caller's deadline), or, if none is leaving, for
-// noneGrace: the kubelet calls a preStop hook only after the pod's
-// deletion, which the agent sees a moment later, or never if its watch is
-// behind.
+// Wait blocks until every pod of namespace's workload that is leaving
+// the node is drained, or ctx ends (the caller's deadline). The kubelet
+// calls a preStop hook right after the pod's deletion, which the agent's
+// watch may show only later: with Options.Deleting, the wait is for the
+// pods the API server has deleting when it begins (its caller's among
+// them), each until it is drained or gone; none deleting (a container
+// restarted for its liveness probe) ends it at once. Without, or when
+// that read fails, it is for the leaving pods the watch shows, and if
+// none shows within noneGrace it ends.
 func (d *Drainer) Wait(ctx context.Context, namespace, workload string, noneGrace time.Duration) Result {
 	start := d.clock.Now()
+	var uids []types.UID
+	fresh := false
+	if d.opts.Deleting != nil {
+		var err error
+		if uids, err = d.opts.Deleting(ctx, namespace, workload); err == nil {
+			fresh = true
+		} else {
+			d.metrics.errors.Inc()
+			d.log.Warn("drain: cannot list the pods being deleted; the wait goes by the watch", "workload", namespace+"/"+workload, "error", err)
+		}
+	}
 	for {
 		d.mu.Lock()
 		tick := d.tick
 		d.mu.Unlock()
-		r := d.waitResult(namespace, workload)
-		if r.Pods > 0 && r.Drained == r.Pods {
-			return r
-		}
-		if r.Pods == 0 && d.clock.Since(start) >= noneGrace {
-			return r
+		var r Result
+		if fresh {
+			r = d.waitResultOf(uids)
+			if r.Drained == r.Pods {
+				return r
+			}
+		} else {
+			r = d.waitResult(namespace, workload)
+			if r.Pods > 0 && r.Drained == r.Pods {
+				return r
+			}
+			if r.Pods == 0 && d.clock.Since(start) >= noneGrace {
+				return r
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -360,6 +437,26 @@ func (d *Drainer) waitResult(namespace, workload string) Result {
 			r.Drained++
 		} else {
 			r.InFlight += st.inFlight()
+		}
+	}
+	return r
+}
+
+// waitResultOf is what Wait finds now of the pods uids: each drained, or
+// gone (nothing left to wait for), or still to drain, which includes one
+// the watch does not show leaving yet.
+func (d *Drainer) waitResultOf(uids []types.UID) Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := Result{Pods: len(uids)}
+	for _, uid := range uids {
+		switch st := d.states[uid]; {
+		case st != nil && st.done:
+			r.Drained++
+		case st != nil:
+			r.InFlight += st.inFlight()
+		case !d.pods.Has(uid):
+			r.Drained++ // finished or deleted: it no longer holds its address
 		}
 	}
 	return r

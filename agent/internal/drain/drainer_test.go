@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"context"
 	"net/netip"
 	"sync"
 	"testing"
@@ -8,8 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/sockscale/sockscale/agent/internal/endpointwatch"
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/bpf"
 )
@@ -74,5 +77,114 @@ func TestDrainedWhenTheKernelIsQuiet(t *testing.T) {
 	}
 	if doneAt != 3*time.Second {
 		t.Errorf("drained at %v, want 3s: Quiet (1s) after the last request started (2s), none in flight since 2.5s", doneAt)
+	}
+}
+
+// TestWaitIsForThePodsBeingDeleted: the kubelet calls a pod's preStop
+// hook as soon as it sees the deletion, which the agent's watch may show
+// only later, while a pod of the same workload that left before is still
+// there, drained. The wait is for the pods the API server has deleting
+// (the caller's among them): it holds until the new one drained, not
+// just until the ones the watch shows are.
+func TestWaitIsForThePodsBeingDeleted(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	old := podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "old"}, IP: netip.MustParseAddr("10.0.0.5"), Since: t0}
+	pods := &fakePods{l: []podwatch.Leaving{old}, alive: map[types.UID]bool{"new": true}}
+	deleting := func(_ context.Context, ns, workload string) ([]types.UID, error) {
+		if ns != "shop" || workload != "cart" {
+			t.Errorf("listed %s/%s, want shop/cart", ns, workload)
+		}
+		return []types.UID{"old", "new", "finished"}, nil // finished: deleted before the wait, no longer there
+	}
+	d := New(noKernel{}, pods, noConns{}, Options{Clock: clk, MinWait: time.Second, Deleting: deleting})
+	for range 5 { // the old pod drains
+		clk.Step(500 * time.Millisecond)
+		d.Round()
+	}
+	if !d.states["old"].done {
+		t.Fatal("the pod that left first is not drained after 2.5 s")
+	}
+	done := make(chan Result, 1)
+	go func() { done <- d.Wait(context.Background(), "shop", "cart", 2*time.Second) }()
+	// The watch shows the new pod leaving two rounds later; it drains
+	// MinWait after its deletion.
+	var answeredAt time.Duration
+	for at := 500 * time.Millisecond; at <= 5*time.Second && answeredAt == 0; at += 500 * time.Millisecond {
+		time.Sleep(20 * time.Millisecond) // the wait is in
+		if at == time.Second {
+			pods.set(old, podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "new"}, IP: netip.MustParseAddr("10.0.0.6"), Since: clk.Now()})
+		}
+		clk.Step(500 * time.Millisecond)
+		d.Round()
+		select {
+		case r := <-done:
+			answeredAt = at
+			if r.Pods != 3 || r.Drained != 3 {
+				t.Errorf("answered %+v, want 3 pods, 3 drained (or gone)", r)
+			}
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if answeredAt != 2*time.Second {
+		t.Errorf("the wait answered at %v, want 2s: when the pod deleted at 1s drained (MinWait 1s)", answeredAt)
+	}
+	// Nothing being deleted (a container restarted for its liveness
+	// probe): at once.
+	d.opts.Deleting = func(context.Context, string, string) ([]types.UID, error) { return nil, nil }
+	if r := d.Wait(context.Background(), "shop", "cart", 2*time.Second); r.Pods != 0 {
+		t.Errorf("none being deleted: %+v, want 0 pods", r)
+	}
+}
+
+// fakeEndpoints says what the test sets of every address.
+type fakeEndpoints struct {
+	mu sync.Mutex
+	st endpointwatch.State
+}
+
+func (e *fakeEndpoints) Of(netip.Addr) endpointwatch.State {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.st
+}
+
+// TestHeldWhileAnEndpointSliceListsIt: a pod some EndpointSlice still
+// lists as ready (the public Service's mirror not yet updated, say) gets
+// new connections from kube-proxy whatever the kernel saw so far: it is
+// held until no slice lists it, then MinWait more.
+func TestHeldWhileAnEndpointSliceListsIt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IP: netip.MustParseAddr("10.0.0.5"), Since: t0}}}
+	ep := &fakeEndpoints{st: endpointwatch.State{Known: true, Routed: true, Slices: []string{"shop/cart-public-1"}}}
+	d := New(noKernel{}, pods, noConns{}, Options{Clock: clk, MinWait: time.Second, Endpoints: ep})
+	var doneAt time.Duration
+	for at := time.Duration(0); at <= 10*time.Second && doneAt == 0; at += 500 * time.Millisecond {
+		clk.SetTime(t0.Add(at))
+		if at == 3*time.Second {
+			ep.mu.Lock()
+			ep.st = endpointwatch.State{Known: true, Since: clk.Now()}
+			ep.mu.Unlock()
+		}
+		d.Round()
+		if d.states["u1"].done {
+			doneAt = at
+		}
+	}
+	if doneAt != 4*time.Second {
+		t.Errorf("drained at %v, want 4s: MinWait (1s) after the last slice stopped listing it (3s)", doneAt)
+	}
+	// Slices not known yet (the watch has not listed, or may not): the
+	// deletion alone starts MinWait.
+	pods.set(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u2"}, IP: netip.MustParseAddr("10.0.0.6"), Since: clk.Now()})
+	ep.st = endpointwatch.State{Routed: true}
+	for range 3 { // MinWait, and Quiet (1 s) from its first round
+
+		clk.Step(500 * time.Millisecond)
+		d.Round()
+	}
+	if !d.states["u2"].done {
+		t.Error("slices unknown: not drained 1.5 s after the deletion")
 	}
 }

@@ -10,16 +10,30 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
 	"github.com/sockscale/sockscale/bpf"
 )
 
-// fakePods is the Pods of a node whose leaving pods the test sets.
+// fakePods is the Pods of a node whose leaving pods the test sets; Has
+// is true of those and of the pods in alive.
 type fakePods struct {
-	mu sync.Mutex
-	l  []podwatch.Leaving
+	mu    sync.Mutex
+	l     []podwatch.Leaving
+	alive map[types.UID]bool
+}
+
+func (p *fakePods) Has(uid types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.l {
+		if l.UID == uid {
+			return true
+		}
+	}
+	return p.alive[uid]
 }
 
 func (p *fakePods) Leaving() []podwatch.Leaving {

@@ -363,6 +363,34 @@ func (w *Watcher) Leaving() []Leaving {
 	return out
 }
 
+// Has says whether the watch has pod uid with an address: not yet
+// finished or deleted.
+func (w *Watcher) Has(uid types.UID) bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	_, ok := w.pods[uid]
+	return ok
+}
+
+// DeletingPods lists the pods on node of namespace's workload (as
+// Pod.Workload names it) whose deletion the API server has: a read of
+// its own, not the watch, which may be behind the kubelet that acts on
+// the deletion.
+func DeletingPods(ctx context.Context, client kubernetes.Interface, node, namespace, workload string) ([]types.UID, error) {
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the pods of %s on %s: %w", namespace, node, err)
+	}
+	var out []types.UID
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp != nil && describe(p).Workload == workload {
+			out = append(out, p.UID)
+		}
+	}
+	return out, nil
+}
+
 // Lookup says who the pod at ip is.
 func (w *Watcher) Lookup(ip netip.Addr) (Pod, bool) {
 	w.mu.RLock()

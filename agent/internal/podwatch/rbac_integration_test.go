@@ -4,14 +4,17 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
@@ -79,5 +82,61 @@ func TestIntegrationPodWatchUnderItsGeneratedRole(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("watch: %v", err)
 		}
+	}
+}
+
+// DeletingPods, under the same generated role, reads from the API server
+// the node's pods of one workload that are being deleted: not those of
+// another workload or node, not those still running.
+func TestIntegrationDeletingPods(t *testing.T) {
+	cl := testenv.ControlPlane(t)
+	ctx := context.Background()
+	if err := cl.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]types.UID{}
+	for _, p := range []struct {
+		name, node, replicaSet string
+		deleting               bool
+	}{
+		{"cart-1", "node-a", "cart-5d9f", true},
+		{"cart-2", "node-a", "cart-5d9f", false},
+		{"cart-3", "node-b", "cart-5d9f", true},
+		{"cart-4", "node-a", "cart-77aa", true}, // an older ReplicaSet of the same Deployment
+		{"carton-1", "node-a", "carton-5d9f", true},
+	} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: p.name, Finalizers: []string{"test.sockscale.dev/hold"},
+				Labels:          map[string]string{"pod-template-hash": p.replicaSet[strings.LastIndex(p.replicaSet, "-")+1:]},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: p.replicaSet, UID: "rs-" + types.UID(p.replicaSet), Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: p.node, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}
+		if err := cl.Client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		uids[p.name] = pod.UID
+		t.Cleanup(func() {
+			pod.Finalizers = nil
+			_ = cl.Client.Update(context.Background(), pod)
+		})
+		if p.deleting {
+			if err := cl.Client.Delete(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	client, err := kubernetes.NewForConfig(cl.ConfigAs(t, "agent", testenv.GeneratedRules(t, "agent/role.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DeletingPods(ctx, client, "node-a", "shop", "cart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := []types.UID{uids["cart-1"], uids["cart-4"]}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("deleting pods of shop/cart on node-a: %v, want cart-1's and cart-4's %v", got, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
@@ -23,6 +24,11 @@ type Options struct {
 	Header http.Header
 	// Spans keeps each request's in-flight span (see Result.InFlightArea).
 	Spans bool
+	// OnError, if set, is told of each failed request as it fails, with
+	// the local address of the connection it was sent on (nil when it
+	// had none): a test that must explain a failure lines it up with
+	// what else happened then.
+	OnError func(err error, local net.Addr)
 	// Client sends the requests, and keeps its connections when the loop
 	// ends, for the next loop to reuse (see NewClient). Nil: a client of
 	// the loop's own, whose connections close with it.
@@ -72,8 +78,11 @@ func Start(ctx context.Context, opts Options) *Load {
 		wg.Go(func() {
 			var mine Result
 			for i := g; ctx.Err() == nil; i += opts.Concurrency {
-				span, took, err := do(client, opts.URLs[i%len(opts.URLs)], opts.Header)
+				span, took, local, err := do(client, opts.URLs[i%len(opts.URLs)], opts.Header)
 				if err != nil {
+					if opts.OnError != nil {
+						opts.OnError(err, local)
+					}
 					if mine.Failed++; mine.FirstError == nil {
 						mine.FirstError = err
 					}
@@ -124,12 +133,14 @@ func (l *Load) Stop() *Result {
 	return &l.res
 }
 
-func do(client *http.Client, url string, header http.Header) (Span, time.Duration, error) {
-	var span Span
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { span.Start = time.Now() }}
+func do(client *http.Client, url string, header http.Header) (span Span, took time.Duration, local net.Addr, err error) {
+	trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+		span.Start = time.Now()
+		local = c.Conn.LocalAddr()
+	}}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, url, nil)
 	if err != nil {
-		return span, 0, err
+		return span, 0, nil, err
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -144,7 +155,7 @@ func do(client *http.Client, url string, header http.Header) (Span, time.Duratio
 		}
 	}
 	span.End = time.Now()
-	return span, span.End.Sub(t0), err
+	return span, span.End.Sub(t0), local, err
 }
 
 // InFlightArea is the time integral of the client's requests in flight

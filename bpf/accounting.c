@@ -58,6 +58,7 @@
 //   lib/message.h    HTTP/1.x message parser of both directions: where each message ends
 //   lib/request.h    client bytes: requests counted, opaque at the start, resynchronising
 //   lib/response.h   server bytes: requests completed, resynchronising
+//   lib/h2.h         HTTP/2 with prior knowledge: streams counted from their frames
 //   lib/segment.h    a TCP segment's new bytes in order, to the request or response side
 //   lib/accept.h     a new connection's state, from the bytes it sent before the accept
 //   lib/adopt.h      state for connections open before the programs were loaded (an upgrade)
@@ -78,6 +79,7 @@
 #include "lib/message.h"
 #include "lib/request.h"
 #include "lib/response.h"
+#include "lib/h2.h"
 #include "lib/accept.h"
 #include "lib/adopt.h"
 #include "lib/segment.h"

@@ -21,6 +21,8 @@
 #define PROOF_WINDOWS 4       // windows searched for the end of a request line that resynchronises
 #define MAX_STASHED 4096      // connections whose first bytes reached the listening socket, until accepted
 #define TENURE_NONE (~0ULL)   // a connection's tenure until count_accepted confirms its pod: no slot's
+#define MAX_H2_STREAMS 128    // HTTP/2 streams in flight on one connection followed one by one
+#define MAX_H2_FRAMES 4096    // HTTP/2 frame steps per segment and direction before the walk gives up
 
 // One kind of request (all, or proxied only) of one pod.
 struct req_stats {
@@ -47,6 +49,8 @@ struct pod_stats {
 	__u64 opaque_total;       // connections that switched to connection level
 	__u64 probes_total;       // health-probe requests, not counted as load
 	__u64 learned_gone;       // connections the agent learned (see learned_conn) whose first segment came since
+	__s64 h2_in_flight;       // open connections whose HTTP/2 streams are followed (lib/h2.h)
+	__u64 h2_total;           // connections followed as HTTP/2
 };
 
 // A connection the agent found open in the kernel's socket table with no
@@ -185,6 +189,7 @@ struct conn {
 	__u32 rx_first;    // a stash entry's (lib/conn.h): the sequence number of its first byte
 	__u8 adopted;      // open before the programs were loaded: ends at a FIN or RST too (lib/adopt.h)
 	__u8 counted;      // count_accepted counted it (once, though adopt and sock_ops may both try)
+	__u8 h2;           // H2_*: HTTP/2, its streams followed in its struct h2_conn (lib/h2.h)
 
 	struct msg rx;     // the request parser
 	struct scan rxs;
@@ -201,6 +206,42 @@ _Static_assert(__builtin_offsetof(struct conn, rx) == 56 && __builtin_offsetof(s
 		       __builtin_offsetof(struct conn, start_ns) == 184,
 	       "the cache lines above");
 
+// What a connection's h2 flag says (lib/h2.h).
+enum {
+	H2_NONE = 0,         // not HTTP/2 (or not yet known)
+	H2_SERVER_FIRST = 1, // the server's first bytes were an HTTP/2 SETTINGS frame; the client's preface decides
+	H2_FOLLOW = 2,       // HTTP/2 with prior knowledge: its frames and streams are followed
+};
+
+// One direction's HTTP/2 framing: where the next frame header starts, and
+// the walk's scratch while one segment is walked (in the map value, not on
+// the stack: see struct scan).
+struct h2_dir {
+	__u32 left;   // bytes of the current frame's payload not yet seen
+	__u32 frames; // frames seen (the client's first after the preface must be SETTINGS)
+	__u32 off;    // scratch: the segment's next byte to walk ...
+	__u32 end;    // ... and its end
+	__s32 err;    // scratch: 0, PARSE_ERROR or PARSE_LIMIT
+	__u8 have;    // bytes of the next frame header seen so far, in hdr
+	__u8 _pad[3];
+	__u8 hdr[16]; // a frame header split over two segments (9 bytes; 16 for the index mask)
+};
+
+// An HTTP/2 connection's streams: each stream the client opened that is in
+// flight, with its start time, in a slot of ids/start_ns (id 0: a free
+// slot). Ingress fills a slot, and egress (or ingress, at a client's
+// RST_STREAM) frees it with a compare-and-swap, which only one of them
+// wins; the counts change under the pod's lock as for HTTP/1.x.
+struct h2_conn {
+	struct h2_dir rx;   // the client's frames
+	struct h2_dir tx;   // the server's frames
+	__u32 max_stream;   // the highest stream the client opened
+	__u32 _pad;
+	__u64 start_sum;    // the sum of the start times of the streams in flight (under the pod's lock)
+	__u32 ids[MAX_H2_STREAMS];
+	__u64 start_ns[MAX_H2_STREAMS];
+};
+
 // Counted events that indicate limits or bugs; exported as agent metrics.
 enum event {
 	EV_CONN_UNTRACKED = 0, // a connection was not tracked: no memory for its state
@@ -211,6 +252,9 @@ enum event {
 	                      // the accept and not kept) were not body bytes it could skip: it lost the stream
 	EV_RESYNC,            // a parser that had lost the stream found it again
 	EV_ADOPTED,           // a connection open before the programs were loaded was adopted (lib/adopt.h)
+	EV_H2_FULL,           // an HTTP/2 stream was not counted: MAX_H2_STREAMS were in flight on its connection
+	EV_H2_LOST,           // HTTP/2 frames could not be followed (a framing error, MAX_H2_FRAMES, a gap):
+	                      // the connection fell back to connection level
 	EV_MAX,
 };
 

@@ -35,7 +35,8 @@ type accountingConn struct {
 	RxFirst   uint32
 	Adopted   uint8
 	Counted   uint8
-	_         [2]byte
+	H2        uint8
+	_         [1]byte
 	Rx        accountingMsg
 	Rxs       struct {
 		_    structs.HostLayout
@@ -74,6 +75,37 @@ type accountingConnKey struct {
 	PeerIp   uint32
 	PodPort  uint16
 	PeerPort uint16
+}
+
+type accountingH2Conn struct {
+	_  structs.HostLayout
+	Rx struct {
+		_      structs.HostLayout
+		Left   uint32
+		Frames uint32
+		Off    uint32
+		End    uint32
+		Err    int32
+		Have   uint8
+		Pad    [3]uint8
+		Hdr    [16]uint8
+	}
+	Tx struct {
+		_      structs.HostLayout
+		Left   uint32
+		Frames uint32
+		Off    uint32
+		End    uint32
+		Err    int32
+		Have   uint8
+		Pad    [3]uint8
+		Hdr    [16]uint8
+	}
+	MaxStream uint32
+	Pad       uint32
+	StartSum  uint64
+	Ids       [128]uint32
+	StartNs   [128]uint64
 }
 
 type accountingLearnedConn struct {
@@ -126,6 +158,8 @@ type accountingPodStats struct {
 	OpaqueTotal    uint64
 	ProbesTotal    uint64
 	LearnedGone    uint64
+	H2InFlight     int64
+	H2Total        uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -140,6 +174,8 @@ const (
 	accountingMapDrainSeen         = "drain_seen"
 	accountingMapDraining          = "draining"
 	accountingMapEvents            = "events"
+	accountingMapH2Store           = "h2_store"
+	accountingMapH2Zero            = "h2_zero"
 	accountingMapLearned           = "learned"
 	accountingMapNodeAddrs         = "node_addrs"
 	accountingMapPodCounters       = "pod_counters"
@@ -211,6 +247,8 @@ type accountingMapSpecs struct {
 	DrainSeen   *ebpf.MapSpec `ebpf:"drain_seen"`
 	Draining    *ebpf.MapSpec `ebpf:"draining"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
+	H2Store     *ebpf.MapSpec `ebpf:"h2_store"`
+	H2Zero      *ebpf.MapSpec `ebpf:"h2_zero"`
 	Learned     *ebpf.MapSpec `ebpf:"learned"`
 	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
@@ -252,6 +290,8 @@ type accountingMaps struct {
 	DrainSeen   *ebpf.Map `ebpf:"drain_seen"`
 	Draining    *ebpf.Map `ebpf:"draining"`
 	Events      *ebpf.Map `ebpf:"events"`
+	H2Store     *ebpf.Map `ebpf:"h2_store"`
+	H2Zero      *ebpf.Map `ebpf:"h2_zero"`
 	Learned     *ebpf.Map `ebpf:"learned"`
 	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
@@ -269,6 +309,8 @@ func (m *accountingMaps) Close() error {
 		m.DrainSeen,
 		m.Draining,
 		m.Events,
+		m.H2Store,
+		m.H2Zero,
 		m.Learned,
 		m.NodeAddrs,
 		m.PodCounters,

@@ -541,6 +541,8 @@ func (a *Accounting) Snapshot() (Snapshot, error) {
 			ConnsTotal:          v.ConnsTotal,
 			OpaqueConnsInFlight: v.OpaqueInFlight,
 			OpaqueConnsTotal:    v.OpaqueTotal,
+			H2ConnsInFlight:     v.H2InFlight,
+			H2ConnsTotal:        v.H2Total,
 			ProbesTotal:         v.ProbesTotal,
 		}
 	}
@@ -577,7 +579,7 @@ func connsInFlight(v accountingPodStats, adj accountingConnAdjust) int64 {
 // found it again, summed over CPUs.
 func (a *Accounting) Events() (Events, error) {
 	var ev Events
-	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync, &ev.Adopted} {
+	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync, &ev.Adopted, &ev.H2Full, &ev.H2Lost} {
 		var perCPU []uint64
 		if err := a.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
 			return Events{}, fmt.Errorf("read event %d: %w", i, err)

@@ -42,6 +42,9 @@ const (
 	accountingtestMapDraining             = "draining"
 	accountingtestMapDropRules            = "drop_rules"
 	accountingtestMapEvents               = "events"
+	accountingtestMapH2Conns              = "h2_conns"
+	accountingtestMapH2Store              = "h2_store"
+	accountingtestMapH2Zero               = "h2_zero"
 	accountingtestMapLearned              = "learned"
 	accountingtestMapNodeAddrs            = "node_addrs"
 	accountingtestMapPodCounters          = "pod_counters"
@@ -120,6 +123,9 @@ type accountingtestMapSpecs struct {
 	Draining    *ebpf.MapSpec `ebpf:"draining"`
 	DropRules   *ebpf.MapSpec `ebpf:"drop_rules"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
+	H2Conns     *ebpf.MapSpec `ebpf:"h2_conns"`
+	H2Store     *ebpf.MapSpec `ebpf:"h2_store"`
+	H2Zero      *ebpf.MapSpec `ebpf:"h2_zero"`
 	Learned     *ebpf.MapSpec `ebpf:"learned"`
 	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
 	PodCounters *ebpf.MapSpec `ebpf:"pod_counters"`
@@ -164,6 +170,9 @@ type accountingtestMaps struct {
 	Draining    *ebpf.Map `ebpf:"draining"`
 	DropRules   *ebpf.Map `ebpf:"drop_rules"`
 	Events      *ebpf.Map `ebpf:"events"`
+	H2Conns     *ebpf.Map `ebpf:"h2_conns"`
+	H2Store     *ebpf.Map `ebpf:"h2_store"`
+	H2Zero      *ebpf.Map `ebpf:"h2_zero"`
 	Learned     *ebpf.Map `ebpf:"learned"`
 	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
 	PodCounters *ebpf.Map `ebpf:"pod_counters"`
@@ -184,6 +193,9 @@ func (m *accountingtestMaps) Close() error {
 		m.Draining,
 		m.DropRules,
 		m.Events,
+		m.H2Conns,
+		m.H2Store,
+		m.H2Zero,
 		m.Learned,
 		m.NodeAddrs,
 		m.PodCounters,

@@ -16,8 +16,9 @@ const (
 	ConnWaiting
 	// ConnBusy is a request being received or its response sent.
 	ConnBusy
-	// ConnOpaque is accounting per connection (TLS, h2, other protocols) or
-	// upgraded (a websocket): its requests cannot be seen.
+	// ConnOpaque is accounting per connection (TLS, other protocols),
+	// upgraded (a websocket), or HTTP/2: its requests cannot be seen, or
+	// (HTTP/2) the connection cannot be asked to close by a header.
 	ConnOpaque
 )
 

@@ -30,10 +30,16 @@ type PodCounters struct {
 	// ConnsTotal counts connections accepted since the pod was added.
 	ConnsTotal uint64
 	// OpaqueConnsInFlight and OpaqueConnsTotal count the connections whose
-	// bytes are not HTTP/1.x (TLS, h2, other protocols). Each such
-	// connection is accounted as one request for its whole life.
+	// bytes are neither HTTP/1.x nor HTTP/2 with prior knowledge (TLS,
+	// other protocols), or whose HTTP/2 frames could not be followed. Each
+	// such connection is accounted as one request for its whole life.
 	OpaqueConnsInFlight int64
 	OpaqueConnsTotal    uint64
+	// H2ConnsInFlight and H2ConnsTotal count the connections followed as
+	// HTTP/2 with prior knowledge (h2c, gRPC): each of their streams is a
+	// request.
+	H2ConnsInFlight int64
+	H2ConnsTotal    uint64
 	// ProbesTotal counts requests that were recognised as health probes
 	// (kubelet, sockscale) and therefore not counted as load.
 	ProbesTotal uint64
@@ -78,6 +84,13 @@ type Events struct {
 	// taken up at their next client bytes: counted as connections from
 	// then on, their requests from the next whole request line.
 	Adopted uint64
+	// H2Full counts HTTP/2 streams not counted because MaxH2Streams were
+	// in flight on their connection already.
+	H2Full uint64
+	// H2Lost counts HTTP/2 connections whose frames could not be followed
+	// (a framing error, too many frames in one segment, bytes never seen):
+	// accounted at connection level from then on.
+	H2Lost uint64
 }
 
 // Limits of the kernel maps and parsers (accounting.h).
@@ -94,4 +107,8 @@ const (
 	// counted one by one; a client that pipelines deeper loses the
 	// parser the stream until no request is in flight.
 	MaxPipeline = 16
+	// MaxH2Streams is how many HTTP/2 streams in flight on one connection
+	// are counted one by one; a stream opened beyond them is not counted
+	// (Events.H2Full).
+	MaxH2Streams = 128
 )

@@ -79,7 +79,7 @@ int sockscale_drain(struct sk_msg_md *msg)
 		return SK_PASS;
 	*seen = 1;
 	c = bpf_sk_storage_get(&conn_store, sk, 0, 0);
-	if (c && (c->opaque || c->tunnel))
+	if (c && (c->opaque || c->tunnel || c->h2))
 		return SK_PASS; // not HTTP/1.x, or upgraded
 	if (msg->size < STATUS_LINE_MAX || bpf_msg_pull_data(msg, 0, STATUS_LINE_MAX, 0))
 		return SK_PASS; // a short write: no room to look for the status line

@@ -41,6 +41,7 @@ var (
 	connPoppedOff  = int(unsafe.Offsetof(accountingConn{}.Popped))
 	connOpaqueOff  = int(unsafe.Offsetof(accountingConn{}.Opaque))
 	connTunnelOff  = int(unsafe.Offsetof(accountingConn{}.Tunnel))
+	connH2Off      = int(unsafe.Offsetof(accountingConn{}.H2))
 	connRxGapOff   = int(unsafe.Offsetof(accountingConn{}.RxGap))
 	connRxStateOff = int(unsafe.Offsetof(accountingConn{}.Rx) + unsafe.Offsetof(accountingMsg{}.State))
 	connTxStateOff = int(unsafe.Offsetof(accountingConn{}.Tx) + unsafe.Offsetof(accountingMsg{}.State))
@@ -74,7 +75,9 @@ func connActivityOf(state []byte) ConnActivity {
 	if len(state) < connSize || state[connClosedOff] != 0 {
 		return ConnUnknown
 	}
-	if state[connOpaqueOff] != 0 || state[connTunnelOff] != 0 {
+	// HTTP/2 is not asked to close by a header: its streams are counted,
+	// but the connection is the app's to end (GOAWAY), as for TLS.
+	if state[connOpaqueOff] != 0 || state[connTunnelOff] != 0 || state[connH2Off] != 0 {
 		return ConnOpaque
 	}
 	rx, tx := state[connRxStateOff], state[connTxStateOff]

@@ -30,6 +30,7 @@ func TestConnActivityOf(t *testing.T) {
 		{"lost response stream", state(func(c *accountingConn) { c.Tx.State = msLost }), ConnUnknown},
 		{"opaque", state(func(c *accountingConn) { c.Opaque = 1 }), ConnOpaque},
 		{"upgraded", state(func(c *accountingConn) { c.Tunnel, c.Pushed = 1, 1 }), ConnOpaque},
+		{"HTTP/2, no stream in flight", state(func(c *accountingConn) { c.H2 = 2 }), ConnOpaque},
 		{"closed", state(func(c *accountingConn) { c.Closed = 1 }), ConnUnknown},
 	}
 	for _, tt := range tests {

@@ -32,6 +32,18 @@ type modelView struct {
 	Seen, Load, Answered, Opaque, Tunnel, RxGap                       bool
 	GapSeq, GapEnd                                                    uint32
 	Rx, Tx                                                            msgView
+	H2                                                                uint8
+	H2InFlight, H2Total                                               int64
+	H2Rx, H2Tx                                                        h2DirView
+	H2MaxStream                                                       uint32
+	H2Ids                                                             [maxH2Streams]uint32
+}
+
+// h2DirView is one direction's HTTP/2 framing as compared.
+type h2DirView struct {
+	Left, Frames uint32
+	Have         uint8
+	Hdr          [h2HeaderLen]byte
 }
 
 func msgViewOf(m accountingMsg) msgView {
@@ -49,6 +61,7 @@ func (h *progHarness) connView(c accountingConn) modelView {
 	return modelView{
 		InFlight: s.All.InFlight, Started: int64(s.All.Started), Completed: int64(s.All.Completed),
 		Probes: int64(s.ProbesTotal), OpaqueInFlight: s.OpaqueInFlight, OpaqueTotal: int64(s.OpaqueTotal),
+		H2InFlight: s.H2InFlight, H2Total: int64(s.H2Total),
 		Events: h.events(),
 		RxNext: c.RxNext, TxNext: c.TxNext, Pushed: c.Pushed, Popped: c.Popped, HeadBits: c.HeadBits, ProbeBits: c.ProbeBits,
 		Seen: c.Seen == 1, Load: c.Load == 1, Answered: c.Answered == 1, Opaque: c.Opaque == 1, Tunnel: c.Tunnel == 1, RxGap: c.RxGap == 1,
@@ -56,7 +69,19 @@ func (h *progHarness) connView(c accountingConn) modelView {
 	}
 }
 
-func (h *progHarness) view() modelView { return h.connView(h.conn()) }
+func (h *progHarness) view() modelView {
+	h.t.Helper()
+	v := h.connView(h.conn())
+	v.H2 = h.conn().H2
+	var h2 accountingH2Conn
+	if err := h.objs.H2Conns.Lookup(&h.key, &h2); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		h.t.Fatalf("read HTTP/2 state: %v", err)
+	}
+	v.H2Rx = h2DirView{Left: h2.Rx.Left, Frames: h2.Rx.Frames, Have: h2.Rx.Have, Hdr: [h2HeaderLen]byte(h2.Rx.Hdr[:h2HeaderLen])}
+	v.H2Tx = h2DirView{Left: h2.Tx.Left, Frames: h2.Tx.Frames, Have: h2.Tx.Have, Hdr: [h2HeaderLen]byte(h2.Tx.Hdr[:h2HeaderLen])}
+	v.H2MaxStream, v.H2Ids = h2.MaxStream, h2.Ids
+	return v
+}
 
 // stashView is the view of the connection's stash entry (before the accept).
 func (h *progHarness) stashView() modelView {
@@ -69,14 +94,22 @@ func (h *progHarness) stashView() modelView {
 }
 
 func viewOf(p *modelPod, c *modelConn) modelView {
-	return modelView{
+	v := modelView{
 		InFlight: p.inFlight, Started: int64(p.started), Completed: int64(p.completed),
 		Probes: int64(p.probes), OpaqueInFlight: p.opaqueInFlight, OpaqueTotal: int64(p.opaqueTotal),
+		H2InFlight: p.h2InFlight, H2Total: int64(p.h2Total),
 		Events: p.events,
 		RxNext: c.rxNext, TxNext: c.txNext, Pushed: c.pushed, Popped: c.popped, HeadBits: c.headBits, ProbeBits: c.probeBits,
 		Seen: c.seen, Load: c.load, Answered: c.answered, Opaque: c.opaque, Tunnel: c.tunnel, RxGap: c.rxGap,
 		GapSeq: c.gapSeq, GapEnd: c.gapEnd, Rx: modelMsgView(c.rx), Tx: modelMsgView(c.tx),
+		H2: c.h2,
 	}
+	if h := c.h2s; h != nil {
+		v.H2Rx = h2DirView{Left: h.rx.left, Frames: h.rx.frames, Have: uint8(h.rx.have), Hdr: h.rx.hdr}
+		v.H2Tx = h2DirView{Left: h.tx.left, Frames: h.tx.frames, Have: uint8(h.tx.have), Hdr: h.tx.hdr}
+		v.H2MaxStream, v.H2Ids = h.maxStream, h.ids
+	}
+	return v
 }
 
 // twin drives the BPF programs and the model with the same segments.
@@ -406,6 +439,9 @@ func FuzzProgMatchesModel(f *testing.F) {
 	f.Add([]byte("\x05\x00\x0aGET / HTTP\x01\x00\x08/1.1\r\n\r\n\x00\x00\x26HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
 	// Before the accept, pipelined.
 	f.Add([]byte("\x09\x00\x20GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n\x00\x00\x26HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	// HTTP/2: a preface and a call, answered.
+	f.Add([]byte("\x01\x00\x3bPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00\x05\x01\x05\x00\x00\x00\x01\x82\x86\x84\x41\x8a\x00\x00\x03\x00\x01\x00\x00\x00\x01abc" +
+		"\x00\x00\x1b\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00\x01\x01\x04\x00\x00\x00\x01\x88\x00\x00\x02\x00\x01\x00\x00\x00\x01ok"))
 	shared := newProgHarness(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		shared.t = t

@@ -25,6 +25,8 @@ const (
 	maxPipeline      = MaxPipeline
 	proofWindows     = 4
 	maxStashed       = 4096
+	maxH2Streams     = MaxH2Streams
+	maxH2Frames      = 4096
 
 	fnvOffset = 0x811c9dc5
 	fnvPrime  = 0x01000193
@@ -78,6 +80,8 @@ const (
 	evStreamGap
 	evResync
 	evAdopted // the programs only (adopt.h), never the model
+	evH2Full
+	evH2Lost
 	evMax
 )
 
@@ -87,6 +91,8 @@ type modelPod struct {
 	proxiedInFlight                         int64
 	proxiedStarted, proxiedCompleted        uint64
 	conns                                   int64
+	h2InFlight                              int64
+	h2Total                                 uint64
 	events                                  [evMax]uint64
 	// now models bpf_ktime_get_ns: every program run reads a later time
 	// than the runs before it, and one run reads one time (tick).
@@ -122,7 +128,10 @@ type modelConn struct {
 	rxFirst             uint32
 	startNs             [maxPipeline]uint64
 	counted             bool // accepted: counts into the pod (owner() is not NULL)
+	stashed             bool // a stash entry, before the accept (tenure 0)
 	payload             []byte
+	h2                  uint8    // h2None, h2ServerFirst, h2Follow (model_h2_test.go)
+	h2s                 *modelH2 // its HTTP/2 state, once it has one
 }
 
 func newModelConn(rxNext, txNext uint32, proxied bool) *modelConn {
@@ -1103,6 +1112,9 @@ func (c *modelConn) ingress(p *modelPod, seq uint32, payload []byte) {
 		skip = int(d)
 	}
 	c.rxNext = end
+	if c.h2Ingress(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload)) {
+		return
+	}
 	c.onRequestBytes(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
 	if c.rxGap && c.closeGap(p) {
 		c.pushRequests(p, 1)
@@ -1124,6 +1136,9 @@ func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
 		skip = int(d)
 	}
 	c.txNext = end
+	if c.h2Egress(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload)) {
+		return
+	}
 	c.onResponseBytes(p, payload, ipTCPHeaderLen+skip, ipTCPHeaderLen+len(payload))
 }
 
@@ -1136,7 +1151,7 @@ func listen(p *modelPod, seq uint32, syn bool, payload []byte) *modelConn {
 	if syn {
 		seq++
 	}
-	s := &modelConn{rxNext: seq, rxFirst: seq}
+	s := &modelConn{rxNext: seq, rxFirst: seq, stashed: true}
 	s.rx.hash, s.tx.hash = fnvOffset, fnvOffset
 	s.ingress(p, seq, payload)
 	return s
@@ -1164,7 +1179,7 @@ func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxi
 			p.events[evStreamGap]++
 		}
 	}
-	c.counted, c.proxied, c.txNext = true, proxied, sndNxt
+	c.counted, c.proxied, c.txNext, c.stashed = true, proxied, sndNxt, false
 	if !prober {
 		c.load, c.probeBits = true, 0
 		c.rx.hflags &^= hfClassify

@@ -126,6 +126,10 @@ func (h *progHarness) connect(rxNext, txNext uint32, proxied bool) {
 	if err := h.objs.Conns.Update(&h.key, &c, ebpf.UpdateAny); err != nil {
 		h.t.Fatalf("add conn: %v", err)
 	}
+	// A new connection on the same four-tuple: no HTTP/2 state of the last.
+	if err := h.objs.H2Conns.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		h.t.Fatalf("remove HTTP/2 state: %v", err)
+	}
 }
 
 func htons(v uint16) uint16 {
@@ -403,8 +407,11 @@ func TestProgRequestRules(t *testing.T) {
 		{"TLS is accounted at connection level", false,
 			[]seg{in(0, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"), out(0, "\x16\x03\x03\x00\x7a")},
 			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
-		{"HTTP/2 preface is accounted at connection level", false,
+		{"an HTTP/2 preface: its streams are the requests (prog_h2_test.go), none yet", false,
 			[]seg{in(0, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")},
+			counts{}},
+		{"an HTTP/2 preface cut short is not followed: connection level", false,
+			[]seg{in(0, "PRI * HTTP/2.0\r\n"), in(16, "\r\nSM\r\n\r\n")},
 			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
 		{"a server that speaks first is not HTTP", false,
 			[]seg{out(0, "220 smtp.example ESMTP\r\n"), in(0, "EHLO x\r\n")},

@@ -25,6 +25,7 @@
 #include "lib/adopt.h"
 #include "lib/conn.h"
 #include "lib/counters.h"
+#include "lib/h2.h"
 #include "lib/maps.h"
 
 #define AF_INET 2   // from sys/socket.h, which is not for BPF targets
@@ -132,8 +133,10 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 // a server that closed sends nothing more, so any response is complete.
 static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 state)
 {
+	struct h2_conn *h = NULL;
 	struct bpf_sock *sk;
 	struct conn *c;
+	__u8 h2;
 
 	if (state != BPF_TCP_FIN_WAIT1 && state != BPF_TCP_LAST_ACK && state != BPF_TCP_CLOSE)
 		return;
@@ -143,10 +146,16 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 st
 	c = bpf_sk_storage_get(&conn_store, sk, 0, 0);
 	if (!c)
 		return;
+	h2 = c->h2;
+	if (h2 == H2_FOLLOW)
+		h = bpf_sk_storage_get(&h2_store, sk, 0, 0);
 	if (!c->closed)
-		close_conn(counters_of(c), c, bpf_ktime_get_ns());
-	if (state == BPF_TCP_CLOSE)
+		close_conn(counters_of(c), c, h, bpf_ktime_get_ns());
+	if (state == BPF_TCP_CLOSE) {
 		bpf_sk_storage_delete(&conn_store, sk); // frees it now, not with the socket
+		if (h2)
+			bpf_sk_storage_delete(&h2_store, sk);
+	}
 }
 
 SEC("sockops")

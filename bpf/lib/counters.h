@@ -203,10 +203,34 @@ out:
 	bpf_spin_unlock(&pod->lock);
 }
 
+// pop_h2_locked completes every stream in flight of an HTTP/2 connection
+// (lib/h2.h) at now: their start times are summed in h, not in the ring.
+// p and own as for push_locked. Called under p's lock.
+static __always_inline void pop_h2_locked(struct pod_stats *p, int own, struct conn *c, struct h2_conn *h, __u64 now)
+{
+	__u64 n = pending(c), sum = h->start_sum;
+
+	c->popped = c->pushed;
+	h->start_sum = 0;
+	if (!own || !n)
+		return;
+	p->all.in_flight -= n;
+	p->all.completed += n;
+	p->all.start_sum_ns -= sum;
+	p->all.done_sum_ns += n * now - sum;
+	if (c->proxied) {
+		p->proxied.in_flight -= n;
+		p->proxied.completed += n;
+		p->proxied.start_sum_ns -= sum;
+		p->proxied.done_sum_ns += n * now - sum;
+	}
+}
+
 // close_conn counts the end of a connection at now: the requests still in
 // flight complete (a server that closed sends nothing more), and it stops
-// counting as a connection.
-static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, __u64 now)
+// counting as a connection. h is an HTTP/2 connection's state (NULL for
+// any other).
+static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, struct h2_conn *h, __u64 now)
 {
 	int own;
 
@@ -217,11 +241,16 @@ static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, __
 	if (c->closed)
 		goto out;
 	c->closed = 1;
-	pop_locked(pod, own, c, pending(c), now);
+	if (c->h2 == H2_FOLLOW && h)
+		pop_h2_locked(pod, own, c, h, now);
+	else
+		pop_locked(pod, own, c, pending(c), now);
 	if (own) {
 		pod->conns_in_flight--;
 		if (c->opaque)
 			pod->opaque_in_flight--;
+		else if (c->h2 == H2_FOLLOW)
+			pod->h2_in_flight--;
 	}
 out:
 	bpf_spin_unlock(&pod->lock);

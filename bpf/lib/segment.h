@@ -20,6 +20,7 @@
 #include "adopt.h"
 #include "conn.h"
 #include "counters.h"
+#include "h2.h"
 #include "request.h"
 #include "response.h"
 
@@ -99,6 +100,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	struct tcphdr tcp;
 	struct iphdr ip;
 	__u32 off, len, seq, end, next;
+	struct h2_conn *h2 = NULL;
 	struct conn *c;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
@@ -148,7 +150,18 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		if ((__s32)(next - seq) > 0)
 			off += next - seq; // a retransmission with new bytes at its end
 		c->tx_next = end;
-		on_response_bytes(skb, c, off, skb->len);
+		// A server that writes its HTTP/2 SETTINGS before the client's
+		// preface came (lib/h2.h): its frames are walked while the
+		// client's first bytes decide.
+		if (!c->seen && !c->h2 && !c->opaque && c->tenure && h2_settings_first(skb, off, skb->len)) {
+			h2 = h2_of(skb, &ip, &tcp, 0, 1);
+			if (h2)
+				c->h2 = H2_SERVER_FIRST;
+		}
+		if (c->h2)
+			h2_response_bytes(skb, c, h2 ? h2 : h2_of(skb, &ip, &tcp, 0, 0), off, skb->len);
+		else
+			on_response_bytes(skb, c, off, skb->len);
 		if (c->adopted && (tcp.fin || tcp.rst))
 			end_adopted(c); // the last bytes of a server that closes
 		return 1;
@@ -163,7 +176,27 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	if ((__s32)(next - seq) > 0)
 		off += next - seq;
 	c->rx_next = end;
-	request_bytes(skb, c, off, skb->len);
+	// HTTP/2 with prior knowledge: its streams are followed (lib/h2.h).
+	// Not before the accept (a stash entry, tenure 0): the state lives in
+	// the connection's own socket.
+	if (c->h2 != H2_FOLLOW && !c->seen && !c->opaque && c->tenure) {
+		if (h2_preface(skb, off, skb->len)) {
+			h2 = h2_of(skb, &ip, &tcp, 1, 1);
+			if (h2) {
+				c->h2 = H2_FOLLOW;
+				c->seen = 1;
+				off += H2_PREFACE_LEN;
+				h2_begin(counters_of(c), c);
+			}
+		} else if (c->h2 == H2_SERVER_FIRST) {
+			go_opaque(counters_of(c), c, bpf_ktime_get_ns()); // the server spoke first, and the client is not HTTP/2
+			return 1;
+		}
+	}
+	if (c->h2 == H2_FOLLOW)
+		h2_request_bytes(skb, c, h2 ? h2 : h2_of(skb, &ip, &tcp, 1, 0), off, skb->len);
+	else
+		request_bytes(skb, c, off, skb->len);
 	return 1;
 }
 

@@ -38,10 +38,11 @@ func TestPodSeries(t *testing.T) {
 		return podwatch.Status{Tracked: 2, Skipped: map[string]int{podwatch.SkipHostNetwork: 1}, Synced: true}
 	})
 	want := `
-# HELP sockscale_agent_accounting_mode 1 for the pod's accounting mode in the last period: mode="http" (per request) or "connection" (some connections were not HTTP/1.x).
+# HELP sockscale_agent_accounting_mode 1 for the pod's accounting mode in the last period: mode="http" (per request), "http2" (per request, some connections HTTP/2 with each stream a request) or "connection" (some connections were neither HTTP/1.x nor HTTP/2).
 # TYPE sockscale_agent_accounting_mode gauge
 sockscale_agent_accounting_mode{mode="connection",namespace="ns",pod="web-1",workload="web"} 0
 sockscale_agent_accounting_mode{mode="http",namespace="ns",pod="web-1",workload="web"} 1
+sockscale_agent_accounting_mode{mode="http2",namespace="ns",pod="web-1",workload="web"} 0
 # HELP sockscale_agent_request_concurrency_seconds_total Time integral of requests in flight, in seconds; its rate() is the average concurrency.
 # TYPE sockscale_agent_request_concurrency_seconds_total counter
 sockscale_agent_request_concurrency_seconds_total{namespace="ns",pod="web-1",workload="web"} 2.5
@@ -57,10 +58,12 @@ sockscale_agent_proxied_requests_total{namespace="ns",pod="web-1",workload="web"
 # HELP sockscale_agent_probes_total Health-probe requests (kubelet, sockscale) not counted as load.
 # TYPE sockscale_agent_probes_total counter
 sockscale_agent_probes_total{namespace="ns",pod="web-1",workload="web"} 7
-# HELP sockscale_agent_kernel_events_total What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request).
+# HELP sockscale_agent_kernel_events_total What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request), h2_full (an HTTP/2 stream beyond the 128 followed on its connection, not counted), h2_lost (HTTP/2 frames not followed: the connection counted as one request from then on).
 # TYPE sockscale_agent_kernel_events_total counter
 sockscale_agent_kernel_events_total{event="adopted"} 5
 sockscale_agent_kernel_events_total{event="conn_untracked"} 0
+sockscale_agent_kernel_events_total{event="h2_full"} 0
+sockscale_agent_kernel_events_total{event="h2_lost"} 0
 sockscale_agent_kernel_events_total{event="parse_error"} 2
 sockscale_agent_kernel_events_total{event="parse_limit"} 0
 sockscale_agent_kernel_events_total{event="resync"} 4

@@ -18,7 +18,8 @@ import (
 // Accounting modes of a pod, the label values of the mode metric.
 const (
 	ModeHTTP       = "http"       // requests parsed from HTTP/1.x
-	ModeConnection = "connection" // some connections were not HTTP/1.x: counted per connection
+	ModeHTTP2      = "http2"      // some connections were HTTP/2 (h2c, gRPC): their streams counted as requests
+	ModeConnection = "connection" // some connections were neither: counted per connection
 )
 
 // Source is the kernel side, as the bpf package's Accounting has it.
@@ -136,8 +137,11 @@ func (s *Sampler) SampleOnce() error {
 		if !seen || c.Requests.Started < prev.Requests.Started {
 			prev = bpf.PodCounters{} // new pod, or its counters were reset
 		}
-		if c.OpaqueConnsInFlight > 0 || c.OpaqueConnsTotal > prev.OpaqueConnsTotal {
+		switch {
+		case c.OpaqueConnsInFlight > 0 || c.OpaqueConnsTotal > prev.OpaqueConnsTotal:
 			ps.Mode = ModeConnection
+		case c.H2ConnsInFlight > 0 || c.H2ConnsTotal > prev.H2ConnsTotal:
+			ps.Mode = ModeHTTP2
 		}
 		sample.Pods = append(sample.Pods, ps)
 		if havePrev && ps.Pod.Name != "" {

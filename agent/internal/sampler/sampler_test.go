@@ -85,3 +85,42 @@ func TestPeriodAverages(t *testing.T) {
 		t.Errorf("mode = %s after an opaque connection, want connection", m)
 	}
 }
+
+// TestModeHTTP2: a pod with a connection followed as HTTP/2 in the period
+// (open, or opened and closed within it) is in mode http2; one with a
+// connection at connection level is in mode connection, whatever else it
+// has; neither, http.
+func TestModeHTTP2(t *testing.T) {
+	h2 := func(inFlight int64, total, opaque uint64) bpf.PodCounters {
+		c := counters(5, 5, time.Second, opaque)
+		c.H2ConnsInFlight, c.H2ConnsTotal = inFlight, total
+		return c
+	}
+	steps := []struct {
+		c    bpf.PodCounters
+		want string
+	}{
+		{h2(0, 0, 0), ModeHTTP},
+		{h2(1, 1, 0), ModeHTTP2},
+		{h2(0, 2, 0), ModeHTTP2}, // one more opened and closed within the period
+		{h2(1, 3, 1), ModeConnection},
+		{h2(0, 3, 1), ModeHTTP},
+	}
+	src := &scripted{}
+	for i, st := range steps {
+		src.snaps = append(src.snaps, bpf.Snapshot{At: time.Duration(i+1) * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: st.c}})
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := New(src, pods{web: {Namespace: "ns", Name: "web-1", Workload: "web"}}, Options{
+		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
+	})
+	for i, st := range steps {
+		if err := s.SampleOnce(); err != nil {
+			t.Fatal(err)
+		}
+		if m := s.Latest().Pods[0].Mode; m != st.want {
+			t.Errorf("step %d (%+v): mode %s, want %s", i, st.c, m, st.want)
+		}
+		clk.Step(time.Second)
+	}
+}

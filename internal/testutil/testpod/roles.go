@@ -20,19 +20,24 @@ const (
 
 // Roles a pod process can play.
 const (
-	// RoleHTTP serves HTTP (on HTTPPort unless started on another):
+	// RoleHTTP serves HTTP/1.x and h2c with prior knowledge (on HTTPPort
+	// unless started on another):
 	// ?sleep=50ms waits, ?size=N answers N bytes, ?chunked=1 answers
 	// chunked, ?close=1 closes after the response.
 	RoleHTTP = "http"
 	// RoleEcho echoes raw TCP (on EchoPort unless started on another) and
 	// keeps connections open.
 	RoleEcho = "echo"
+	// RoleGRPC serves gRPC over h2c (on GRPCPort unless started on
+	// another): GRPCUnary, GRPCStream and the health service.
+	RoleGRPC = "grpc"
 )
 
 // Ports the roles listen on.
 const (
 	HTTPPort = 8080
 	EchoPort = 9000
+	GRPCPort = 9090
 )
 
 // Main plays the role this process was started for and exits; it returns at
@@ -50,6 +55,8 @@ func Main() {
 		err = serveHTTP(cmp.Or(port, strconv.Itoa(HTTPPort)))
 	case RoleEcho:
 		err = serveEcho(cmp.Or(port, strconv.Itoa(EchoPort)))
+	case RoleGRPC:
+		err = serveGRPC(cmp.Or(port, strconv.Itoa(GRPCPort)))
 	default:
 		err = fmt.Errorf("unknown test pod role %q", role)
 	}
@@ -95,8 +102,12 @@ func Handler() http.Handler {
 	return mux
 }
 
+// serveHTTP serves HTTP/1.x and, to clients that know it beforehand,
+// HTTP/2 without TLS (h2c), as gRPC servers do.
 func serveHTTP(port string) error {
-	srv := &http.Server{Addr: ":" + port, Handler: Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: ":" + port, Handler: Handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv.ListenAndServe()
 }
 

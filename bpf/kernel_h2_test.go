@@ -1,0 +1,247 @@
+//go:build linux
+
+package bpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/internal/testutil/testpod"
+)
+
+// h2cClient is a client that speaks HTTP/2 without TLS, with prior
+// knowledge, on one connection (Go's transport opens more only past the
+// server's stream limit, 250 here).
+func h2cClient() *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// TestKernelHTTP2Concurrency: over HTTP/2, each stream is a request:
+// c concurrent requests over one connection or spread over four measure
+// c, as HTTP/1.x's do (TestKernelConcurrencyAccuracy), not the number of
+// connections.
+func TestKernelHTTP2Concurrency(t *testing.T) {
+	e := newKernelEnv(t, "")
+	const sleep = 800 * time.Millisecond
+	var total int64
+	for _, conns := range []int{1, 4} {
+		for _, c := range []int{1, 8, 64} {
+			if c < conns {
+				continue
+			}
+			t.Run(fmt.Sprintf("c=%d conns=%d", c, conns), func(t *testing.T) {
+				var loads []*loadgen.Load
+				for range conns {
+					cl := h2cClient()
+					defer cl.CloseIdleConnections()
+					loads = append(loads, loadgen.Start(context.Background(), loadgen.Options{URLs: []string{e.url("sleep=" + sleep.String())}, Concurrency: c / conns, Client: cl, Spans: true}))
+				}
+				time.Sleep(300 * time.Millisecond)
+				c0, at0 := e.counters(t)
+				wall0 := time.Now()
+				time.Sleep(2 * time.Second)
+				c1, at1 := e.counters(t)
+				wall1 := time.Now()
+				var little float64
+				var failed int64
+				for _, l := range loads {
+					res := l.Stop()
+					little += res.InFlightArea(wall0, wall1).Seconds() / wall1.Sub(wall0).Seconds()
+					failed += res.Failed
+					total += res.Completed
+				}
+				measured := (c1.Requests.Area - c0.Requests.Area).Seconds() / (at1 - at0).Seconds()
+				t.Logf("offered %d over %d connection(s), measured %.3f (%+.2f%%), client-side %.3f, connections %d, opaque %d",
+					c, conns, measured, 100*(measured-float64(c))/float64(c), little, c1.ConnsInFlight, c1.OpaqueConnsInFlight)
+				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
+					t.Errorf("measured concurrency %.3f is %.1f%% off the offered %d (limit 2%%)", measured, 100*rel, c)
+				}
+				if c1.OpaqueConnsInFlight != 0 || c1.H2ConnsInFlight != c1.ConnsInFlight {
+					t.Errorf("%d connections, %d followed as HTTP/2, %d at connection level; want every one followed as HTTP/2", c1.ConnsInFlight, c1.H2ConnsInFlight, c1.OpaqueConnsInFlight)
+				}
+				if failed > 0 {
+					t.Errorf("%d requests failed", failed)
+				}
+			})
+		}
+	}
+	got := e.waitCounters(t, "every request completed", func(c PodCounters) bool { return c.Requests.InFlight == 0 })
+	if int64(got.Requests.Started) != total || int64(got.Requests.Completed) != total {
+		t.Errorf("started=%d completed=%d, want both = the clients' %d", got.Requests.Started, got.Requests.Completed, total)
+	}
+}
+
+// grpcLoad keeps c unary calls of sleep in flight over conn until ctx
+// ends; it returns how many were answered and how many failed.
+func grpcLoad(ctx context.Context, conn *grpc.ClientConn, c int, sleep time.Duration) (done func() (answered, failed int64)) {
+	var answered, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				var resp wrapperspb.StringValue
+				if err := conn.Invoke(context.Background(), testpod.GRPCUnary, wrapperspb.String(sleep.String()), &resp); err != nil {
+					failed.Add(1)
+					continue
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	return func() (int64, int64) {
+		wg.Wait()
+		return answered.Load(), failed.Load()
+	}
+}
+
+func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// TestKernelGRPC: a real gRPC server and clients. Unary calls, 1 to 64 at
+// once over one channel or four, measure as many in flight; the server
+// sends GOAWAY every few seconds (testpod.GRPCMaxConnectionAge) and the
+// clients move to new connections meanwhile. A bidirectional stream is
+// one request for as long as it is open; a call the client cancels
+// (RST_STREAM) or whose connection the client drops ends at once.
+func TestKernelGRPC(t *testing.T) {
+	e := newKernelEnv(t, "")
+	if err := e.pod.Start(testpod.RoleGRPC, testpod.GRPCPort); err != nil {
+		t.Fatal(err)
+	}
+	addr := e.pod.Addr(testpod.GRPCPort)
+	idle := func(t *testing.T) PodCounters {
+		t.Helper()
+		return e.waitCounters(t, "no call in flight", func(c PodCounters) bool { return c.Requests.InFlight == 0 })
+	}
+	const sleep = 800 * time.Millisecond
+	connsBefore, _ := e.counters(t)
+	channels := 0
+	for _, chans := range []int{1, 4} {
+		for _, c := range []int{1, 8, 64} {
+			if c < chans {
+				continue
+			}
+			channels += chans
+			t.Run(fmt.Sprintf("unary c=%d channels=%d", c, chans), func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				var waits []func() (int64, int64)
+				for range chans {
+					waits = append(waits, grpcLoad(ctx, grpcConn(t, addr), c/chans, sleep))
+				}
+				time.Sleep(1500 * time.Millisecond) // connected, every client in its loop
+				c0, at0 := e.counters(t)
+				time.Sleep(2 * time.Second)
+				c1, at1 := e.counters(t)
+				cancel()
+				var failed int64
+				for _, w := range waits {
+					_, f := w()
+					failed += f
+				}
+				measured := (c1.Requests.Area - c0.Requests.Area).Seconds() / (at1 - at0).Seconds()
+				t.Logf("offered %d over %d channel(s), measured %.3f (%+.2f%%), connections %d, opaque %d",
+					c, chans, measured, 100*(measured-float64(c))/float64(c), c1.ConnsInFlight, c1.OpaqueConnsInFlight)
+				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
+					t.Errorf("measured concurrency %.3f is %.1f%% off the offered %d (limit 2%%)", measured, 100*rel, c)
+				}
+				if c1.OpaqueConnsTotal != 0 {
+					t.Errorf("%d connections fell back to connection level, want every gRPC connection followed", c1.OpaqueConnsTotal)
+				}
+				if failed > 0 {
+					t.Errorf("%d calls failed", failed)
+				}
+				idle(t)
+			})
+		}
+	}
+	// Each channel's connection lives 3.5 s, past the server's maximum
+	// age: the server sent GOAWAY on it with calls in flight, and the
+	// channel connected again.
+	connsAfter, _ := e.counters(t)
+	if accepted := connsAfter.ConnsTotal - connsBefore.ConnsTotal; accepted <= uint64(channels) {
+		t.Errorf("%d connections accepted for %d channels: no GOAWAY under load seen", accepted, channels)
+	} else {
+		t.Logf("%d connections accepted for %d channels (the rest after a GOAWAY)", accepted, channels)
+	}
+	conn := grpcConn(t, addr)
+	t.Run("open streams", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var streams []grpc.ClientStream
+		for range 4 {
+			s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, testpod.GRPCStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var resp wrapperspb.StringValue
+			if err := s.SendMsg(wrapperspb.String("0s")); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RecvMsg(&resp); err != nil {
+				t.Fatal(err)
+			}
+			streams = append(streams, s)
+		}
+		e.waitCounters(t, "4 open streams in flight, idle or not", func(c PodCounters) bool { return c.Requests.InFlight == 4 })
+		for _, s := range streams {
+			if err := s.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RecvMsg(new(wrapperspb.StringValue)); !errors.Is(err, io.EOF) {
+				t.Fatalf("stream end: %v, want EOF", err)
+			}
+		}
+		idle(t)
+	})
+	t.Run("cancelled calls", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				_ = conn.Invoke(ctx, testpod.GRPCUnary, wrapperspb.String("1m"), new(wrapperspb.StringValue))
+			})
+		}
+		e.waitCounters(t, "8 calls in flight", func(c PodCounters) bool { return c.Requests.InFlight == 8 })
+		cancel()
+		wg.Wait()
+		idle(t)
+	})
+	t.Run("client gone mid-call", func(t *testing.T) {
+		gone, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				_ = gone.Invoke(context.Background(), testpod.GRPCUnary, wrapperspb.String("1m"), new(wrapperspb.StringValue))
+			})
+		}
+		e.waitCounters(t, "8 calls in flight", func(c PodCounters) bool { return c.Requests.InFlight == 8 })
+		_ = gone.Close()
+		wg.Wait()
+		idle(t)
+	})
+}

@@ -1,0 +1,400 @@
+//go:build linux
+
+package bpf
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Frames writes HTTP/2 frames with the x/net framer, as real clients
+// and servers do.
+type h2Frames struct {
+	buf bytes.Buffer
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	hb  bytes.Buffer
+}
+
+func newH2Frames() *h2Frames {
+	f := &h2Frames{}
+	f.fr = http2.NewFramer(&f.buf, nil)
+	f.enc = hpack.NewEncoder(&f.hb)
+	return f
+}
+
+// take returns what was written since the last take.
+func (f *h2Frames) take() string {
+	s := f.buf.String()
+	f.buf.Reset()
+	return s
+}
+
+func (f *h2Frames) headers(stream uint32, endStream bool, fields ...string) *h2Frames {
+	f.hb.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		_ = f.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	_ = f.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: f.hb.Bytes(), EndStream: endStream, EndHeaders: true})
+	return f
+}
+
+func (f *h2Frames) request(stream uint32) *h2Frames {
+	return f.headers(stream, false, ":method", "POST", ":scheme", "http", ":path", "/echo.Echo/Say", ":authority", "pod", "content-type", "application/grpc")
+}
+
+func (f *h2Frames) data(stream uint32, n int, endStream bool) *h2Frames {
+	_ = f.fr.WriteData(stream, endStream, make([]byte, n))
+	return f
+}
+
+func (f *h2Frames) settings() *h2Frames {
+	_ = f.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1000}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	return f
+}
+
+func (f *h2Frames) rst(stream uint32) *h2Frames {
+	_ = f.fr.WriteRSTStream(stream, http2.ErrCodeCancel)
+	return f
+}
+
+func (f *h2Frames) goAway(last uint32) *h2Frames {
+	_ = f.fr.WriteGoAway(last, http2.ErrCodeNo, nil)
+	return f
+}
+
+func (f *h2Frames) ping() *h2Frames {
+	_ = f.fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8})
+	return f
+}
+
+func (f *h2Frames) windowUpdate(stream uint32) *h2Frames {
+	_ = f.fr.WriteWindowUpdate(stream, 1<<16)
+	return f
+}
+
+// response writes a gRPC response: headers, a message, trailers that end
+// the stream.
+func (f *h2Frames) response(stream uint32, n int) *h2Frames {
+	f.headers(stream, false, ":status", "200", "content-type", "application/grpc")
+	f.data(stream, n, false)
+	return f.headers(stream, true, "grpc-status", "0")
+}
+
+// h2Exchange is a scripted HTTP/2 exchange: client and server bytes with
+// their sequence offsets kept for the test.
+type h2Exchange struct {
+	h        *progHarness
+	rx, tx   uint32 // next sequence offsets (from 1000 and 5000)
+	cli, srv *h2Frames
+}
+
+func newH2Exchange(h *progHarness) *h2Exchange {
+	return &h2Exchange{h: h, cli: newH2Frames(), srv: newH2Frames()}
+}
+
+func (x *h2Exchange) in(s string) {
+	x.h.t.Helper()
+	x.h.ingress(1000+x.rx, s)
+	x.rx += uint32(len(s))
+}
+
+func (x *h2Exchange) out(s string) {
+	x.h.t.Helper()
+	x.h.egress(5000+x.tx, s)
+	x.tx += uint32(len(s))
+}
+
+// TestProgHTTP2Streams: over HTTP/2 with prior knowledge, every stream is
+// a request, in flight from the client's HEADERS to the server's
+// END_STREAM, a RST_STREAM from either side, or a GOAWAY that leaves it
+// out, however frames fall into segments.
+func TestProgHTTP2Streams(t *testing.T) {
+	type step struct {
+		in   bool
+		data func(x *h2Exchange) string
+	}
+	cli := func(f func(c *h2Frames)) step {
+		return step{true, func(x *h2Exchange) string { f(x.cli); return x.cli.take() }}
+	}
+	srv := func(f func(s *h2Frames)) step {
+		return step{false, func(x *h2Exchange) string { f(x.srv); return x.srv.take() }}
+	}
+	preface := step{true, func(x *h2Exchange) string { x.cli.settings(); return h2ClientPreface + x.cli.take() }}
+	srvPreface := srv(func(s *h2Frames) { s.settings() })
+	tests := []struct {
+		name  string
+		steps []step
+		want  counts
+	}{
+		{"one call, answered", []step{preface, srvPreface,
+			cli(func(c *h2Frames) { c.request(1).data(1, 20, true) }),
+			srv(func(s *h2Frames) { s.response(1, 30) })},
+			counts{Started: 1, Completed: 1}},
+		{"three calls in flight on one connection, one answered", []step{preface, srvPreface,
+			cli(func(c *h2Frames) {
+				c.request(1).data(1, 5, true).request(3).data(3, 5, true).request(5).data(5, 5, true)
+			}),
+			srv(func(s *h2Frames) { s.response(3, 10) })},
+			counts{InFlight: 2, Started: 3, Completed: 1}},
+		{"the server's SETTINGS before the client's preface", []step{srvPreface, preface,
+			cli(func(c *h2Frames) { c.request(1) })},
+			counts{InFlight: 1, Started: 1}},
+		{"trailers from the client do not open a stream", []step{preface,
+			cli(func(c *h2Frames) { c.request(1).data(1, 5, false).headers(1, true, "x-trailer", "1") })},
+			counts{InFlight: 1, Started: 1}},
+		{"the client cancels (RST_STREAM)", []step{preface,
+			cli(func(c *h2Frames) { c.request(1).request(3) }),
+			cli(func(c *h2Frames) { c.rst(1) })},
+			counts{InFlight: 1, Started: 2, Completed: 1}},
+		{"the server resets, then resets again: counted once", []step{preface,
+			cli(func(c *h2Frames) { c.request(1) }),
+			srv(func(s *h2Frames) { s.rst(1).rst(1) })},
+			counts{Started: 1, Completed: 1}},
+		{"an answer after END_STREAM and a RST_STREAM(NO_ERROR): counted once", []step{preface,
+			cli(func(c *h2Frames) { c.request(1) }),
+			srv(func(s *h2Frames) { s.response(1, 5).rst(1) })},
+			counts{Started: 1, Completed: 1}},
+		{"GOAWAY ends the streams beyond its last", []step{preface,
+			cli(func(c *h2Frames) { c.request(1).request(3).request(5) }),
+			srv(func(s *h2Frames) { s.goAway(1) })},
+			counts{InFlight: 1, Started: 3, Completed: 2}},
+		{"PING, WINDOW_UPDATE and SETTINGS acks are no requests", []step{preface, srvPreface,
+			cli(func(c *h2Frames) { c.ping().windowUpdate(0); _ = c.fr.WriteSettingsAck() }),
+			srv(func(s *h2Frames) { s.ping().windowUpdate(0) })},
+			counts{}},
+		{"a large message skipped by count", []step{preface,
+			cli(func(c *h2Frames) { c.request(1).data(1, 1000, false) }),
+			cli(func(c *h2Frames) { c.data(1, 1000, true).request(3) })},
+			counts{InFlight: 2, Started: 2}},
+		{"a client that is not HTTP/2 after the preface falls back", []step{
+			{true, func(*h2Exchange) string { return h2ClientPreface + "GET / HTTP/1.1\r\n\r\n" }}},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
+		{"a framing error after streams: they end, the connection is one", []step{preface,
+			cli(func(c *h2Frames) { c.request(1).request(3) }),
+			{true, func(*h2Exchange) string { return "\x00\x00\x00\x04\x00\x00\x00\x00\x07" }}}, // SETTINGS on a stream
+			counts{InFlight: 1, Started: 3, Completed: 2, OpaqueInFlight: 1, OpaqueTotal: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newProgHarness(t)
+			h.connect(1000, 5000, false)
+			x := newH2Exchange(h)
+			for _, s := range tt.steps {
+				if d := s.data(x); s.in {
+					x.in(d)
+				} else {
+					x.out(d)
+				}
+			}
+			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestProgHTTP2LargeFrames: a message of many segments is skipped by
+// count, and the frames after it are found.
+func TestProgHTTP2LargeFrames(t *testing.T) {
+	f := newH2Frames()
+	f.settings().request(1).data(1, 16000, true).request(3)
+	req := h2ClientPreface + f.take()
+	f.response(1, 16000)
+	resp := f.take()
+	h := newProgHarness(t)
+	h.connect(1000, 5000, false)
+	for off := 0; off < len(req); off += 1400 {
+		h.ingress(1000+uint32(off), req[off:min(off+1400, len(req))])
+	}
+	for off := 0; off < len(resp); off += 1400 {
+		h.egress(5000+uint32(off), resp[off:min(off+1400, len(resp))])
+	}
+	if got := h.counts(); got != (counts{InFlight: 1, Started: 2, Completed: 1}) {
+		t.Errorf("%+v, want 2 started, 1 completed, 1 in flight", got)
+	}
+}
+
+// TestProgHTTP2Connections: the pod counts the connections it follows as
+// HTTP/2; one that falls back to connection level moves to the opaque
+// count.
+func TestProgHTTP2Connections(t *testing.T) {
+	h := newProgHarness(t)
+	x := newH2Exchange(h)
+	x.cli.settings()
+	x.in(h2ClientPreface + x.cli.take())
+	if s := h.stats(); s.H2InFlight != 1 || s.H2Total != 1 || s.OpaqueInFlight != 0 {
+		t.Errorf("after the preface: h2 %d in flight, %d total, %d opaque; want 1, 1, 0", s.H2InFlight, s.H2Total, s.OpaqueInFlight)
+	}
+	x.in("\x00\x00\x00\x04\x00\x00\x00\x00\x07") // SETTINGS on a stream
+	if s := h.stats(); s.H2InFlight != 0 || s.H2Total != 1 || s.OpaqueInFlight != 1 {
+		t.Errorf("after a framing error: h2 %d in flight, %d total, %d opaque; want 0, 1, 1", s.H2InFlight, s.H2Total, s.OpaqueInFlight)
+	}
+}
+
+// TestProgHTTP2SplitAnywhere: a call's bytes cut at every point into two
+// segments, both directions: frame headers split over segments are put
+// together, payloads skipped by count across them.
+func TestProgHTTP2SplitAnywhere(t *testing.T) {
+	f := newH2Frames()
+	f.settings().request(1).data(1, 40, true).request(3)
+	req := h2ClientPreface + f.take()
+	f.settings().response(1, 40).response(3, 5)
+	resp := f.take()
+	h := newProgHarness(t)
+	for cut := 25; cut < len(req); cut++ { // the preface itself comes whole
+		h.reset()
+		h.connect(1000, 5000, false)
+		h.ingress(1000, req[:cut])
+		h.ingress(1000+uint32(cut), req[cut:])
+		if got := h.counts(); got != (counts{InFlight: 2, Started: 2}) {
+			t.Fatalf("requests cut at %d: %+v, want 2 in flight", cut, got)
+		}
+	}
+	for cut := 1; cut < len(resp); cut++ {
+		h.reset()
+		h.connect(1000, 5000, false)
+		h.ingress(1000, req)
+		h.egress(5000, resp[:cut])
+		h.egress(5000+uint32(cut), resp[cut:])
+		if got := h.counts(); got != (counts{Started: 2, Completed: 2}) {
+			t.Fatalf("responses cut at %d: %+v, want 2 completed", cut, got)
+		}
+	}
+}
+
+// TestProgHTTP2StreamLimit: MAX_H2_STREAMS streams in flight on one
+// connection are followed exactly; one beyond is not counted (an event
+// says so), and their ends never take the count below zero. An
+// activator's streams count as proxied too.
+func TestProgHTTP2StreamLimit(t *testing.T) {
+	h := newProgHarness(t)
+	h.connect(1000, 5000, true)
+	x := newH2Exchange(h)
+	x.cli.settings()
+	x.in(h2ClientPreface + x.cli.take())
+	before := h.events()
+	const n = maxH2Streams + 2
+	for i := range uint32(n) {
+		x.cli.request(2*i + 1)
+		x.in(x.cli.take())
+	}
+	want := counts{InFlight: maxH2Streams, Started: maxH2Streams, ProxiedInFlight: maxH2Streams, ProxiedStarted: maxH2Streams}
+	if got := h.counts(); got != want {
+		t.Errorf("%d streams opened: %+v, want %+v", n, got, want)
+	}
+	if full := h.events()[evH2Full] - before[evH2Full]; full != 2 {
+		t.Errorf("%d streams not followed, want 2", full)
+	}
+	for i := range uint32(n) {
+		x.srv.response(2*i+1, 3)
+		x.out(x.srv.take())
+	}
+	want = counts{Started: maxH2Streams, Completed: maxH2Streams, ProxiedStarted: maxH2Streams}
+	if got := h.counts(); got != want {
+		t.Errorf("all answered: %+v, want %+v", got, want)
+	}
+}
+
+// randomH2Conversation is a random HTTP/2 exchange, both directions' bytes
+// cut into random segments (with retransmissions, the client's sometimes
+// reordered), in an order a real exchange could have: a stream's
+// response after its request. It returns the segments and how many
+// streams the client opened.
+func randomH2Conversation(rng *rand.Rand) (segs []segment, streams int, reordered bool) {
+	cli, srv := newH2Frames(), newH2Frames()
+	rx, tx := uint32(rx0), uint32(tx0)
+	send := func(ingress bool, b []byte) {
+		start := &tx
+		if ingress {
+			start = &rx
+		}
+		s := cutStream(rng, ingress, *start, b)
+		if ingress && reorder(rng, s) {
+			reordered = true
+		}
+		segs = append(segs, s...)
+		*start += uint32(len(b))
+	}
+	cli.settings()
+	if rng.IntN(3) == 0 { // a server that writes its SETTINGS first
+		srv.settings()
+		send(false, []byte(srv.take()))
+	}
+	send(true, append([]byte(h2ClientPreface), cli.take()...))
+	var open []uint32
+	next := uint32(1)
+	for range 1 + rng.IntN(12) {
+		switch k := rng.IntN(10); {
+		case k < 4 || len(open) == 0: // new calls
+			for range 1 + rng.IntN(4) {
+				cli.request(next)
+				if rng.IntN(2) == 0 {
+					cli.data(next, rng.IntN(5000), rng.IntN(2) == 0)
+				}
+				open = append(open, next)
+				next += 2
+				streams++
+			}
+			send(true, []byte(cli.take()))
+		case k < 8: // answers, in any order
+			rng.Shuffle(len(open), func(i, j int) { open[i], open[j] = open[j], open[i] })
+			n := 1 + rng.IntN(len(open))
+			for _, id := range open[:n] {
+				if rng.IntN(5) == 0 {
+					srv.rst(id)
+				} else {
+					srv.response(id, rng.IntN(5000))
+				}
+			}
+			open = open[n:]
+			if rng.IntN(3) == 0 {
+				srv.ping().windowUpdate(0)
+			}
+			send(false, []byte(srv.take()))
+		case k < 9: // a cancel
+			cli.rst(open[0])
+			open = open[1:]
+			send(true, []byte(cli.take()))
+		default: // connection frames
+			cli.ping().windowUpdate(0)
+			send(true, []byte(cli.take()))
+		}
+	}
+	return segs, streams, reordered
+}
+
+// TestProgMatchesModelOnHTTP2: the programs and the model agree on random
+// HTTP/2 exchanges segment by segment, and where no client byte came ahead
+// of a hole, every stream the client opened counts once, ended or not.
+func TestProgMatchesModelOnHTTP2(t *testing.T) {
+	for seed := range uint64(60) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			segs, streams, reordered := randomH2Conversation(rng)
+			w := newTwin(t)
+			for _, s := range segs {
+				w.send(t, s)
+			}
+			got := w.h.view()
+			t.Logf("%d segments, %d streams: started %d, completed %d, in flight %d, opaque %d", len(segs), streams, got.Started, got.Completed, got.InFlight, got.OpaqueTotal)
+			if got.H2 != h2Follow {
+				t.Fatalf("not followed as HTTP/2 (h2=%d)\n%s", got.H2, strings.Join(w.steps, "\n"))
+			}
+			if reordered {
+				return // a hole may land in a frame header: then connection level, as the model says
+			}
+			if got.OpaqueTotal != 0 || int(got.Started) != streams || got.Events != ([evMax]uint64{}) {
+				t.Fatalf("started=%d opaque=%d events=%v, want %d streams started, none opaque, no events\n%s",
+					got.Started, got.OpaqueTotal, got.Events, streams, strings.Join(w.steps, "\n"))
+			}
+		})
+	}
+}

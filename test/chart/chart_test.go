@@ -230,6 +230,8 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// The drain holds a leaving pod while a slice lists it as ready.
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"nodestats"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: read},
 		{APIGroups: []string{"serving.sockscale.dev"}, Resources: []string{"routes"}, Verbs: read},
@@ -239,7 +241,7 @@ func TestAgentClusterRoleIsReadOnly(t *testing.T) {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
 	}
 	off := get[rbacv1.ClusterRole](t, render(t, "--set", "agent.socketRedirect=off"), "ClusterRole", agentName)
-	if diff := cmp.Diff(want[:4], off.Rules); diff != "" {
+	if diff := cmp.Diff(want[:5], off.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules with agent.socketRedirect=off (-want +got):\n%s", diff)
 	}
 	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", agentName)

@@ -38,10 +38,10 @@ type Pods interface {
 // is for those, and the watch that Pods follows may not show them yet.
 type Deleting func(ctx context.Context, namespace, workload string) ([]types.UID, error)
 
-// Endpoints says whether some Service still sends new connections to an
-// address (endpointwatch.Watcher).
+// Endpoints says whether some Service of a namespace still sends new
+// connections to an address (endpointwatch.Watcher).
 type Endpoints interface {
-	Of(addr netip.Addr) endpointwatch.State
+	Of(namespace string, addr netip.Addr) endpointwatch.State
 }
 
 // ConnSource finds a pod's connections (Sockets).
@@ -302,7 +302,7 @@ func (d *Drainer) observeEndpoints(st *podState) {
 	if d.opts.Endpoints == nil {
 		return
 	}
-	if e := d.opts.Endpoints.Of(st.leaving.IP); e.Known {
+	if e := d.opts.Endpoints.Of(st.leaving.Namespace, st.leaving.IP); e.Known {
 		st.readyIn, st.unroutedAt = e.Slices, e.Since
 	}
 }

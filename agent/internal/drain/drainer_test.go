@@ -143,7 +143,7 @@ type fakeEndpoints struct {
 	st endpointwatch.State
 }
 
-func (e *fakeEndpoints) Of(netip.Addr) endpointwatch.State {
+func (e *fakeEndpoints) Of(string, netip.Addr) endpointwatch.State {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.st

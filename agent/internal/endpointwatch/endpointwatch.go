@@ -29,16 +29,25 @@ type Watcher struct {
 	clock clock.PassiveClock
 
 	mu sync.Mutex
-	// routes: each address and the slices (namespace/name) that list it
-	// as ready.
-	routes map[netip.Addr]map[string]bool
+	// routes: each address of a namespace and the slices (namespace/name)
+	// of that namespace that list it as ready.
+	routes map[nsAddr]map[string]bool
 	// bySlice: the addresses each slice lists as ready, to undo them
 	// when the slice changes or goes.
-	bySlice map[string][]netip.Addr
+	bySlice map[string][]nsAddr
 	// unrouted: when the last slice that listed an address as ready
 	// stopped doing so.
-	unrouted map[netip.Addr]time.Time
+	unrouted map[nsAddr]time.Time
 	synced   bool
+}
+
+// nsAddr is an address as the slices of one namespace list it. Only a
+// pod's own namespace's slices hold it: a tenant that may write
+// EndpointSlices in its namespace cannot hold another's pods by listing
+// their addresses.
+type nsAddr struct {
+	namespace string
+	addr      netip.Addr
 }
 
 // New returns a Watcher; Run feeds it, or Update and Delete in tests.
@@ -46,7 +55,7 @@ func New(clk clock.PassiveClock) *Watcher {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Watcher{clock: clk, routes: map[netip.Addr]map[string]bool{}, bySlice: map[string][]netip.Addr{}, unrouted: map[netip.Addr]time.Time{}}
+	return &Watcher{clock: clk, routes: map[nsAddr]map[string]bool{}, bySlice: map[string][]nsAddr{}, unrouted: map[nsAddr]time.Time{}}
 }
 
 // State is what the Watcher knows of one address.
@@ -63,12 +72,14 @@ type State struct {
 	Since time.Time
 }
 
-// Of says whether some Service still sends new connections to addr.
-func (w *Watcher) Of(addr netip.Addr) State {
+// Of says whether some Service of namespace still sends new connections
+// to addr, the address of a pod of that namespace.
+func (w *Watcher) Of(namespace string, addr netip.Addr) State {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := State{Known: w.synced, Since: w.unrouted[addr]}
-	for s := range w.routes[addr] {
+	k := nsAddr{namespace, addr}
+	st := State{Known: w.synced, Since: w.unrouted[k]}
+	for s := range w.routes[k] {
 		st.Routed = true
 		st.Slices = append(st.Slices, s)
 	}
@@ -113,7 +124,11 @@ func readyAddrs(s *discoveryv1.EndpointSlice, node string) []netip.Addr {
 // Update takes a slice that was added or changed; node is this node's
 // name.
 func (w *Watcher) Update(s *discoveryv1.EndpointSlice, node string) {
-	w.set(s.Namespace+"/"+s.Name, readyAddrs(s, node))
+	var addrs []nsAddr
+	for _, a := range readyAddrs(s, node) {
+		addrs = append(addrs, nsAddr{s.Namespace, a})
+	}
+	w.set(s.Namespace+"/"+s.Name, addrs)
 }
 
 // Delete takes a slice that was deleted.
@@ -122,11 +137,11 @@ func (w *Watcher) Delete(namespace, name string) {
 }
 
 // set makes slice key list exactly addrs as ready.
-func (w *Watcher) set(key string, addrs []netip.Addr) {
+func (w *Watcher) set(key string, addrs []nsAddr) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.clock.Now()
-	keep := make(map[netip.Addr]bool, len(addrs))
+	keep := make(map[nsAddr]bool, len(addrs))
 	for _, a := range addrs {
 		keep[a] = true
 		if w.routes[a] == nil {

@@ -45,35 +45,35 @@ var (
 func TestRoutedUntilTheLastSliceDropsIt(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	w := New(clk)
-	if st := w.Of(pod); st.Routed || !st.Since.IsZero() {
+	if st := w.Of("ns", pod); st.Routed || !st.Since.IsZero() {
 		t.Fatalf("before any slice: %+v, want not routed, never was", st)
 	}
 	w.Update(slice("private", nil, ep{ip: "10.0.0.1", node: node, ready: yes}, ep{ip: "10.0.0.2", node: node, ready: yes}), node)
 	w.Update(slice("public", nil, ep{ip: "10.0.0.1", node: node, ready: yes}), node)
-	if st := w.Of(pod); !st.Routed || !slices.Equal(sorted(st.Slices), []string{"ns/private", "ns/public"}) {
+	if st := w.Of("ns", pod); !st.Routed || !slices.Equal(sorted(st.Slices), []string{"ns/private", "ns/public"}) {
 		t.Fatalf("listed ready by two slices: %+v", st)
 	}
 	clk.SetTime(time.Unix(1001, 0))
 	w.Update(slice("private", nil, ep{ip: "10.0.0.1", node: node, ready: no, terminating: yes}, ep{ip: "10.0.0.2", node: node, ready: yes}), node)
-	if st := w.Of(pod); !st.Routed || !slices.Equal(st.Slices, []string{"ns/public"}) {
+	if st := w.Of("ns", pod); !st.Routed || !slices.Equal(st.Slices, []string{"ns/public"}) {
 		t.Fatalf("the public mirror not yet updated: %+v, want routed by ns/public", st)
 	}
 	clk.SetTime(time.Unix(1002, 0))
 	w.Update(slice("public", nil, ep{ip: "10.0.0.1", node: node, ready: no, terminating: yes}), node)
-	if st := w.Of(pod); st.Routed || !st.Since.Equal(time.Unix(1002, 0)) {
+	if st := w.Of("ns", pod); st.Routed || !st.Since.Equal(time.Unix(1002, 0)) {
 		t.Fatalf("dropped by both: %+v, want not routed since 1002", st)
 	}
-	if st := w.Of(netip.MustParseAddr("10.0.0.2")); !st.Routed {
+	if st := w.Of("ns", netip.MustParseAddr("10.0.0.2")); !st.Routed {
 		t.Fatalf("the other pod: %+v, want routed", st)
 	}
 	// Routed again (a slice lists it ready once more), then its slice goes.
 	w.Update(slice("public", nil, ep{ip: "10.0.0.1", node: node}), node) // Ready nil: unknown, taken as ready
-	if st := w.Of(pod); !st.Routed {
+	if st := w.Of("ns", pod); !st.Routed {
 		t.Fatalf("listed with no Ready condition: %+v, want routed", st)
 	}
 	clk.SetTime(time.Unix(1005, 0))
 	w.Delete("ns", "public")
-	if st := w.Of(pod); st.Routed || !st.Since.Equal(time.Unix(1005, 0)) {
+	if st := w.Of("ns", pod); st.Routed || !st.Since.Equal(time.Unix(1005, 0)) {
 		t.Fatalf("its slice deleted: %+v, want not routed since 1005", st)
 	}
 }
@@ -90,14 +90,14 @@ func TestNotRoutes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			w := New(nil)
 			w.Update(s, node)
-			if st := w.Of(pod); st.Routed {
+			if st := w.Of("ns", pod); st.Routed {
 				t.Errorf("%+v, want not routed", st)
 			}
 		})
 	}
 	w := New(nil)
 	w.Update(slice("s", nil, ep{ip: "10.0.0.1", ready: yes}), node) // no nodeName: could be anyone's, so ours
-	if st := w.Of(pod); !st.Routed {
+	if st := w.Of("ns", pod); !st.Routed {
 		t.Errorf("an endpoint without a node: %+v, want routed", st)
 	}
 }
@@ -117,15 +117,15 @@ func TestRunFollowsTheAPI(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "routed after the first list", func() bool { st := w.Of(pod); return st.Known && st.Routed })
-	if st := w.Of(netip.MustParseAddr("10.0.9.9")); st.Routed {
+	waitFor(t, "routed after the first list", func() bool { st := w.Of("ns", pod); return st.Known && st.Routed })
+	if st := w.Of("ns", netip.MustParseAddr("10.0.9.9")); st.Routed {
 		t.Errorf("another node's pod: %+v, want not routed", st)
 	}
 	s.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: no, Terminating: yes}
 	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "not routed after the update", func() bool { st := w.Of(pod); return !st.Routed && !st.Since.IsZero() })
+	waitFor(t, "not routed after the update", func() bool { st := w.Of("ns", pod); return !st.Routed && !st.Since.IsZero() })
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
@@ -143,4 +143,19 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// A slice of another namespace that lists a pod's address (a tenant that
+// may write EndpointSlices in its own namespace) does not hold the pod.
+func TestOnlyThePodsNamespaceHoldsIt(t *testing.T) {
+	w := New(nil)
+	other := slice("steal", nil, ep{ip: "10.0.0.1", node: node, ready: yes})
+	other.Namespace = "tenant-b"
+	w.Update(other, node)
+	if st := w.Of("ns", pod); st.Routed {
+		t.Errorf("listed by tenant-b's slice only: %+v, want not routed for the pod of ns", st)
+	}
+	if st := w.Of("tenant-b", pod); !st.Routed {
+		t.Errorf("for tenant-b itself: %+v, want routed", st)
+	}
 }

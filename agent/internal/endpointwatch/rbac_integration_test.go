@@ -35,7 +35,7 @@ func TestIntegrationEndpointWatchUnderItsGeneratedRole(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, client, node) }()
 	testenv.Eventually(t, 20*time.Second, "the pod routed", func() (bool, string) {
-		st := w.Of(pod)
+		st := w.Of("ns", pod)
 		return st.Known && st.Routed, "not yet"
 	})
 	s.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: no, Serving: yes, Terminating: yes}
@@ -43,7 +43,7 @@ func TestIntegrationEndpointWatchUnderItsGeneratedRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "the pod no longer routed", func() (bool, string) {
-		st := w.Of(pod)
+		st := w.Of("ns", pod)
 		return !st.Routed && !st.Since.IsZero(), "still routed"
 	})
 	cancel()

@@ -2,6 +2,7 @@ package endpointwatch
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
 const node = "node-a"
@@ -117,7 +120,10 @@ func TestRunFollowsTheAPI(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "routed after the first list", func() bool { st := w.Of("ns", pod); return st.Known && st.Routed })
+	testenv.Eventually(t, 10*time.Second, "routed after the first list", func() (bool, string) {
+		st := w.Of("ns", pod)
+		return st.Known && st.Routed, fmt.Sprintf("%+v", st)
+	})
 	if st := w.Of("ns", netip.MustParseAddr("10.0.9.9")); st.Routed {
 		t.Errorf("another node's pod: %+v, want not routed", st)
 	}
@@ -125,18 +131,10 @@ func TestRunFollowsTheAPI(t *testing.T) {
 	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "not routed after the update", func() bool { st := w.Of("ns", pod); return !st.Routed && !st.Since.IsZero() })
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s after 10 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "not routed after the update", func() (bool, string) {
+		st := w.Of("ns", pod)
+		return !st.Routed && !st.Since.IsZero(), fmt.Sprintf("%+v", st)
+	})
 }
 
 func sorted(s []string) []string {

@@ -302,6 +302,12 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 	if app.Spec != nil {
 		app.Spec(&pa.Spec)
 	}
+	if is := pa.Spec.InitialScale; is != nil && *is == 0 {
+		// Meant to start at zero: written so, as a user would, else its
+		// first pod may start, be ready and take the first clients
+		// before the autoscaler scales the Deployment to zero.
+		deploy.Spec.Replicas = is
+	}
 	for _, o := range []client.Object{deploy, public, pa} {
 		if err := s.Client.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)

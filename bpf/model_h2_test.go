@@ -273,7 +273,7 @@ func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
 				p.h2Total++
 			}
 		} else if c.h2 == h2ServerFirst {
-			c.goOpaque(p)
+			c.h2GoOpaque(p)
 			return true
 		}
 	}

@@ -174,6 +174,9 @@ func TestProgHTTP2Streams(t *testing.T) {
 			cli(func(c *h2Frames) { c.request(1).data(1, 1000, false) }),
 			cli(func(c *h2Frames) { c.data(1, 1000, true).request(3) })},
 			counts{InFlight: 2, Started: 2}},
+		{"the server's SETTINGS first, then a client that is not HTTP/2: connection level", []step{srvPreface,
+			{true, func(*h2Exchange) string { return "GET / HTTP/1.1\r\nHost: a\r\n\r\n" }}},
+			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
 		{"a client that is not HTTP/2 after the preface falls back", []step{
 			{true, func(*h2Exchange) string { return h2ClientPreface + "GET / HTTP/1.1\r\n\r\n" }}},
 			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
@@ -395,6 +398,22 @@ func TestProgMatchesModelOnHTTP2(t *testing.T) {
 				t.Fatalf("started=%d opaque=%d events=%v, want %d streams started, none opaque, no events\n%s",
 					got.Started, got.OpaqueTotal, got.Events, streams, strings.Join(w.steps, "\n"))
 			}
+		})
+	}
+}
+
+// TestProgMatchesModelServerFirst: the programs and the model agree where
+// the server writes its SETTINGS first, whether the client then speaks
+// HTTP/2 or not.
+func TestProgMatchesModelServerFirst(t *testing.T) {
+	f := newH2Frames()
+	settings := []byte(f.settings().take())
+	calls := []byte(h2ClientPreface + f.settings().request(1).take())
+	for name, client := range map[string][]byte{"HTTP/2": calls, "HTTP/1.1": []byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n")} {
+		t.Run(name, func(t *testing.T) {
+			w := newTwin(t)
+			w.send(t, segment{ingress: false, seq: tx0, payload: settings})
+			w.send(t, segment{ingress: true, seq: rx0, payload: client})
 		})
 	}
 }

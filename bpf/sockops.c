@@ -147,7 +147,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops, __u32 st
 	if (!c)
 		return;
 	h2 = c->h2;
-	if (h2 == H2_FOLLOW)
+	if (h2)
 		h = bpf_sk_storage_get(&h2_store, sk, 0, 0);
 	if (!c->closed)
 		close_conn(counters_of(c), c, h, bpf_ktime_get_ns());

@@ -228,8 +228,8 @@ static __always_inline void pop_h2_locked(struct pod_stats *p, int own, struct c
 
 // close_conn counts the end of a connection at now: the requests still in
 // flight complete (a server that closed sends nothing more), and it stops
-// counting as a connection. h is an HTTP/2 connection's state (NULL for
-// any other).
+// counting as a connection. h is the connection's HTTP/2 state, if it
+// has one (c->h2 set; NULL for any other).
 static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, struct h2_conn *h, __u64 now)
 {
 	int own;
@@ -241,8 +241,8 @@ static __always_inline void close_conn(struct pod_stats *pod, struct conn *c, st
 	if (c->closed)
 		goto out;
 	c->closed = 1;
-	if (c->h2 == H2_FOLLOW && h)
-		pop_h2_locked(pod, own, c, h, now);
+	if (c->h2 && h)
+		pop_h2_locked(pod, own, c, h, now); // lib/h2.h sums its start times there
 	else
 		pop_locked(pod, own, c, pending(c), now);
 	if (own) {

@@ -420,9 +420,10 @@ static __always_inline void h2_begin(struct pod_stats *p, struct conn *c)
 	bpf_spin_unlock(&p->lock);
 }
 
-// h2_go_opaque is go_opaque for an HTTP/2 connection whose frames could not
-// be followed: its streams in flight end now, and it is one request in
-// flight from now until it closes.
+// h2_go_opaque is go_opaque for a connection with HTTP/2 state whose
+// frames could not be followed (or whose client turned out not to speak
+// HTTP/2): its streams in flight end now, and it is one request in flight
+// from now until it closes, its start time in h->start_sum (close_conn).
 static __always_inline void h2_go_opaque(struct pod_stats *p, struct conn *c, struct h2_conn *h, __u64 now)
 {
 	__u64 n, sum;

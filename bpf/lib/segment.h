@@ -189,7 +189,12 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 				h2_begin(counters_of(c), c);
 			}
 		} else if (c->h2 == H2_SERVER_FIRST) {
-			go_opaque(counters_of(c), c, bpf_ktime_get_ns()); // the server spoke first, and the client is not HTTP/2
+			// The server spoke first, and the client is not HTTP/2: one
+			// request for the connection's life, its start time where
+			// close_conn looks for it on a connection with HTTP/2 state.
+			h2 = h2_of(skb, &ip, &tcp, 1, 0);
+			if (h2)
+				h2_go_opaque(counters_of(c), c, h2, bpf_ktime_get_ns());
 			return 1;
 		}
 	}

@@ -64,6 +64,7 @@ func (h *progHarness) connView(c accountingConn) modelView {
 		H2InFlight: s.H2InFlight, H2Total: int64(s.H2Total),
 		Events: h.events(),
 		RxNext: c.RxNext, TxNext: c.TxNext, Pushed: c.Pushed, Popped: c.Popped, HeadBits: c.HeadBits, ProbeBits: c.ProbeBits,
+		H2:   c.H2,
 		Seen: c.Seen == 1, Load: c.Load == 1, Answered: c.Answered == 1, Opaque: c.Opaque == 1, Tunnel: c.Tunnel == 1, RxGap: c.RxGap == 1,
 		GapSeq: c.GapSeq, GapEnd: c.GapEnd, Rx: msgViewOf(c.Rx), Tx: msgViewOf(c.Tx),
 	}
@@ -72,7 +73,6 @@ func (h *progHarness) connView(c accountingConn) modelView {
 func (h *progHarness) view() modelView {
 	h.t.Helper()
 	v := h.connView(h.conn())
-	v.H2 = h.conn().H2
 	var h2 accountingH2Conn
 	if err := h.objs.H2Conns.Lookup(&h.key, &h2); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		h.t.Fatalf("read HTTP/2 state: %v", err)

@@ -3,12 +3,13 @@ package bpf
 // The model of lib/h2.h: HTTP/2 with prior knowledge, a request per stream.
 
 const (
-	h2None, h2ServerFirst, h2Follow = 0, 1, 2
-	h2PrefaceLen, h2HeaderLen       = 24, 9
+	h2None, h2ServerFirst, h2Follow, h2Stashed = 0, 1, 2, 3
+	h2StashFrames                              = 4
+	h2PrefaceLen, h2HeaderLen                  = 24, 9
 
-	h2Data, h2Headers, h2Priority, h2RSTStream, h2Settings = 0x0, 0x1, 0x2, 0x3, 0x4
-	h2PushPromise, h2Ping, h2GoAway, h2Continuation        = 0x5, 0x6, 0x7, 0x9
-	h2EndStream                                            = 0x1
+	h2Data, h2Headers, h2Priority, h2RSTStream, h2Settings          = 0x0, 0x1, 0x2, 0x3, 0x4
+	h2PushPromise, h2Ping, h2GoAway, h2WindowUpdate, h2Continuation = 0x5, 0x6, 0x7, 0x8, 0x9
+	h2EndStream                                                     = 0x1
 )
 
 const h2ClientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -60,6 +61,42 @@ func h2SettingsFirst(b []byte) bool {
 	}
 	n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
 	return b[3] == h2Settings && b[4] == 0 && b[5]|b[6]|b[7]|b[8] == 0 && n%6 == 0 && n <= 1024
+}
+
+// h2StashPreface mirrors h2_stash_preface.
+func h2StashPreface(b []byte) bool {
+	if !h2Preface(b) {
+		return false
+	}
+	b = b[h2PrefaceLen:]
+	for i := range h2StashFrames {
+		if len(b) == 0 {
+			return true
+		}
+		if len(b) < h2HeaderLen || b[5]|b[6]|b[7]|b[8] != 0 {
+			return false
+		}
+		if typ := b[3]; typ != h2Settings && (i == 0 || (typ != h2WindowUpdate && typ != h2Ping)) {
+			return false
+		}
+		n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
+		if n > len(b)-h2HeaderLen {
+			return false
+		}
+		b = b[h2HeaderLen+n:]
+	}
+	return len(b) == 0
+}
+
+// h2FromStash mirrors h2_from_stash.
+func (c *modelConn) h2FromStash(p *modelPod) {
+	c.h2s = &modelH2{}
+	c.h2s.rx.frames = 1
+	c.h2 = h2Follow
+	if !c.closed && !c.opaque && c.owner(p) != nil {
+		p.h2InFlight++
+		p.h2Total++
+	}
 }
 
 // findSlot mirrors find_slot.
@@ -293,6 +330,13 @@ func (c *modelConn) h2CloseGap(p *modelPod) {
 // h2Ingress mirrors on_segment's HTTP/2 part for client bytes [off, end)
 // of a packet; it returns false where on_segment goes on to request_bytes.
 func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
+	if c.stashed && !c.seen && c.h2 == h2None && !c.opaque && h2StashPreface(packetBytes(payload, off, end)) {
+		c.h2, c.seen = h2Stashed, true
+		return true
+	}
+	if c.h2 == h2Stashed && !c.stashed {
+		c.h2FromStash(p)
+	}
 	if c.h2 != h2Follow && !c.seen && !c.opaque && !c.stashed {
 		if h2Preface(packetBytes(payload, off, end)) {
 			if c.h2s == nil {
@@ -323,6 +367,9 @@ func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
 // h2Egress mirrors on_segment's HTTP/2 part for server bytes; false where
 // it goes on to on_response_bytes.
 func (c *modelConn) h2Egress(p *modelPod, payload []byte, off, end int) bool {
+	if c.h2 == h2Stashed {
+		c.h2FromStash(p)
+	}
 	if !c.seen && c.h2 == h2None && !c.opaque && !c.stashed && h2SettingsFirst(packetBytes(payload, off, end)) {
 		c.h2s = &modelH2{}
 		c.h2 = h2ServerFirst

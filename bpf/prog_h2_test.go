@@ -422,3 +422,54 @@ func TestProgMatchesModelServerFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestProgHTTP2PrefaceBeforeAccept: a client's preface (with its SETTINGS
+// and WINDOW_UPDATE, as Go's and grpc-go's clients write them at once)
+// may reach the listening socket before the accept; the connection is
+// followed as HTTP/2 from its next bytes, either direction's. Anything
+// else in that first segment goes the HTTP/1 way, as before.
+func TestProgHTTP2PrefaceBeforeAccept(t *testing.T) {
+	f := newH2Frames()
+	settings := f.settings().take()
+	windowUpdate := f.windowUpdate(0).take()
+	call := f.request(1).data(1, 5, true).take()
+	answer := f.settings().response(1, 9).take()
+	tests := []struct {
+		name     string
+		first    string
+		followed bool
+	}{
+		{"the preface alone", h2ClientPreface, true},
+		{"the preface and SETTINGS", h2ClientPreface + settings, true},
+		{"the preface, SETTINGS and WINDOW_UPDATE", h2ClientPreface + settings + windowUpdate, true},
+		{"the preface and a WINDOW_UPDATE first: not a preface", h2ClientPreface + windowUpdate, false},
+		{"a call with the preface", h2ClientPreface + settings + call, false},
+		{"SETTINGS cut by the segment", h2ClientPreface + settings[:12], false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, serverFirst := range []bool{false, true} {
+				w := newTwin(t)
+				w.unaccepted()
+				rx := uint32(rx0)
+				w.send(t, segment{ingress: true, seq: rx, payload: []byte(tt.first), listen: true})
+				rx += uint32(len(tt.first))
+				if serverFirst {
+					w.send(t, segment{ingress: false, seq: tx0, payload: []byte(answer[:len(settings)])})
+				}
+				if tt.followed {
+					w.send(t, segment{ingress: true, seq: rx, payload: []byte(call)})
+				}
+				w.send(t, segment{ingress: false, seq: tx0, payload: []byte(answer)})
+				got := w.h.view()
+				if tt.followed && (got.H2 != h2Follow || got.Started != 1 || got.Completed != 1 || got.OpaqueTotal != 0) {
+					t.Errorf("server first %t: h2=%d started=%d completed=%d opaque=%d, want one call followed as HTTP/2\n%s",
+						serverFirst, got.H2, got.Started, got.Completed, got.OpaqueTotal, strings.Join(w.steps, "\n"))
+				}
+				if !tt.followed && got.H2 == h2Follow {
+					t.Errorf("followed as HTTP/2, want the HTTP/1 way\n%s", strings.Join(w.steps, "\n"))
+				}
+			}
+		})
+	}
+}

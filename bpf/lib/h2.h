@@ -54,6 +54,7 @@
 #define H2_WINDOW_UPDATE 0x8
 #define H2_CONTINUATION 0x9
 #define H2_END_STREAM 0x1
+#define H2_STASH_FRAMES 4 // frames after a preface that reached the listening socket (h2_stash_preface)
 
 // The server side of a connection's HTTP/2 state: in the socket's storage,
 // or by four-tuple in the test object (as conn.h keeps struct conn).
@@ -145,6 +146,39 @@ static __always_inline int h2_settings_first(struct __sk_buff *skb, __u32 off, _
 		return 0;
 	len = (__u32)h[0] << 16 | (__u32)h[1] << 8 | h[2];
 	return h[3] == H2_SETTINGS && h[4] == 0 && !(h[5] | h[6] | h[7] | h[8]) && len % 6 == 0 && len <= 1024;
+}
+
+// h2_stash_preface returns 1 if the bytes [off, end), a client's first
+// that reached the listening socket before the accept, are the connection
+// preface followed by whole frames of the connection only (SETTINGS first,
+// then SETTINGS, WINDOW_UPDATE or PING, up to H2_STASH_FRAMES): what Go's
+// and grpc-go's clients write before their first request. They open no
+// stream, so the walk can begin after them once the connection has its
+// own socket (H2_STASHED); what else comes first goes the HTTP/1 way.
+static __always_inline int h2_stash_preface(struct __sk_buff *skb, __u32 off, __u32 end)
+{
+	__u8 h[H2_HEADER_LEN];
+	__u32 len, i;
+
+	if (!h2_preface(skb, off, end))
+		return 0;
+	off += H2_PREFACE_LEN;
+#pragma clang loop unroll(full)
+	for (i = 0; i < H2_STASH_FRAMES; i++) {
+		if (off == end)
+			return 1;
+		if (end - off < H2_HEADER_LEN || bpf_skb_load_bytes(skb, off, h, H2_HEADER_LEN))
+			return 0;
+		if (h[5] | h[6] | h[7] | h[8])
+			return 0; // a stream's frame
+		if (h[3] != H2_SETTINGS && (i == 0 || (h[3] != H2_WINDOW_UPDATE && h[3] != H2_PING)))
+			return 0;
+		len = (__u32)h[0] << 16 | (__u32)h[1] << 8 | h[2];
+		if (len > end - off - H2_HEADER_LEN)
+			return 0; // a frame the segment cuts
+		off += H2_HEADER_LEN + len;
+	}
+	return off == end;
 }
 
 // What one direction's frame walk needs besides the maps.
@@ -448,6 +482,23 @@ static __always_inline void h2_begin(struct pod_stats *p, struct conn *c)
 		p->h2_total++;
 	}
 	bpf_spin_unlock(&p->lock);
+}
+
+// h2_from_stash begins following a connection whose client's preface came
+// before the accept (H2_STASHED), at its first bytes after it; returns its
+// HTTP/2 state, or NULL without memory for it (then it stays as it is,
+// and its frames go the HTTP/1 way: connection level).
+static __always_inline struct h2_conn *h2_from_stash(struct __sk_buff *skb, const struct iphdr *ip,
+						      const struct tcphdr *tcp, struct conn *c, int ingress)
+{
+	struct h2_conn *h = h2_of(skb, ip, tcp, ingress, 1);
+
+	if (!h)
+		return NULL;
+	h->rx.frames = 1; // its SETTINGS came: the client's preface is done
+	c->h2 = H2_FOLLOW;
+	h2_begin(counters_of(c), c);
+	return h;
 }
 
 // h2_go_opaque is go_opaque for a connection with HTTP/2 state whose

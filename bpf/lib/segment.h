@@ -150,6 +150,8 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		if ((__s32)(next - seq) > 0)
 			off += next - seq; // a retransmission with new bytes at its end
 		c->tx_next = end;
+		if (c->h2 == H2_STASHED)
+			h2 = h2_from_stash(skb, &ip, &tcp, c, 0);
 		// A server that writes its HTTP/2 SETTINGS before the client's
 		// preface came (lib/h2.h): its frames are walked while the
 		// client's first bytes decide.
@@ -178,7 +180,15 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	c->rx_next = end;
 	// HTTP/2 with prior knowledge: its streams are followed (lib/h2.h).
 	// Not before the accept (a stash entry, tenure 0): the state lives in
-	// the connection's own socket.
+	// the connection's own socket. A preface that came before is noted,
+	// and the walk begins with the bytes after it.
+	if (!c->tenure && !c->seen && !c->h2 && !c->opaque && h2_stash_preface(skb, off, skb->len)) {
+		c->h2 = H2_STASHED;
+		c->seen = 1;
+		return 1;
+	}
+	if (c->h2 == H2_STASHED && c->tenure)
+		h2 = h2_from_stash(skb, &ip, &tcp, c, 1);
 	if (c->h2 != H2_FOLLOW && !c->seen && !c->opaque && c->tenure) {
 		if (h2_preface(skb, off, skb->len)) {
 			h2 = h2_of(skb, &ip, &tcp, 1, 1);

@@ -333,7 +333,7 @@ func TestE2EGRPCAutoscales(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(took) > 0 {
-		t.Logf("(c) %s: %d of %d calls at zero answered OK (first after %s, last after %s) by %v on %d connection(s); %s; the activators found %v of the target's pods ready by an h2c probe before their EndpointSlice",
+		t.Logf("(c) %s: %d of %d calls at zero answered OK (first after %s, last after %s) by %v on %d connection(s); %s; pods found ready by an activator's h2c probe before their EndpointSlice: %v (each activator probes each pod)",
 			since(), len(took), atZero, took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), woke, zc.dials.Load(), paLine(t, s, name), probedReady)
 	}
 	// Every pod of the test started not ready in its EndpointSlice and

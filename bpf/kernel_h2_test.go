@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
@@ -244,4 +246,80 @@ func TestKernelGRPC(t *testing.T) {
 		wg.Wait()
 		idle(t)
 	})
+}
+
+// TestKernelGRPCProbesAreNotLoad: the kubelet's gRPC health probe (grpc-go
+// with its User-Agent, a new connection per probe) from the node's address
+// is counted as a probe, not load; from any other client, or on a channel
+// kept for load, the same User-Agent is load.
+func TestKernelGRPCProbesAreNotLoad(t *testing.T) {
+	e := newKernelEnv(t, "")
+	if err := e.pod.Start(testpod.RoleGRPC, testpod.GRPCPort); err != nil {
+		t.Fatal(err)
+	}
+	addr := e.pod.Addr(testpod.GRPCPort)
+	// probe checks health as the kubelet's gRPC prober does.
+	probe := func(t *testing.T) {
+		t.Helper()
+		conn, err := grpc.NewClient(addr, grpc.WithUserAgent("kube-probe/1.36"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health check: %v, %v", resp, err)
+		}
+	}
+	if err := e.acct.SetNodeAddrs([]netip.Addr{e.pod.HostIP}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for range n {
+		probe(t)
+	}
+	got := e.waitCounters(t, "probes counted", func(c PodCounters) bool { return c.ProbesTotal == n && c.H2ConnsInFlight == 0 })
+	if got.Requests.Started != 0 || got.Requests.Area != 0 || got.OpaqueConnsTotal != 0 {
+		t.Errorf("probes from the node counted as load: started=%d area=%v opaque=%d", got.Requests.Started, got.Requests.Area, got.OpaqueConnsTotal)
+	}
+	t.Logf("%d probes from the node: %d probes, %d requests counted", n, got.ProbesTotal, got.Requests.Started)
+
+	// A channel that carries calls: its calls are load, whatever its agent.
+	conn, err := grpc.NewClient(addr, grpc.WithUserAgent("kube-probe/1.36"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 3 {
+		var resp wrapperspb.StringValue
+		if err := conn.Invoke(context.Background(), testpod.GRPCUnary, wrapperspb.String("10ms"), &resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	// The first call of the channel has the prober's agent as a literal;
+	// the later ones name it from HPACK's dynamic table: load.
+	after := e.waitCounters(t, "the kept channel's calls", func(c PodCounters) bool {
+		return c.ProbesTotal+c.Requests.Completed == n+3 && c.H2ConnsInFlight == 0
+	})
+	if after.Requests.Completed < 2 {
+		t.Errorf("a kept channel's calls: %d load, %d probes; want at least the later two as load", after.Requests.Completed, after.ProbesTotal-n)
+	}
+
+	// Not from the node: load.
+	if err := e.acct.SetNodeAddrs(nil); err != nil {
+		t.Fatal(err)
+	}
+	before := after
+	for range n {
+		probe(t)
+	}
+	spoofed := e.waitCounters(t, "spoofed probes counted as load", func(c PodCounters) bool {
+		return c.Requests.Completed-before.Requests.Completed == n
+	})
+	if spoofed.ProbesTotal != before.ProbesTotal {
+		t.Errorf("a client that is not the node: %d probes counted, want none", spoofed.ProbesTotal-before.ProbesTotal)
+	}
 }

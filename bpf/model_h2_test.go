@@ -29,8 +29,17 @@ type modelH2 struct {
 
 // h2Walk mirrors struct h2_walk: a segment's stream changes.
 type h2Walk struct {
-	opened, closed uint32
-	starts         uint64
+	c                      *modelConn
+	opened, closed, probes uint32
+	starts                 uint64
+	// classify: the next new stream's User-Agent decides whether it is
+	// load; paused: the walk stopped there, at a HEADERS frame of stream
+	// pSid, flags pFlags, length pLen, whose payload bytes in the segment
+	// are pBytes.
+	classify, paused bool
+	pSid, pLen       uint32
+	pFlags           byte
+	pBytes           []byte
 }
 
 // packetBytes returns the payload bytes [off, end) of a packet whose
@@ -112,6 +121,12 @@ func (h *modelH2) h2Frame(p *modelPod, w *h2Walk, d *modelH2Dir, hdr []byte, pay
 				return parseError
 			}
 			h.maxStream = sid
+			if w.classify {
+				w.classify, w.paused = false, true
+				w.pSid, w.pLen, w.pFlags, w.pBytes = sid, n, flags, payload[:min(uint32(len(payload)), n)]
+				return 0
+			}
+			w.c.load = true
 			h.openStream(p, w, sid)
 		} else if typ == h2RSTStream {
 			h.endStream(w, sid)
@@ -144,38 +159,53 @@ func (c *modelConn) h2Bytes(p *modelPod, payload []byte, off, end int, req bool)
 		d = &h.rx
 	}
 	b := packetBytes(payload, off, end)
-	var w h2Walk
+	w := h2Walk{c: c, classify: req && !c.load}
 	err := 0
-	steps := 0
-	for len(b) > 0 && err == 0 && steps < maxH2Frames {
-		steps++
-		if d.left > 0 {
+	walk := func() {
+		for steps := 0; len(b) > 0 && err == 0 && steps < maxH2Frames; {
+			steps++
+			if d.left > 0 {
+				n := min(uint32(len(b)), d.left)
+				d.left -= n
+				b = b[n:]
+				continue
+			}
+			var hdr []byte
+			if d.have == 0 && len(b) >= h2HeaderLen {
+				hdr, b = b[:h2HeaderLen], b[h2HeaderLen:]
+			} else {
+				for k := 0; k < h2HeaderLen && len(b) > 0 && d.have < h2HeaderLen; k++ {
+					d.hdr[d.have] = b[0]
+					d.have++
+					b = b[1:]
+				}
+				if d.have < h2HeaderLen {
+					break
+				}
+				d.have = 0
+				hdr = d.hdr[:]
+			}
+			if err = h.h2Frame(p, &w, d, hdr, b, req); err != 0 {
+				break
+			}
 			n := min(uint32(len(b)), d.left)
 			d.left -= n
 			b = b[n:]
-			continue
-		}
-		var hdr []byte
-		if d.have == 0 && len(b) >= h2HeaderLen {
-			hdr, b = b[:h2HeaderLen], b[h2HeaderLen:]
-		} else {
-			for k := 0; k < h2HeaderLen && len(b) > 0 && d.have < h2HeaderLen; k++ {
-				d.hdr[d.have] = b[0]
-				d.have++
-				b = b[1:]
-			}
-			if d.have < h2HeaderLen {
+			if w.paused {
 				break
 			}
-			d.have = 0
-			hdr = d.hdr[:]
 		}
-		if err = h.h2Frame(p, &w, d, hdr, b, req); err != 0 {
-			break
+	}
+	walk()
+	if w.paused {
+		w.paused = false
+		if hpackProbe(w.pBytes, w.pLen, w.pFlags) {
+			w.probes++
+		} else {
+			c.load = true
+			h.openStream(p, &w, w.pSid)
 		}
-		n := min(uint32(len(b)), d.left)
-		d.left -= n
-		b = b[n:]
+		walk()
 	}
 	if err == 0 && len(b) > 0 {
 		err = parseLimit
@@ -188,8 +218,11 @@ func (c *modelConn) h2Bytes(p *modelPod, payload []byte, off, end int, req bool)
 
 // h2Count mirrors h2_count.
 func (c *modelConn) h2Count(p *modelPod, w *h2Walk) {
-	if (w.opened == 0 && w.closed == 0) || c.closed || c.opaque {
+	if (w.opened == 0 && w.closed == 0 && w.probes == 0) || c.closed || c.opaque {
 		return
+	}
+	if c.owner(p) != nil {
+		p.probes += uint64(w.probes)
 	}
 	c.pushed += w.opened
 	c.popped += w.closed

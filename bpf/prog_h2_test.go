@@ -338,7 +338,11 @@ func randomH2Conversation(rng *rand.Rand) (segs []segment, streams int, reordere
 		switch k := rng.IntN(10); {
 		case k < 4 || len(open) == 0: // new calls
 			for range 1 + rng.IntN(4) {
-				cli.request(next)
+				if rng.IntN(3) == 0 { // a prober's agent, or another (lib/hpack.h)
+					cli.grpcProbe(next, []string{kubeletUA, "sockscale-probe/readiness", "grpc-go/1.79.3"}[rng.IntN(3)])
+				} else {
+					cli.request(next)
+				}
 				if rng.IntN(2) == 0 {
 					cli.data(next, rng.IntN(5000), rng.IntN(2) == 0)
 				}
@@ -387,16 +391,17 @@ func TestProgMatchesModelOnHTTP2(t *testing.T) {
 				w.send(t, s)
 			}
 			got := w.h.view()
-			t.Logf("%d segments, %d streams: started %d, completed %d, in flight %d, opaque %d", len(segs), streams, got.Started, got.Completed, got.InFlight, got.OpaqueTotal)
+			t.Logf("%d segments, %d streams: started %d, completed %d, in flight %d, probes %d, opaque %d", len(segs), streams, got.Started, got.Completed, got.InFlight, got.Probes, got.OpaqueTotal)
 			if got.H2 != h2Follow {
 				t.Fatalf("not followed as HTTP/2 (h2=%d)\n%s", got.H2, strings.Join(w.steps, "\n"))
 			}
 			if reordered {
 				return // a hole may land in a frame header: then connection level, as the model says
 			}
-			if got.OpaqueTotal != 0 || int(got.Started) != streams || got.Events != ([evMax]uint64{}) {
-				t.Fatalf("started=%d opaque=%d events=%v, want %d streams started, none opaque, no events\n%s",
-					got.Started, got.OpaqueTotal, got.Events, streams, strings.Join(w.steps, "\n"))
+			// Each stream is load or a probe.
+			if got.OpaqueTotal != 0 || int(got.Started+got.Probes) != streams || got.Events != ([evMax]uint64{}) {
+				t.Fatalf("started=%d probes=%d opaque=%d events=%v, want %d streams started or probes, none opaque, no events\n%s",
+					got.Started, got.Probes, got.OpaqueTotal, got.Events, streams, strings.Join(w.steps, "\n"))
 			}
 		})
 	}

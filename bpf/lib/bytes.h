@@ -67,9 +67,10 @@ static __always_inline __u64 word(const __u8 *buf, int i)
 
 // TOKEN8 is the word of an 8-byte string literal, as word() reads it. Shorter
 // tokens are padded with \0 and compared under PREFIX_MASK.
+// Bytes go through __u8 first: a char above 0x7f is negative.
 #define TOKEN8(s)                                                                                                   \
-	((__u64)(s)[0] | (__u64)(s)[1] << 8 | (__u64)(s)[2] << 16 | (__u64)(s)[3] << 24 | (__u64)(s)[4] << 32 |   \
-	 (__u64)(s)[5] << 40 | (__u64)(s)[6] << 48 | (__u64)(s)[7] << 56)
+	((__u64)(__u8)(s)[0] | (__u64)(__u8)(s)[1] << 8 | (__u64)(__u8)(s)[2] << 16 | (__u64)(__u8)(s)[3] << 24 |     \
+	 (__u64)(__u8)(s)[4] << 32 | (__u64)(__u8)(s)[5] << 40 | (__u64)(__u8)(s)[6] << 48 | (__u64)(__u8)(s)[7] << 56)
 #define PREFIX_MASK(n) ((n) >= 8 ? ~0ULL : (1ULL << (8 * (n))) - 1) // the first n bytes of a word
 
 #define ONES 0x0101010101010101ULL

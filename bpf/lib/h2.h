@@ -17,6 +17,11 @@
 // Up to MAX_H2_STREAMS streams in flight are followed per connection; one
 // opened beyond that is not counted (EV_H2_FULL): the count stays exact
 // for those it follows, and never goes below zero or stays up.
+//
+// Health probes are not load: on a connection whose client may probe (the
+// node, an activator), a stream whose HEADERS carry a prober's User-Agent
+// (lib/hpack.h) is counted as a probe and not followed, until a stream of
+// the connection is load; then every later one is, as for HTTP/1.
 
 #ifndef SOCKSCALE_LIB_H2_H
 #define SOCKSCALE_LIB_H2_H
@@ -30,6 +35,7 @@
 #include "bytes.h"
 #include "conn.h"
 #include "counters.h"
+#include "hpack.h"
 #include "maps.h"
 #include "message.h"
 
@@ -151,6 +157,14 @@ struct h2_walk {
 	__u32 sid;    // the stream a table search looks for
 	__u32 found;  // a table search's result: slot + 1, or 0
 	__u32 opened; // streams opened in this segment
+	__u32 probes; // health probes among the streams the client opened (not counted as load)
+	// classify: the next new stream's User-Agent decides whether it is
+	// load; paused: the walk stopped there, at a HEADERS frame of stream
+	// p_sid, payload at p_off of p_len bytes, flags p_flags. (This order
+	// of the fields verifies in half the steps of others.)
+	__u8 classify;
+	__u8 paused;
+	__u32 p_sid, p_off, p_len, p_flags;
 	__u32 closed; // streams ended in this segment ...
 	__u64 starts; // ... and the sum of their start times
 	int req;
@@ -283,6 +297,20 @@ static __always_inline int h2_frame(struct h2_walk *w, const __u8 *hdr, __u32 pa
 			if (!(sid & 1))
 				return PARSE_ERROR; // a client opens odd streams only
 			w->h->max_stream = sid;
+			// A stream's User-Agent is looked at as HTTP/1's is (message.h):
+			// on a connection from a prober's address, until one is load.
+			// The walk stops for h2_bytes to look (outside bpf_loop).
+			if (w->classify) {
+				w->classify = 0;
+				w->paused = 1;
+				w->p_sid = sid;
+				w->p_off = payload_off;
+				w->p_len = len;
+				w->p_flags = flags;
+				return 0;
+			}
+			if (!w->c->load)
+				w->c->load = 1; // a second new stream in the segment: load
 			open_stream(w, sid);
 		} else if (type == H2_RST_STREAM) {
 			end_stream(w, sid);
@@ -342,7 +370,7 @@ static long h2_step(__u64 i, void *data)
 		if (d->err)
 			return 1;
 		skip_payload(d);
-		return 0;
+		return w->paused ? 1 : 0; // a callback returns 0 or 1, not a byte
 	}
 	// A header split over segments: its bytes one by one into d->hdr.
 #pragma clang loop unroll(disable)
@@ -366,7 +394,7 @@ static long h2_step(__u64 i, void *data)
 	if (d->err)
 		return 1;
 	skip_payload(d);
-	return 0;
+	return w->paused ? 1 : 0;
 }
 
 // h2_count applies a segment's stream changes to the pod's counters at
@@ -379,12 +407,14 @@ static __always_inline void h2_count(struct pod_stats *p, struct h2_walk *w)
 	__u64 opened = w->opened, closed = w->closed, now = w->now, took;
 	int own;
 
-	if (!p || (!opened && !closed))
+	if (!p || (!opened && !closed && !w->probes))
 		return;
 	bpf_spin_lock(&p->lock);
 	if (c->closed || c->opaque)
 		goto out;
 	own = owner(p, c);
+	if (own)
+		p->probes_total += w->probes;
 	c->pushed += opened;
 	c->popped += closed;
 	h->start_sum += opened * now - w->starts;
@@ -439,7 +469,6 @@ static __always_inline void h2_go_opaque(struct pod_stats *p, struct conn *c, st
 	n = pending(c);
 	sum = h->start_sum;
 	c->popped = c->pushed;
-	h->start_sum = 0;
 	c->opaque = 1;
 	c->pushed++; // the connection's one request: close_conn ends it
 	h->start_sum = now;
@@ -483,7 +512,22 @@ static __always_inline void h2_bytes(struct __sk_buff *skb, struct conn *c, stru
 	w.d->off = off;
 	w.d->end = end;
 	w.d->err = 0;
+	// On a connection that may carry probes, the first new stream of the
+	// segment is looked at (one: each look costs a walk's verification).
+	w.classify = req && !c->load;
 	bpf_loop(MAX_H2_FRAMES, h2_step, &w, 0);
+	if (w.paused) {
+		w.paused = 0;
+		w.classify = 0;
+		if (h2_probe_headers(skb, w.p_off, w.p_len, end, w.p_flags)) {
+			w.probes++; // not load, so not followed
+		} else {
+			if (!c->load)
+				c->load = 1;
+			open_stream(&w, w.p_sid);
+		}
+		bpf_loop(MAX_H2_FRAMES, h2_step, &w, 0); // the rest of the segment
+	}
 	if (!w.d->err && w.d->off < w.d->end)
 		w.d->err = PARSE_LIMIT;
 	// What the walk ended before a framing error still counts; then the

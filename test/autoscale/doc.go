@@ -16,5 +16,15 @@
 // request took to reach the new pod once it could be served). A bad value
 // answers 400 naming the parameter, the value and what is allowed. On
 // SIGTERM it stops being ready, keeps serving for --shutdown-delay, then
-// drains requests in flight for up to --drain-timeout. The image's repository name is "autoscale".
+// drains requests in flight for up to --drain-timeout.
+//
+// With --grpc-port it also serves gRPC over h2c (HTTP/2 with prior
+// knowledge, as gRPC servers in a cluster do) on that port: the Sleep
+// service of internal/testutil/grpcsleep (/sockscale.test.Sleep/Call with
+// a google.protobuf.StringValue such as "300ms" waits that long, then
+// answers it; the header metadata x-pod and x-in-flight say as much as
+// the HTTP answers do) and the standard health service, SERVING exactly
+// when /healthz answers 200, for a kubelet gRPC probe. SIGTERM drains
+// gRPC calls as it drains requests. The image's repository name is
+// "autoscale".
 package main

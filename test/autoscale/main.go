@@ -45,7 +45,14 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	return serve(ctx, ln, &app{pod: podName(os.Getenv, os.Hostname), log: log, listening: time.Now()}, o)
+	var grpcLn net.Listener
+	if o.grpcPort != 0 {
+		if grpcLn, err = net.Listen("tcp", fmt.Sprintf(":%d", o.grpcPort)); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("listen for gRPC: %w", err)
+		}
+	}
+	return serve(ctx, ln, grpcLn, &app{pod: podName(os.Getenv, os.Hostname), log: log, listening: time.Now()}, o)
 }
 
 // parseFlags reads the command line; the port defaults to $PORT (as
@@ -69,6 +76,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	// (30s), so the kubelet's SIGKILL never cuts a drain short.
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 25*time.Second, "then wait at most this long for requests in flight")
 	fs.BoolVar(&o.exitOnSIGTERM, "exit-on-sigterm", false, "exit at once on SIGTERM, dropping requests in flight (as most apps do); the delays above are then unused")
+	fs.IntVar(&o.grpcPort, "grpc-port", 0, "also serve gRPC over h2c on this port: the Sleep service and the standard health service (0: no gRPC)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -77,6 +85,14 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	if o.port < 1 || o.port > 65535 {
 		return options{}, fmt.Errorf("--port %d: want 1 to 65535", o.port)
+	}
+	switch {
+	case o.grpcPort < 0 || o.grpcPort > 65535:
+		return options{}, fmt.Errorf("--grpc-port %d: want 1 to 65535, or 0 for no gRPC", o.grpcPort)
+	case o.grpcPort == o.port:
+		// One listener cannot serve both: HTTP/1.x clients and gRPC's
+		// HTTP/2 would need a server that tells them apart.
+		return options{}, fmt.Errorf("--grpc-port %d: the HTTP port (--port); gRPC needs a port of its own", o.grpcPort)
 	}
 	for _, d := range []struct {
 		name string

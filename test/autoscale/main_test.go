@@ -266,7 +266,7 @@ func TestStartupAndDrain(t *testing.T) {
 	// so the graceful shutdown has to wait for it.
 	o := options{startupDelay: time.Hour, shutdownDelay: time.Second, drainTimeout: time.Minute}
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, a, o) }()
+	go func() { done <- serve(ctx, ln, nil, a, o) }()
 	base := "http://" + ln.Addr().String()
 
 	if code := status(t, base+"/healthz"); code != http.StatusServiceUnavailable {
@@ -303,7 +303,7 @@ func TestStartupDelayEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, ln, a, options{startupDelay: 20 * time.Millisecond, drainTimeout: 5 * time.Second})
+		done <- serve(ctx, ln, nil, a, options{startupDelay: 20 * time.Millisecond, drainTimeout: 5 * time.Second})
 	}()
 	waitFor(t, func() bool { return status(t, "http://"+ln.Addr().String()+"/healthz") == http.StatusOK })
 	cancel()
@@ -318,7 +318,7 @@ func TestDrainTimeout(t *testing.T) {
 	a := newApp()
 	ctx, sigterm := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, a, options{drainTimeout: 50 * time.Millisecond}) }()
+	go func() { done <- serve(ctx, ln, nil, a, options{drainTimeout: 50 * time.Millisecond}) }()
 	slow := make(chan result, 1)
 	go func() { slow <- fetch("http://" + ln.Addr().String() + "/?sleep=10m") }()
 	waitFor(t, func() bool { return a.inFlight.Load() == 1 })
@@ -349,7 +349,16 @@ func TestParseFlags(t *testing.T) {
 			want: options{port: 8080, startupDelay: 2 * time.Second, drainTimeout: time.Minute}},
 		{name: "exit on SIGTERM", args: []string{"--exit-on-sigterm"},
 			want: options{port: 8080, shutdownDelay: 3 * time.Second, drainTimeout: 25 * time.Second, exitOnSIGTERM: true}},
+		{name: "gRPC", args: []string{"--grpc-port=9090"},
+			want: options{port: 8080, shutdownDelay: 3 * time.Second, drainTimeout: 25 * time.Second, grpcPort: 9090}},
+		{name: "gRPC off", args: []string{"--grpc-port=0"},
+			want: options{port: 8080, shutdownDelay: 3 * time.Second, drainTimeout: 25 * time.Second}},
 		{name: "bad PORT", env: map[string]string{"PORT": "http"}, wantErr: `$PORT "http"`},
+		{name: "gRPC port out of range", args: []string{"--grpc-port=65536"}, wantErr: "--grpc-port 65536: want 1 to 65535, or 0 for no gRPC"},
+		{name: "negative gRPC port", args: []string{"--grpc-port=-1"}, wantErr: "--grpc-port -1"},
+		{name: "gRPC on the HTTP port", args: []string{"--grpc-port=8080"}, wantErr: "--grpc-port 8080: the HTTP port (--port)"},
+		{name: "gRPC on PORT", args: []string{"--grpc-port=9000"}, env: map[string]string{"PORT": "9000"}, wantErr: "--grpc-port 9000: the HTTP port"},
+		{name: "gRPC port not a number", args: []string{"--grpc-port=grpc"}, wantErr: "grpc-port"},
 		{name: "port out of range", args: []string{"--port=70000"}, wantErr: "--port 70000"},
 		{name: "negative delay", args: []string{"--startup-delay=-1s"}, wantErr: "--startup-delay -1s"},
 		{name: "arguments", args: []string{"serve"}, wantErr: "flags only"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // app serves the work endpoint and the readiness endpoint.
@@ -26,6 +31,24 @@ type app struct {
 	// listening is when the listener opened (zero: unknown, no
 	// ListeningForHeader).
 	listening time.Time
+	// health is the gRPC health service's state when --grpc-port serves
+	// gRPC (nil otherwise): it follows ready, for the kubelet's gRPC
+	// probes.
+	health *health.Server
+}
+
+// setReady sets readiness for /healthz and, with gRPC on, the health
+// service's overall status ("").
+func (a *app) setReady(ready bool) {
+	a.ready.Store(ready)
+	if a.health == nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	a.health.SetServingStatus("", st)
 }
 
 // InFlightHeader is the answer's header that says how many requests the
@@ -114,49 +137,86 @@ type options struct {
 	// in flight, as most apps (and Knative's autoscale sample) do: the
 	// platform has to drain them.
 	exitOnSIGTERM bool
+	// grpcPort serves gRPC over h2c (the Sleep service and the health
+	// service) on a port of its own; 0: no gRPC.
+	grpcPort int
 }
 
-// serve runs the server on ln until ctx is done (SIGTERM), then drains:
-// readiness 503, shutdownDelay, and a graceful shutdown that waits for
-// requests in flight up to drainTimeout. It returns an error if requests
-// were cut off.
-func serve(ctx context.Context, ln net.Listener, a *app, o options) error {
+// serve runs the HTTP server on ln, and the gRPC server on grpcLn unless
+// it is nil, until ctx is done (SIGTERM), then drains: readiness 503
+// (and NOT_SERVING), shutdownDelay, and a graceful shutdown of both that
+// waits for requests and calls in flight up to drainTimeout. It returns
+// an error if any were cut off.
+func serve(ctx context.Context, ln, grpcLn net.Listener, a *app, o options) error {
 	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	// Each server's Serve sends its end here: before the drain stops
+	// them, any end is a failure.
+	errc := make(chan error, 2)
+	servers := 1
+	go func() { errc <- fmt.Errorf("serve: %w", srv.Serve(ln)) }()
+	var gs *grpc.Server
+	if grpcLn != nil {
+		gs = a.grpcServer()
+		servers++
+		go func() {
+			// Serve returns nil only once stopped.
+			errc <- fmt.Errorf("serve gRPC: %w", cmp.Or(gs.Serve(grpcLn), grpc.ErrServerStopped))
+		}()
+	}
 
 	startup := time.NewTimer(o.startupDelay)
 	defer startup.Stop()
 	select {
 	case <-startup.C:
-		a.ready.Store(true)
-		a.log.Info("ready", "pod", a.pod, "address", ln.Addr().String())
+		a.setReady(true)
+		a.log.Info("ready", "pod", a.pod, "address", ln.Addr().String(), "grpc", grpcLn != nil)
 	case <-ctx.Done():
 	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 
-	a.ready.Store(false)
+	a.setReady(false)
 	a.log.Info("draining", "inFlight", a.inFlight.Load(), "shutdownDelay", o.shutdownDelay, "drainTimeout", o.drainTimeout)
 	select {
 	case <-time.After(o.shutdownDelay):
 	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
 	defer cancel()
-	if err := srv.Shutdown(dctx); err != nil {
+	// gRPC's graceful stop has no deadline of its own: it runs beside
+	// the HTTP server's, and Stop cuts it off at the same deadline.
+	gstopped := make(chan struct{})
+	if gs != nil {
+		go func() { gs.GracefulStop(); close(gstopped) }()
+	}
+	err := srv.Shutdown(dctx)
+	if gs != nil && err == nil {
+		select {
+		case <-gstopped:
+		case <-dctx.Done():
+			err = dctx.Err()
+		}
+	}
+	if err != nil {
 		left := a.inFlight.Load()
-		_ = srv.Close() // cut off what is left, so the process can exit
+		// Cut off what is left, so the process can exit.
+		_ = srv.Close()
+		if gs != nil {
+			gs.Stop() // GracefulStop returns too
+			<-gstopped
+		}
 		return fmt.Errorf("drain: %d requests still in flight after %s: %w", left, o.drainTimeout, err)
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
+	for range servers {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
 	}
 	a.log.Info("drained")
 	return nil

@@ -246,6 +246,10 @@ type App struct {
 	Image string
 	// Pod adjusts the pod template's spec (AppPodSpec), e.g. OnRealNode.
 	Pod func(*corev1.PodSpec)
+	// Service adjusts the public Service's spec (one port "http", 80 to
+	// the pods' 8080, which the PodAutoscaler names), e.g. a gRPC app's
+	// port with appProtocol kubernetes.io/h2c.
+	Service func(*corev1.ServiceSpec)
 }
 
 // OnRealNode puts a pod on the local cluster's real node name (a real
@@ -291,6 +295,9 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 	public := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if app.Service != nil {
+		app.Service(&public.Spec)
 	}
 	pa := &v1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},

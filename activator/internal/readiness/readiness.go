@@ -64,6 +64,13 @@ type Pod struct {
 	Addr netip.AddrPort
 	// Ready is the EndpointSlice's ready condition.
 	Ready bool
+	// H2C: the address speaks HTTP/2 without TLS (the target's Service
+	// port has appProtocol kubernetes.io/h2c, target.Target.H2C), so it
+	// is probed over h2c with prior knowledge. Such a server often
+	// speaks nothing else (grpc-go closes a connection that does not
+	// open with HTTP/2's preface), and an HTTP/1.1 probe would never see
+	// it ready: its requests would wait for the EndpointSlice.
+	H2C bool
 }
 
 // Sink takes a target's ready pods (sorted by address) whenever they change.
@@ -97,10 +104,11 @@ type Options struct {
 	// timeout is the HTTP client's, in real time.
 	Clock clock.WithTicker
 	// Client sends the probes (default: no keep-alive, no redirects
-	// followed, no proxy).
-	Client     *http.Client
-	Registerer prometheus.Registerer
-	Log        *slog.Logger
+	// followed, no proxy), H2CClient those to H2C pods (default: the
+	// same over h2c with prior knowledge only).
+	Client, H2CClient *http.Client
+	Registerer        prometheus.Registerer
+	Log               *slog.Logger
 }
 
 // Prober keeps each target's ready set: a pod is ready when its
@@ -123,6 +131,7 @@ type Prober struct {
 	path      string
 	clock     clock.WithTicker
 	client    *http.Client
+	h2cClient *http.Client
 	m         *metrics
 	log       *slog.Logger
 
@@ -153,6 +162,10 @@ type podState struct {
 	fastSince      time.Time          // appeared or became unreachable: probed fast for FastFor
 	stop           context.CancelFunc // non-nil while probing
 	wake           chan struct{}      // Wake's nudge to the probe loop, buffered 1
+	// h2c: probe over h2c (Pod.H2C). The probe loop reads it before
+	// each probe, so a Service port that changes its appProtocol takes
+	// effect at the next one.
+	h2c *atomic.Bool
 }
 
 func (s *podState) ready() bool {
@@ -167,7 +180,7 @@ func (s *podState) probing() bool {
 
 // New returns a Prober; Close stops its probes.
 func New(o Options) *Prober {
-	p := &Prober{sink: o.Sink, period: o.Period, timeout: o.Timeout, path: o.Path, clock: o.Clock, client: o.Client,
+	p := &Prober{sink: o.Sink, period: o.Period, timeout: o.Timeout, path: o.Path, clock: o.Clock, client: o.Client, h2cClient: o.H2CClient,
 		fastFor: o.FastFor, linger: o.Linger, maxPeriod: o.MaxPeriod, waiting: o.Waiting,
 		m: newMetrics(o.Registerer), log: o.Log, targets: make(map[target.Key]*targetPods)}
 	if p.period <= 0 {
@@ -193,12 +206,10 @@ func New(o Options) *Prober {
 		p.clock = clock.RealClock{}
 	}
 	if p.client == nil {
-		p.client = &http.Client{
-			// One connection per probe: a pod that is not ready yet is
-			// probed rarely, and idle connections to pods would pile up.
-			Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		p.client = probeClient(false)
+	}
+	if p.h2cClient == nil {
+		p.h2cClient = probeClient(true)
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -225,9 +236,10 @@ func (p *Prober) SetPods(key target.Key, pods []Pod) {
 		st := tp.pods[pod.Addr]
 		if st == nil {
 			now := p.clock.Now()
-			st = &podState{since: now, fastSince: now}
+			st = &podState{since: now, fastSince: now, h2c: new(atomic.Bool)}
 			tp.pods[pod.Addr] = st
 		}
+		st.h2c.Store(pod.H2C)
 		st.sliceReady = pod.Ready
 		st.everSliceReady = st.everSliceReady || pod.Ready
 		p.startOrStop(key, pod.Addr, st)
@@ -251,11 +263,11 @@ func (p *Prober) startOrStop(key target.Key, addr netip.AddrPort, st *podState) 
 		ctx, cancel := context.WithCancel(p.ctx)
 		st.stop = cancel
 		st.wake = make(chan struct{}, 1)
-		wake := st.wake
+		wake, h2c := st.wake, st.h2c
 		p.loops.Add(1)
 		p.wg.Go(func() {
 			defer p.loops.Add(-1)
-			p.probeLoop(ctx, key, addr, wake)
+			p.probeLoop(ctx, key, addr, wake, h2c)
 		})
 	case !probing && st.stop != nil:
 		st.stop()
@@ -353,8 +365,8 @@ func (p *Prober) push(key target.Key, tp *targetPods) {
 
 // probeLoop probes a pod now and then every period (see nextPeriod) until
 // it answers or ctx ends (the pod became ready by its EndpointSlice, or
-// left). A nudge on wake probes at once.
-func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort, wake <-chan struct{}) {
+// left). A nudge on wake probes at once; h2c says how to probe.
+func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort, wake <-chan struct{}, h2c *atomic.Bool) {
 	url := "http://" + addr.String() + p.path
 	var period time.Duration
 	for {
@@ -362,7 +374,11 @@ func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrP
 		// the probe's start, as a ticker's did.
 		period = p.nextPeriod(key, addr, period)
 		timer := p.clock.NewTimer(period)
-		if p.probe(ctx, url) {
+		c := p.client
+		if h2c.Load() {
+			c = p.h2cClient
+		}
+		if p.probe(ctx, c, url) {
 			timer.Stop()
 			p.probed(ctx, key, addr)
 			return
@@ -403,8 +419,9 @@ func (p *Prober) nextPeriod(key target.Key, addr netip.AddrPort, last time.Durat
 	return min(2*last, p.maxPeriod)
 }
 
-// probe sends one probe and says whether the pod answered as serving.
-func (p *Prober) probe(loop context.Context, url string) bool {
+// probe sends one probe with c and says whether the pod answered as
+// serving.
+func (p *Prober) probe(loop context.Context, c *http.Client, url string) bool {
 	ctx, cancel := context.WithTimeout(loop, p.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -413,7 +430,7 @@ func (p *Prober) probe(loop context.Context, url string) bool {
 		return false
 	}
 	req.Header.Set("User-Agent", UserAgent)
-	resp, err := p.client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		if loop.Err() == nil { // not stopped by us: refused, reset or timed out
 			p.m.probes.WithLabelValues(resultError).Inc()
@@ -430,6 +447,26 @@ func (p *Prober) probe(loop context.Context, url string) bool {
 	}
 	p.m.probes.WithLabelValues(resultReady).Inc()
 	return true
+}
+
+// probeClient is the default probe client: one connection per probe (a
+// pod that is not ready yet is probed rarely, and idle connections to
+// pods would pile up), no redirects followed, no proxy. With h2c it
+// speaks HTTP/2 with prior knowledge and nothing else, as the
+// activator's forwards to such pods do (handler.NewH2CTransport): the
+// connection is used for the one stream, then closed. A gRPC server
+// answers the probe's GET with 415 (not application/grpc), below 500:
+// serving.
+func probeClient(h2c bool) *http.Client {
+	t := &http.Transport{DisableKeepAlives: true, Proxy: nil}
+	if h2c {
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return &http.Client{
+		Transport:     t,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // probed marks a pod ready (or reachable again) after it answered, unless its probe was stopped

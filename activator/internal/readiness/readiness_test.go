@@ -188,7 +188,7 @@ func TestStatusMeansServing(t *testing.T) {
 	for _, tt := range tests {
 		b := newBackend(t, tt.code)
 		p := New(Options{Sink: newSink()})
-		if got := p.probe(t.Context(), b.URL+"/"); got != tt.ready {
+		if got := p.probe(t.Context(), p.client, b.URL+"/"); got != tt.ready {
 			t.Errorf("status %d: ready = %v, want %v", tt.code, got, tt.ready)
 		}
 		p.Close()
@@ -205,7 +205,7 @@ func TestProbeTimeout(t *testing.T) {
 	p := New(Options{Sink: newSink(), Timeout: 20 * time.Millisecond})
 	defer p.Close()
 	start := time.Now()
-	if p.probe(t.Context(), "http://"+ln.Addr().String()+"/") {
+	if p.probe(t.Context(), p.client, "http://"+ln.Addr().String()+"/") {
 		t.Error("a silent pod probed ready")
 	}
 	if d := time.Since(start); d > 5*time.Second {

@@ -429,6 +429,11 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 	if err != nil {
 		return err
 	}
+	// The prober speaks to the pods as the forwards do: a gRPC server
+	// may answer nothing else.
+	for i := range pods {
+		pods[i].H2C = t.H2C
+	}
 	hosts, conflicts, err := w.routeHosts(ctx, r, k)
 	if err != nil {
 		return err

@@ -316,16 +316,27 @@ func TestSyncOldestAutoscalerWins(t *testing.T) {
 	}
 }
 
+// TestSyncH2C: a public Service port with appProtocol kubernetes.io/h2c
+// makes the target h2c, and its pods are probed over h2c too.
 func TestSyncH2C(t *testing.T) {
 	h2c := "kubernetes.io/h2c"
 	s := newSinks()
 	w := watcher(s)
-	objs := []client.Object{pa("hello", "hello", 1), service("hello", corev1.ServicePort{Name: "grpc", Port: 80, AppProtocol: &h2c})}
+	objs := []client.Object{pa("hello", "hello", 1), service("hello", corev1.ServicePort{Name: "grpc", Port: 80, AppProtocol: &h2c}),
+		sks("hello", "hello", "activator-a"), private("hello", "hello"),
+		slice("hello-private-1", "hello-private", map[string]int32{"grpc": 9090}, ep{ip: "10.244.1.7", ready: false}, ep{ip: "10.244.1.8", ready: true})}
 	if err := w.Sync(context.Background(), reader(t, objs...), hello); err != nil {
 		t.Fatal(err)
 	}
 	if !s.targets[hello].H2C {
 		t.Error("a port with appProtocol kubernetes.io/h2c did not make the target h2c")
+	}
+	wantPods := []readiness.Pod{
+		{Addr: netip.MustParseAddrPort("10.244.1.7:9090"), H2C: true},
+		{Addr: netip.MustParseAddrPort("10.244.1.8:9090"), Ready: true, H2C: true},
+	}
+	if diff := cmp.Diff(wantPods, s.pods[hello], cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,8 +1,6 @@
 package testpod
 
 import (
-	"errors"
-	"io"
 	"net"
 	"time"
 
@@ -10,18 +8,17 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sockscale/sockscale/internal/testutil/grpcsleep"
 )
 
-// The gRPC role's methods. Their messages are google.protobuf.StringValue:
-// a request names how long to wait before the answer (a Go duration), and
-// the answer is the request.
+// The gRPC role's methods: the Sleep service of package grpcsleep.
 const (
 	// GRPCUnary answers one request.
-	GRPCUnary = "/sockscale.test.Sleep/Call"
+	GRPCUnary = grpcsleep.Unary
 	// GRPCStream answers each request of a bidirectional stream until the
 	// client ends it.
-	GRPCStream = "/sockscale.test.Sleep/Stream"
+	GRPCStream = grpcsleep.Stream
 	// GRPCMaxConnectionAge is how long the server keeps a connection
 	// before it sends GOAWAY (calls in flight on it finish), so that
 	// every test that runs longer sees connections go away under load.
@@ -37,35 +34,8 @@ func serveGRPC(port string) error {
 	}
 	srv := grpc.NewServer(
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: GRPCMaxConnectionAge, MaxConnectionAgeGrace: time.Minute}),
-		grpc.UnknownServiceHandler(sleepHandler),
 	)
+	grpcsleep.Register(srv)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	return srv.Serve(l)
-}
-
-// sleepHandler serves both methods: a stream of requests, each answered
-// after the wait it names; a unary call is a stream of one.
-func sleepHandler(_ any, stream grpc.ServerStream) error {
-	method, _ := grpc.MethodFromServerStream(stream)
-	for {
-		var req wrapperspb.StringValue
-		if err := stream.RecvMsg(&req); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if d, err := time.ParseDuration(req.Value); err == nil {
-			select {
-			case <-time.After(d):
-			case <-stream.Context().Done():
-				return stream.Context().Err()
-			}
-		}
-		if err := stream.SendMsg(&req); err != nil {
-			return err
-		}
-		if method != GRPCStream {
-			return nil
-		}
-	}
 }

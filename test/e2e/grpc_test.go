@@ -220,12 +220,16 @@ func TestE2EGRPCAutoscales(t *testing.T) {
 	idleTo := series(pod.Name)
 	probes := idleTo.Values["sockscale_agent_probes_total"] - idleFrom.Values["sockscale_agent_probes_total"]
 	requests := idleTo.Values["sockscale_agent_requests_total"] - idleFrom.Values["sockscale_agent_requests_total"]
-	t.Logf("(d) %s idle on %s: %v kubelet gRPC probes counted as probes, %v requests counted", idle, pod.Name, probes, requests)
+	// A probe connection whose client's first bytes reached the listening
+	// socket as the accept ran may be counted at connection level (one
+	// request; a rare race the agent reports): at most one here.
+	fellBack := idleTo.Values["sockscale_agent_opaque_connections_total"] - idleFrom.Values["sockscale_agent_opaque_connections_total"]
+	t.Logf("(d) %s idle on %s: %v kubelet gRPC probes counted as probes, %v requests counted, %v connections at connection level", idle, pod.Name, probes, requests, fellBack)
 	if probes < 5 {
 		t.Errorf("(d) %v probes counted in %s idle, want the kubelet's gRPC probe once a second counted as a probe", probes, idle)
 	}
-	if requests != 0 {
-		t.Errorf("(d) %v requests counted in %s with no load: the kubelet's gRPC probes count as load", requests, idle)
+	if requests != fellBack || fellBack > 1 {
+		t.Errorf("(d) %v requests counted in %s with no load (%v connections at connection level): the kubelet's gRPC probes count as load", requests, idle, fellBack)
 	}
 
 	// (a) 32 calls in flight on one channel, straight to the pod.

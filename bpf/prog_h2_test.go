@@ -117,18 +117,9 @@ func (x *h2Exchange) out(s string) {
 // END_STREAM, a RST_STREAM from either side, or a GOAWAY that leaves it
 // out, however frames fall into segments.
 func TestProgHTTP2Streams(t *testing.T) {
-	type step struct {
-		in   bool
-		data func(x *h2Exchange) string
-	}
-	cli := func(f func(c *h2Frames)) step {
-		return step{true, func(x *h2Exchange) string { f(x.cli); return x.cli.take() }}
-	}
-	srv := func(f func(s *h2Frames)) step {
-		return step{false, func(x *h2Exchange) string { f(x.srv); return x.srv.take() }}
-	}
-	preface := step{true, func(x *h2Exchange) string { x.cli.settings(); return h2ClientPreface + x.cli.take() }}
+	cli, srv, preface := cliStep, srvStep, prefaceStep
 	srvPreface := srv(func(s *h2Frames) { s.settings() })
+	type step = h2Step
 	tests := []struct {
 		name  string
 		steps []step
@@ -189,18 +180,42 @@ func TestProgHTTP2Streams(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newProgHarness(t)
 			h.connect(1000, 5000, false)
-			x := newH2Exchange(h)
-			for _, s := range tt.steps {
-				if d := s.data(x); s.in {
-					x.in(d)
-				} else {
-					x.out(d)
-				}
-			}
+			newH2Exchange(h).play(tt.steps)
 			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// h2Step is one segment of a scripted exchange: client bytes (in) or
+// server bytes, written by data.
+type h2Step struct {
+	in   bool
+	data func(x *h2Exchange) string
+}
+
+// cliStep and srvStep are the client's and the server's frames that f
+// writes; prefaceStep the client's preface and SETTINGS.
+func cliStep(f func(c *h2Frames)) h2Step {
+	return h2Step{true, func(x *h2Exchange) string { f(x.cli); return x.cli.take() }}
+}
+
+func srvStep(f func(s *h2Frames)) h2Step {
+	return h2Step{false, func(x *h2Exchange) string { f(x.srv); return x.srv.take() }}
+}
+
+var prefaceStep = h2Step{true, func(x *h2Exchange) string { x.cli.settings(); return h2ClientPreface + x.cli.take() }}
+
+// play sends the steps' segments in order.
+func (x *h2Exchange) play(steps []h2Step) {
+	x.h.t.Helper()
+	for _, s := range steps {
+		if d := s.data(x); s.in {
+			x.in(d)
+		} else {
+			x.out(d)
+		}
 	}
 }
 

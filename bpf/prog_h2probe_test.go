@@ -30,18 +30,9 @@ const kubeletUA = "kube-probe/1.36 grpc-go/1.79.3"
 // User-Agent is a probe, not load, however HPACK wrote the field; until
 // a stream of the connection is load, as for HTTP/1.
 func TestProgHTTP2Probes(t *testing.T) {
-	type step struct {
-		in   bool
-		data func(x *h2Exchange) string
-	}
-	cli := func(f func(c *h2Frames)) step {
-		return step{true, func(x *h2Exchange) string { f(x.cli); return x.cli.take() }}
-	}
-	srv := func(f func(s *h2Frames)) step {
-		return step{false, func(x *h2Exchange) string { f(x.srv); return x.srv.take() }}
-	}
+	type step = h2Step
+	cli, srv, preface := cliStep, srvStep, prefaceStep
 	raw := func(s string) step { return step{true, func(*h2Exchange) string { return s }} }
-	preface := step{true, func(x *h2Exchange) string { x.cli.settings(); return h2ClientPreface + x.cli.take() }}
 	// A header block by hand: :method GET (indexed), then the user agent.
 	const get = "\x82"
 	tests := []struct {
@@ -109,14 +100,7 @@ func TestProgHTTP2Probes(t *testing.T) {
 			if tt.loadOnly {
 				h.loadOnly()
 			}
-			x := newH2Exchange(h)
-			for _, s := range tt.steps {
-				if d := s.data(x); s.in {
-					x.in(d)
-				} else {
-					x.out(d)
-				}
-			}
+			newH2Exchange(h).play(tt.steps)
 			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}

@@ -31,6 +31,7 @@ func main() {
 	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
 	h2Rounds := flag.Int("h2-rounds", 60, "rounds per concurrency of the h2 part's data path, per protocol (rounded down to whole pairs of blocks)")
 	h2Block := flag.Int("h2-block", 5, "rounds per block of the h2 part's data path")
+	h2Protocols := flag.String("h2-protocols", "h2c,grpc", "comma-separated protocols of the h2 part's data path, one table each: h2c, grpc")
 	concurrencies := flag.String("c", "1,16,64", "comma-separated closed-loop concurrencies of the data path and the activator's")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
 	activatorRounds := flag.Int("activator-rounds", 30, "rounds per concurrency of the data path through the activator (rounded down to whole blocks)")
@@ -80,7 +81,7 @@ func main() {
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
 		case "h2":
-			err = b.h2DataPath(*slice, *h2Rounds, *h2Block, cs, *queueProxy)
+			err = b.h2DataPath(*slice, *h2Rounds, *h2Block, cs, strings.Split(*h2Protocols, ","), *queueProxy)
 		case "h2-accuracy":
 			err = b.h2Accuracy(*accuracyDuration)
 		case "footprint":
@@ -277,10 +278,13 @@ func printDataPathLegend() {
 
 // A dataPathTarget is what a data-path table drives for one protocol: the
 // twins, the server behind queue-proxy, and the protocol's client.
+// queueProxyMayFail: queue-proxy's failed requests are counted and
+// reported under the table, not an error (see grpcTarget).
 type dataPathTarget struct {
-	twins   [2]server
-	backend server
-	client  newClient
+	twins             [2]server
+	backend           server
+	client            newClient
+	queueProxyMayFail bool
 }
 
 // A newClient opens a client of its own to the server at addr (host:port)
@@ -308,7 +312,7 @@ func (b *bench) dataPathTable(target dataPathTarget, slice time.Duration, pairs,
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\t"+comparedHeader("off")+"\tBPF run time/req\t")
-	var twinGaps []string
+	var twinGaps, failures []string
 	for _, c := range concurrencies {
 		// all[mode] merges every slice; est holds one value of each
 		// comparison with off per block pair, twinGap one per pair (log of
@@ -324,7 +328,7 @@ func (b *bench) dataPathTable(target dataPathTarget, slice time.Duration, pairs,
 			var aOverB [2]float64                   // log of twin a's rps over twin b's, per block
 			for k, onTwin := range rng.Perm(2) {    // which twin is accounted first: random
 				addrs := map[string]string{"off": b.pod.Addr(target.twins[1-onTwin].port), "on": b.pod.Addr(target.twins[onTwin].port), "queue-proxy": b.pod.Addr(queueProxyPort)}
-				rs, t, n, err := b.runBlock(target.twins[onTwin].cgroup, modes, addrs, target.client, c, slice, block, rng)
+				rs, t, n, err := b.runBlock(target, onTwin, modes, addrs, c, slice, block, rng)
 				if err != nil {
 					return err
 				}
@@ -356,6 +360,9 @@ func (b *bench) dataPathTable(target dataPathTarget, slice time.Duration, pairs,
 				bpfCol = (bpfTime / time.Duration(bpfRequests)).String()
 			}
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", c, m, comparedCells(m, merge(all[m]), est, m == "off"), bpfCol)
+			if f := failed(all[m]); f != "" {
+				failures = append(failures, fmt.Sprintf("c=%d %s: %s", c, m, f))
+			}
 		}
 		twinGaps = append(twinGaps, fmt.Sprintf("c=%d %s", c, ratioCI(meanCI(twinGap))))
 	}
@@ -363,27 +370,48 @@ func (b *bench) dataPathTable(target dataPathTarget, slice time.Duration, pairs,
 		return err
 	}
 	fmt.Println("Twin a's rps over twin b's, the accounting's share cancelled (the difference the swap removes):", strings.Join(twinGaps, ", "))
+	if len(failures) > 0 {
+		fmt.Println("Failed (not in rps or latency):\n  " + strings.Join(failures, "\n  "))
+	}
 	return nil
 }
 
-// runBlock attaches the accounting at cgroup and runs block rounds of the
-// modes, each with a new client of newClient to addrs[mode] (so the
-// accounted connections are tracked from their start). It returns each
-// mode's results by round, and the accounting programs' run time and
-// requests in a timed run after them.
-func (b *bench) runBlock(cgroup string, modes []string, addrs map[string]string, newClient newClient, c int, slice time.Duration, block int, rng *rand.Rand) (map[string][]result, time.Duration, int64, error) {
-	a, detach, err := b.attach(cgroup)
+// failed says how many of rs's requests failed and how the first did; ""
+// if none did.
+func failed(rs []result) string {
+	var completed, failed int64
+	var first error
+	for _, r := range rs {
+		completed, failed = completed+r.Completed, failed+r.Failed
+		if first == nil {
+			first = r.FirstError
+		}
+	}
+	if failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d requests, the first: %v", failed, completed+failed, first)
+}
+
+// runBlock attaches the accounting at target's twin onTwin's cgroup and
+// runs block rounds of the modes, each with a new client of target's to
+// addrs[mode] (so the accounted connections are tracked from their
+// start). It returns each mode's results by round, and the accounting
+// programs' run time and requests in a timed run after them.
+func (b *bench) runBlock(target dataPathTarget, onTwin int, modes []string, addrs map[string]string, c int, slice time.Duration, block int, rng *rand.Rand) (map[string][]result, time.Duration, int64, error) {
+	a, detach, err := b.attach(target.twins[onTwin].cgroup)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer detach()
 	loops := map[string]loop{}
 	for _, m := range modes {
-		l, closeClient, err := newClient(addrs[m], c)
+		l, closeClient, err := target.client(addrs[m], c)
 		if err != nil {
 			return nil, 0, 0, err
 		}
 		defer closeClient()
+		l.mayFail = m == "queue-proxy" && target.queueProxyMayFail
 		loops[m] = l
 		runLoop(l, slice) // warm up connections and caches
 	}
@@ -391,7 +419,7 @@ func (b *bench) runBlock(cgroup string, modes []string, addrs map[string]string,
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	bpfTime, bpfRequests, err := timedRun(a, newClient, addrs["on"], c, slice)
+	bpfTime, bpfRequests, err := timedRun(a, target.client, addrs["on"], c, slice)
 	return rs, bpfTime, bpfRequests, err
 }
 

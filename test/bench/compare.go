@@ -54,8 +54,29 @@ func (r result) switchesPerRequest() float64 {
 
 // closedLoop runs the closed loop opts for d.
 func closedLoop(opts loadgen.Options, d time.Duration) result {
+	return runLoop(httpLoop(opts), d)
+}
+
+// A loop is a closed loop of c requests in flight: run drives it for d
+// and returns the client's view. loadgen's HTTP loops are one kind
+// (httpLoop); the gRPC client's calls are another (grpcClient). mayFail:
+// a failed request is counted, not an error (a mode's known failures,
+// which its table reports).
+type loop struct {
+	c       int
+	run     func(d time.Duration) *loadgen.Result
+	mayFail bool
+}
+
+// httpLoop is the loop of loadgen's opts.
+func httpLoop(opts loadgen.Options) loop {
+	return loop{c: opts.Concurrency, run: func(d time.Duration) *loadgen.Result { return loadgen.Run(opts, d) }}
+}
+
+// runLoop runs l for d, with the machine's CPU and switches meanwhile.
+func runLoop(l loop, d time.Duration) result {
 	cpu0, sw0 := machineStat()
-	r := loadgen.Run(opts, d)
+	r := l.run(d)
 	cpu1, sw1 := machineStat()
 	return result{Result: r, cpu: cpu1 - cpu0, switches: sw1 - sw0}
 }
@@ -126,19 +147,28 @@ func processCPUTime(pid int) time.Duration {
 // round; a failed request is an error. A mode with a process in procs (a
 // proxy) also gets that process's own CPU time.
 func interleave(modes []string, loads map[string]loadgen.Options, procs map[string]int, slice time.Duration, rounds int, rng *rand.Rand) (map[string][]result, error) {
+	loops := make(map[string]loop, len(loads))
+	for m, opts := range loads {
+		loops[m] = httpLoop(opts)
+	}
+	return interleaveLoops(modes, loops, procs, slice, rounds, rng)
+}
+
+// interleaveLoops is interleave for loops of any kind.
+func interleaveLoops(modes []string, loops map[string]loop, procs map[string]int, slice time.Duration, rounds int, rng *rand.Rand) (map[string][]result, error) {
 	return takeTurns(modes, rounds, rng, func(m string) (result, error) {
-		closedLoop(loads[m], slice/10)
+		runLoop(loops[m], slice/10)
 		pid, timed := procs[m]
 		var p0 time.Duration
 		if timed {
 			p0 = processCPUTime(pid)
 		}
-		r := closedLoop(loads[m], slice)
+		r := runLoop(loops[m], slice)
 		if timed {
 			r.proc = processCPUTime(pid) - p0
 		}
-		if r.Failed > 0 {
-			return r, fmt.Errorf("%s c=%d: %d requests failed", m, loads[m].Concurrency, r.Failed)
+		if r.Failed > 0 && !loops[m].mayFail {
+			return r, fmt.Errorf("%s c=%d: %d requests failed, the first: %w", m, loops[m].c, r.Failed, r.FirstError)
 		}
 		return r, nil
 	})

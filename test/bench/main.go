@@ -29,6 +29,9 @@ func main() {
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
 	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice (rounded down to whole pairs of blocks)")
 	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
+	h2Rounds := flag.Int("h2-rounds", 60, "rounds per concurrency of the h2 part's data path, per protocol (rounded down to whole pairs of blocks)")
+	h2Block := flag.Int("h2-block", 5, "rounds per block of the h2 part's data path")
+	h2Protocols := flag.String("h2-protocols", "h2c,grpc", "comma-separated protocols of the h2 part's data path, one table each: h2c, grpc")
 	concurrencies := flag.String("c", "1,16,64", "comma-separated closed-loop concurrencies of the data path and the activator's")
 	queueProxy := flag.String("queue-proxy", os.Getenv("QUEUE_PROXY"), "path of Knative's queue-proxy binary (empty: skip that column)")
 	activatorRounds := flag.Int("activator-rounds", 30, "rounds per concurrency of the data path through the activator (rounded down to whole blocks)")
@@ -77,6 +80,10 @@ func main() {
 			err = b.dataPath(*slice, *rounds, *block, cs, *queueProxy)
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
+		case "h2":
+			err = b.h2DataPath(*slice, *h2Rounds, *h2Block, cs, strings.Split(*h2Protocols, ","), *queueProxy)
+		case "h2-accuracy":
+			err = b.h2Accuracy(*accuracyDuration)
 		case "footprint":
 			err = footprint(b.root, *footprintDuration)
 		case "activator":
@@ -106,7 +113,7 @@ func main() {
 }
 
 // parts of the bench, in the order they run by default.
-var parts = []string{"datapath", "accuracy", "footprint", "activator", "cc", "coldstart", "hold", "connect", "split"}
+var parts = []string{"datapath", "accuracy", "h2", "h2-accuracy", "footprint", "activator", "cc", "coldstart", "hold", "connect", "split"}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {
@@ -153,6 +160,8 @@ type bench struct {
 	// activatorBin is their activator (empty: built from this tree).
 	rig          *activatorRig
 	activatorBin string
+	// grpcStarted: the h2 parts' gRPC servers run (startGRPCServers).
+	grpcStarted bool
 }
 
 // server is one of the pod's servers besides its own.
@@ -239,27 +248,71 @@ func (b *bench) attach(cgroup string) (*bpf.Accounting, func(), error) {
 // interval over the block pairs; the last line says how far apart the
 // twins were.
 func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies []int, queueProxy string) error {
-	if block < 1 || rounds < 4*block {
-		return fmt.Errorf("-rounds %d, -block %d: a confidence interval needs at least two pairs of blocks of at least one round", rounds, block)
+	if err := checkBlocks("", rounds, block); err != nil {
+		return err
 	}
-	modes := []string{"off", "on"}
-	if queueProxy != "" {
-		if err := b.startQueueProxy(queueProxy, queueProxyConfig{userPort: b.proxyBackend.port}); err != nil {
-			return err
-		}
-		modes = append(modes, "queue-proxy")
-	}
-	url := func(port int) string { return "http://" + b.pod.Addr(port) + "/" }
 	pairs := rounds / (2 * block)
 	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per c %d pairs of %d-round blocks, each mode %v per round, modes taking turns\n", pairs, block, slice)
+	printDataPathLegend()
+	return b.dataPathTable(dataPathTarget{twins: b.twins, backend: b.proxyBackend, client: http1Client}, slice, pairs, block, concurrencies, queueProxy)
+}
+
+// checkBlocks says whether rounds make at least two pairs of blocks of
+// block rounds, which a confidence interval over the pairs needs; prefix
+// is that of their flags' names ("", "h2-").
+func checkBlocks(prefix string, rounds, block int) error {
+	if block < 1 || rounds < 4*block {
+		return fmt.Errorf("-%srounds %d, -%sblock %d: a confidence interval needs at least two pairs of blocks of at least one round", prefix, rounds, prefix, block)
+	}
+	return nil
+}
+
+// printDataPathLegend explains the columns of dataPathTable.
+func printDataPathLegend() {
 	fmt.Println("Ratios and differences are per round, averaged over each block pair (twins in both roles):")
 	fmt.Println("geometric mean (ratios) or mean (differences) over the pairs [95 % confidence interval].")
 	fmt.Println("CPU is the whole machine's (load generator included), so differences between rows are the cost;")
 	fmt.Println("Switches are the whole machine's context switches (/proc/stat ctxt).")
 	fmt.Println("BPF run time is what the kernel measured for the accounting programs themselves (kernel.bpf_stats).")
+}
+
+// A dataPathTarget is what a data-path table drives for one protocol: the
+// twins, the server behind queue-proxy, and the protocol's client.
+// queueProxyMayFail: queue-proxy's failed requests are counted and
+// reported under the table, not an error (see grpcTarget).
+type dataPathTarget struct {
+	twins             [2]server
+	backend           server
+	client            newClient
+	queueProxyMayFail bool
+}
+
+// A newClient opens a client of its own to the server at addr (host:port)
+// for closed loops of c requests in flight, its connections kept from one
+// loop to the next; close closes them.
+type newClient func(addr string, c int) (l loop, close func(), err error)
+
+// http1Client is the HTTP/1.x data path's client: keep-alive, one
+// connection per request in flight.
+func http1Client(addr string, c int) (loop, func(), error) {
+	client := loadgen.NewClient(c, true)
+	return httpLoop(keepAliveLoop("http://"+addr+"/", c, client)), client.CloseIdleConnections, nil
+}
+
+// dataPathTable prints the table of dataPath for target: the twins off
+// and on, and queue-proxy in front of target.backend unless queueProxy is
+// empty, over pairs of blocks at each concurrency.
+func (b *bench) dataPathTable(target dataPathTarget, slice time.Duration, pairs, block int, concurrencies []int, queueProxy string) error {
+	modes := []string{"off", "on"}
+	if queueProxy != "" {
+		if err := b.startQueueProxy(queueProxy, queueProxyConfig{userPort: target.backend.port}); err != nil {
+			return err
+		}
+		modes = append(modes, "queue-proxy")
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "c\tmode\t"+comparedHeader("off")+"\tBPF run time/req\t")
-	var twinGaps []string
+	var twinGaps, failures []string
 	for _, c := range concurrencies {
 		// all[mode] merges every slice; est holds one value of each
 		// comparison with off per block pair, twinGap one per pair (log of
@@ -274,8 +327,8 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 			var blockMeans [2]map[string]comparison // per block, each comparison's mean over its rounds
 			var aOverB [2]float64                   // log of twin a's rps over twin b's, per block
 			for k, onTwin := range rng.Perm(2) {    // which twin is accounted first: random
-				urls := map[string]string{"off": url(b.twins[1-onTwin].port), "on": url(b.twins[onTwin].port), "queue-proxy": url(queueProxyPort)}
-				rs, t, n, err := b.runBlock(b.twins[onTwin].cgroup, modes, urls, c, slice, block, rng)
+				addrs := map[string]string{"off": b.pod.Addr(target.twins[1-onTwin].port), "on": b.pod.Addr(target.twins[onTwin].port), "queue-proxy": b.pod.Addr(queueProxyPort)}
+				rs, t, n, err := b.runBlock(target, onTwin, modes, addrs, c, slice, block, rng)
 				if err != nil {
 					return err
 				}
@@ -307,6 +360,9 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 				bpfCol = (bpfTime / time.Duration(bpfRequests)).String()
 			}
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", c, m, comparedCells(m, merge(all[m]), est, m == "off"), bpfCol)
+			if f := failed(all[m]); f != "" {
+				failures = append(failures, fmt.Sprintf("c=%d %s: %s", c, m, f))
+			}
 		}
 		twinGaps = append(twinGaps, fmt.Sprintf("c=%d %s", c, ratioCI(meanCI(twinGap))))
 	}
@@ -314,37 +370,68 @@ func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies [
 		return err
 	}
 	fmt.Println("Twin a's rps over twin b's, the accounting's share cancelled (the difference the swap removes):", strings.Join(twinGaps, ", "))
+	if len(failures) > 0 {
+		fmt.Println("Failed (not in rps or latency):\n  " + strings.Join(failures, "\n  "))
+	}
 	return nil
 }
 
-// runBlock attaches the accounting at cgroup and runs block rounds of the
-// modes over fresh connections (so the accounted ones are tracked from
-// their start). It returns each mode's results by round, and the
-// accounting programs' run time and requests in a timed run after them.
-func (b *bench) runBlock(cgroup string, modes []string, urls map[string]string, c int, slice time.Duration, block int, rng *rand.Rand) (map[string][]result, time.Duration, int64, error) {
-	a, detach, err := b.attach(cgroup)
+// failed says how many of rs's requests failed and how the first did; ""
+// if none did.
+func failed(rs []result) string {
+	var completed, failed int64
+	var first error
+	for _, r := range rs {
+		completed, failed = completed+r.Completed, failed+r.Failed
+		if first == nil {
+			first = r.FirstError
+		}
+	}
+	if failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d requests, the first: %v", failed, completed+failed, first)
+}
+
+// runBlock attaches the accounting at target's twin onTwin's cgroup and
+// runs block rounds of the modes, each with a new client of target's to
+// addrs[mode] (so the accounted connections are tracked from their
+// start). It returns each mode's results by round, and the accounting
+// programs' run time and requests in a timed run after them.
+func (b *bench) runBlock(target dataPathTarget, onTwin int, modes []string, addrs map[string]string, c int, slice time.Duration, block int, rng *rand.Rand) (map[string][]result, time.Duration, int64, error) {
+	a, detach, err := b.attach(target.twins[onTwin].cgroup)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer detach()
-	loads := map[string]loadgen.Options{}
+	loops := map[string]loop{}
 	for _, m := range modes {
-		client := loadgen.NewClient(c, true)
-		defer client.CloseIdleConnections()
-		loads[m] = keepAliveLoop(urls[m], c, client)
-		closedLoop(loads[m], slice) // warm up connections and caches
+		l, closeClient, err := target.client(addrs[m], c)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		defer closeClient()
+		l.mayFail = m == "queue-proxy" && target.queueProxyMayFail
+		loops[m] = l
+		runLoop(l, slice) // warm up connections and caches
 	}
-	rs, err := interleave(modes, loads, nil, slice, block, rng)
+	rs, err := interleaveLoops(modes, loops, nil, slice, block, rng)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	bpfTime, bpfRequests, err := timedRun(a, urls["on"], c, slice)
+	bpfTime, bpfRequests, err := timedRun(a, target.client, addrs["on"], c, slice)
 	return rs, bpfTime, bpfRequests, err
 }
 
 // timedRun measures the accounting programs' own run time over a closed
-// loop of d: the kernel times BPF programs only while asked to.
-func timedRun(acct *bpf.Accounting, url string, c int, d time.Duration) (time.Duration, int64, error) {
+// loop of d by a new client of newClient, its connections closed before
+// the end: the kernel times BPF programs only while asked to.
+func timedRun(acct *bpf.Accounting, newClient newClient, addr string, c int, d time.Duration) (time.Duration, int64, error) {
+	l, closeClient, err := newClient(addr, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer closeClient()
 	stats, err := bpf.EnableRunTimeStats()
 	if err != nil {
 		return 0, 0, err
@@ -354,7 +441,8 @@ func timedRun(acct *bpf.Accounting, url string, c int, d time.Duration) (time.Du
 	if err != nil {
 		return 0, 0, err
 	}
-	r := closedLoop(keepAliveLoop(url, c, nil), d)
+	r := runLoop(l, d)
+	closeClient()
 	t1, _, err := acct.RunTime()
 	return t1 - t0, r.Completed, err
 }
@@ -365,45 +453,78 @@ func (b *bench) accuracy(d time.Duration) error {
 		return err
 	}
 	defer detach()
-	// Long enough that the client's own scheduling on a busy 2-core machine
-	// stays small next to a request.
-	const sleep = 100 * time.Millisecond
-	url := "http://" + b.pod.Addr(testpod.HTTPPort) + "/?sleep=" + sleep.String()
-	fmt.Printf("\nAccuracy: handler sleeping %v, closed loop for %v; measured = growth of the kernel's in-flight integral / time\n", sleep, d)
+	url := "http://" + b.pod.Addr(testpod.HTTPPort) + "/?sleep=" + accuracySleep.String()
+	fmt.Printf("\nAccuracy: handler sleeping %v, closed loop for %v; measured = growth of the kernel's in-flight integral / time\n", accuracySleep, d)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "keep-alive\toffered\tmeasured\terror\tclient-side (Little)\terror vs client\t")
 	for _, keepAlive := range []bool{true, false} {
 		for _, c := range []int{1, 8, 64} {
-			type snap struct {
-				area time.Duration
-				at   time.Duration
-				wall time.Time
-			}
-			read := func() (snap, error) {
-				s, err := a.Snapshot()
-				return snap{s.Pods[b.pod.IP].Requests.Area, s.At, time.Now()}, err
-			}
-			var s0, s1 snap
-			var errs [2]error
-			done := make(chan result)
-			go func() {
-				done <- closedLoop(loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: keepAlive, Spans: true}, d)
-			}()
-			time.Sleep(d / 8)
-			s0, errs[0] = read()
-			time.Sleep(d * 3 / 4)
-			s1, errs[1] = read()
-			r := <-done
-			if err := errors.Join(errs[:]...); err != nil {
+			l := httpLoop(loadgen.Options{URLs: []string{url}, Concurrency: c, KeepAlive: keepAlive, Spans: true})
+			m, err := b.measureConcurrency(a, l, d)
+			if err != nil {
 				return err
 			}
-			measured := (s1.area - s0.area).Seconds() / (s1.at - s0.at).Seconds()
-			client := r.InFlightArea(s0.wall, s1.wall).Seconds() / s1.wall.Sub(s0.wall).Seconds()
-			fmt.Fprintf(w, "%v\t%d\t%.3f\t%+.2f%%\t%.3f\t%+.2f%%\t\n", keepAlive, c, measured,
-				100*(measured-float64(c))/float64(c), client, 100*(measured-client)/client)
+			fmt.Fprintf(w, "%v\t%d\t%s\t\n", keepAlive, c, m.cells(c))
 		}
 	}
 	return w.Flush()
+}
+
+// accuracySleep is how long the accuracy tables' handler takes: long
+// enough that the client's own scheduling on a busy 2-core machine stays
+// small next to a request.
+const accuracySleep = 100 * time.Millisecond
+
+// concurrency is one accuracy row's measurement of one window: the
+// kernel's average concurrency of the pod, the client's (Little's law),
+// the kernel's count of the pod's connections at the window's end (those
+// followed as HTTP/2 apart), and the client's failed requests over the
+// whole loop.
+type concurrency struct {
+	measured, client float64
+	conns, h2Conns   int64
+	failed           int64
+}
+
+// cells are the accuracy columns of m against the offered c: measured,
+// its error, client-side and the error against it.
+func (m concurrency) cells(c int) string {
+	return fmt.Sprintf("%.3f\t%+.2f%%\t%.3f\t%+.2f%%", m.measured, 100*(m.measured-float64(c))/float64(c), m.client, 100*(m.measured-m.client)/m.client)
+}
+
+// measureConcurrency runs the closed loop l (with spans) for d and
+// measures the pod's concurrency over its middle three quarters: the
+// growth of a's in-flight integral over the window, and the client's
+// requests in flight over the same window.
+func (b *bench) measureConcurrency(a *bpf.Accounting, l loop, d time.Duration) (concurrency, error) {
+	type snap struct {
+		pod  bpf.PodCounters
+		at   time.Duration
+		wall time.Time
+	}
+	read := func() (snap, error) {
+		s, err := a.Snapshot()
+		return snap{s.Pods[b.pod.IP], s.At, time.Now()}, err
+	}
+	var s0, s1 snap
+	var errs [2]error
+	done := make(chan result)
+	go func() { done <- runLoop(l, d) }()
+	time.Sleep(d / 8)
+	s0, errs[0] = read()
+	time.Sleep(d * 3 / 4)
+	s1, errs[1] = read()
+	r := <-done
+	if err := errors.Join(errs[:]...); err != nil {
+		return concurrency{}, err
+	}
+	return concurrency{
+		measured: (s1.pod.Requests.Area - s0.pod.Requests.Area).Seconds() / (s1.at - s0.at).Seconds(),
+		client:   r.InFlightArea(s0.wall, s1.wall).Seconds() / s1.wall.Sub(s0.wall).Seconds(),
+		conns:    s1.pod.ConnsInFlight,
+		h2Conns:  s1.pod.H2ConnsInFlight,
+		failed:   r.Failed,
+	}, nil
 }
 
 const queueProxyPort = 8012

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -85,5 +86,26 @@ func TestRoundMeans(t *testing.T) {
 	}
 	if g := got["direct"]; g[logRatio] != 0 || g[extraCPU] != 0 {
 		t.Errorf("direct vs itself: %v, want zeros", g)
+	}
+}
+
+func TestShare(t *testing.T) {
+	// 10 over 4: the first two connections carry one more.
+	var got []int
+	for i := range 4 {
+		got = append(got, share(10, 4, i))
+	}
+	if !slices.Equal(got, []int{3, 3, 2, 2}) {
+		t.Errorf("share(10, 4, i) = %v, want [3 3 2 2]", got)
+	}
+}
+
+func TestAddResult(t *testing.T) {
+	all := &loadgen.Result{}
+	addResult(all, &loadgen.Result{Completed: 3, Elapsed: 2 * time.Second, Latencies: []time.Duration{1, 2, 3}})
+	addResult(all, &loadgen.Result{Completed: 1, Failed: 1, FirstError: errors.New("reset"), Elapsed: time.Second, Latencies: []time.Duration{4}})
+	// Loops that ran side by side: counts add up, the elapsed time is the longest.
+	if all.Completed != 4 || all.Failed != 1 || all.FirstError == nil || all.Elapsed != 2*time.Second || len(all.Latencies) != 4 {
+		t.Errorf("merged %+v, want 4 completed, 1 failed with its error, 2s, 4 latencies", all)
 	}
 }

@@ -154,18 +154,33 @@ func TestKernelGRPC(t *testing.T) {
 					waits = append(waits, grpcLoad(ctx, grpcConn(t, addr), c/chans, sleep))
 				}
 				time.Sleep(1500 * time.Millisecond) // connected, every client in its loop
-				c0, at0 := e.counters(t)
-				time.Sleep(2 * time.Second)
-				c1, at1 := e.counters(t)
+				// A channel that reconnects after a GOAWAY usually has its
+				// new connection at once; now and then grpc-go waits for
+				// it, and the calls wait in the client, where the pod
+				// cannot see them. A window in which a connection was
+				// made and the count is off is measured again (twice at
+				// most); a steady window must be right.
+				var c1 PodCounters
+				var measured float64
+				for try := 1; ; try++ {
+					c0, at0 := e.counters(t)
+					time.Sleep(2 * time.Second)
+					var at1 time.Duration
+					c1, at1 = e.counters(t)
+					measured = (c1.Requests.Area - c0.Requests.Area).Seconds() / (at1 - at0).Seconds()
+					reconnected := c1.ConnsTotal > c0.ConnsTotal
+					t.Logf("offered %d over %d channel(s), measured %.3f (%+.2f%%), connections %d (%d new), opaque %d",
+						c, chans, measured, 100*(measured-float64(c))/float64(c), c1.ConnsInFlight, c1.ConnsTotal-c0.ConnsTotal, c1.OpaqueConnsInFlight)
+					if rel := math.Abs(measured-float64(c)) / float64(c); rel <= 0.02 || !reconnected || try == 3 {
+						break
+					}
+				}
 				cancel()
 				var failed int64
 				for _, w := range waits {
 					_, f := w()
 					failed += f
 				}
-				measured := (c1.Requests.Area - c0.Requests.Area).Seconds() / (at1 - at0).Seconds()
-				t.Logf("offered %d over %d channel(s), measured %.3f (%+.2f%%), connections %d, opaque %d",
-					c, chans, measured, 100*(measured-float64(c))/float64(c), c1.ConnsInFlight, c1.OpaqueConnsInFlight)
 				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
 					t.Errorf("measured concurrency %.3f is %.1f%% off the offered %d (limit 2%%)", measured, 100*rel, c)
 				}

@@ -120,11 +120,12 @@ func TestIntegrationTheCacheHoldsTrimmedObjects(t *testing.T) {
 		return got.Key == hello && got.H2C && len(got.ClusterIPs) == 1, fmt.Sprintf("%+v", got)
 	})
 	testenv.Eventually(t, 30*time.Second, "the private slice's pods reach the prober", func() (bool, string) {
-		// Pods 1..10: 5 and 10 terminating, 3, 6 and 9 not ready.
+		// Pods 1..10: 5 and 10 terminating, 3, 6 and 9 not ready; probed
+		// over h2c, as the Service's port says.
 		var want []readiness.Pod
 		for j := 1; j <= 10; j++ {
 			if j%5 != 0 {
-				want = append(want, readiness.Pod{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.244.0.%d:8080", j)), Ready: j%3 != 0})
+				want = append(want, readiness.Pod{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.244.0.%d:8080", j)), Ready: j%3 != 0, H2C: true})
 			}
 		}
 		diff := cmp.Diff(want, pods.get(hello), cmpopts.EquateComparable(netip.AddrPort{}))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -129,7 +130,15 @@ func TestIntegrationDeletingPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := DeletingPods(ctx, client, "node-a", "shop", "cart")
+	// The API server's authorizer learns a new role from its own watch:
+	// a moment after the role is written, it may still say forbidden.
+	var got []types.UID
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got, err = DeletingPods(ctx, client, "node-a", "shop", "cart")
+		if err == nil || !apierrors.IsForbidden(err) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,22 @@ func drainScenario(t *testing.T, s *stack.Stack, node, name, tbc string, rollout
 		service = rev.Status.ServiceName
 	}
 	url := "http://" + addressOf(t, s, service).String() + "/"
+	if rollout {
+		// A user waits for the Service's Route, not only its Revision,
+		// before sending: the activators answer a Route whose
+		// status.traffic is not written yet (or not yet seen by their
+		// informers) with 503 route not ready.
+		waitRouteTraffic(t, s, name, first+" 100%", time.Minute)
+	}
+	c := oneShotClient(10 * time.Second)
+	e2etest.Eventually(t, time.Minute, url+" answers 200 ten times in a row", func() error {
+		for range 10 { // new connections: every activator (or pod) is asked
+			if a := get(c, url+"?sleep=1"); a.err != nil || a.code != 200 {
+				return fmt.Errorf("answered %v", a)
+			}
+		}
+		return nil
+	})
 	tl := startTimeline(t, s, service, first)
 	// A steady load for the whole case: 2 + 2 short requests and 6 of
 	// 5 s, 10 in flight: 2 pods at 5.6 a pod (target 8, 70 % of it) ...

@@ -134,6 +134,15 @@ func TestE2EServingRollout(t *testing.T) {
 
 	t0 := time.Now()
 	updateService(t, s, name, func(cur *servingv1alpha1.Service) { cur.Spec.Template.Spec.Containers[0].Env[0].Value = "v2" })
+	t.Cleanup(func() {
+		if t.Failed() { // the pace the rollout kept, step by step
+			var line []string
+			for _, st := range steps(w.trafficChanges(), v2Name) {
+				line = append(line, fmt.Sprintf("%+.1fs %d%%", st.at.Sub(t0).Seconds(), st.percent))
+			}
+			t.Logf("schedule of %s's share so far: %s", v2Name, strings.Join(line, ", "))
+		}
+	})
 	v2 := waitLatestReady(t, s, name, v2Name, 2*time.Minute)
 	v2Ready := time.Now()
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &rt); err == nil {

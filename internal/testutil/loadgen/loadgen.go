@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -148,10 +149,15 @@ func do(client *http.Client, url string, header http.Header) (span Span, took ti
 	t0 := time.Now()
 	resp, err := client.Do(req)
 	if err == nil {
+		// A failed answer's body says who refused it and why (the
+		// activator writes one line); keep its start for the report.
+		var head [160]byte
+		n, _ := io.ReadFull(resp.Body, head[:])
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if err == nil && resp.StatusCode >= 400 {
-			err = fmt.Errorf("GET %s: %s", url, resp.Status) // an answer, but a failed request
+			body := strings.TrimSpace(strings.SplitN(string(head[:n]), "\n", 2)[0])
+			err = fmt.Errorf("GET %s: %s: %q", url, resp.Status, body) // an answer, but a failed request
 		}
 	}
 	span.End = time.Now()

@@ -23,6 +23,7 @@
 #define TENURE_NONE (~0ULL)   // a connection's tenure until count_accepted confirms its pod: no slot's
 #define MAX_H2_STREAMS 128    // HTTP/2 streams in flight on one connection followed one by one
 #define MAX_H2_FRAMES 4096    // HTTP/2 frame steps per segment and direction before the walk gives up
+#define MAX_H2_STASHED 256    // HTTP/2 connections whose first frames reached the listening socket, until accepted
 
 // One kind of request (all, or proxied only) of one pod.
 struct req_stats {
@@ -237,7 +238,7 @@ struct h2_conn {
 	struct h2_dir rx;   // the client's frames
 	struct h2_dir tx;   // the server's frames
 	__u32 max_stream;   // the highest stream the client opened
-	__u32 _pad;
+	__u32 early_probes; // probes among the streams walked before the accept (count_accepted counts them)
 	__u64 start_sum;    // the sum of the start times of the streams in flight (under the pod's lock)
 	__u32 ids[MAX_H2_STREAMS];
 	__u64 start_ns[MAX_H2_STREAMS];

@@ -101,11 +101,11 @@ type accountingH2Conn struct {
 		Pad    [3]uint8
 		Hdr    [16]uint8
 	}
-	MaxStream uint32
-	Pad       uint32
-	StartSum  uint64
-	Ids       [128]uint32
-	StartNs   [128]uint64
+	MaxStream   uint32
+	EarlyProbes uint32
+	StartSum    uint64
+	Ids         [128]uint32
+	StartNs     [128]uint64
 }
 
 type accountingLearnedConn struct {
@@ -174,6 +174,7 @@ const (
 	accountingMapDrainSeen         = "drain_seen"
 	accountingMapDraining          = "draining"
 	accountingMapEvents            = "events"
+	accountingMapH2Stash           = "h2_stash"
 	accountingMapH2Store           = "h2_store"
 	accountingMapH2Zero            = "h2_zero"
 	accountingMapLearned           = "learned"
@@ -247,6 +248,7 @@ type accountingMapSpecs struct {
 	DrainSeen   *ebpf.MapSpec `ebpf:"drain_seen"`
 	Draining    *ebpf.MapSpec `ebpf:"draining"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
+	H2Stash     *ebpf.MapSpec `ebpf:"h2_stash"`
 	H2Store     *ebpf.MapSpec `ebpf:"h2_store"`
 	H2Zero      *ebpf.MapSpec `ebpf:"h2_zero"`
 	Learned     *ebpf.MapSpec `ebpf:"learned"`
@@ -290,6 +292,7 @@ type accountingMaps struct {
 	DrainSeen   *ebpf.Map `ebpf:"drain_seen"`
 	Draining    *ebpf.Map `ebpf:"draining"`
 	Events      *ebpf.Map `ebpf:"events"`
+	H2Stash     *ebpf.Map `ebpf:"h2_stash"`
 	H2Store     *ebpf.Map `ebpf:"h2_store"`
 	H2Zero      *ebpf.Map `ebpf:"h2_zero"`
 	Learned     *ebpf.Map `ebpf:"learned"`
@@ -309,6 +312,7 @@ func (m *accountingMaps) Close() error {
 		m.DrainSeen,
 		m.Draining,
 		m.Events,
+		m.H2Stash,
 		m.H2Store,
 		m.H2Zero,
 		m.Learned,

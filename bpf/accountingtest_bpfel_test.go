@@ -43,6 +43,7 @@ const (
 	accountingtestMapDropRules            = "drop_rules"
 	accountingtestMapEvents               = "events"
 	accountingtestMapH2Conns              = "h2_conns"
+	accountingtestMapH2Stash              = "h2_stash"
 	accountingtestMapH2Store              = "h2_store"
 	accountingtestMapH2Zero               = "h2_zero"
 	accountingtestMapLearned              = "learned"
@@ -124,6 +125,7 @@ type accountingtestMapSpecs struct {
 	DropRules   *ebpf.MapSpec `ebpf:"drop_rules"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	H2Conns     *ebpf.MapSpec `ebpf:"h2_conns"`
+	H2Stash     *ebpf.MapSpec `ebpf:"h2_stash"`
 	H2Store     *ebpf.MapSpec `ebpf:"h2_store"`
 	H2Zero      *ebpf.MapSpec `ebpf:"h2_zero"`
 	Learned     *ebpf.MapSpec `ebpf:"learned"`
@@ -171,6 +173,7 @@ type accountingtestMaps struct {
 	DropRules   *ebpf.Map `ebpf:"drop_rules"`
 	Events      *ebpf.Map `ebpf:"events"`
 	H2Conns     *ebpf.Map `ebpf:"h2_conns"`
+	H2Stash     *ebpf.Map `ebpf:"h2_stash"`
 	H2Store     *ebpf.Map `ebpf:"h2_store"`
 	H2Zero      *ebpf.Map `ebpf:"h2_zero"`
 	Learned     *ebpf.Map `ebpf:"learned"`
@@ -194,6 +197,7 @@ func (m *accountingtestMaps) Close() error {
 		m.DropRules,
 		m.Events,
 		m.H2Conns,
+		m.H2Stash,
 		m.H2Store,
 		m.H2Zero,
 		m.Learned,

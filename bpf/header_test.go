@@ -42,7 +42,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 	want := map[string]uint64{
 		"MAX_PODS": MaxPods, "MAX_ACTIVATORS": MaxActivators, "MAX_NODE_ADDRS": MaxNodeAddrs, "MAX_LEARNED": MaxLearned, "MAX_PIPELINE": MaxPipeline,
 		"SCAN_WINDOW": scanWindow, "MAX_WINDOWS": maxWindows, "MAX_METHOD": maxMethod, "SKIP_LINES": skipLinesPerStep,
-		"PROOF_WINDOWS": proofWindows, "MAX_STASHED": maxStashed, "MAX_H2_STREAMS": maxH2Streams, "MAX_H2_FRAMES": maxH2Frames,
+		"PROOF_WINDOWS": proofWindows, "MAX_STASHED": maxStashed, "MAX_H2_STREAMS": maxH2Streams, "MAX_H2_FRAMES": maxH2Frames, "MAX_H2_STASHED": maxH2Stashed,
 		"FNV_OFFSET": fnvOffset, "FNV_PRIME": fnvPrime,
 		"HASH_HEAD": hashHead, "HASH_PRI": hashPRI, "HASH_USER_AGENT": hashUserAgent,
 		"HASH_KUBE_PROBE": hashKubeProbe, "HASH_SOCKSCALE_PROBE": hashSockscaleProbe,

@@ -3,11 +3,13 @@
 package bpf
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -15,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -367,5 +371,61 @@ func waitReady(t *testing.T, conn *grpc.ClientConn) {
 		if !conn.WaitForStateChange(ctx, st) {
 			t.Fatalf("channel not ready: %v", st)
 		}
+	}
+}
+
+// TestKernelHTTP2FirstSegmentBeforeAccept: a client's first segment, the
+// preface with its first request as one write, completes the handshake
+// (the client's bare ACK is lost) and so reaches the listening socket
+// before the accept. Its stream counts, or a kubelet's probe from the node
+// counts as a probe, and the connection is followed as HTTP/2 from there,
+// never at connection level.
+func TestKernelHTTP2FirstSegmentBeforeAccept(t *testing.T) {
+	e := newKernelEnv(t, "")
+	d := newDropper(t, e)
+	if err := e.acct.SetNodeAddrs([]netip.Addr{e.pod.HostIP}); err != nil {
+		t.Fatal(err)
+	}
+	base := e.waitCounters(t, "no connection open", func(c PodCounters) bool { return c.ConnsInFlight == 0 })
+	for _, ua := range []string{"load/1", "kube-probe/1.36"} {
+		d.drop(t, testpod.HTTPPort, 0, 1)
+		conn, err := net.DialTimeout("tcp", e.pod.Addr(testpod.HTTPPort), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first, block bytes.Buffer
+		first.WriteString(http2.ClientPreface)
+		fr := http2.NewFramer(&first, nil)
+		enc := hpack.NewEncoder(&block)
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/?sleep=20ms"}, {":authority", "pod"}, {"user-agent", ua}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		_ = fr.WriteSettings()
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+		if _, err := conn.Write(first.Bytes()); err != nil { // one write, one segment
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		in := http2.NewFramer(io.Discard, conn)
+		for {
+			f, err := in.ReadFrame()
+			if err != nil {
+				t.Fatalf("%s: read the answer: %v", ua, err)
+			}
+			if f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream) {
+				break // DATA's END_STREAM flag is HEADERS' too
+			}
+		}
+		conn.Close()
+		if n := d.left(t); n != 0 {
+			t.Fatalf("%s: the handshake's ACK was not dropped (%d left)", ua, n)
+		}
+	}
+	got := e.waitCounters(t, "both connections closed", func(c PodCounters) bool { return c.ConnsInFlight == 0 && c.Requests.InFlight == 0 })
+	started, probes := got.Requests.Started-base.Requests.Started, got.ProbesTotal-base.ProbesTotal
+	opaque, h2 := got.OpaqueConnsTotal-base.OpaqueConnsTotal, got.H2ConnsTotal-base.H2ConnsTotal
+	t.Logf("requests %d, probes %d, connections followed as HTTP/2 %d, at connection level %d", started, probes, h2, opaque)
+	if started != 1 || probes != 1 || opaque != 0 || h2 != 2 {
+		t.Errorf("requests %d, probes %d, HTTP/2 connections %d, connection level %d; want 1, 1, 2 and 0", started, probes, h2, opaque)
 	}
 }

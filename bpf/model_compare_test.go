@@ -72,9 +72,14 @@ func (h *progHarness) connView(c accountingConn) modelView {
 
 func (h *progHarness) view() modelView {
 	h.t.Helper()
-	v := h.connView(h.conn())
+	return h.withH2(h.connView(h.conn()), h.objs.H2Conns)
+}
+
+// withH2 adds to v the connection's HTTP/2 state in m, if it has one.
+func (h *progHarness) withH2(v modelView, m *ebpf.Map) modelView {
+	h.t.Helper()
 	var h2 accountingH2Conn
-	if err := h.objs.H2Conns.Lookup(&h.key, &h2); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := m.Lookup(&h.key, &h2); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		h.t.Fatalf("read HTTP/2 state: %v", err)
 	}
 	v.H2Rx = h2DirView{Left: h2.Rx.Left, Frames: h2.Rx.Frames, Have: h2.Rx.Have, Hdr: [h2HeaderLen]byte(h2.Rx.Hdr[:h2HeaderLen])}
@@ -83,14 +88,15 @@ func (h *progHarness) view() modelView {
 	return v
 }
 
-// stashView is the view of the connection's stash entry (before the accept).
+// stashView is the view of the connection's stash entry (before the
+// accept), with the HTTP/2 state walked into h2_stash.
 func (h *progHarness) stashView() modelView {
 	h.t.Helper()
 	var c accountingConn
 	if err := h.objs.Stash.Lookup(&h.key, &c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		h.t.Fatalf("read stash: %v", err)
 	}
-	return h.connView(c)
+	return h.withH2(h.connView(c), h.objs.H2Stash)
 }
 
 func viewOf(p *modelPod, c *modelConn) modelView {
@@ -157,7 +163,7 @@ func (w *twin) send(t *testing.T, s segment) {
 	case w.conn == nil:
 		dir = "listen"
 		w.h.listen(s.seq, string(s.payload), false)
-		w.stash = listen(&w.pod, s.seq, false, s.payload)
+		w.stash = listen(&w.pod, s.seq, false, s.payload, true)
 	case s.ingress:
 		w.h.ingress(s.seq, string(s.payload))
 		w.conn.ingress(&w.pod, s.seq, s.payload)

@@ -26,6 +26,8 @@ type modelH2 struct {
 	ids       [maxH2Streams]uint32
 	startNs   [maxH2Streams]uint64
 	startSum  uint64
+	// earlyProbes mirrors early_probes: probes walked before the accept.
+	earlyProbes uint32
 }
 
 // h2Walk mirrors struct h2_walk: a segment's stream changes.
@@ -260,6 +262,8 @@ func (c *modelConn) h2Count(p *modelPod, w *h2Walk) {
 	}
 	if c.owner(p) != nil {
 		p.probes += uint64(w.probes)
+	} else if c.stashed {
+		c.h2s.earlyProbes += w.probes
 	}
 	c.pushed += w.opened
 	c.popped += w.closed
@@ -330,8 +334,18 @@ func (c *modelConn) h2CloseGap(p *modelPod) {
 // h2Ingress mirrors on_segment's HTTP/2 part for client bytes [off, end)
 // of a packet; it returns false where on_segment goes on to request_bytes.
 func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
-	if c.stashed && !c.seen && c.h2 == h2None && !c.opaque && h2StashPreface(packetBytes(payload, off, end)) {
-		c.h2, c.seen = h2Stashed, true
+	if c.stashed && !c.seen && c.h2 == h2None && !c.opaque && h2Preface(packetBytes(payload, off, end)) {
+		c.seen = true
+		if h2StashPreface(packetBytes(payload, off, end)) {
+			c.h2 = h2Stashed
+			return true
+		}
+		// A request with the preface: walked before the accept (h2_stash).
+		c.h2s, c.h2 = &modelH2{}, h2Follow
+		if !c.mayProbe {
+			c.load = true
+		}
+		c.h2Bytes(p, payload, off+h2PrefaceLen, end, true)
 		return true
 	}
 	if c.h2 == h2Stashed && !c.stashed {

@@ -27,6 +27,7 @@ const (
 	maxStashed       = 4096
 	maxH2Streams     = MaxH2Streams
 	maxH2Frames      = 4096
+	maxH2Stashed     = 256
 
 	fnvOffset = 0x811c9dc5
 	fnvPrime  = 0x01000193
@@ -129,6 +130,7 @@ type modelConn struct {
 	startNs             [maxPipeline]uint64
 	counted             bool // accepted: counts into the pod (owner() is not NULL)
 	stashed             bool // a stash entry, before the accept (tenure 0)
+	mayProbe            bool // a stash entry's client may send health probes (peer_kind)
 	payload             []byte
 	h2                  uint8    // h2None, h2ServerFirst, h2Follow (model_h2_test.go)
 	h2s                 *modelH2 // its HTTP/2 state, once it has one
@@ -1146,12 +1148,13 @@ func (c *modelConn) egress(p *modelPod, seq uint32, payload []byte) {
 
 // listen mirrors ingress for a segment that reaches the listening socket
 // (syn: a SYN, whose data follows its own sequence number): it parses into
-// a new stash entry, counting nothing.
-func listen(p *modelPod, seq uint32, syn bool, payload []byte) *modelConn {
+// a new stash entry, counting nothing. prober: the client may send health
+// probes (the node or an activator).
+func listen(p *modelPod, seq uint32, syn bool, payload []byte, prober bool) *modelConn {
 	if syn {
 		seq++
 	}
-	s := &modelConn{rxNext: seq, rxFirst: seq, stashed: true}
+	s := &modelConn{rxNext: seq, rxFirst: seq, stashed: true, mayProbe: prober}
 	s.rx.hash, s.tx.hash = fnvOffset, fnvOffset
 	s.ingress(p, seq, payload)
 	return s
@@ -1190,10 +1193,21 @@ func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxi
 		p.opaqueTotal++
 	}
 	counted := 0
-	for i := range c.pending() {
-		if c.probeBits&ringBit(c.popped+i) == 0 {
-			counted++
+	if c.h2 == h2Follow && c.h2s != nil {
+		// Streams walked before the accept (h2_accept_stash).
+		counted = int(c.pending())
+		p.probes += uint64(c.h2s.earlyProbes)
+		if !c.opaque {
+			p.h2InFlight++
+			p.h2Total++
 		}
+	} else {
+		for i := range c.pending() {
+			if c.probeBits&ringBit(c.popped+i) == 0 {
+				counted++
+			}
+		}
+		p.probes += uint64(int(c.pending()) - counted)
 	}
 	p.inFlight += int64(counted)
 	p.started += uint64(counted)
@@ -1201,6 +1215,5 @@ func accept(p *modelPod, s *modelConn, rcvNxt, sndNxt uint32, payload int, proxi
 		p.proxiedInFlight += int64(counted)
 		p.proxiedStarted += uint64(counted)
 	}
-	p.probes += uint64(int(c.pending()) - counted)
 	return c
 }

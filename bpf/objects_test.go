@@ -25,8 +25,8 @@ func TestObjectsTestTupleOnlyInTestObject(t *testing.T) {
 		load     func() (*ebpf.CollectionSpec, error)
 		wantMaps []string
 	}{
-		{"accounting", loadAccounting, []string{"activators", "conn_adjusts", "conn_scratch", "conn_store", "conn_zero", "drain_seen", "draining", "events", "h2_store", "h2_zero", "learned", "node_addrs", "pod_counters", "pod_slots", "stash"}},
-		{"accountingtest", loadAccountingtest, []string{"activators", "conn_adjusts", "conn_scratch", "conn_store", "conn_zero", "conns", "drain_seen", "draining", "drop_rules", "events", "h2_conns", "h2_store", "h2_zero", "learned", "node_addrs", "pod_counters", "pod_slots", "stash", "test_sockets"}},
+		{"accounting", loadAccounting, []string{"activators", "conn_adjusts", "conn_scratch", "conn_store", "conn_zero", "drain_seen", "draining", "events", "h2_stash", "h2_store", "h2_zero", "learned", "node_addrs", "pod_counters", "pod_slots", "stash"}},
+		{"accountingtest", loadAccountingtest, []string{"activators", "conn_adjusts", "conn_scratch", "conn_store", "conn_zero", "conns", "drain_seen", "draining", "drop_rules", "events", "h2_conns", "h2_stash", "h2_store", "h2_zero", "learned", "node_addrs", "pod_counters", "pod_slots", "stash", "test_sockets"}},
 	} {
 		spec, err := tc.load()
 		if err != nil {

@@ -27,6 +27,10 @@ const (
 func TestProgAdoption(t *testing.T) {
 	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	body := "tail of a body the previous build saw start"
+	f := newH2Frames()
+	h2First := h2ClientPreface + f.settings().request(1).data(1, 5, true).take()
+	h2Answer := f.settings().response(1, 9).take()
+	h2Next := f.request(3).data(3, 5, true).take()
 	type segment struct {
 		in    bool
 		off   uint32 // relative to 1000 (client) or 5000 (server)
@@ -84,6 +88,16 @@ func TestProgAdoption(t *testing.T) {
 		name: "adopted in the instant before sock_ops' callback: counted once",
 		segs: []segment{in(0, get), {accept: true, off: uint32(len(get))}, out(0, ok)},
 		want: want{Counts: counts{Started: 1, Completed: 1}, Conns: 1, ConnsTotal: 1, Adopted: 1},
+	}, {
+		// A new pod's connection accepted before its pod was known (its
+		// first probes): its first bytes are the HTTP/2 preface.
+		name: "adopted at its HTTP/2 preface: each stream a request",
+		segs: []segment{in(0, h2First), out(0, h2Answer), in(uint32(len(h2First)), h2Next)},
+		want: want{Counts: counts{InFlight: 1, Started: 2, Completed: 1}, Conns: 1, ConnsTotal: 1, Adopted: 1},
+	}, {
+		name: "adopted at its HTTP/2 preface: the server's FIN ends its streams",
+		segs: []segment{in(0, h2First), {off: 0, flags: tcpFIN | tcpACK}},
+		want: want{Counts: counts{Started: 1, Completed: 1}, ConnsTotal: 1, Adopted: 1},
 	}, {
 		name:   "the pod's own client connection is not adopted",
 		client: true,

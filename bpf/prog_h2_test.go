@@ -440,26 +440,31 @@ func TestProgMatchesModelServerFirst(t *testing.T) {
 
 // TestProgHTTP2PrefaceBeforeAccept: a client's preface (with its SETTINGS
 // and WINDOW_UPDATE, as Go's and grpc-go's clients write them at once)
-// may reach the listening socket before the accept; the connection is
-// followed as HTTP/2 from its next bytes, either direction's. Anything
-// else in that first segment goes the HTTP/1 way, as before.
+// may reach the listening socket before the accept, alone or with the
+// first request; the connection is followed as HTTP/2 from there, the
+// streams of that first segment walked before the accept and counted
+// from it. A first segment that is no preface goes the HTTP/1 way.
 func TestProgHTTP2PrefaceBeforeAccept(t *testing.T) {
 	f := newH2Frames()
 	settings := f.settings().take()
 	windowUpdate := f.windowUpdate(0).take()
 	call := f.request(1).data(1, 5, true).take()
+	probe := f.grpcProbe(1, kubeletUA).data(1, 5, true).take()
 	answer := f.settings().response(1, 9).take()
 	tests := []struct {
 		name     string
 		first    string
 		followed bool
+		probe    bool // the first segment's stream is a health probe
 	}{
-		{"the preface alone", h2ClientPreface, true},
-		{"the preface and SETTINGS", h2ClientPreface + settings, true},
-		{"the preface, SETTINGS and WINDOW_UPDATE", h2ClientPreface + settings + windowUpdate, true},
-		{"the preface and a WINDOW_UPDATE first: not a preface", h2ClientPreface + windowUpdate, false},
-		{"a call with the preface", h2ClientPreface + settings + call, false},
-		{"SETTINGS cut by the segment", h2ClientPreface + settings[:12], false},
+		{"the preface alone", h2ClientPreface, true, false},
+		{"the preface and SETTINGS", h2ClientPreface + settings, true, false},
+		{"the preface, SETTINGS and WINDOW_UPDATE", h2ClientPreface + settings + windowUpdate, true, false},
+		{"a call with the preface", h2ClientPreface + settings + windowUpdate + call, true, false},
+		{"a probe with the preface", h2ClientPreface + settings + probe, true, true},
+		{"the preface and a WINDOW_UPDATE first: not HTTP/2", h2ClientPreface + windowUpdate + call, false, false},
+		{"SETTINGS cut by the segment", h2ClientPreface + settings[:12], true, false},
+		{"no preface", "GET / HTTP/1.1\r\nHost: pod\r\n\r\n", false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -472,17 +477,26 @@ func TestProgHTTP2PrefaceBeforeAccept(t *testing.T) {
 				if serverFirst {
 					w.send(t, segment{ingress: false, seq: tx0, payload: []byte(answer[:len(settings)])})
 				}
-				if tt.followed {
+				withStream := strings.HasSuffix(tt.first, call) || strings.HasSuffix(tt.first, probe)
+				if tt.followed && !withStream {
+					if strings.HasSuffix(tt.first, settings[:12]) {
+						w.send(t, segment{ingress: true, seq: rx, payload: []byte(settings[12:])})
+						rx += uint32(len(settings) - 12)
+					}
 					w.send(t, segment{ingress: true, seq: rx, payload: []byte(call)})
 				}
 				w.send(t, segment{ingress: false, seq: tx0, payload: []byte(answer)})
-				got := w.h.view()
-				if tt.followed && (got.H2 != h2Follow || got.Started != 1 || got.Completed != 1 || got.OpaqueTotal != 0) {
-					t.Errorf("server first %t: h2=%d started=%d completed=%d opaque=%d, want one call followed as HTTP/2\n%s",
-						serverFirst, got.H2, got.Started, got.Completed, got.OpaqueTotal, strings.Join(w.steps, "\n"))
+				got, n := w.h.view(), w.h.counts()
+				want := counts{Started: 1, Completed: 1}
+				if tt.probe {
+					want = counts{Probes: 1}
 				}
-				if !tt.followed && got.H2 == h2Follow {
-					t.Errorf("followed as HTTP/2, want the HTTP/1 way\n%s", strings.Join(w.steps, "\n"))
+				if tt.followed && (got.H2 != h2Follow || n != want) {
+					t.Errorf("server first %t: h2=%d %+v, want %+v followed as HTTP/2\n%s",
+						serverFirst, got.H2, n, want, strings.Join(w.steps, "\n"))
+				}
+				if !tt.followed && got.H2 == h2Follow && n.OpaqueTotal == 0 {
+					t.Errorf("followed as HTTP/2, want the HTTP/1 way or connection level\n%s", strings.Join(w.steps, "\n"))
 				}
 			}
 		})

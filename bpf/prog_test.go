@@ -206,8 +206,10 @@ func (h *progHarness) listen(seq uint32, payload string, syn bool) {
 // disconnect removes the connection entry: the connection is not accepted yet.
 func (h *progHarness) disconnect() {
 	h.t.Helper()
-	if err := h.objs.Conns.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		h.t.Fatalf("remove conn: %v", err)
+	for _, m := range []*ebpf.Map{h.objs.Conns, h.objs.H2Conns} {
+		if err := m.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			h.t.Fatalf("remove the connection's state: %v", err)
+		}
 	}
 }
 

@@ -85,6 +85,7 @@ static __always_inline __u32 handshake_payload(struct bpf_sock_ops *skops)
 static __always_inline void on_established(struct bpf_sock_ops *skops)
 {
 	struct conn c = {}, *s = NULL, *init, *stored;
+	struct h2_conn *h2 = NULL;
 	struct conn_key key;
 	struct pod_stats *p;
 	struct bpf_sock *sk;
@@ -107,6 +108,10 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	if (payload)
 		s = bpf_map_lookup_elem(&stash, &key);
 	init = first_state(&c, s, *slot, peer_kind(key.peer_ip), skops->rcv_nxt, skops->snd_nxt, payload);
+	// HTTP/2 frames that ingress walked before the accept (lib/h2.h): their
+	// state is the socket's before the connection's is.
+	if (s && init == s && s->h2 == H2_FOLLOW)
+		h2 = h2_accept_stash(sk, &key, s);
 	// Creating with init as the initial value fills the storage in one
 	// step, before any of the connection's segments can reach the packet
 	// programs.
@@ -123,7 +128,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	forget_learned_sock(bpf_get_socket_cookie(skops));
 	// Not counted if the slot changed hands since the lookup; the state
 	// stays (TENURE_NONE counts nowhere) and is freed when the socket closes.
-	count_accepted(p, stored, key.pod_ip);
+	count_accepted(p, stored, h2, key.pod_ip);
 	// Ask for state changes so we see the connection end.
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 }

@@ -26,6 +26,7 @@
 #include "accounting.h"
 #include "lib/accept.h"
 #include "lib/conn.h"
+#include "lib/h2.h"
 #include "lib/maps.h"
 
 // Establishes the connection of a crafted segment from the client (its
@@ -36,6 +37,7 @@ SEC("cgroup_skb/ingress")
 int sockscale_test_accept(struct __sk_buff *skb)
 {
 	struct conn c = {}, *s, *init, *stored;
+	struct h2_conn *h2 = NULL;
 	struct conn_key key;
 	struct pod_stats *p;
 	struct tcphdr tcp;
@@ -56,6 +58,8 @@ int sockscale_test_accept(struct __sk_buff *skb)
 		return 1;
 	s = bpf_map_lookup_elem(&stash, &key);
 	init = first_state(&c, s, *slot, peer_kind(key.peer_ip), bpf_ntohl(tcp.seq), bpf_ntohl(tcp.ack_seq), s ? 1 : 0);
+	if (s && init == s && s->h2 == H2_FOLLOW)
+		h2 = h2_accept_stash(NULL, &key, s);
 	// As socket storage does: a state that is there already (adopted by
 	// ingress, adopt.h) stays.
 	bpf_map_update_elem(&conns, &key, init, BPF_NOEXIST);
@@ -63,7 +67,7 @@ int sockscale_test_accept(struct __sk_buff *skb)
 		bpf_map_delete_elem(&stash, &key);
 	stored = bpf_map_lookup_elem(&conns, &key);
 	if (stored)
-		count_accepted(p, stored, key.pod_ip);
+		count_accepted(p, stored, h2, key.pod_ip);
 	return 1;
 }
 

@@ -68,7 +68,10 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 
 // count_accepted counts what a connection's first state holds, now that its
 // pod is known: a connection, and the requests the stash parsed (with
-// their start times) or its being opaque. p is the slot sock_ops found
+// their start times) or its being opaque. h is the HTTP/2 state walked
+// before the accept (h2_accept_stash), whose streams in flight are the
+// requests, their start times summed in it; NULL for any other connection
+// (one that becomes HTTP/2 later counts as such then). p is the slot sock_ops found
 // for the address pod_ip. Under its lock, if the slot is still the pod's
 // at that address, the connection takes the slot's tenure (owner()) and
 // counts: read outside the lock, the tenure could be that of another pod
@@ -81,7 +84,7 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 // between TCP making it established and sock_ops' callback, which then
 // finds the adopted state (creating socket storage returns what is there):
 // the connection is counted once. Returns 1 if it counted.
-static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, __u32 pod_ip)
+static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, struct h2_conn *h, __u32 pod_ip)
 {
 	__u64 starts = 0, keep;
 	__u32 i, slot, counted = 0, n = pending(c);
@@ -99,16 +102,26 @@ static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, _
 		p->opaque_in_flight++;
 		p->opaque_total++;
 	}
+	if (h) {
+		counted = n;
+		starts = h->start_sum;
+		p->probes_total += h->early_probes;
+		if (!c->opaque) {
+			p->h2_in_flight++;
+			p->h2_total++;
+		}
+	} else {
 #pragma clang loop unroll(disable)
-	for (i = 0; i < MAX_PIPELINE; i++) {
-		if (i >= n)
-			break;
-		slot = (c->popped + i) & RING_MASK;
-		keep = ((c->probe_bits >> slot) & 1) - 1; // without branches (see push_locked)
-		counted += keep & 1;
-		starts += (i ? c->start_ns[slot] : c->oldest_ns) & keep; // the oldest's is not in the ring
+		for (i = 0; i < MAX_PIPELINE; i++) {
+			if (i >= n)
+				break;
+			slot = (c->popped + i) & RING_MASK;
+			keep = ((c->probe_bits >> slot) & 1) - 1; // without branches (see push_locked)
+			counted += keep & 1;
+			starts += (i ? c->start_ns[slot] : c->oldest_ns) & keep; // the oldest's is not in the ring
+		}
+		p->probes_total += n - counted;
 	}
-	p->probes_total += n - counted;
 	p->all.in_flight += counted;
 	p->all.started += counted;
 	p->all.start_sum_ns += starts;

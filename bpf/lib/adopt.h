@@ -24,6 +24,7 @@
 #include "accept.h"
 #include "conn.h"
 #include "counters.h"
+#include "h2.h"
 #include "maps.h"
 
 // Where adopt builds a connection's first state, which is created from it
@@ -157,12 +158,13 @@ static __always_inline void forget_learned_of(struct __sk_buff *skb, __u32 pod_i
 }
 
 // adopt gives state to the connection of a client segment that has none,
-// key its server side, seq its first sequence number and ack the server's
-// bytes the client has received. A global function, checked once by the
-// verifier. Returns 1 if the connection now has state to count with (the
-// caller finds it again), 0 if the segment is not on an established
-// socket, -1 if it is, but no pod's server connection.
-__attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key, __u32 seq, __u32 ack)
+// key its server side, seq its first sequence number, ack the server's
+// bytes the client has received and off where its payload starts. A
+// global function, checked once by the verifier. Returns 1 if the
+// connection now has state to count with (the caller finds it again), 0
+// if the segment is not on an established socket, -1 if it is, but no
+// pod's server connection.
+__attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key, __u32 seq, __u32 ack, __u32 off)
 {
 	struct conn *init, *zero, *c;
 	struct pod_stats *p;
@@ -207,15 +209,22 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 	init->tx_next = ack;
 	init->rx.hash = FNV_OFFSET; // the parsers start on an empty token
 	init->tx.hash = FNV_OFFSET;
-	// Both parsers lost: requests from the next whole request line,
-	// responses from the next status line (no request is in flight). The
-	// client has spoken and the connection is HTTP/1.x as far as we know:
-	// a later parse failure loses the stream, it does not go opaque.
-	init->rx.state = MS_LOST;
-	init->tx.state = MS_LOST;
-	init->seen = 1;
-	init->answered = 1;
 	init->adopted = 1;
+	// The HTTP/2 preface is only ever a connection's first bytes: one
+	// accepted before its pod was known (a new pod, probed by the
+	// activators before the agent has its address) is followed from here
+	// as a new connection is, its streams one by one.
+	if (!h2_preface(skb, off, skb->len)) {
+		// Both parsers lost: requests from the next whole request line,
+		// responses from the next status line (no request is in flight).
+		// The client has spoken and the connection is HTTP/1.x as far as
+		// we know: a later parse failure loses the stream, it does not go
+		// opaque.
+		init->rx.state = MS_LOST;
+		init->tx.state = MS_LOST;
+		init->seen = 1;
+		init->answered = 1;
+	}
 	c = store_state(skb, key, init);
 	if (!c) {
 		count_event(EV_CONN_UNTRACKED);
@@ -223,7 +232,7 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 	}
 	// If the agent learned the connection, it counts here from now on.
 	forget_learned(skb);
-	count_accepted(p, c, key->pod_ip);
+	count_accepted(p, c, NULL, key->pod_ip);
 	count_event(EV_ADOPTED);
 	return 1;
 }
@@ -235,13 +244,14 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 // did; those accepted before any accounting ran did not). A client's FIN
 // only half-closes; the server closes next. close_conn ignores a second
 // end (the state callback's too). A global function: one copy of
-// close_conn for the verifier, where two call sites would inline two.
+// close_conn for the verifier, where two call sites would inline two. h
+// is the connection's HTTP/2 state (adopted at its preface), else NULL.
 // Returns 0.
-__attribute__((noinline)) int end_adopted(struct conn *c)
+__attribute__((noinline)) int end_adopted(struct conn *c, struct h2_conn *h)
 {
 	if (!c || !c->adopted || c->closed)
 		return 0; // NULL: the verifier's rule for a global function's pointers
-	close_conn(counters_of(c), c, NULL, bpf_ktime_get_ns()); // adopted mid-stream: never HTTP/2 (lib/h2.h)
+	close_conn(counters_of(c), c, h, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -74,6 +74,19 @@ struct {
 	__type(value, struct h2_conn); // never written
 } h2_zero SEC(".maps");
 
+// The HTTP/2 state of connections whose client's first segment, the
+// preface with a request, reached the listening socket before the accept
+// (as the stash keeps their struct conn, lib/conn.h): their frames are
+// walked there, and sock_ops moves the state into the connection's own
+// socket when it is accepted (h2_accept_stash). LRU: an entry whose
+// connection never comes is evicted.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_H2_STASHED);
+	__type(key, struct conn_key);  // server side of the connection
+	__type(value, struct h2_conn); // what ingress walked before the accept
+} h2_stash SEC(".maps");
+
 #ifdef SOCKSCALE_TEST_TUPLE
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -104,6 +117,14 @@ static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct
 	}
 	return bpf_map_lookup_elem(&h2_conns, &key);
 }
+
+// h2_keep stores h as the HTTP/2 state of the accepted connection key
+// (sk: its socket, the production variant's) and returns it, or NULL.
+static __always_inline struct h2_conn *h2_keep(struct bpf_sock *sk, struct conn_key *key, struct h2_conn *h)
+{
+	bpf_map_update_elem(&h2_conns, key, h, BPF_NOEXIST); // fails if it has one: kept
+	return bpf_map_lookup_elem(&h2_conns, key);
+}
 #else
 static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct iphdr *ip,
 					     const struct tcphdr *tcp, int ingress, int create)
@@ -121,7 +142,60 @@ static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct
 		return NULL; // an array of one: never
 	return bpf_sk_storage_get(&h2_store, sk, zero, BPF_SK_STORAGE_GET_F_CREATE);
 }
+
+static __always_inline struct h2_conn *h2_keep(struct bpf_sock *sk, struct conn_key *key, struct h2_conn *h)
+{
+	return bpf_sk_storage_get(&h2_store, sk, h, BPF_SK_STORAGE_GET_F_CREATE);
+}
 #endif
+
+// h2_stash_of returns fresh HTTP/2 state for the stash entry of a
+// segment that reached the listening socket (made afresh, as the stash
+// entry is: a segment sent again before the accept is walked again), or
+// NULL without room.
+static __always_inline struct h2_conn *h2_stash_of(const struct iphdr *ip, const struct tcphdr *tcp)
+{
+	struct conn_key key;
+	struct h2_conn *zero;
+	__u32 k = 0;
+
+	key.pod_ip = ip->daddr;
+	key.peer_ip = ip->saddr;
+	key.pod_port = tcp->dest;
+	key.peer_port = tcp->source;
+	zero = bpf_map_lookup_elem(&h2_zero, &k);
+	if (!zero || bpf_map_update_elem(&h2_stash, &key, zero, BPF_ANY))
+		return NULL;
+	return bpf_map_lookup_elem(&h2_stash, &key);
+}
+
+// h2_accept_stash moves the HTTP/2 state that ingress walked before the
+// accept (c, the stash entry, says H2_FOLLOW) into the accepted
+// connection's own (h2_keep) and returns it. Before the connection's
+// state is stored: from then on its segments look for this one. Without
+// it (evicted, or no memory) the streams' start times are lost: the
+// connection is one request from now on, at connection level. key is the
+// connection's; sk its socket.
+static __always_inline struct h2_conn *h2_accept_stash(struct bpf_sock *sk, struct conn_key *key, struct conn *c)
+{
+	struct h2_conn *hs, *h = NULL;
+
+	hs = bpf_map_lookup_elem(&h2_stash, key);
+	if (hs) {
+		h = h2_keep(sk, key, hs);
+		bpf_map_delete_elem(&h2_stash, key);
+	}
+	if (h)
+		return h;
+	count_event(EV_H2_LOST);
+	c->h2 = H2_NONE;
+	c->opaque = 1;
+	c->probe_bits = 0;
+	c->popped = c->pushed;
+	c->pushed++; // its one request, from the accept: close_conn ends it
+	c->oldest_ns = bpf_ktime_get_ns();
+	return NULL;
+}
 
 // h2_preface returns 1 if the bytes [off, end) start with the HTTP/2
 // connection preface.
@@ -449,6 +523,8 @@ static __always_inline void h2_count(struct pod_stats *p, struct h2_walk *w)
 	own = owner(p, c);
 	if (own)
 		p->probes_total += w->probes;
+	else if (!c->tenure)
+		h->early_probes += w->probes; // a stash entry's: counted at the accept
 	c->pushed += opened;
 	c->popped += closed;
 	h->start_sum += opened * now - w->starts;

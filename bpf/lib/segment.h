@@ -76,7 +76,7 @@ __attribute__((noinline)) int request_bytes(struct __sk_buff *skb, struct conn *
 // (adopt.h), a stash entry if the segment reached a pod's listening socket
 // (conn.h); else NULL.
 static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const struct iphdr *ip,
-						   const struct tcphdr *tcp, __u32 seq)
+						   const struct tcphdr *tcp, __u32 seq, __u32 off)
 {
 	struct conn_key key;
 	int adopted;
@@ -85,7 +85,7 @@ static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const 
 	key.peer_ip = ip->saddr;
 	key.pod_port = tcp->dest;
 	key.peer_port = tcp->source;
-	adopted = adopt(skb, &key, seq, bpf_ntohl(tcp->ack_seq));
+	adopted = adopt(skb, &key, seq, bpf_ntohl(tcp->ack_seq), off);
 	if (adopted > 0)
 		return conn_of(skb, ip, tcp, 1);
 	if (adopted < 0)
@@ -119,7 +119,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		if (tcp.rst || (tcp.fin && !ingress)) {
 			c = conn_of(skb, &ip, &tcp, ingress);
 			if (c)
-				end_adopted(c);
+				end_adopted(c, c->h2 ? h2_of(skb, &ip, &tcp, ingress, 0) : NULL);
 			else
 				forget_learned_of(skb, ingress ? ip.daddr : ip.saddr);
 		}
@@ -135,7 +135,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 				forget_learned_of(skb, ip.saddr); // a learned connection's last bytes
 			return 1;
 		}
-		c = untracked_conn(skb, &ip, &tcp, seq); // open before we were loaded, not yet accepted, or another's
+		c = untracked_conn(skb, &ip, &tcp, seq, off); // open before we were loaded, not yet accepted, or another's
 		if (!c)
 			return 1;
 	}
@@ -165,7 +165,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		else
 			on_response_bytes(skb, c, off, skb->len);
 		if (c->adopted && (tcp.fin || tcp.rst))
-			end_adopted(c); // the last bytes of a server that closes
+			end_adopted(c, c->h2 ? h2_of(skb, &ip, &tcp, 0, 0) : NULL); // the last bytes of a server that closes
 		return 1;
 	}
 	next = c->rx_next;
@@ -179,13 +179,27 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		off += next - seq;
 	c->rx_next = end;
 	// HTTP/2 with prior knowledge: its streams are followed (lib/h2.h).
-	// Not before the accept (a stash entry, tenure 0): the state lives in
-	// the connection's own socket. A preface that came before is noted,
-	// and the walk begins with the bytes after it.
-	if (!c->tenure && !c->seen && !c->h2 && !c->opaque && h2_stash_preface(skb, off, skb->len)) {
-		c->h2 = H2_STASHED;
+	// Before the accept (a stash entry, tenure 0) the state has no socket
+	// yet: a preface with the connection's frames only is noted, and the
+	// walk begins with the bytes after it; one that came with a request
+	// is walked into h2_stash, which the accept moves into the socket.
+	if (!c->tenure && !c->seen && !c->h2 && !c->opaque && h2_preface(skb, off, skb->len)) {
 		c->seen = 1;
-		return 1;
+		if (h2_stash_preface(skb, off, skb->len)) {
+			c->h2 = H2_STASHED;
+			return 1;
+		}
+		h2 = h2_stash_of(&ip, &tcp);
+		if (h2) {
+			c->h2 = H2_FOLLOW;
+			// load_only's rule (lib/accept.h), before the walk looks at a
+			// User-Agent: only a client that may probe sends probes.
+			if (!peer_kind(ip.saddr))
+				c->load = 1;
+			h2_request_bytes(skb, c, h2, off + H2_PREFACE_LEN, skb->len);
+			return 1;
+		}
+		c->seen = 0; // no room: the HTTP/1 way, connection level
 	}
 	if (c->h2 == H2_STASHED && c->tenure)
 		h2 = h2_from_stash(skb, &ip, &tcp, c, 1);

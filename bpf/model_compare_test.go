@@ -163,7 +163,7 @@ func (w *twin) send(t *testing.T, s segment) {
 	case w.conn == nil:
 		dir = "listen"
 		w.h.listen(s.seq, string(s.payload), false)
-		w.stash = listen(&w.pod, s.seq, false, s.payload, true)
+		w.stash = listenMore(&w.pod, w.stash, s.seq, s.payload, true)
 	case s.ingress:
 		w.h.ingress(s.seq, string(s.payload))
 		w.conn.ingress(&w.pod, s.seq, s.payload)

@@ -133,7 +133,7 @@ func checkFastPaths(t *testing.T, segs []segment) {
 		}
 		switch {
 		case s.conn == nil:
-			s.stash = listen(&s.pod, seg.seq, false, seg.payload, true)
+			s.stash = listenMore(&s.pod, s.stash, seg.seq, seg.payload, true)
 			return s.stash
 		case seg.ingress:
 			s.conn.ingress(&s.pod, seg.seq, seg.payload)

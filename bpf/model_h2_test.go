@@ -342,11 +342,16 @@ func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
 		}
 		// A request with the preface: walked before the accept (h2_stash).
 		c.h2s, c.h2 = &modelH2{}, h2Follow
-		if !c.mayProbe {
-			c.load = true
-		}
-		c.h2Bytes(p, payload, off+h2PrefaceLen, end, true)
-		return true
+		return c.h2StashWalk(p, payload, off+h2PrefaceLen, end)
+	}
+	if c.stashed && c.h2 == h2Stashed {
+		// A second segment before the accept (stash_conn went on).
+		c.h2s, c.h2 = &modelH2{}, h2Follow
+		c.h2s.rx.frames = 1
+		return c.h2StashWalk(p, payload, off, end)
+	}
+	if c.stashed && c.h2 == h2Follow {
+		return c.h2StashWalk(p, payload, off, end)
 	}
 	if c.h2 == h2Stashed && !c.stashed {
 		c.h2FromStash(p)
@@ -375,6 +380,15 @@ func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
 	if c.rxGap {
 		c.h2CloseGap(p)
 	}
+	return true
+}
+
+// h2StashWalk mirrors the walk of a stash entry's client bytes.
+func (c *modelConn) h2StashWalk(p *modelPod, payload []byte, off, end int) bool {
+	if !c.mayProbe {
+		c.load = true
+	}
+	c.h2Bytes(p, payload, off, end, true)
 	return true
 }
 

@@ -1160,6 +1160,17 @@ func listen(p *modelPod, seq uint32, syn bool, payload []byte, prober bool) *mod
 	return s
 }
 
+// listenMore mirrors stash_conn for a later segment that reaches the
+// listening socket while s (nil: none) is the stash entry: one that goes
+// on from s's last byte is parsed on into s, any other starts afresh.
+func listenMore(p *modelPod, s *modelConn, seq uint32, payload []byte, prober bool) *modelConn {
+	if s != nil && s.rxNext == seq && s.rxFirst != seq {
+		s.ingress(p, seq, payload)
+		return s
+	}
+	return listen(p, seq, false, payload, prober)
+}
+
 // accept mirrors first_state and count_accepted: the connection's state
 // when it is established with the client and server at rcvNxt and sndNxt,
 // from the stash s (nil: none), and payload bytes on the segment that

@@ -502,3 +502,47 @@ func TestProgHTTP2PrefaceBeforeAccept(t *testing.T) {
 		})
 	}
 }
+
+// TestProgTwoSegmentsBeforeAccept: a second client segment may reach the
+// listening socket too, while another CPU turns the first into the
+// connection; the stash entry goes on with it (a segment sent again
+// starts afresh), HTTP/2 frames and HTTP/1 requests alike.
+func TestProgTwoSegmentsBeforeAccept(t *testing.T) {
+	f := newH2Frames()
+	first := h2ClientPreface + f.settings().windowUpdate(0).take()
+	call1 := f.request(1).data(1, 5, true).take()
+	call3 := f.request(3).data(3, 5, true).take()
+	answer1 := f.settings().response(1, 9).take()
+	answers := answer1 + f.response(3, 9).take()
+	get := "GET / HTTP/1.1\r\nHost: pod\r\n"
+	tests := []struct {
+		name     string
+		segments []string // each reaches the listener, in sequence
+		again    bool     // the first is sent again after the others
+		answer   string
+		want     counts
+	}{
+		{"the preface, then a call", []string{first, call1}, false, answer1, counts{Started: 1, Completed: 1}},
+		{"a call with the preface, then another", []string{first + call1, call3}, false, answers, counts{Started: 2, Completed: 2}},
+		{"an HTTP/1 request's headers over two segments", []string{get, "\r\n"}, false, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", counts{Started: 1, Completed: 1}},
+		{"the first segment sent again", []string{first + call1}, true, answer1, counts{Started: 1, Completed: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newTwin(t)
+			w.unaccepted()
+			rx := uint32(rx0)
+			for _, s := range tt.segments {
+				w.send(t, segment{ingress: true, seq: rx, payload: []byte(s), listen: true})
+				rx += uint32(len(s))
+			}
+			if tt.again {
+				w.send(t, segment{ingress: true, seq: rx0, payload: []byte(tt.segments[0]), listen: true})
+			}
+			w.send(t, segment{ingress: false, seq: tx0, payload: []byte(tt.answer)})
+			if got := w.h.counts(); got != tt.want {
+				t.Errorf("%+v, want %+v\n%s", got, tt.want, strings.Join(w.steps, "\n"))
+			}
+		})
+	}
+}

@@ -115,7 +115,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	// Creating with init as the initial value fills the storage in one
 	// step, before any of the connection's segments can reach the packet
 	// programs.
-	stored = bpf_sk_storage_get(&conn_store, sk, init, BPF_SK_STORAGE_GET_F_CREATE);
+	stored = sk_storage_make(&conn_store, sk, init);
 	if (s)
 		bpf_map_delete_elem(&stash, &key);
 	if (!stored) {

@@ -110,7 +110,7 @@ static __always_inline struct conn *store_state(struct __sk_buff *skb, struct co
 
 	if (!sk)
 		return NULL; // the verifier's rule; established() saw one
-	return bpf_sk_storage_get(&conn_store, sk, init, BPF_SK_STORAGE_GET_F_CREATE);
+	return sk_storage_make(&conn_store, sk, init);
 }
 #endif
 

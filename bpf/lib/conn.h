@@ -50,6 +50,16 @@ struct {
 	__type(value, struct conn); // never written
 } conn_zero SEC(".maps");
 
+// sk_storage_make returns a socket's storage in map, created from init if
+// it has none. Creating is not atomic with finding: when two CPUs create
+// at once (the server's first bytes leave as the client's arrive), the
+// loser's create fails, and it finds the winner's.
+#define sk_storage_make(map, sk, init)                                                    \
+	({                                                                                 \
+		void *_s = bpf_sk_storage_get(map, sk, init, BPF_SK_STORAGE_GET_F_CREATE); \
+		_s ? _s : bpf_sk_storage_get(map, sk, 0, 0);                               \
+	})
+
 #ifdef SOCKSCALE_TEST_TUPLE
 // The test object only (accountingtest, built with -DSOCKSCALE_TEST_TUPLE,
 // see gen.go): the packet programs find connections in conns, by
@@ -102,8 +112,11 @@ static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct 
 #endif
 
 // stash_conn returns the stash entry for client bytes from seq on that
-// reached a pod's listening socket, created afresh (a segment sent again
-// before the accept is parsed again), or NULL for other segments.
+// reached a pod's listening socket, or NULL for other segments. An entry
+// whose bytes end at seq goes on with them: a second segment reaches the
+// listener too when another CPU is still turning the first into the
+// connection. Else it is created afresh (a segment sent again before the
+// accept is parsed again).
 static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const struct iphdr *ip,
 					       const struct tcphdr *tcp, __u32 seq)
 {
@@ -127,6 +140,9 @@ static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const stru
 	key.peer_ip = ip->saddr;
 	key.pod_port = tcp->dest;
 	key.peer_port = tcp->source;
+	c = bpf_map_lookup_elem(&stash, &key);
+	if (c && c->rx_next == seq && c->rx_first != seq)
+		return c;
 	zero = bpf_map_lookup_elem(&conn_zero, &k);
 	if (!zero || bpf_map_update_elem(&stash, &key, zero, BPF_ANY))
 		return NULL; // NULL only in theory: an array of one

@@ -140,12 +140,12 @@ static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct
 	zero = bpf_map_lookup_elem(&h2_zero, &k);
 	if (!zero)
 		return NULL; // an array of one: never
-	return bpf_sk_storage_get(&h2_store, sk, zero, BPF_SK_STORAGE_GET_F_CREATE);
+	return sk_storage_make(&h2_store, sk, zero);
 }
 
 static __always_inline struct h2_conn *h2_keep(struct bpf_sock *sk, struct conn_key *key, struct h2_conn *h)
 {
-	return bpf_sk_storage_get(&h2_store, sk, h, BPF_SK_STORAGE_GET_F_CREATE);
+	return sk_storage_make(&h2_store, sk, h);
 }
 #endif
 
@@ -166,6 +166,19 @@ static __always_inline struct h2_conn *h2_stash_of(const struct iphdr *ip, const
 	zero = bpf_map_lookup_elem(&h2_zero, &k);
 	if (!zero || bpf_map_update_elem(&h2_stash, &key, zero, BPF_ANY))
 		return NULL;
+	return bpf_map_lookup_elem(&h2_stash, &key);
+}
+
+// h2_stash_find returns the HTTP/2 state walked so far for the stash
+// entry of a segment that reached the listening socket, or NULL.
+static __always_inline struct h2_conn *h2_stash_find(const struct iphdr *ip, const struct tcphdr *tcp)
+{
+	struct conn_key key;
+
+	key.pod_ip = ip->daddr;
+	key.peer_ip = ip->saddr;
+	key.pod_port = tcp->dest;
+	key.peer_port = tcp->source;
 	return bpf_map_lookup_elem(&h2_stash, &key);
 }
 

@@ -157,7 +157,9 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		// client's first bytes decide.
 		if (!c->seen && !c->h2 && !c->opaque && c->tenure && h2_settings_first(skb, off, skb->len)) {
 			h2 = h2_of(skb, &ip, &tcp, 0, 1);
-			if (h2)
+			// Read again: the client's preface may have come meanwhile
+			// (ingress, on another CPU), and its H2_FOLLOW stays.
+			if (h2 && !c->seen && !c->h2)
 				c->h2 = H2_SERVER_FIRST;
 		}
 		if (c->h2)
@@ -183,6 +185,8 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	// yet: a preface with the connection's frames only is noted, and the
 	// walk begins with the bytes after it; one that came with a request
 	// is walked into h2_stash, which the accept moves into the socket.
+	// A stash entry goes on with a second segment that reached the
+	// listener too (stash_conn): its frames are walked there as well.
 	if (!c->tenure && !c->seen && !c->h2 && !c->opaque && h2_preface(skb, off, skb->len)) {
 		c->seen = 1;
 		if (h2_stash_preface(skb, off, skb->len)) {
@@ -192,23 +196,41 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 		h2 = h2_stash_of(&ip, &tcp);
 		if (h2) {
 			c->h2 = H2_FOLLOW;
-			// load_only's rule (lib/accept.h), before the walk looks at a
-			// User-Agent: only a client that may probe sends probes.
-			if (!peer_kind(ip.saddr))
-				c->load = 1;
-			h2_request_bytes(skb, c, h2, off + H2_PREFACE_LEN, skb->len);
-			return 1;
+			off += H2_PREFACE_LEN;
+		} else {
+			c->seen = 0; // no room: the HTTP/1 way, connection level
 		}
-		c->seen = 0; // no room: the HTTP/1 way, connection level
+	} else if (!c->tenure && c->h2 == H2_STASHED) {
+		h2 = h2_stash_of(&ip, &tcp);
+		if (!h2)
+			return 1; // no room: h2_from_stash walks on from the next bytes, if it can
+		h2->rx.frames = 1; // the client's SETTINGS came
+		c->h2 = H2_FOLLOW;
+	} else if (!c->tenure && c->h2 == H2_FOLLOW) {
+		h2 = h2_stash_find(&ip, &tcp);
+		if (!h2)
+			return 1; // evicted: the accept finds none (h2_accept_stash)
+	}
+	if (!c->tenure && h2) {
+		// load_only's rule (lib/accept.h), before the walk looks at a
+		// User-Agent: only a client that may probe sends probes.
+		if (!peer_kind(ip.saddr))
+			c->load = 1;
+		h2_request_bytes(skb, c, h2, off, skb->len);
+		return 1;
 	}
 	if (c->h2 == H2_STASHED && c->tenure)
 		h2 = h2_from_stash(skb, &ip, &tcp, c, 1);
+	// The server's SETTINGS (egress, on another CPU) marked the connection
+	// in the instant after its client's preface was followed: followed it is.
+	if (c->h2 == H2_SERVER_FIRST && c->seen && !c->opaque)
+		c->h2 = H2_FOLLOW;
 	if (c->h2 != H2_FOLLOW && !c->seen && !c->opaque && c->tenure) {
 		if (h2_preface(skb, off, skb->len)) {
 			h2 = h2_of(skb, &ip, &tcp, 1, 1);
 			if (h2) {
+				c->seen = 1; // first: egress reads it before it marks H2_SERVER_FIRST
 				c->h2 = H2_FOLLOW;
-				c->seen = 1;
 				off += H2_PREFACE_LEN;
 				h2_begin(counters_of(c), c);
 			}

@@ -35,11 +35,12 @@
 //
 // # Encoding
 //
-// A batch is little-endian binary, version 1 or 2 ("uvarint" and "varint"
-// are encoding/binary's):
+// A batch is little-endian binary, version 1, 2 or 3 ("uvarint" and
+// "varint" are encoding/binary's):
 //
 //	magic     4 bytes  "SSST"
-//	version   1 byte   1: pod records only; 2: pod records, then target records
+//	version   1 byte   1: pod records only; 2: pod records, then target records;
+//	                   3: pod records with their accounting, then target records
 //	node      uvarint length, then UTF-8 bytes (an agent's node, an activator's pod)
 //	start     varint   period start, Unix nanoseconds
 //	duration  uvarint  period length in nanoseconds (> 0)
@@ -52,18 +53,26 @@
 //	  proxied           8 bytes  float64: average of those that came through an activator
 //	  requests          uvarint  requests completed in the period
 //	  proxiedRequests   uvarint  of those, through an activator
-//	targets   version 2 only: uvarint count, then count times:
+//	  accounting        version 3 only: 1 byte, 0: HTTP/1 requests, 1: HTTP/2 streams,
+//	                    2: connections (some counted at connection level)
+//	  opaque            version 3 only: 8 bytes float64, the part of concurrency from
+//	                    connection-level connections (0 unless accounting is 2)
+//	targets   versions 2 and 3: uvarint count (at least 1 in version 2), then count times:
 //	  namespace, workload  uvarint length, then bytes, each (workload as above)
 //	  concurrency          8 bytes  float64: average requests held or forwarded by this activator
 //	  requests             uvarint  requests that arrived at it in the period
 //
-// Encoders write version 1 whenever a batch has no target records, so an
-// agent's batches stay readable by a controller that predates version 2
-// while a rolling upgrade is under way. Activators report every period
-// and, for a target with no pod, at once on its first request (a batch
-// whose period ends at that moment), so the controller decides without
-// waiting for the next tick (activator/internal/stats says what that
-// costs in accuracy).
+// Encoders write the lowest version that holds a batch: version 3 only
+// when some pod's accounting is not the default (HTTP/1 requests, no
+// opaque concurrency), else version 1 without target records and 2 with.
+// So an agent's batches stay readable by a controller that predates a
+// version while a rolling upgrade is under way, and a reporter answered
+// 400 for a version 3 batch (such a controller) sends its batches without
+// the accounting for a while (report.Reporter). Activators report every
+// period and, for a target with no pod, at once on its first request (a
+// batch whose period ends at that moment), so the controller decides
+// without waiting for the next tick (activator/internal/stats says what
+// that costs in accuracy).
 //
 // A record takes about 50 bytes plus its names: 100 pods are ~7 KB, so
 // 5,000 nodes send ~35 MB/s to each replica, which decodes at well over

@@ -22,11 +22,13 @@ const MaxBatchBytes = 4 << 20
 const (
 	magic = "SSST"
 	// Version 1 carries pod records only; version 2 adds target records
-	// (activators). Append writes version 1 when a batch has no target
-	// records, so agents stay readable by controllers that predate version
-	// 2 during a rolling upgrade; Decode reads both.
-	versionPods    = 1
-	versionTargets = 2
+	// (activators); version 3 adds each pod's accounting to its record and
+	// always has a target count. Append writes the lowest version that
+	// holds a batch, so agents stay readable by controllers that predate
+	// the newer versions during a rolling upgrade; Decode reads all three.
+	versionPods       = 1
+	versionTargets    = 2
+	versionAccounting = 3
 	// maxName bounds names: Kubernetes names are at most 253 bytes.
 	maxName = 253
 )
@@ -45,6 +47,94 @@ type PodStat struct {
 	// Requests completed in the period; ProxiedRequests of those through
 	// an activator.
 	Requests, ProxiedRequests uint64
+	// Accounting says how the pod's requests were counted in the period.
+	Accounting Accounting
+	// OpaqueConcurrency is the part of Concurrency that came from
+	// connections counted at connection level (AccountingConnections),
+	// each one request in flight for its whole life. It is at most
+	// Concurrency, and 0 unless Accounting is AccountingConnections.
+	OpaqueConcurrency float64
+}
+
+// Accounting says how a pod's requests were counted in a period. The zero
+// value is what pods reported before version 3 could say otherwise.
+type Accounting uint8
+
+const (
+	// AccountingHTTP1Requests: every connection was parsed as HTTP/1.x,
+	// each request counted.
+	AccountingHTTP1Requests Accounting = iota
+	// AccountingHTTP2Streams: some connections were HTTP/2 with prior
+	// knowledge (h2c, gRPC), each of their streams counted as a request;
+	// none was at connection level.
+	AccountingHTTP2Streams
+	// AccountingConnections: some connections were neither HTTP/1.x nor
+	// HTTP/2 with prior knowledge (TLS, other protocols, HTTP/2 frames
+	// that could not be followed), each counted as one request in flight
+	// for its whole life.
+	AccountingConnections
+)
+
+// String names the accounting as the errors and logs show it.
+func (a Accounting) String() string {
+	switch a {
+	case AccountingHTTP1Requests:
+		return "HTTP/1 requests"
+	case AccountingHTTP2Streams:
+		return "HTTP/2 streams"
+	case AccountingConnections:
+		return "connections"
+	}
+	return fmt.Sprintf("accounting %d", uint8(a))
+}
+
+// hasAccounting says whether the record carries what only version 3 can
+// say.
+func (p *PodStat) hasAccounting() bool {
+	return p.Accounting != AccountingHTTP1Requests || p.OpaqueConcurrency != 0
+}
+
+// checkAccounting says what is wrong with the record's accounting, if
+// anything.
+func (p *PodStat) checkAccounting() error {
+	switch {
+	case p.Accounting > AccountingConnections:
+		return fmt.Errorf("accounting %d: want %d (%s), %d (%s) or %d (%s)", uint8(p.Accounting),
+			AccountingHTTP1Requests, AccountingHTTP1Requests, AccountingHTTP2Streams, AccountingHTTP2Streams, AccountingConnections, AccountingConnections)
+	case p.OpaqueConcurrency > p.Concurrency:
+		return fmt.Errorf("opaque concurrency %v exceeds the concurrency %v it is part of", p.OpaqueConcurrency, p.Concurrency)
+	case p.OpaqueConcurrency > 0 && p.Accounting != AccountingConnections:
+		return fmt.Errorf("opaque concurrency %v with accounting %s: only a pod counted per connection has opaque connections", p.OpaqueConcurrency, p.Accounting)
+	}
+	return nil
+}
+
+// HasAccounting says whether some pod record carries an accounting other
+// than the default (HTTP/1 requests, no opaque concurrency): only then is
+// the batch encoded as version 3.
+func (b *Batch) HasAccounting() bool {
+	for i := range b.Pods {
+		if b.Pods[i].hasAccounting() {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutAccounting returns b, or a copy of it whose pod records have the
+// default accounting, so that it encodes as version 1 or 2: what a
+// controller that predates version 3 reads.
+func (b *Batch) WithoutAccounting() *Batch {
+	if !b.HasAccounting() {
+		return b
+	}
+	c := *b
+	c.Pods = make([]PodStat, len(b.Pods))
+	for i, p := range b.Pods {
+		p.Accounting, p.OpaqueConcurrency = AccountingHTTP1Requests, 0
+		c.Pods[i] = p
+	}
+	return &c
 }
 
 // TargetStat is what one activator saw for one target over one period:
@@ -90,12 +180,15 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 	if b.Period <= 0 {
 		return nil, fmt.Errorf("encode stats: period %v must be positive", b.Period)
 	}
-	dst = append(dst, magic...)
-	if len(b.Targets) == 0 {
-		dst = append(dst, versionPods)
-	} else {
-		dst = append(dst, versionTargets)
+	version := byte(versionPods)
+	switch {
+	case b.HasAccounting():
+		version = versionAccounting
+	case len(b.Targets) > 0:
+		version = versionTargets
 	}
+	dst = append(dst, magic...)
+	dst = append(dst, version)
 	dst = appendString(dst, b.Node)
 	dst = binary.AppendVarint(dst, b.Start.UnixNano())
 	dst = binary.AppendUvarint(dst, uint64(b.Period))
@@ -114,8 +207,15 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.ProxiedConcurrency))
 		dst = binary.AppendUvarint(dst, p.Requests)
 		dst = binary.AppendUvarint(dst, p.ProxiedRequests)
+		if version == versionAccounting {
+			if err := p.checkAccounting(); err != nil {
+				return nil, fmt.Errorf("encode stats: pod %s/%s: %w", p.Namespace, p.Pod, err)
+			}
+			dst = append(dst, byte(p.Accounting))
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.OpaqueConcurrency))
+		}
 	}
-	if len(b.Targets) == 0 {
+	if version == versionPods {
 		return dst, nil
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(b.Targets)))
@@ -142,8 +242,8 @@ func Decode(data []byte) (*Batch, error) {
 	}
 	d.off = len(magic)
 	v := d.data[d.off]
-	if v != versionPods && v != versionTargets {
-		return nil, fmt.Errorf("%w: version %d, this controller reads versions %d and %d", ErrMalformed, v, versionPods, versionTargets)
+	if v < versionPods || v > versionAccounting {
+		return nil, fmt.Errorf("%w: version %d, this controller reads versions %d to %d", ErrMalformed, v, versionPods, versionAccounting)
 	}
 	d.off++
 	b := &Batch{Node: d.string("node")}
@@ -156,8 +256,8 @@ func Decode(data []byte) (*Batch, error) {
 	if period == 0 || period > uint64(time.Hour) {
 		return nil, fmt.Errorf("%w: period %v out of range (0, 1h]", ErrMalformed, time.Duration(period))
 	}
-	// Each record takes at least 24 bytes: reject counts the data cannot hold.
-	if count > uint64(len(data)-d.off)/24 {
+	// Reject counts the data cannot hold.
+	if count > uint64(len(data)-d.off)/minPodRecord {
 		return nil, fmt.Errorf("%w: %d pods cannot fit in %d bytes", ErrMalformed, count, len(data)-d.off)
 	}
 	b.Start = time.Unix(0, start)
@@ -173,12 +273,19 @@ func Decode(data []byte) (*Batch, error) {
 		p.ProxiedConcurrency = d.float("proxied concurrency")
 		p.Requests = d.uvarint("requests")
 		p.ProxiedRequests = d.uvarint("proxied requests")
+		if v == versionAccounting {
+			d.accounting(p)
+		}
 		if d.err != nil {
 			return nil, fmt.Errorf("pod record %d: %w", i, d.err)
 		}
 	}
-	if v == versionTargets {
-		if err := d.targets(b); err != nil {
+	if v == versionAccounting && !b.HasAccounting() {
+		// One encoding per batch: without accounting it is version 1 or 2.
+		return nil, fmt.Errorf("%w: version 3 with every pod at the default accounting (%s, no opaque concurrency): that batch is version 1 or 2", ErrMalformed, AccountingHTTP1Requests)
+	}
+	if v >= versionTargets {
+		if err := d.targets(b, v); err != nil {
 			return nil, err
 		}
 	}
@@ -188,19 +295,48 @@ func Decode(data []byte) (*Batch, error) {
 	return b, nil
 }
 
-// targets reads version 2's target records into b.
-func (d *decoder) targets(b *Batch) error {
+// minPodRecord is the fewest bytes a pod record takes (address, three
+// empty names, two floats, two one-byte varints).
+const minPodRecord = 24
+
+// accounting reads version 3's accounting of pod record p.
+func (d *decoder) accounting(p *PodStat) {
+	if d.err != nil {
+		return
+	}
+	if len(d.data)-d.off < 1 {
+		d.fail("accounting", "truncated")
+		return
+	}
+	p.Accounting = Accounting(d.data[d.off])
+	at := d.off
+	d.off++
+	p.OpaqueConcurrency = d.float("opaque concurrency")
+	if d.err != nil {
+		return
+	}
+	if err := p.checkAccounting(); err != nil {
+		d.off = at
+		d.fail("accounting", err.Error())
+	}
+}
+
+// targets reads the target records of version v (2 or 3) into b.
+func (d *decoder) targets(b *Batch, v byte) error {
 	count := d.uvarint("target count")
 	if d.err != nil {
 		return d.err
 	}
-	if count == 0 {
+	if count == 0 && v == versionTargets {
 		// One encoding per batch: without targets it is version 1.
 		return fmt.Errorf("%w: version 2 with no target records (that batch is version 1)", ErrMalformed)
 	}
 	// Each record takes at least 11 bytes: reject counts the data cannot hold.
 	if count > uint64(len(d.data)-d.off)/11 {
 		return fmt.Errorf("%w: %d targets cannot fit in %d bytes", ErrMalformed, count, len(d.data)-d.off)
+	}
+	if count == 0 {
+		return nil // version 3 of an agent: pods only
 	}
 	b.Targets = make([]TargetStat, count)
 	for i := range b.Targets {

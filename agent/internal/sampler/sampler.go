@@ -15,11 +15,12 @@ import (
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
-// Accounting modes of a pod, the label values of the mode metric.
+// Accounting modes of a pod, the label values of the mode metric; the
+// stats report them as stats.Accounting.
 const (
 	ModeHTTP       = "http"       // requests parsed from HTTP/1.x
 	ModeHTTP2      = "http2"      // some connections were HTTP/2 (h2c, gRPC): their streams counted as requests
-	ModeConnection = "connection" // some connections were neither: counted per connection
+	ModeConnection = "connection" // some connections were neither, open at some point in the period: counted per connection
 )
 
 // Source is the kernel side, as the bpf package's Accounting has it.
@@ -138,7 +139,7 @@ func (s *Sampler) SampleOnce() error {
 			prev = bpf.PodCounters{} // new pod, or its counters were reset
 		}
 		switch {
-		case c.OpaqueConnsInFlight > 0 || c.OpaqueConnsTotal > prev.OpaqueConnsTotal:
+		case c.OpaqueConnsInFlight > 0 || prev.OpaqueConnsInFlight > 0 || c.OpaqueConnsTotal > prev.OpaqueConnsTotal:
 			ps.Mode = ModeConnection
 		case c.H2ConnsInFlight > 0 || c.H2ConnsTotal > prev.H2ConnsTotal:
 			ps.Mode = ModeHTTP2
@@ -169,6 +170,25 @@ func periodStat(ps PodSample, prev bpf.PodCounters, dt time.Duration) stats.PodS
 	if dt > 0 {
 		st.Concurrency = max(0, float64(c.Requests.Area-prev.Requests.Area)/float64(dt))
 		st.ProxiedConcurrency = max(0, float64(c.Proxied.Area-prev.Proxied.Area)/float64(dt))
+	}
+	switch ps.Mode {
+	case ModeHTTP2:
+		st.Accounting = stats.AccountingHTTP2Streams
+	case ModeConnection:
+		st.Accounting = stats.AccountingConnections
+		// An estimate: the kernel keeps a time integral for requests, not
+		// for opaque connections apart, only how many are open. The mean
+		// of that count at the period's two ends misses a connection
+		// opened and closed within the period and counts one opened just
+		// before the end as half; capped at Concurrency, of which the
+		// opaque connections are a part (each is a request in flight).
+		// That is enough for its only use: the controller shows a target
+		// as counted per connection when, over its stable window, such
+		// connections are at least 0.1 in flight and 10 % of its load,
+		// which errors of a fraction of a connection in a period do not
+		// move across; nothing is scaled on it.
+		inFlight := max(0, prev.OpaqueConnsInFlight) + max(0, c.OpaqueConnsInFlight)
+		st.OpaqueConcurrency = min(st.Concurrency, float64(inFlight)/2)
 	}
 	return st
 }

@@ -78,8 +78,8 @@ func TestPeriodAverages(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.Latest()
-	if st := got.Batch.Pods[0]; st.Concurrency != 0.5 || st.Requests != 1 {
-		t.Errorf("after a reset: concurrency %v requests %d, want 0.5 and 1", st.Concurrency, st.Requests)
+	if st := got.Batch.Pods[0]; st.Concurrency != 0.5 || st.Requests != 1 || st.Accounting != stats.AccountingConnections {
+		t.Errorf("after a reset: concurrency %v requests %d accounting %s, want 0.5, 1 and connections", st.Concurrency, st.Requests, st.Accounting)
 	}
 	if m := got.Pods[0].Mode; m != ModeConnection {
 		t.Errorf("mode = %s after an opaque connection, want connection", m)
@@ -122,5 +122,61 @@ func TestModeHTTP2(t *testing.T) {
 			t.Errorf("step %d (%+v): mode %s, want %s", i, st.c, m, st.want)
 		}
 		clk.Step(time.Second)
+	}
+}
+
+// TestAccounting: each pod's record says how it was counted, and for a pod
+// counted per connection the mean of its opaque connections at the
+// period's two ends, at most its concurrency.
+func TestAccounting(t *testing.T) {
+	// opaque and h2 are connections in flight and opened so far; area the
+	// request-seconds so far (one snapshot a second).
+	at := func(area time.Duration, opaqueInFlight int64, opaqueTotal uint64, h2InFlight int64) bpf.PodCounters {
+		c := counters(10, 10, area, opaqueTotal)
+		c.OpaqueConnsInFlight, c.H2ConnsInFlight = opaqueInFlight, h2InFlight
+		return c
+	}
+	steps := []struct {
+		name       string
+		c          bpf.PodCounters
+		want       stats.Accounting
+		wantOpaque float64
+	}{
+		{"first sample", at(0, 0, 0, 0), 0, 0},
+		{"HTTP/1 only", at(2*time.Second, 0, 0, 0), stats.AccountingHTTP1Requests, 0},
+		{"an h2c connection", at(5*time.Second, 0, 0, 1), stats.AccountingHTTP2Streams, 0},
+		// Two TLS connections opened in the period, open at its end:
+		// (0+2)/2 = 1 of the 3 in flight.
+		{"TLS connections open", at(8*time.Second, 2, 2, 1), stats.AccountingConnections, 1},
+		// Both open through the period: 2 of 2.
+		{"TLS connections through", at(10*time.Second, 2, 2, 0), stats.AccountingConnections, 2},
+		// Closed in the period: (2+0)/2 = 1, capped at the 0.5 in flight.
+		{"TLS connections closed", at(10500*time.Millisecond, 0, 2, 0), stats.AccountingConnections, 0.5},
+		// None open at either end, none opened: back to HTTP/1.
+		{"no more TLS", at(11*time.Second, 0, 2, 0), stats.AccountingHTTP1Requests, 0},
+		// One opened and closed within the period: counted per connection,
+		// its time missed by the estimate.
+		{"a short TLS connection", at(12*time.Second, 0, 3, 0), stats.AccountingConnections, 0},
+	}
+	src := &scripted{}
+	for i, st := range steps {
+		src.snaps = append(src.snaps, bpf.Snapshot{At: time.Duration(i+1) * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: st.c}})
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := New(src, pods{web: {Namespace: "ns", Name: "web-1", Workload: "web"}}, Options{
+		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
+	})
+	for i, st := range steps {
+		if err := s.SampleOnce(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(time.Second)
+		if i == 0 {
+			continue
+		}
+		got := s.Latest().Batch.Pods[0]
+		if got.Accounting != st.want || got.OpaqueConcurrency != st.wantOpaque {
+			t.Errorf("%s: accounting %s, opaque concurrency %v (of %v); want %s, %v", st.name, got.Accounting, got.OpaqueConcurrency, got.Concurrency, st.want, st.wantOpaque)
+		}
 	}
 }

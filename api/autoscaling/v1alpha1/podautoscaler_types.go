@@ -151,6 +151,23 @@ const (
 	ReachabilityUnreachable Reachability = "Unreachable"
 )
 
+// Accounting says how the agents counted a target's load: what its
+// concurrency is a count of.
+// +kubebuilder:validation:Enum=Requests;Connections
+type Accounting string
+
+const (
+	// AccountingRequests: the pods' connections were HTTP/1.x or HTTP/2
+	// with prior knowledge (h2c, gRPC), each request or stream counted,
+	// or too few were not for it to matter.
+	AccountingRequests Accounting = "Requests"
+	// AccountingConnections: a sizeable part of the load was on
+	// connections that are neither (TLS, upgraded connections, other
+	// protocols), each counted as one request in flight for its whole
+	// life, so the target scales on connections in flight.
+	AccountingConnections Accounting = "Connections"
+)
+
 // PodAutoscalerStatus is what the controller observed and decided.
 type PodAutoscalerStatus struct {
 	// +optional
@@ -191,6 +208,16 @@ type PodAutoscalerStatus struct {
 	Panicking bool `json:"panicking,omitempty"`
 	// +optional
 	ExcessBurstCapacity *int32 `json:"excessBurstCapacity,omitempty"`
+	// Accounting is how the target's load was counted over the stable
+	// window: Connections when connections counted per connection
+	// (neither HTTP/1.x nor HTTP/2 with prior knowledge: TLS, upgraded
+	// connections, other protocols) were at least 0.1 in flight and at
+	// least 10 % of the pods' concurrency, else Requests. It is unset
+	// until the target's pods report, and kept while none reports or the
+	// window has less than 0.1 in flight in all (idle). Turning
+	// Connections records a Warning event CountedPerConnection.
+	// +optional
+	Accounting Accounting `json:"accounting,omitempty"`
 	// Activators in the target's path when in Proxy mode.
 	// +optional
 	Activators []string `json:"activators,omitempty"`
@@ -217,6 +244,7 @@ type PodAutoscalerStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Activity",type=string,JSONPath=`.status.conditions[?(@.type=="Active")].reason`,description="Active; WaitingToScaleDown, WaitingForActivator or NoTraffic on the way to zero; Activating or ActivationTimeout on the way back"
+// +kubebuilder:printcolumn:name="Accounting",type=string,JSONPath=`.status.accounting`,priority=1,description="Requests, or Connections when a sizeable part of the load is on connections counted per connection (TLS, upgraded connections, other protocols)"
 type PodAutoscaler struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -34,6 +34,25 @@ type Values struct {
 	// load is estimated from the others'; with some missing and not
 	// Extrapolating, the windows hold what came before.
 	Extrapolating bool
+	// Accounting is how the pods' load was counted over the stable
+	// window.
+	Accounting Accounting
+}
+
+// Accounting is how a target's pods counted their load over its stable
+// window (their records' stats.Accounting and OpaqueConcurrency).
+type Accounting struct {
+	// HasData: some pod of the target reported within the window.
+	HasData bool
+	// Concurrency is the pods' average requests in flight over the
+	// window's complete seconds, those that came through activators
+	// included, and Opaque the part of it on connections counted per
+	// connection: each such connection one request in flight for its
+	// whole life.
+	Concurrency, Opaque float64
+	// ConnectionPods is how many of the pods reported being counted per
+	// connection within the window.
+	ConnectionPods int
 }
 
 // StaleAfter is how long a source (a pod's agent, an activator) may go
@@ -138,6 +157,9 @@ type target struct {
 	changes []change
 	// told: Expect was called; until then every pod is waited for.
 	told bool
+	// podHeard is the arrival of the latest pod report, in Unix
+	// nanoseconds (0: none since the start or Restart).
+	podHeard int64
 	// owners are the PodAutoscalers that watch the target (Watch); the
 	// last one's Forget drops it and sets forgotten.
 	owners    map[Key]struct{}
@@ -161,6 +183,10 @@ type podState struct {
 	// memberNode (Members).
 	member     bool
 	memberNode string
+	// connectionsAt is the arrival of its latest report counted per
+	// connection (stats.AccountingConnections), in Unix nanoseconds; 0:
+	// none.
+	connectionsAt int64
 }
 
 // expectedPod is a ready pod: its node, and the seconds it is expected in
@@ -240,6 +266,10 @@ type second struct {
 	concurrency, requests           float64
 	heardConcurrency, heardRequests float64
 	heard                           float64
+	// podConcurrency is the pods' concurrency, proxied included, and
+	// opaqueConcurrency the part of it on connections counted per
+	// connection: for the target's accounting, not its value.
+	podConcurrency, opaqueConcurrency float64
 }
 
 // New returns an empty collector that places reports on clk's timeline.
@@ -324,7 +354,9 @@ func (c *Collector) Restart(key Key) {
 	t.ring.Reset()
 	for _, p := range t.pods {
 		p.src = source{}
+		p.connectionsAt = 0
 	}
+	t.podHeard = 0
 	t.activators = make(map[string]*source)
 	t.poked, t.since, t.started = time.Time{}, 0, time.Time{}
 }
@@ -373,8 +405,15 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 		if t.told && entry.isExpected {
 			exp = &entry.expected
 		}
-		conc := max(0, p.Concurrency-p.ProxiedConcurrency)
-		t.spread(&entry.src, now, b.Period, entry.src.follows(b.Start, b.Period), conc, float64(p.Requests-min(p.ProxiedRequests, p.Requests)), exp)
+		l := load{
+			concurrency: max(0, p.Concurrency-p.ProxiedConcurrency), requests: float64(p.Requests - min(p.ProxiedRequests, p.Requests)),
+			podConcurrency: p.Concurrency, opaqueConcurrency: min(p.OpaqueConcurrency, p.Concurrency),
+		}
+		t.spread(&entry.src, now, b.Period, entry.src.follows(b.Start, b.Period), l, exp)
+		t.podHeard = now.UnixNano()
+		if p.Accounting == stats.AccountingConnections {
+			entry.connectionsAt = t.podHeard
+		}
 		t.mu.Unlock()
 		if p.Concurrency > 0 && (len(active) == 0 || active[len(active)-1] != key) {
 			active = append(active, key)
@@ -428,7 +467,7 @@ func (c *Collector) RecordActivator(key Key, activator string, start time.Time, 
 		src = &source{}
 		t.activators[activator] = src
 	}
-	t.spread(src, now, period, src.follows(start, period), max(0, concurrency), float64(requests), nil)
+	t.spread(src, now, period, src.follows(start, period), load{concurrency: max(0, concurrency), requests: float64(requests)}, nil)
 	return true
 }
 
@@ -446,6 +485,7 @@ func (c *Collector) Values(key Key, now time.Time) (Values, error) {
 	newest := t.newestComplete(now)
 	n := int(t.settings.StableWindow / time.Second)
 	seconds := make([]float64, 0, n)
+	var pods, opaque float64 // summed over the seconds
 	for age := range n {
 		sec := newest - int64(age)
 		b, ok := t.ring.Get(sec)
@@ -453,6 +493,8 @@ func (c *Collector) Values(key Key, now time.Time) (Values, error) {
 			break
 		}
 		seconds = append(seconds, t.value(sec, b))
+		pods += b.podConcurrency
+		opaque += b.opaqueConcurrency
 	}
 	avg := window.Linear
 	if t.settings.Aggregation == config.AggregationWeightedExponential {
@@ -466,5 +508,23 @@ func (c *Collector) Values(key Key, now time.Time) (Values, error) {
 		// value rather than read a burst or a lull into the gap.
 		v.Panic = v.Stable
 	}
+	v.Accounting = t.accounting(now, pods, opaque, len(seconds))
 	return v, nil
+}
+
+// accounting is the target's Accounting at now, from the pods'
+// concurrency and opaque concurrency summed over the stable window's n
+// complete seconds.
+func (t *target) accounting(now time.Time, pods, opaque float64, n int) Accounting {
+	window := int64(t.settings.StableWindow)
+	a := Accounting{HasData: t.podHeard != 0 && now.UnixNano()-t.podHeard <= window}
+	if n > 0 {
+		a.Concurrency, a.Opaque = pods/float64(n), opaque/float64(n)
+	}
+	for _, p := range t.pods {
+		if p.connectionsAt != 0 && now.UnixNano()-p.connectionsAt <= window {
+			a.ConnectionPods++
+		}
+	}
+	return a
 }

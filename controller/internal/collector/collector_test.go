@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -33,6 +34,10 @@ func settings(t testing.TB, spec *config.Overrides) config.Settings {
 }
 
 var hello = Key{"ns", "hello"}
+
+// ignoreAccounting leaves Values.Accounting out of comparisons of the
+// windows' values (TestAccounting checks it).
+var ignoreAccounting = cmpopts.IgnoreFields(Values{}, "Accounting")
 
 // pod is one pod record of hello: (concurrency, proxied concurrency,
 // requests, proxied requests).
@@ -114,7 +119,7 @@ func TestWindowsAverageCompleteSecondsOnly(t *testing.T) {
 				r.arrive(k, batch("node-a", pod{10, 0, 10, 0}))
 			}
 			got := r.values(tt.read)
-			if diff := cmp.Diff(Values{Stable: 10, Panic: 10, HasData: true}, got); diff != "" {
+			if diff := cmp.Diff(Values{Stable: 10, Panic: 10, HasData: true}, got, ignoreAccounting); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -282,7 +287,7 @@ func TestPodsOfOneTargetAddUpAcrossAgents(t *testing.T) {
 		r.arrive(s, batch("node-b", pod{5, 0, 50, 0}))
 	}
 	// 3 + 2 + 5 = 10 in every second that exists.
-	if diff := cmp.Diff(Values{Stable: 10, Panic: 10, HasData: true}, r.values(6)); diff != "" {
+	if diff := cmp.Diff(Values{Stable: 10, Panic: 10, HasData: true}, r.values(6), ignoreAccounting); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -397,7 +402,7 @@ func TestMissingDataIsNotZeroLoad(t *testing.T) {
 			reads := tt.reads
 			for k := 1.0; len(reads) > 0; k++ {
 				for len(reads) > 0 && reads[0].at < k {
-					if diff := cmp.Diff(reads[0].want, r.values(reads[0].at)); diff != "" {
+					if diff := cmp.Diff(reads[0].want, r.values(reads[0].at), ignoreAccounting); diff != "" {
 						t.Errorf("at %v s (-want +got):\n%s", reads[0].at, diff)
 					}
 					reads = reads[1:]
@@ -471,7 +476,7 @@ func TestTheLastPodGoes(t *testing.T) {
 		r.c.RecordActivator(hello, "activator-0", time.Time{}, time.Second, 3, 3)
 	}
 	// Seconds 30 and 31 hold the activator's 3; the panic window is 1 s.
-	if diff := cmp.Diff(Values{Stable: 0.6, Panic: 3, HasData: true}, r.values(32)); diff != "" {
+	if diff := cmp.Diff(Values{Stable: 0.6, Panic: 3, HasData: true}, r.values(32), ignoreAccounting); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -783,8 +788,64 @@ func TestRestartForgetsTheGap(t *testing.T) {
 	for k := 60.5; k < 64; k++ {
 		r.arrive(k, batch("node-a", pod{20, 0, 20, 0}))
 	}
-	if diff := cmp.Diff(Values{Stable: 20, Panic: 20, HasData: true}, r.values(64)); diff != "" {
+	if diff := cmp.Diff(Values{Stable: 20, Panic: 20, HasData: true}, r.values(64), ignoreAccounting); diff != "" {
 		t.Errorf("after Restart and 3 s of reports (-want +got):\n%s", diff)
 	}
 	r.c.Restart(Key{"ns", "unwatched"}) // nothing to restart: no effect
+}
+
+// TestAccounting: the pods' concurrency and its part on connections
+// counted per connection, averaged over the stable window like the
+// target's value, and the pods that were counted per connection in it.
+func TestAccounting(t *testing.T) {
+	window := 10 * time.Second
+	r := newRig(t, &config.Overrides{Window: &window})
+	if got := r.values(0.2).Accounting; got != (Accounting{}) {
+		t.Errorf("before any report: %+v, want no data", got)
+	}
+	// node-a: a TLS pod, 2 connections in flight, all opaque; node-b: an
+	// h2c pod at 6 in flight, 2 of them through an activator. For 10 s.
+	tls := func(b *stats.Batch) *stats.Batch {
+		b.Pods[0].Accounting, b.Pods[0].OpaqueConcurrency = stats.AccountingConnections, b.Pods[0].Concurrency
+		return b
+	}
+	h2c := func(b *stats.Batch) *stats.Batch {
+		b.Pods[0].Accounting = stats.AccountingHTTP2Streams
+		return b
+	}
+	for k := 0.5; k < 10; k++ {
+		r.arrive(k, tls(batch("node-a", pod{2, 0, 0, 0})))
+		r.arrive(k, h2c(batch("node-b", pod{6, 2, 60, 20})))
+	}
+	// Proxied requests are the activators' in the value, not in the
+	// pods' concurrency: 2 + 6 = 8, of which 2 opaque.
+	want := Accounting{HasData: true, Concurrency: 8, Opaque: 2, ConnectionPods: 1}
+	if diff := cmp.Diff(want, r.values(10).Accounting, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("both pods for 10 s (-want +got):\n%s", diff)
+	}
+	// The TLS pod's connections close; it reports HTTP/1 from 10 s on.
+	// Read at 15 s, the complete seconds are 4 to 13, of which the TLS
+	// pod's reports until 9.5 s covered 5.5: 2 x 5.5 / 10 = 1.1 opaque,
+	// and 6 + 1.1 in flight.
+	for k := 10.5; k < 15; k++ {
+		r.arrive(k, batch("node-a", pod{0, 0, 0, 0}))
+		r.arrive(k, h2c(batch("node-b", pod{6, 2, 60, 20})))
+	}
+	want = Accounting{HasData: true, Concurrency: 7.1, Opaque: 1.1, ConnectionPods: 1}
+	if diff := cmp.Diff(want, r.values(15).Accounting, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("the TLS pod's connections closed at 10 s, read at 15 s (-want +got):\n%s", diff)
+	}
+	// A window later, nothing of it is left.
+	for k := 15.5; k < 21; k++ {
+		r.arrive(k, batch("node-a", pod{0, 0, 0, 0}))
+		r.arrive(k, h2c(batch("node-b", pod{6, 2, 60, 20})))
+	}
+	want = Accounting{HasData: true, Concurrency: 6}
+	if diff := cmp.Diff(want, r.values(21).Accounting, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("a window after the TLS connections (-want +got):\n%s", diff)
+	}
+	// No pod reports for a window: no data, whatever the ring holds.
+	if got := r.values(32).Accounting; got.HasData {
+		t.Errorf("a window without pod reports: %+v, want no data", got)
+	}
 }

@@ -5,8 +5,19 @@ import (
 	"time"
 )
 
+// load is what one report says over the period it covers: the
+// concurrency that counts for the target (a pod's without what came
+// through activators, which report it themselves) and the requests; for a
+// pod, also its whole concurrency and the part of that on connections
+// counted per connection (stats.PodStat.OpaqueConcurrency), which only
+// the target's accounting reads.
+type load struct {
+	concurrency, requests             float64
+	podConcurrency, opaqueConcurrency float64
+}
+
 // spread places one report of src, of period p arriving at now, on the
-// timeline (see Collector): concurrency*p of area and the requests over
+// timeline (see Collector): concurrency*p of area (of each kind in l) and the requests over
 // the interval it covers, each second getting its share. For an expected
 // pod (exp not nil) the seconds it is expected in also count what it
 // covered as heard.
@@ -37,14 +48,15 @@ import (
 //     is caught up on slowly (lagCreep a second is 0.1 %);
 //   - it ends no more than maxLag before its arrival, so a source never
 //     holds back the seconds others complete by more than that.
-func (t *target) spread(src *source, at time.Time, p time.Duration, follows bool, concurrency, requests float64, exp *expectedPod) {
+func (t *target) spread(src *source, at time.Time, p time.Duration, follows bool, l load, exp *expectedPod) {
 	// Nanoseconds since 1970 throughout: this runs for every pod of every
 	// agent every second.
 	const second = int64(time.Second)
 	now := at.UnixNano()
 	fresh := src.until == 0
 	from, end := max(now-int64(p), src.until), now
-	area, span := concurrency*p.Seconds(), float64(0)
+	area, span := l.concurrency*p.Seconds(), float64(0)
+	podArea, opaqueArea := l.podConcurrency*p.Seconds(), l.opaqueConcurrency*p.Seconds()
 	if follows && !fresh && now-src.heard <= int64(StaleAfter) {
 		from = src.until
 		end = max(min(from+int64(p)+int64(lagCreep), now), now-int64(maxLag))
@@ -81,9 +93,11 @@ func (t *target) spread(src *source, at time.Time, p time.Duration, follows bool
 		if b == nil || overlap <= 0 {
 			continue
 		}
-		c, r := area*overlap/span, requests*overlap/span
+		c, r := area*overlap/span, l.requests*overlap/span
 		b.concurrency += c
 		b.requests += r
+		b.podConcurrency += podArea * overlap / span
+		b.opaqueConcurrency += opaqueArea * overlap / span
 		if exp != nil && exp.from <= sec && sec <= exp.until {
 			b.heardConcurrency += c
 			b.heardRequests += r

@@ -14,8 +14,17 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/sockscale/sockscale/internal/stats"
 )
+
+// LegacyPeriod is how long a replica that answered a version 3 batch
+// with 400 (a controller that predates it, in a rolling upgrade) gets
+// batches without the pods' accounting, which it reads, before version 3
+// is tried again: long enough for one log line per upgrade, short enough
+// that the accounting returns soon after the upgrade ends.
+const LegacyPeriod = 10 * time.Minute
 
 // Recorder counts batches sent and failed.
 type Recorder interface {
@@ -41,12 +50,17 @@ type Reporter struct {
 	// tls is set by SetCAFile: HTTPS, with the CA reloaded when its file
 	// changes.
 	tls *caTrust
+	// clock times LegacyPeriod.
+	clock clock.PassiveClock
 
 	mu sync.Mutex
 	// routes holds, by address, the buckets each replica said it decides
 	// in its last answer (stats.HeaderBuckets); a replica without an
 	// entry gets every record.
 	routes map[string]stats.Buckets
+	// legacyUntil holds, by address, until when a replica that could not
+	// read version 3 gets batches without the accounting (LegacyPeriod).
+	legacyUntil map[string]time.Time
 }
 
 // New returns a reporter for target ("host:port"; the host is typically the
@@ -60,6 +74,7 @@ func New(target string, timeout time.Duration, rec Recorder, log *slog.Logger) (
 	return &Reporter{
 		host: host, port: port, timeout: timeout, rec: rec, log: log,
 		resolve: net.DefaultResolver.LookupHost,
+		clock:   clock.RealClock{},
 		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}},
 		queue:   make(chan *stats.Batch, 1),
 	}, nil
@@ -120,25 +135,36 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 		r.log.Warn("no controller to report to", "host", r.host, "err", err)
 		return
 	}
+	now := r.clock.Now()
 	parts := r.split(addrs, b)
 	bodies := make([][]byte, len(addrs))
-	var whole []byte // b's encoding, made once for every replica that takes all
+	// accounted: the body is version 3, which an older replica answers
+	// with 400.
+	accounted := make([]bool, len(addrs))
+	// b's encodings, with and without the accounting, made once for every
+	// replica that takes all.
+	var whole [2][]byte
 	for i, part := range parts {
-		switch {
-		case part == b && whole != nil:
-		case part == b:
-			whole, err = stats.Append(nil, b)
-		default:
-			bodies[i], err = stats.Append(nil, part)
+		shared, legacy := part == b, r.legacy(addrs[i], now)
+		k := 0
+		if legacy {
+			part, k = part.WithoutAccounting(), 1
 		}
+		accounted[i] = part.HasAccounting()
+		if shared && whole[k] != nil {
+			bodies[i] = whole[k]
+			continue
+		}
+		body, err := stats.Append(nil, part)
 		if err != nil {
 			r.rec.Error("report")
 			r.log.Error("encode stats", "err", err)
 			return
 		}
-		if part == b {
-			bodies[i] = whole
+		if shared {
+			whole[k] = body
 		}
+		bodies[i] = body
 	}
 	h := http.Header{"Content-Type": {stats.ContentType}}
 	if b.NodeState != nil {
@@ -168,7 +194,11 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 			buckets, err := r.post(ctx, client, scheme+"://"+net.JoinHostPort(a, r.port)+stats.Path, bodies[i], h)
 			r.route(a, buckets, err)
 			var refused *RefusedError
+			var unreadable *unreadableError
 			switch {
+			case errors.As(err, &unreadable) && accounted[i]:
+				r.rec.Report(false)
+				r.fallBack(a, now, unreadable)
 			case errors.As(err, &refused):
 				r.rec.Refused()
 				r.log.Error("the controller refused our stats: check this pod's ServiceAccount, its RBAC and the token's audience",
@@ -213,7 +243,8 @@ func (r *Reporter) route(a string, buckets stats.Buckets, err error) {
 	r.routes[a] = buckets
 }
 
-// forgetRoutes drops the routes of replicas no longer resolved.
+// forgetRoutes drops the routes of replicas no longer resolved, and
+// whether they read version 3 (a new address is a new replica).
 func (r *Reporter) forgetRoutes(addrs []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -222,6 +253,39 @@ func (r *Reporter) forgetRoutes(addrs []string) {
 			delete(r.routes, a)
 		}
 	}
+	for a := range r.legacyUntil {
+		if !slices.Contains(addrs, a) {
+			delete(r.legacyUntil, a)
+		}
+	}
+}
+
+// legacy says whether replica a gets batches without the accounting at
+// now (fallBack).
+func (r *Reporter) legacy(a string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until, ok := r.legacyUntil[a]
+	if ok && !now.Before(until) {
+		delete(r.legacyUntil, a)
+		return false
+	}
+	return ok
+}
+
+// fallBack makes replica a, which could not read a version 3 batch sent
+// at now, get batches without the accounting for LegacyPeriod, and says
+// so once.
+func (r *Reporter) fallBack(a string, now time.Time, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.legacyUntil == nil {
+		r.legacyUntil = map[string]time.Time{}
+	}
+	r.legacyUntil[a] = now.Add(LegacyPeriod)
+	r.log.Warn("the controller cannot read stats version 3 (it predates this sender, or a rolling upgrade is under way): "+
+		"sending it the stats without the pods' accounting, which it reads, then trying version 3 again",
+		"controller", a, "for", LegacyPeriod, "err", err)
 }
 
 // RefusedError is a replica's 401 or 403, with its message.
@@ -232,6 +296,13 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("controller answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// unreadableError is a replica's 400: it could not read the batch.
+type unreadableError struct{ Message string }
+
+func (e *unreadableError) Error() string {
+	return fmt.Sprintf("controller answered 400 Bad Request: %s", e.Message)
 }
 
 // post sends body to url and returns the buckets the replica answered
@@ -250,8 +321,11 @@ func (r *Reporter) post(ctx context.Context, client *http.Client, url string, bo
 	if resp.StatusCode != http.StatusNoContent {
 		var msg [512]byte
 		n, _ := io.ReadFull(resp.Body, msg[:])
-		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
 			return stats.Buckets{}, &RefusedError{Status: resp.StatusCode, Message: string(bytes.TrimSpace(msg[:n]))}
+		case http.StatusBadRequest:
+			return stats.Buckets{}, &unreadableError{Message: string(bytes.TrimSpace(msg[:n]))}
 		}
 		return stats.Buckets{}, fmt.Errorf("controller answered %s: %s", resp.Status, bytes.TrimSpace(msg[:n]))
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sockscale/sockscale/internal/stats"
 	"github.com/sockscale/sockscale/internal/testutil/statssink"
@@ -283,4 +284,108 @@ func TestSendRoutesRecordsToTheirBuckets(t *testing.T) {
 	if rec.fail != 0 || rec.ok != 2*6 {
 		t.Errorf("ok=%d fail=%d, want every post taken", rec.ok, rec.fail)
 	}
+}
+
+// TestSendFallsBackForOlderReplicas: a replica that answers a version 3
+// batch with 400 (a controller from before version 3, during a rolling
+// upgrade) gets the stats without the pods' accounting for LegacyPeriod,
+// said once in the log, then version 3 again; its peer that reads
+// version 3 gets the accounting throughout.
+func TestSendFallsBackForOlderReplicas(t *testing.T) {
+	l1, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no second loopback address to listen on: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(l1.Addr().String())
+	l2, err := net.Listen("tcp", "127.0.0.3:"+port)
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.3:%s beside 127.0.0.2: %v", port, err)
+	}
+	const older, newer = "127.0.0.2", "127.0.0.3"
+	var mu sync.Mutex
+	got := map[string]*stats.Batch{}
+	serve := func(l net.Listener, addr string) {
+		accept := replica(func(b *stats.Batch) {
+			mu.Lock()
+			defer mu.Unlock()
+			got[addr] = b
+		})
+		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			body, _ := io.ReadAll(req.Body)
+			if addr == older && len(body) > 4 && body[4] == 3 {
+				// What a controller from before version 3 answers.
+				http.Error(w, "stats: malformed stats batch: version 3, this controller reads versions 1 and 2", http.StatusBadRequest)
+				return
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			accept.ServeHTTP(w, req)
+		})}}
+		srv.Start()
+		t.Cleanup(srv.Close)
+	}
+	serve(l1, older)
+	serve(l2, newer)
+
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	rec := &counts{}
+	r, err := New("controller-stats:"+port, time.Second, rec, slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &logMu}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	r.clock = clk
+	r.SetResolver(func(context.Context, string) ([]string, error) { return []string{older, newer}, nil })
+	tls := stats.PodStat{IP: netip.MustParseAddr("10.0.0.1"), Namespace: "ns", Pod: "tls-0", Workload: "tls",
+		Concurrency: 2, Accounting: stats.AccountingConnections, OpaqueConcurrency: 2}
+	batch := &stats.Batch{Node: "n", Start: clk.Now(), Period: time.Second, Pods: []stats.PodStat{tls}}
+	plain := tls
+	plain.Accounting, plain.OpaqueConcurrency = stats.AccountingHTTP1Requests, 0
+	fallbacks := func() int {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return strings.Count(logged.String(), "cannot read stats version 3")
+	}
+	step := func(name string, want map[string]*stats.PodStat, wantLogs int) {
+		t.Helper()
+		r.Send(t.Context(), batch)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, addr := range []string{older, newer} {
+			var gotPod *stats.PodStat
+			if b := got[addr]; b != nil && len(b.Pods) == 1 {
+				gotPod = &b.Pods[0]
+			}
+			if diff := cmp.Diff(want[addr], gotPod, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("%s: the pod posted to %s (-want +got):\n%s", name, addr, diff)
+			}
+		}
+		clear(got)
+		if n := fallbacks(); n != wantLogs {
+			t.Errorf("%s: %d log lines about the fallback, want %d", name, n, wantLogs)
+		}
+	}
+	step("first batch", map[string]*stats.PodStat{newer: &tls}, 1)
+	for i := range 3 {
+		clk.SetTime(clk.Now().Add(LegacyPeriod / 4))
+		step(fmt.Sprintf("batch %d within the period", i+2), map[string]*stats.PodStat{older: &plain, newer: &tls}, 1)
+	}
+	clk.SetTime(clk.Now().Add(LegacyPeriod / 4))
+	step("the period over: version 3 tried again", map[string]*stats.PodStat{newer: &tls}, 2)
+	step("back to the fallback", map[string]*stats.PodStat{older: &plain, newer: &tls}, 2)
+	if rec.fail != 2 || rec.refused != 0 {
+		t.Errorf("%d posts failed and %d were refused, want the 2 of version 3 to the older replica, and none", rec.fail, rec.refused)
+	}
+}
+
+// lockedWriter serialises the writes of the replicas' goroutines to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

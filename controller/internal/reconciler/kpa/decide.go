@@ -32,6 +32,11 @@ type targetState struct {
 	// messagesAt is when the status last got its conditions' messages of
 	// the moment (settle).
 	messagesAt time.Time
+	// accounting is the status.accounting of the last tick applied ("":
+	// none yet, the PodAutoscaler's status says): what a transition to
+	// Connections is announced against, whatever the status writers have
+	// written so far.
+	accounting v1alpha1.Accounting
 }
 
 // sinceDecided returns the time since the previous decision (0 before the
@@ -57,6 +62,10 @@ type outcome struct {
 	reach       reach
 	zero        zeroOutcome
 	sks         *v1alpha1.ServerlessService
+
+	// accounting is the status.accounting this tick shows, and
+	// lastAccounting the one shown before.
+	accounting, lastAccounting v1alpha1.Accounting
 }
 
 // decide runs the target's decider on the collector's windows, bounds the
@@ -71,6 +80,10 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	}
 	d := r.decider(key, tkey, settings, o.ready, now)
 	o.values = r.values(ctx, tkey, now)
+	if o.lastAccounting = r.state(key).accounting; o.lastAccounting == "" {
+		o.lastAccounting = status.Accounting
+	}
+	o.accounting = accountingOf(o.lastAccounting, o.values.Accounting)
 	o.reach = r.reachable(ctx, pa, deploy)
 	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: o.reach.ok})
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale

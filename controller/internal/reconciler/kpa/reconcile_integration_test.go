@@ -2,6 +2,7 @@ package kpa_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -149,4 +151,103 @@ func assertCondition(t *testing.T, c client.Client, name, typ, reason string) me
 		t.Fatalf("%s condition %s = %+v, want reason %s", name, typ, cond, reason)
 	}
 	return *cond
+}
+
+// TestIntegrationAccounting: a target whose pods report their load on
+// connections counted per connection (a TLS target) shows status.accounting
+// Connections, in the wide printer columns too, and gets one Warning event
+// CountedPerConnection through the manager's recorder, as in main.
+func TestIntegrationAccounting(t *testing.T) {
+	cl := testenv.ControlPlane(t)
+	c, ctx := cl.Client, context.Background()
+	cl.CreateDeployment(t, "default", "tls", 1, 1)
+	pa := &v1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "tls"},
+		Spec: v1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "tls"},
+			Service:        v1alpha1.ServiceRef{Name: "tls"},
+		},
+	}
+	if err := c.Create(ctx, pa); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	col := collector.New(clk)
+	r := &kpa.PodAutoscaler{Client: c, Collector: col, Clock: clk, Config: config.Defaults}
+	cl.StartManager(t, func(mgr ctrl.Manager) error {
+		r.Events = mgr.GetEventRecorder("sockscale-controller")
+		return nil
+	})
+	cr := &collect.Reconciler{Client: c, Collector: col, Config: config.Defaults}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "tls"}}
+	reconcile := func() {
+		t.Helper()
+		if _, err := cr.Reconcile(ctx, req); err != nil {
+			t.Fatalf("collect: %v", err)
+		}
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+	}
+	accounting := func() v1alpha1.Accounting {
+		t.Helper()
+		var got v1alpha1.PodAutoscaler
+		if err := c.Get(ctx, req.NamespacedName, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Accounting
+	}
+	reconcile()
+	if got := accounting(); got != "" {
+		t.Errorf("before any stats: accounting %q, want none", got)
+	}
+	// Six seconds of 4 TLS connections in flight, each one request for
+	// its whole life, on the target's pod; ticks in between.
+	for s := range 6 {
+		clk.Step(time.Second)
+		col.RecordPods(&stats.Batch{Node: "node-a", Start: clk.Now().Add(-time.Second), Period: time.Second, Pods: []stats.PodStat{{
+			IP: netip.MustParseAddr("10.0.0.7"), Namespace: "default", Pod: "tls-abc", Workload: "tls", Concurrency: 4, Requests: 0,
+			Accounting: stats.AccountingConnections, OpaqueConcurrency: 4,
+		}}})
+		if s >= 3 {
+			reconcile()
+		}
+	}
+	if got := accounting(); got != v1alpha1.AccountingConnections {
+		t.Fatalf("all load on TLS connections: accounting %q, want Connections", got)
+	}
+	if got := cl.TableRow(t, v1alpha1.GroupVersion, "podautoscalers", "default", "tls")["Accounting"]; got != "Connections" {
+		t.Errorf("printer column Accounting %q, want Connections", got)
+	}
+	var warned []string
+	testenv.Eventually(t, 30*time.Second, "a CountedPerConnection event on the PodAutoscaler", func() (bool, string) {
+		var list eventsv1.EventList
+		if err := c.List(ctx, &list, client.InNamespace("default")); err != nil {
+			return false, err.Error()
+		}
+		warned = warned[:0]
+		for _, e := range list.Items {
+			if e.Reason == kpa.ReasonCountedPerConnection && e.Regarding.Name == "tls" && e.Regarding.Kind == "PodAutoscaler" {
+				warned = append(warned, e.Type+": "+e.Note)
+			}
+		}
+		return len(warned) > 0, fmt.Sprintf("%d events, %d of them CountedPerConnection", len(list.Items), len(warned))
+	})
+	// The manager's recorder may fold repeats into one event with a
+	// count: the series says how many were emitted.
+	var list eventsv1.EventList
+	if err := c.List(ctx, &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Reason != kpa.ReasonCountedPerConnection {
+			continue
+		}
+		if e.Type != "Warning" || !strings.Contains(e.Note, "terminate TLS before the pods or serve h2c") {
+			t.Errorf("event %s %q, want a Warning that says what to do", e.Type, e.Note)
+		}
+		if len(warned) != 1 || e.Series != nil {
+			t.Errorf("CountedPerConnection events %q (series %+v), want one, emitted once over 3 ticks", warned, e.Series)
+		}
+	}
 }

@@ -36,11 +36,24 @@ func (r *PodAutoscaler) apply(ctx context.Context, key collector.Key, pa *v1alph
 			r.event(pa, corev1.EventTypeNormal, "Unpanicked", "Decide", "left panic mode: no burst for a stable window (%s)", s.StableWindow)
 		}
 	}
+	if o.accounting == v1alpha1.AccountingConnections && o.lastAccounting != v1alpha1.AccountingConnections {
+		a := o.values.Accounting
+		r.event(pa, corev1.EventTypeWarning, ReasonCountedPerConnection, "Decide",
+			"concurrency is connections in flight: over the stable window %.3f of the pods' %.3f requests in flight were on connections "+
+				"neither HTTP/1.x nor HTTP/2 with prior knowledge (TLS, upgraded connections, other protocols; on %d pods), each counted as one request "+
+				"for its whole life; terminate TLS before the pods or serve h2c (HTTP/2 with prior knowledge) for per-request scaling",
+			a.Opaque, a.Concurrency, a.ConnectionPods)
+	}
+	r.state(key).accounting = o.accounting
 	if o.dec.Valid {
 		r.setLastDesired(key, o.want)
 	}
 	return nil
 }
+
+// ReasonCountedPerConnection is the reason of the Warning event of a
+// target whose status.accounting turns Connections.
+const ReasonCountedPerConnection = "CountedPerConnection"
 
 // bounded applies the target's bounds to a decision. Without data the
 // current scale stays. min-scale applies only while the target is

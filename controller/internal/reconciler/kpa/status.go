@@ -71,6 +71,7 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 		status.ExcessBurstCapacity = ptr.To(o.dec.ExcessBurstCapacity)
 	}
 	status.Mode, status.ModeReason, status.Activators = o.sks.Status.Mode, o.sks.Status.ModeReason, o.sks.Status.Activators
+	status.Accounting = o.accounting
 	active := metav1.ConditionFalse
 	if o.zero.active {
 		active = metav1.ConditionTrue

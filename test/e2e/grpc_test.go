@@ -220,16 +220,13 @@ func TestE2EGRPCAutoscales(t *testing.T) {
 	idleTo := series(pod.Name)
 	probes := idleTo.Values["sockscale_agent_probes_total"] - idleFrom.Values["sockscale_agent_probes_total"]
 	requests := idleTo.Values["sockscale_agent_requests_total"] - idleFrom.Values["sockscale_agent_requests_total"]
-	// A probe connection whose client's first bytes reached the listening
-	// socket as the accept ran may be counted at connection level (one
-	// request; a rare race the agent reports): at most one here.
-	fellBack := idleTo.Values["sockscale_agent_opaque_connections_total"] - idleFrom.Values["sockscale_agent_opaque_connections_total"]
-	t.Logf("(d) %s idle on %s: %v kubelet gRPC probes counted as probes, %v requests counted, %v connections at connection level", idle, pod.Name, probes, requests, fellBack)
+	perConn := idleTo.Values["sockscale_agent_opaque_connections_total"] - idleFrom.Values["sockscale_agent_opaque_connections_total"]
+	t.Logf("(d) %s idle on %s: %v kubelet gRPC probes counted as probes, %v requests counted, %v connections at connection level", idle, pod.Name, probes, requests, perConn)
 	if probes < 5 {
 		t.Errorf("(d) %v probes counted in %s idle, want the kubelet's gRPC probe once a second counted as a probe", probes, idle)
 	}
-	if requests != fellBack || fellBack > 1 {
-		t.Errorf("(d) %v requests counted in %s with no load (%v connections at connection level): the kubelet's gRPC probes count as load", requests, idle, fellBack)
+	if requests != 0 || perConn != 0 {
+		t.Errorf("(d) %v requests counted in %s with no load (%v connections at connection level): the kubelet's gRPC probes count as load", requests, idle, perConn)
 	}
 
 	// (a) 32 calls in flight on one channel, straight to the pod.
@@ -296,6 +293,30 @@ func TestE2EGRPCAutoscales(t *testing.T) {
 		t.Errorf("(a) the loaded pod's agent saw at most %v requests in flight, want about %d (each stream a request)", maxInFlight, clients)
 	}
 	c.conn.Close()
+	// Every pod of the target counted its connections per stream, the new
+	// ones too: each was probed by the kubelet and the activators (over
+	// h2c) from its first seconds, some before its agent had its address.
+	m, err := s.AgentMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPod := map[string]float64{}
+	for key, ps := range m {
+		if strings.HasPrefix(key, appNS+"/"+name+"-") {
+			if n := ps.Values["sockscale_agent_opaque_connections_total"]; n > 0 {
+				byPod[key] = n
+			}
+		}
+	}
+	if len(byPod) > 0 {
+		t.Errorf("(a) connections counted at connection level, by pod: %v; want none (every connection HTTP/2, each stream a request)", byPod)
+	}
+	// What the controller shows of it.
+	if pa, err := s.PA(ctx, appNS, name); err != nil {
+		t.Fatal(err)
+	} else if pa.Status.Accounting != v1alpha1.AccountingRequests {
+		t.Errorf("(a) the PodAutoscaler's status.accounting is %q, want %q", pa.Status.Accounting, v1alpha1.AccountingRequests)
+	}
 
 	// (b) No load: down to zero.
 	waitAtZero(t, s, 3*time.Minute, name)

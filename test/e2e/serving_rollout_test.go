@@ -141,6 +141,9 @@ func TestE2EServingRollout(t *testing.T) {
 				line = append(line, fmt.Sprintf("%+.1fs %d%%", st.at.Sub(t0).Seconds(), st.percent))
 			}
 			t.Logf("schedule of %s's share so far: %s", v2Name, strings.Join(line, ", "))
+			// A slow pace is the controller's: its errors, retries and
+			// client-side throttling.
+			logLines(t, s, "controller", "rror", "onflict", "hrottl", "Waited for")
 		}
 	})
 	v2 := waitLatestReady(t, s, name, v2Name, 2*time.Minute)

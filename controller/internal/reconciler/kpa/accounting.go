@@ -13,8 +13,8 @@ import (
 // Both must hold, so that one stray connection does not flip a target:
 //   - a TLS target: all its load is opaque, 3 connections in flight of 3:
 //     3 >= 0.1 and 100 % >= 10 %: Connections;
-//   - a gRPC target at 40 streams in flight whose one probe connection
-//     of 10 ms raced its accept and fell back to connection level once in
+//   - a gRPC target at 40 streams in flight with one connection of
+//     10 ms that was not HTTP/2 (a stray client) once in
 //     the 60 s window: 0.0002 in flight, 0.0004 %: Requests;
 //   - an idle target with one TLS health check open 2 s in 60: 0.03 in
 //     flight, 100 % of its load but below the minimum: Requests;

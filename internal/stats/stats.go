@@ -61,14 +61,14 @@ type PodStat struct {
 type Accounting uint8
 
 const (
-	// AccountingHTTP1Requests: every connection was parsed as HTTP/1.x,
+	// AccountingHTTP1Requests says every connection was parsed as HTTP/1.x,
 	// each request counted.
 	AccountingHTTP1Requests Accounting = iota
-	// AccountingHTTP2Streams: some connections were HTTP/2 with prior
+	// AccountingHTTP2Streams says some connections were HTTP/2 with prior
 	// knowledge (h2c, gRPC), each of their streams counted as a request;
 	// none was at connection level.
 	AccountingHTTP2Streams
-	// AccountingConnections: some connections were neither HTTP/1.x nor
+	// AccountingConnections says some connections were neither HTTP/1.x nor
 	// HTTP/2 with prior knowledge (TLS, other protocols, HTTP/2 frames
 	// that could not be followed), each counted as one request in flight
 	// for its whole life.

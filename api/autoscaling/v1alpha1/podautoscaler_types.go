@@ -157,11 +157,11 @@ const (
 type Accounting string
 
 const (
-	// AccountingRequests: the pods' connections were HTTP/1.x or HTTP/2
+	// AccountingRequests says the pods' connections were HTTP/1.x or HTTP/2
 	// with prior knowledge (h2c, gRPC), each request or stream counted,
 	// or too few were not for it to matter.
 	AccountingRequests Accounting = "Requests"
-	// AccountingConnections: a sizeable part of the load was on
+	// AccountingConnections says a sizeable part of the load was on
 	// connections that are neither (TLS, upgraded connections, other
 	// protocols), each counted as one request in flight for its whole
 	// life, so the target scales on connections in flight.

@@ -106,14 +106,11 @@ func TestModeHTTP2(t *testing.T) {
 		{h2(1, 3, 1), ModeConnection},
 		{h2(0, 3, 1), ModeHTTP},
 	}
-	src := &scripted{}
-	for i, st := range steps {
-		src.snaps = append(src.snaps, bpf.Snapshot{At: time.Duration(i+1) * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: st.c}})
+	var cs []bpf.PodCounters
+	for _, st := range steps {
+		cs = append(cs, st.c)
 	}
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	s := New(src, pods{web: {Namespace: "ns", Name: "web-1", Workload: "web"}}, Options{
-		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
-	})
+	s, clk := webSampler(cs)
 	for i, st := range steps {
 		if err := s.SampleOnce(); err != nil {
 			t.Fatal(err)
@@ -158,14 +155,11 @@ func TestAccounting(t *testing.T) {
 		// its time missed by the estimate.
 		{"a short TLS connection", at(12*time.Second, 0, 3, 0), stats.AccountingConnections, 0},
 	}
-	src := &scripted{}
-	for i, st := range steps {
-		src.snaps = append(src.snaps, bpf.Snapshot{At: time.Duration(i+1) * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: st.c}})
+	var cs []bpf.PodCounters
+	for _, st := range steps {
+		cs = append(cs, st.c)
 	}
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	s := New(src, pods{web: {Namespace: "ns", Name: "web-1", Workload: "web"}}, Options{
-		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
-	})
+	s, clk := webSampler(cs)
 	for i, st := range steps {
 		if err := s.SampleOnce(); err != nil {
 			t.Fatal(err)
@@ -179,4 +173,18 @@ func TestAccounting(t *testing.T) {
 			t.Errorf("%s: accounting %s, opaque concurrency %v (of %v); want %s, %v", st.name, got.Accounting, got.OpaqueConcurrency, got.Concurrency, st.want, st.wantOpaque)
 		}
 	}
+}
+
+// webSampler samples pod web-1 at address web, whose counters read cs, one
+// snapshot a second; its clock is at the first.
+func webSampler(cs []bpf.PodCounters) (*Sampler, *clocktesting.FakeClock) {
+	src := &scripted{}
+	for i, c := range cs {
+		src.snaps = append(src.snaps, bpf.Snapshot{At: time.Duration(i+1) * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: c}})
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := New(src, pods{web: {Namespace: "ns", Name: "web-1", Workload: "web"}}, Options{
+		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
+	})
+	return s, clk
 }

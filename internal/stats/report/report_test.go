@@ -193,15 +193,7 @@ func TestSendCarriesTheTokenReadAgain(t *testing.T) {
 // (no buckets) gets only records no one claims; a replica that stops
 // naming buckets, or names them unreadably, gets everything again.
 func TestSendRoutesRecordsToTheirBuckets(t *testing.T) {
-	l1, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("no second loopback address to listen on: %v", err)
-	}
-	_, port, _ := net.SplitHostPort(l1.Addr().String())
-	l2, err := net.Listen("tcp", "127.0.0.3:"+port)
-	if err != nil {
-		t.Fatalf("listen on 127.0.0.3:%s beside 127.0.0.2: %v", port, err)
-	}
+	l1, l2, port := twoReplicas(t)
 	var mu sync.Mutex
 	answer := map[string]string{"127.0.0.2": "2;0", "127.0.0.3": "2;1"}
 	got := map[string]*stats.Batch{}
@@ -292,15 +284,7 @@ func TestSendRoutesRecordsToTheirBuckets(t *testing.T) {
 // said once in the log, then version 3 again; its peer that reads
 // version 3 gets the accounting throughout.
 func TestSendFallsBackForOlderReplicas(t *testing.T) {
-	l1, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("no second loopback address to listen on: %v", err)
-	}
-	_, port, _ := net.SplitHostPort(l1.Addr().String())
-	l2, err := net.Listen("tcp", "127.0.0.3:"+port)
-	if err != nil {
-		t.Fatalf("listen on 127.0.0.3:%s beside 127.0.0.2: %v", port, err)
-	}
+	l1, l2, port := twoReplicas(t)
 	const older, newer = "127.0.0.2", "127.0.0.3"
 	var mu sync.Mutex
 	got := map[string]*stats.Batch{}
@@ -388,4 +372,20 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// twoReplicas listens on one port of two loopback addresses, 127.0.0.2
+// and 127.0.0.3: two controller replicas behind one address each.
+func twoReplicas(t *testing.T) (l1, l2 net.Listener, port string) {
+	t.Helper()
+	l1, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no second loopback address to listen on: %v", err)
+	}
+	_, port, _ = net.SplitHostPort(l1.Addr().String())
+	l2, err = net.Listen("tcp", "127.0.0.3:"+port)
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.3:%s beside 127.0.0.2: %v", port, err)
+	}
+	return l1, l2, port
 }

@@ -213,6 +213,7 @@ enum {
 	H2_SERVER_FIRST = 1, // the server's first bytes were an HTTP/2 SETTINGS frame; the client's preface decides
 	H2_FOLLOW = 2,       // HTTP/2 with prior knowledge: its frames and streams are followed
 	H2_STASHED = 3,      // the client's preface reached the listening socket: followed from the accept on
+	H2_UPGRADED = 4,     // HTTP/1.1 Upgrade: h2c (a 101, then the server's SETTINGS): the client's preface comes next
 };
 
 // One direction's HTTP/2 framing: where the next frame header starts, and

@@ -426,3 +426,71 @@ func TestKernelHTTP2FirstSegmentBeforeAccept(t *testing.T) {
 		t.Errorf("requests %d, probes %d, HTTP/2 connections %d, connection level %d; want 1, 1, 2 and 0", started, probes, h2, opaque)
 	}
 }
+
+// TestKernelHTTP2Upgrade: a client upgrades an HTTP/1.1 connection to h2c
+// (the request that asks is stream 1, answered over HTTP/2) and makes a
+// second call on it: both are requests, counted from their headers to
+// their answers' ends, and the connection is followed as HTTP/2, not
+// kept as one request until it closes as other upgrades are.
+func TestKernelHTTP2Upgrade(t *testing.T) {
+	e := newKernelEnv(t, "")
+	if err := e.pod.Start(testpod.RoleH2CUpgrade, testpod.H2CUpgradePort); err != nil {
+		t.Fatal(err)
+	}
+	base := e.waitCounters(t, "no connection open", func(c PodCounters) bool { return c.ConnsInFlight == 0 })
+	conn, err := net.DialTimeout("tcp", e.pod.Addr(testpod.H2CUpgradePort), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	const sleep = time.Second // both calls in flight together for most of it
+	// HTTP2-Settings: an empty SETTINGS payload, base64url.
+	if _, err := io.WriteString(conn, "GET /?sleep="+sleep.String()+" HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: \r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The 101 ends with a blank line; HTTP/2 frames follow it.
+	var head []byte
+	one := make([]byte, 1)
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if _, err := io.ReadFull(conn, one); err != nil {
+			t.Fatalf("read the 101: %v (so far %q)", err, head)
+		}
+		head = append(head, one[0])
+	}
+	if !bytes.HasPrefix(head, []byte("HTTP/1.1 101 ")) {
+		t.Fatalf("answer %q, want 101 Switching Protocols", head)
+	}
+	var first, block bytes.Buffer
+	first.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&first, nil)
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/?sleep=" + sleep.String()}, {":authority", "pod"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	_ = fr.WriteSettings()
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+	if _, err := conn.Write(first.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	during := e.waitCounters(t, "both calls in flight", func(c PodCounters) bool { return c.Requests.InFlight == 2 })
+	in := http2.NewFramer(io.Discard, conn)
+	ended := map[uint32]bool{}
+	for !ended[1] || !ended[3] {
+		f, err := in.ReadFrame()
+		if err != nil {
+			t.Fatalf("read the answers: %v (ended %v)", err, ended)
+		}
+		if f.Header().Flags.Has(http2.FlagDataEndStream) && (f.Header().Type == http2.FrameData || f.Header().Type == http2.FrameHeaders) {
+			ended[f.Header().StreamID] = true
+		}
+	}
+	got := e.waitCounters(t, "both calls answered", func(c PodCounters) bool { return c.Requests.Completed-base.Requests.Completed == 2 })
+	t.Logf("upgraded connection: %d in flight during, %d started, %d completed, followed as HTTP/2 %d, connection level %d",
+		during.Requests.InFlight, got.Requests.Started-base.Requests.Started, got.Requests.Completed-base.Requests.Completed,
+		got.H2ConnsTotal-base.H2ConnsTotal, got.OpaqueConnsTotal-base.OpaqueConnsTotal)
+	if got.Requests.Started-base.Requests.Started != 2 || got.Requests.InFlight != 0 || got.H2ConnsInFlight != 1 || got.OpaqueConnsTotal != base.OpaqueConnsTotal {
+		t.Errorf("started %d in flight %d, HTTP/2 connections open %d, connection level %d; want 2, 0, 1, 0",
+			got.Requests.Started-base.Requests.Started, got.Requests.InFlight, got.H2ConnsInFlight, got.OpaqueConnsTotal-base.OpaqueConnsTotal)
+	}
+}

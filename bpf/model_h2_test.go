@@ -3,9 +3,9 @@ package bpf
 // The model of lib/h2.h: HTTP/2 with prior knowledge, a request per stream.
 
 const (
-	h2None, h2ServerFirst, h2Follow, h2Stashed = 0, 1, 2, 3
-	h2StashFrames                              = 4
-	h2PrefaceLen, h2HeaderLen                  = 24, 9
+	h2None, h2ServerFirst, h2Follow, h2Stashed, h2Upgraded = 0, 1, 2, 3, 4
+	h2StashFrames                                          = 4
+	h2PrefaceLen, h2HeaderLen                              = 24, 9
 
 	h2Data, h2Headers, h2Priority, h2RSTStream, h2Settings          = 0x0, 0x1, 0x2, 0x3, 0x4
 	h2PushPromise, h2Ping, h2GoAway, h2WindowUpdate, h2Continuation = 0x5, 0x6, 0x7, 0x8, 0x9
@@ -356,6 +356,16 @@ func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
 	if c.h2 == h2Stashed && !c.stashed {
 		c.h2FromStash(p)
 	}
+	if (c.h2 == h2Upgraded || c.h2Upgraded()) && h2Preface(packetBytes(payload, off, end)) {
+		if c.h2 != h2Upgraded {
+			c.h2Upgrade(p, true)
+		}
+		c.h2 = h2Follow
+		off += h2PrefaceLen
+	} else if c.h2 == h2Upgraded {
+		c.h2GoOpaque(p)
+		return true
+	}
 	if c.h2 != h2Follow && !c.seen && !c.opaque && !c.stashed {
 		if h2Preface(packetBytes(payload, off, end)) {
 			if c.h2s == nil {
@@ -383,6 +393,28 @@ func (c *modelConn) h2Ingress(p *modelPod, payload []byte, off, end int) bool {
 	return true
 }
 
+// h2Upgraded mirrors h2_upgraded.
+func (c *modelConn) h2Upgraded() bool {
+	return c.tunnel && c.h2 == h2None && !c.opaque && c.tx.status == 101 && c.tx.state == msUntilClose
+}
+
+// h2Upgrade mirrors h2_upgrade.
+func (c *modelConn) h2Upgrade(p *modelPod, ingress bool) {
+	c.h2s = &modelH2{maxStream: 1}
+	if c.pending() == 1 {
+		start := c.startNs[c.popped%maxPipeline] // the oldest in flight (oldest_ns)
+		c.h2s.startNs[0], c.h2s.startSum, c.h2s.ids[0] = start, start, 1
+	}
+	c.h2 = h2Upgraded
+	if ingress {
+		c.h2 = h2Follow
+	}
+	if !c.closed && !c.opaque && c.owner(p) != nil {
+		p.h2InFlight++
+		p.h2Total++
+	}
+}
+
 // h2StashWalk mirrors the walk of a stash entry's client bytes.
 func (c *modelConn) h2StashWalk(p *modelPod, payload []byte, off, end int) bool {
 	if !c.mayProbe {
@@ -402,8 +434,16 @@ func (c *modelConn) h2Egress(p *modelPod, payload []byte, off, end int) bool {
 		c.h2s = &modelH2{}
 		c.h2 = h2ServerFirst
 	}
+	if c.h2Upgraded() && h2SettingsFirst(packetBytes(payload, off, end)) {
+		c.h2Upgrade(p, false)
+	}
 	if c.h2 == h2None {
-		return false
+		c.onResponseBytes(p, payload, off, end)
+		if off = c.txs.off; c.h2Upgraded() && off < end && h2SettingsFirst(packetBytes(payload, off, end)) {
+			c.h2Upgrade(p, false)
+			c.h2Bytes(p, payload, off, end, false)
+		}
+		return true
 	}
 	c.h2Bytes(p, payload, off, end, false)
 	return true

@@ -132,7 +132,7 @@ type modelConn struct {
 	stashed             bool // a stash entry, before the accept (tenure 0)
 	mayProbe            bool // a stash entry's client may send health probes (peer_kind)
 	payload             []byte
-	h2                  uint8    // h2None, h2ServerFirst, h2Follow (model_h2_test.go)
+	h2                  uint8    // h2None, h2ServerFirst, h2Follow, ... (model_h2_test.go)
 	h2s                 *modelH2 // its HTTP/2 state, once it has one
 }
 

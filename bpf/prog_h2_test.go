@@ -546,3 +546,61 @@ func TestProgTwoSegmentsBeforeAccept(t *testing.T) {
 		})
 	}
 }
+
+// TestProgHTTP2Upgrade: HTTP/1.1's Upgrade to h2c (RFC 7540 section 3.2).
+// The upgrading request is stream 1, in flight from its headers to the
+// server's END_STREAM on stream 1 after the 101; the connection is
+// followed as HTTP/2 from the server's SETTINGS after the 101 (in its
+// segment or the next) or the client's preface, whichever comes first. A
+// 101 to another protocol stays a tunnel: one request until it closes.
+func TestProgHTTP2Upgrade(t *testing.T) {
+	const upgrade = "GET / HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+	const switching = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+	f := newH2Frames()
+	settings := f.settings().take()
+	answer1 := f.response(1, 9).take()
+	call3 := f.request(3).data(3, 5, true).take()
+	answer3 := f.response(3, 9).take()
+	in, out := func(s string) segment { return segment{ingress: true, payload: []byte(s)} }, func(s string) segment { return segment{payload: []byte(s)} }
+	tests := []struct {
+		name string
+		segs []segment
+		want counts
+		h2   uint8
+	}{
+		{"the 101 and the server's SETTINGS in one segment", []segment{in(upgrade), out(switching + settings + answer1), in(h2ClientPreface + settings + call3), out(answer3)},
+			counts{Started: 2, Completed: 2}, h2Follow},
+		{"the server's SETTINGS in the next segment", []segment{in(upgrade), out(switching), out(settings), in(h2ClientPreface + settings), out(answer1), in(call3), out(answer3)},
+			counts{Started: 2, Completed: 2}, h2Follow},
+		{"the client's preface before the server's SETTINGS", []segment{in(upgrade), out(switching), in(h2ClientPreface + settings + call3), out(settings + answer1 + answer3)},
+			counts{Started: 2, Completed: 2}, h2Follow},
+		{"stream 1 in flight until its answer", []segment{in(upgrade), out(switching + settings), in(h2ClientPreface + settings)},
+			counts{InFlight: 1, Started: 1}, h2Upgraded},
+		{"no preface after the server's SETTINGS: connection level", []segment{in(upgrade), out(switching + settings), in("hello")},
+			counts{InFlight: 1, Started: 2, Completed: 1, OpaqueInFlight: 1, OpaqueTotal: 1}, h2Upgraded},
+		{"a websocket stays a tunnel", []segment{in(upgrade), out("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"), in("\x81\x05hello"), out("\x81\x02ok")},
+			counts{InFlight: 1, Started: 1}, h2None},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newTwin(t)
+			rx, tx := uint32(rx0), uint32(tx0)
+			for _, s := range tt.segs {
+				if s.ingress {
+					s.seq = rx
+					rx += uint32(len(s.payload))
+				} else {
+					s.seq = tx
+					tx += uint32(len(s.payload))
+				}
+				w.send(t, s)
+			}
+			got, n := w.h.view(), w.h.counts()
+			// Upgraded turns followed at the client's preface.
+			h2OK := got.H2 == tt.h2 || (tt.h2 == h2Upgraded && got.H2 == h2Follow)
+			if n != tt.want || !h2OK {
+				t.Errorf("h2=%d %+v, want h2=%d %+v\n%s", got.H2, n, tt.h2, tt.want, strings.Join(w.steps, "\n"))
+			}
+		})
+	}
+}

@@ -9,7 +9,8 @@
 //
 // A connection is HTTP/2 when its client's first bytes are the connection
 // preface (a server that writes its SETTINGS first, as gRPC servers may,
-// is let through until they come). Its frames are followed in struct
+// is let through until they come), or from an HTTP/1.1 Upgrade to h2c on
+// (h2_upgrade: the upgrading request is stream 1). Its frames are followed in struct
 // h2_conn, kept beside struct conn only for such connections; frames it
 // cannot follow (a framing error, more than MAX_H2_FRAMES in a segment,
 // client bytes it never saw) make the connection opaque, counted at
@@ -586,6 +587,38 @@ static __always_inline struct h2_conn *h2_from_stash(struct __sk_buff *skb, cons
 		return NULL;
 	h->rx.frames = 1; // its SETTINGS came: the client's preface is done
 	c->h2 = H2_FOLLOW;
+	h2_begin(counters_of(c), c);
+	return h;
+}
+
+// h2_upgraded returns 1 if the connection's last response was a 101
+// (Switching Protocols) that nothing followed yet: HTTP/1.1's Upgrade,
+// to h2c if the server's next bytes are its SETTINGS or the client's the
+// preface (RFC 7540 section 3.2).
+static __always_inline int h2_upgraded(struct conn *c)
+{
+	return c->tunnel && !c->h2 && !c->opaque && c->tx.status == 101 && c->tx.state == MS_UNTIL_CLOSE;
+}
+
+// h2_upgrade follows an HTTP/1.1 connection upgraded to h2c from now on
+// (ingress: the client's preface came; egress: the server's SETTINGS):
+// the upgrading request, in flight since it came, is stream 1, which the
+// server answers as HTTP/2. Returns its HTTP/2 state, or NULL without
+// memory for it (then it stays a tunnel: one request until it closes).
+static __always_inline struct h2_conn *h2_upgrade(struct __sk_buff *skb, const struct iphdr *ip,
+						   const struct tcphdr *tcp, struct conn *c, int ingress)
+{
+	struct h2_conn *h = h2_of(skb, ip, tcp, ingress, 1);
+
+	if (!h)
+		return NULL;
+	h->max_stream = 1;
+	if (pending(c) == 1) {
+		h->start_ns[0] = c->oldest_ns;
+		h->start_sum = c->oldest_ns;
+		h->ids[0] = 1;
+	}
+	c->h2 = ingress ? H2_FOLLOW : H2_UPGRADED;
 	h2_begin(counters_of(c), c);
 	return h;
 }

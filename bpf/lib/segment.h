@@ -162,10 +162,21 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 			if (h2 && !c->seen && !c->h2)
 				c->h2 = H2_SERVER_FIRST;
 		}
-		if (c->h2)
+		// An upgrade to h2c: the 101's next bytes are the server's SETTINGS,
+		// in this segment or the 101's own.
+		if (h2_upgraded(c) && h2_settings_first(skb, off, skb->len))
+			h2 = h2_upgrade(skb, &ip, &tcp, c, 0);
+		if (c->h2) {
 			h2_response_bytes(skb, c, h2 ? h2 : h2_of(skb, &ip, &tcp, 0, 0), off, skb->len);
-		else
+		} else {
 			on_response_bytes(skb, c, off, skb->len);
+			off = c->txs.off; // where the 101's headers ended, if they did
+			if (h2_upgraded(c) && off < skb->len && h2_settings_first(skb, off, skb->len)) {
+				h2 = h2_upgrade(skb, &ip, &tcp, c, 0);
+				if (h2)
+					h2_response_bytes(skb, c, h2, off, skb->len);
+			}
+		}
 		if (c->adopted && (tcp.fin || tcp.rst))
 			end_adopted(c, c->h2 ? h2_of(skb, &ip, &tcp, 0, 0) : NULL); // the last bytes of a server that closes
 		return 1;
@@ -221,6 +232,19 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	}
 	if (c->h2 == H2_STASHED && c->tenure)
 		h2 = h2_from_stash(skb, &ip, &tcp, c, 1);
+	// After an upgrade to h2c the client's next bytes are the preface.
+	if ((c->h2 == H2_UPGRADED || h2_upgraded(c)) && h2_preface(skb, off, skb->len)) {
+		h2 = c->h2 == H2_UPGRADED ? h2_of(skb, &ip, &tcp, 1, 0) : h2_upgrade(skb, &ip, &tcp, c, 1);
+		if (h2) {
+			c->h2 = H2_FOLLOW;
+			off += H2_PREFACE_LEN;
+		}
+	} else if (c->h2 == H2_UPGRADED) {
+		h2 = h2_of(skb, &ip, &tcp, 1, 0);
+		if (h2)
+			h2_go_opaque(counters_of(c), c, h2, bpf_ktime_get_ns()); // no HTTP/2 client after all
+		return 1;
+	}
 	// The server's SETTINGS (egress, on another CPU) marked the connection
 	// in the instant after its client's preface was followed: followed it is.
 	if (c->h2 == H2_SERVER_FIRST && c->seen && !c->opaque)

@@ -9,6 +9,9 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c" //nolint:staticcheck // deprecated, and the one server of Upgrade: h2c (serveH2CUpgrade)
 )
 
 // roleEnv tells a re-executed test binary which role to play in a pod, and
@@ -31,13 +34,18 @@ const (
 	// RoleGRPC serves gRPC over h2c (on GRPCPort unless started on
 	// another): GRPCUnary, GRPCStream and the health service.
 	RoleGRPC = "grpc"
+	// RoleH2CUpgrade serves RoleHTTP's handler to HTTP/1.1 clients that
+	// upgrade to h2c (Upgrade: h2c, RFC 7540 section 3.2), on
+	// H2CUpgradePort unless started on another.
+	RoleH2CUpgrade = "h2c-upgrade"
 )
 
 // Ports the roles listen on.
 const (
-	HTTPPort = 8080
-	EchoPort = 9000
-	GRPCPort = 9090
+	HTTPPort       = 8080
+	EchoPort       = 9000
+	GRPCPort       = 9090
+	H2CUpgradePort = 8081
 )
 
 // Main plays the role this process was started for and exits; it returns at
@@ -57,6 +65,8 @@ func Main() {
 		err = serveEcho(cmp.Or(port, strconv.Itoa(EchoPort)))
 	case RoleGRPC:
 		err = serveGRPC(cmp.Or(port, strconv.Itoa(GRPCPort)))
+	case RoleH2CUpgrade:
+		err = serveH2CUpgrade(cmp.Or(port, strconv.Itoa(H2CUpgradePort)))
 	default:
 		err = fmt.Errorf("unknown test pod role %q", role)
 	}
@@ -108,6 +118,16 @@ func serveHTTP(port string) error {
 	srv := &http.Server{Addr: ":" + port, Handler: Handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
+	return srv.ListenAndServe()
+}
+
+// serveH2CUpgrade serves HTTP/1.1 and its upgrade to h2c. Go's server
+// no longer offers the upgrade (RFC 9113 dropped it), but clients still
+// send it (curl --http2 to an http:// URL), so the kernel must follow it;
+// x/net's deprecated h2c package is the one server that answers it.
+func serveH2CUpgrade(port string) error {
+	h := h2c.NewHandler(Handler(), &http2.Server{}) //nolint:staticcheck // see above: the upgrade is what is tested
+	srv := &http.Server{Addr: ":" + port, Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
 }
 

@@ -50,6 +50,18 @@ struct {
 	__type(value, struct conn); // never written
 } conn_zero SEC(".maps");
 
+// segment_key fills key, the server side of the connection a segment
+// belongs to: ip and tcp are its headers, and ingress says which side of
+// them is the pod's.
+static __always_inline void segment_key(struct conn_key *key, const struct iphdr *ip, const struct tcphdr *tcp,
+					int ingress)
+{
+	key->pod_ip = ingress ? ip->daddr : ip->saddr;
+	key->peer_ip = ingress ? ip->saddr : ip->daddr;
+	key->pod_port = ingress ? tcp->dest : tcp->source;
+	key->peer_port = ingress ? tcp->source : tcp->dest;
+}
+
 // sk_storage_make returns a socket's storage in map, created from init if
 // it has none. Creating is not atomic with finding: when two CPUs create
 // at once (the server's first bytes leave as the client's arrive), the
@@ -86,10 +98,7 @@ static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct 
 {
 	struct conn_key key;
 
-	key.pod_ip = ingress ? ip->daddr : ip->saddr;
-	key.peer_ip = ingress ? ip->saddr : ip->daddr;
-	key.pod_port = ingress ? tcp->dest : tcp->source;
-	key.peer_port = ingress ? tcp->source : tcp->dest;
+	segment_key(&key, ip, tcp, ingress);
 	return bpf_map_lookup_elem(&conns, &key);
 }
 #else
@@ -136,10 +145,7 @@ static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const stru
 	slot = bpf_map_lookup_elem(&pod_slots, &ip->daddr);
 	if (!slot)
 		return NULL; // not a pod's
-	key.pod_ip = ip->daddr;
-	key.peer_ip = ip->saddr;
-	key.pod_port = tcp->dest;
-	key.peer_port = tcp->source;
+	segment_key(&key, ip, tcp, 1);
 	c = bpf_map_lookup_elem(&stash, &key);
 	if (c && c->rx_next == seq && c->rx_first != seq)
 		return c;

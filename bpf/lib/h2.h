@@ -107,10 +107,7 @@ static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct
 	struct h2_conn *zero;
 	__u32 k = 0;
 
-	key.pod_ip = ingress ? ip->daddr : ip->saddr;
-	key.peer_ip = ingress ? ip->saddr : ip->daddr;
-	key.pod_port = ingress ? tcp->dest : tcp->source;
-	key.peer_port = ingress ? tcp->source : tcp->dest;
+	segment_key(&key, ip, tcp, ingress);
 	if (create) {
 		zero = bpf_map_lookup_elem(&h2_zero, &k);
 		if (zero)
@@ -160,10 +157,7 @@ static __always_inline struct h2_conn *h2_stash_of(const struct iphdr *ip, const
 	struct h2_conn *zero;
 	__u32 k = 0;
 
-	key.pod_ip = ip->daddr;
-	key.peer_ip = ip->saddr;
-	key.pod_port = tcp->dest;
-	key.peer_port = tcp->source;
+	segment_key(&key, ip, tcp, 1);
 	zero = bpf_map_lookup_elem(&h2_zero, &k);
 	if (!zero || bpf_map_update_elem(&h2_stash, &key, zero, BPF_ANY))
 		return NULL;
@@ -176,10 +170,7 @@ static __always_inline struct h2_conn *h2_stash_find(const struct iphdr *ip, con
 {
 	struct conn_key key;
 
-	key.pod_ip = ip->daddr;
-	key.peer_ip = ip->saddr;
-	key.pod_port = tcp->dest;
-	key.peer_port = tcp->source;
+	segment_key(&key, ip, tcp, 1);
 	return bpf_map_lookup_elem(&h2_stash, &key);
 }
 

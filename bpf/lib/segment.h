@@ -81,10 +81,7 @@ static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const 
 	struct conn_key key;
 	int adopted;
 
-	key.pod_ip = ip->daddr;
-	key.peer_ip = ip->saddr;
-	key.pod_port = tcp->dest;
-	key.peer_port = tcp->source;
+	segment_key(&key, ip, tcp, 1);
 	adopted = adopt(skb, &key, seq, bpf_ntohl(tcp->ack_seq), off);
 	if (adopted > 0)
 		return conn_of(skb, ip, tcp, 1);

@@ -130,6 +130,9 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := pki(pkiDir); err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
+	if err := frontProxyPKI(pkiDir); err != nil {
+		return fmt.Errorf("front-proxy certificates: %w", err)
+	}
 	for _, id := range identities {
 		if _, err := kubeconfig(pkiDir, id.name); err != nil {
 			return err
@@ -175,7 +178,21 @@ func (c *Cluster) up(ctx context.Context) error {
 		"--enable-priority-and-fairness=false", "--profiling=false",
 		// `kubectl logs` goes to the simulator's kubelet API on the node's IP.
 		"--kubelet-client-certificate", p("kubelet-client.crt"), "--kubelet-client-key", p("kubelet-client.key"),
-		"--kubelet-preferred-address-types=InternalIP"); err != nil {
+		"--kubelet-preferred-address-types=InternalIP",
+		// The aggregation layer, as kubeadm sets it up: API services (the
+		// controller's metrics APIs) get the caller's identity in
+		// X-Remote-* headers from a client the front-proxy CA signed, and
+		// are reached at their endpoints' addresses, not their ClusterIPs.
+		"--requestheader-client-ca-file", p("front-proxy-ca.crt"),
+		"--requestheader-allowed-names", frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file", p("front-proxy-client.crt"), "--proxy-client-key-file", p("front-proxy-client.key"),
+		"--enable-aggregator-routing=true",
+		// An HPA may scale to zero on an Object or External metric
+		// (alpha in 1.36): what users of the HPA with sockscale's
+		// activator turn on.
+		"--feature-gates=HPAScaleToZero=true"); err != nil {
 		return err
 	}
 	admin, err := token(pkiDir, "admin")
@@ -204,7 +221,8 @@ func (c *Cluster) up(ctx context.Context) error {
 		"--cluster-signing-cert-file", p("ca.crt"), "--cluster-signing-key-file", p("ca.key"),
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10257",
 		// Pod CIDRs are fixed per node by the simulator (NodeCIDR), not allocated.
-		"--allocate-node-cidrs=false"); err != nil {
+		"--allocate-node-cidrs=false",
+		"--feature-gates=HPAScaleToZero=true"); err != nil {
 		return err
 	}
 	if err := c.startDaemon("kube-scheduler", bin("kube-scheduler"),

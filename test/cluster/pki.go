@@ -249,3 +249,77 @@ func certPool(caPEM []byte) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// frontProxyPKI writes, once per state dir, the aggregation layer's
+// front-proxy CA and the API server's client certificate signed by it
+// (kubeadm's front-proxy-ca and front-proxy-client). The API server shows
+// that certificate when it forwards a request to an API service such as
+// the controller's metrics APIs, which trust the user named in the
+// request's X-Remote-User headers only from a client the CA signed. A
+// separate CA from the cluster's: a certificate the cluster CA signs for
+// anyone else must not be able to claim a user.
+func frontProxyPKI(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "front-proxy-client.key")); err == nil {
+		return nil
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "sockscale-front-proxy-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	clientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	clientDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: frontProxyClient},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, &clientKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
+	if err != nil {
+		return err
+	}
+	// The key last: its presence says the rest is complete.
+	for _, f := range []struct {
+		name, typ string
+		der       []byte
+	}{
+		{"front-proxy-ca.crt", "CERTIFICATE", caDER},
+		{"front-proxy-client.crt", "CERTIFICATE", clientDER},
+		{"front-proxy-client.key", "EC PRIVATE KEY", clientKeyDER},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// frontProxyClient is the name of the API server's front-proxy client
+// certificate, the only name API services accept forwarded users from
+// (--requestheader-allowed-names).
+const frontProxyClient = "front-proxy-client"

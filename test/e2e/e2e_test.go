@@ -57,9 +57,12 @@ const appNS = "e2e"
 // nodes and tolerate taints (as a platform team with a node pool for them
 // would allow), so the real node's scenarios can put serving Revisions
 // there; targets may start at zero (initial scale 0, a cold start on the
-// first request); the rest is the chart's defaults (the activator on). A scenario
-// that installs with more sets reinstalls with these alone when it ends.
-var chartSets = []string{"autoscaler.stable-window=20s", "autoscaler.podspec-nodeselector=enabled", "autoscaler.podspec-tolerations=enabled", "autoscaler.allow-zero-initial-scale=true"}
+// first request); the metrics APIs and KEDA's scaler are served, over a
+// 10 s window (metricsWindow); the rest is the chart's defaults (the
+// activator on). A scenario that installs with more sets reinstalls with
+// these alone when it ends.
+var chartSets = []string{"autoscaler.stable-window=20s", "autoscaler.podspec-nodeselector=enabled", "autoscaler.podspec-tolerations=enabled", "autoscaler.allow-zero-initial-scale=true",
+	"controller.metricsAPI.custom=true", "controller.metricsAPI.external=true", "controller.metricsAPI.window=10s", "controller.kedaScaler.enabled=true"}
 
 // up returns the shared cluster with sockscale installed by helm.
 func up(t *testing.T) *stack.Stack {

@@ -250,6 +250,10 @@ type App struct {
 	// the pods' 8080, which the PodAutoscaler names), e.g. a gRPC app's
 	// port with appProtocol kubernetes.io/h2c.
 	Service func(*corev1.ServiceSpec)
+	// Plain: no PodAutoscaler; the Service selects the pods itself, as
+	// for any Deployment sockscale does not autoscale (one the HPA or
+	// KEDA scales on sockscale's metrics). Spec is then unused.
+	Plain bool
 }
 
 // OnRealNode puts a pod on the local cluster's real node name (a real
@@ -263,7 +267,7 @@ func OnRealNode(name string) func(*corev1.PodSpec) {
 }
 
 // Deploy creates the app's namespace (if missing), Deployment, Service and
-// PodAutoscaler.
+// PodAutoscaler (none for a Plain app).
 func (s *Stack) Deploy(ctx context.Context, app App) error {
 	// A tenant may not create namespaces: its own exists already, and the
 	// creates below say so if not.
@@ -296,8 +300,19 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
+	if app.Plain {
+		public.Spec.Selector = labels
+	}
 	if app.Service != nil {
 		app.Service(&public.Spec)
+	}
+	if app.Plain {
+		for _, o := range []client.Object{deploy, public} {
+			if err := s.Client.Create(ctx, o); err != nil {
+				return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+			}
+		}
+		return nil
 	}
 	pa := &v1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},

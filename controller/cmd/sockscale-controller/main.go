@@ -90,7 +90,25 @@ type flags struct {
 	// POD_NAMESPACE, else sockscale-system.
 	buckets         int
 	bucketNamespace string
+	// metricsAPIAddr serves the custom and external metrics APIs ("0":
+	// off), those of metricsAPIs, over TLS from metricsAPICert/Key.
+	metricsAPIAddr                string
+	metricsAPIs                   []string
+	metricsAPICert, metricsAPIKey string
+	// metricsWindow is how long the metrics APIs' and KEDA's scaler's
+	// values average over.
+	metricsWindow time.Duration
+	// kedaAddr serves KEDA's external scaler ("0": off) over mutual TLS.
+	kedaAddr, kedaCert, kedaKey, kedaClientCA string
 }
+
+// The bounds of --metrics-api-window: shorter than Knative's shortest
+// stable window makes an HPA chase single seconds; longer than 10 minutes
+// is slower than the HPA's own scale-down stabilization.
+const (
+	minMetricsWindow = 6 * time.Second
+	maxMetricsWindow = 10 * time.Minute
+)
 
 // maxConcurrentReconciles bounds --concurrent-reconciles: beyond a
 // thousand workers more would only queue at the API server.
@@ -137,10 +155,20 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.concurrentReconciles, "concurrent-reconciles", 8, "PodAutoscalers, collector views and ServerlessServices reconciled at once, each kind (1..1024)")
 	fs.IntVar(&f.buckets, "buckets", 1, fmt.Sprintf("split the targets into this many buckets, one Lease each, among the replicas (1..%d; 1: the leader decides every target); with more than 1, every replica decides the targets of the buckets it holds, and --leader-elect is needed", bucket.MaxCount))
 	f.bucketNamespace = ns
+	fs.StringVar(&f.metricsAPIAddr, "metrics-api-bind-address", "0", "address of the custom and external metrics APIs, behind their APIServices (\"0\": off)")
+	metricsAPIs := fs.String("metrics-api", "custom,external", "the metrics APIs to serve, comma-separated: custom (custom.metrics.k8s.io, per pod), external (external.metrics.k8s.io, per Deployment)")
+	fs.StringVar(&f.metricsAPICert, "metrics-api-tls-cert-file", "", "PEM serving certificate of the metrics APIs, the one their APIServices' caBundle signs (reloaded when it changes)")
+	fs.StringVar(&f.metricsAPIKey, "metrics-api-tls-key-file", "", "PEM private key of --metrics-api-tls-cert-file")
+	fs.DurationVar(&f.metricsWindow, "metrics-api-window", time.Minute, fmt.Sprintf("how long the metrics APIs' and KEDA's scaler's values average over (%s..%s)", minMetricsWindow, maxMetricsWindow))
+	fs.StringVar(&f.kedaAddr, "keda-scaler-bind-address", "0", "address of KEDA's external scaler, gRPC over mutual TLS (\"0\": off)")
+	fs.StringVar(&f.kedaCert, "keda-scaler-tls-cert-file", "", "PEM serving certificate of KEDA's scaler (reloaded when it changes)")
+	fs.StringVar(&f.kedaKey, "keda-scaler-tls-key-file", "", "PEM private key of --keda-scaler-tls-cert-file")
+	fs.StringVar(&f.kedaClientCA, "keda-scaler-client-ca-file", "", "PEM CA whose client certificates KEDA's scaler accepts (KEDA's TriggerAuthentication presents one)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var errs []error
+	errs = append(errs, f.checkMetricsAPIs(*metricsAPIs)...)
 	switch {
 	case f.buckets < 1 || f.buckets > bucket.MaxCount:
 		errs = append(errs, fmt.Errorf("--buckets=%d: want 1..%d", f.buckets, bucket.MaxCount))
@@ -195,8 +223,9 @@ func parseFlags(args []string) (*flags, error) {
 	if _, err := securemetrics.Options(f.metrics); err != nil {
 		errs = append(errs, err)
 	}
-	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr, "--pprof-bind-address": f.pprofAddr} {
-		if addr == "0" && (name == "--metrics-bind-address" || name == "--pprof-bind-address") {
+	for name, addr := range map[string]string{"--metrics-bind-address": f.metricsAddr, "--health-probe-bind-address": f.healthAddr, "--stats-bind-address": f.statsAddr, "--pprof-bind-address": f.pprofAddr,
+		"--metrics-api-bind-address": f.metricsAPIAddr, "--keda-scaler-bind-address": f.kedaAddr} {
+		if addr == "0" && name != "--health-probe-bind-address" && name != "--stats-bind-address" {
 			continue // off
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -219,6 +248,36 @@ func parseFlags(args []string) (*flags, error) {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q: sockscale-controller takes flags only", fs.Args()))
 	}
 	return f, errors.Join(errs...)
+}
+
+// checkMetricsAPIs checks the flags of the metrics APIs and KEDA's scaler
+// (apis: --metrics-api) and keeps the APIs' list.
+func (f *flags) checkMetricsAPIs(apis string) []error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, api := range strings.Split(apis, ",") {
+		switch {
+		case api != "custom" && api != "external":
+			errs = append(errs, fmt.Errorf("--metrics-api=%q: %q is not an API; want custom, external or custom,external", apis, api))
+		case seen[api]:
+			errs = append(errs, fmt.Errorf("--metrics-api=%q: %s twice", apis, api))
+		default:
+			seen[api] = true
+			f.metricsAPIs = append(f.metricsAPIs, api)
+		}
+	}
+	if f.metricsWindow < minMetricsWindow || f.metricsWindow > maxMetricsWindow {
+		errs = append(errs, fmt.Errorf("--metrics-api-window=%s: want %s..%s", f.metricsWindow, minMetricsWindow, maxMetricsWindow))
+	}
+	if f.metricsAPIAddr != "0" && (f.metricsAPICert == "" || f.metricsAPIKey == "") {
+		errs = append(errs, fmt.Errorf("--metrics-api-bind-address=%q needs --metrics-api-tls-cert-file and --metrics-api-tls-key-file (got %q and %q): the API server verifies the metrics APIs' certificate against their APIServices' caBundle",
+			f.metricsAPIAddr, f.metricsAPICert, f.metricsAPIKey))
+	}
+	if f.kedaAddr != "0" && (f.kedaCert == "" || f.kedaKey == "" || f.kedaClientCA == "") {
+		errs = append(errs, fmt.Errorf("--keda-scaler-bind-address=%q needs --keda-scaler-tls-cert-file, --keda-scaler-tls-key-file and --keda-scaler-client-ca-file (got %q, %q, %q): KEDA's scaler takes clients with a certificate of that CA only",
+			f.kedaAddr, f.kedaCert, f.kedaKey, f.kedaClientCA))
+	}
+	return errs
 }
 
 func main() {
@@ -350,14 +409,23 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	// Every replica takes stats, leader or not: a standby has warm windows
 	// (and knows the nodes' socket-layer states). Load for a target at
 	// zero pokes its decider at once.
+	recordRecent, err := setupMetricsAPIs(mgr, f)
+	if err != nil {
+		return err
+	}
 	statsOpts := statsserver.Options{
 		Accept: func(b *stats.Batch) error {
 			pa.Poke(append(col.RecordPods(b), col.RecordTargets(b)...))
 			nodes.Record(b)
+			if recordRecent != nil {
+				recordRecent(b)
+			}
 			return nil
 		},
-		Metrics: statsserver.NewMetrics(crmetrics.Registry),
-		Log:     statsserver.NewRateLimitedLog(ctrl.Log.WithName("stats"), clock.RealClock{}),
+		// The metrics APIs serve every Deployment, autoscaled or not.
+		KeepUnwatched: recordRecent != nil,
+		Metrics:       statsserver.NewMetrics(crmetrics.Registry),
+		Log:           statsserver.NewRateLimitedLog(ctrl.Log.WithName("stats"), clock.RealClock{}),
 		// With buckets, each answer tells the reporter which targets'
 		// records this replica wants.
 		Buckets: buckets.Header,

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFlagErrors(t *testing.T) {
@@ -37,6 +38,14 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--buckets=4"}, "--buckets=4 needs --leader-elect"},
 		{[]string{"--release-stop=ns/ctl"}, `--release-stop="ns/ctl" needs --release`},
 		{[]string{"--release", "--release-stop=ctl"}, `--release-stop="ctl": want namespace/name of the controller's Deployment`},
+		{[]string{"--metrics-api=custom,pods"}, `--metrics-api="custom,pods": "pods" is not an API; want custom, external or custom,external`},
+		{[]string{"--metrics-api="}, `--metrics-api="": "" is not an API`},
+		{[]string{"--metrics-api=external,external"}, `--metrics-api="external,external": external twice`},
+		{[]string{"--metrics-api-window=5s"}, "--metrics-api-window=5s: want 6s..10m0s"},
+		{[]string{"--metrics-api-window=11m"}, "--metrics-api-window=11m0s: want 6s..10m0s"},
+		{[]string{"--metrics-api-bind-address=6443"}, `--metrics-api-bind-address="6443": want [host]:port`},
+		{[]string{"--metrics-api-bind-address=:6443"}, `--metrics-api-bind-address=":6443" needs --metrics-api-tls-cert-file and --metrics-api-tls-key-file`},
+		{[]string{"--keda-scaler-bind-address=:9443", "--keda-scaler-tls-cert-file=c", "--keda-scaler-tls-key-file=k"}, `--keda-scaler-bind-address=":9443" needs --keda-scaler-tls-cert-file, --keda-scaler-tls-key-file and --keda-scaler-client-ca-file (got "c", "k", "")`},
 	}
 	for _, tt := range tests {
 		if _, err := parseFlags(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -47,7 +56,8 @@ func TestFlagErrors(t *testing.T) {
 	f, err := parseFlags(nil)
 	if err != nil || f.configMap != "ops/sockscale-autoscaler" || f.statsAddr != ":8443" || f.activatorNamespace != "ops" || f.activatorPort != 8012 ||
 		f.activatorRoutePort != 8013 || f.clusterDomain != "cluster.local" || f.gateway != nil || f.externalDomain != "example.com" ||
-		f.statsAudience != "sockscale-controller" || f.statsInsecure || f.concurrentReconciles != 8 || f.buckets != 1 || f.bucketNamespace != "ops" {
+		f.statsAudience != "sockscale-controller" || f.statsInsecure || f.concurrentReconciles != 8 || f.buckets != 1 || f.bucketNamespace != "ops" ||
+		f.metricsAPIAddr != "0" || strings.Join(f.metricsAPIs, ",") != "custom,external" || f.metricsWindow != time.Minute || f.kedaAddr != "0" {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 	if f, err := parseFlags([]string{"--release", "--release-stop=ops/sockscale-controller"}); err != nil || !f.release || f.releaseStop == nil || f.releaseStop.String() != "ops/sockscale-controller" {

@@ -206,6 +206,14 @@ sockscale_controller_stats_records_rejected_total{reason="wrong_node"} 2
 	if len(lines) != 4 || !strings.Contains(lines[3], `"suppressedSinceLast"=1`) {
 		t.Errorf("log lines after 11 s %q: want one more per reason, saying one was left out", lines)
 	}
+	// With the metrics APIs on, records of pods nobody autoscales stay
+	// (they check them against the pods when they read them); the
+	// foreign records of watched targets still go.
+	h = Handler(Options{Accept: func(b *stats.Batch) error { got = b; return nil }, Auth: auth, Pods: placer, KeepUnwatched: true})
+	post()
+	if diff := cmp.Diff([]stats.PodStat{pod("10.1.0.1", "hello-1", "hello"), pod("10.1.0.7", "other-7", "unwatched")}, got.Pods, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("records accepted with KeepUnwatched (-want +got):\n%s", diff)
+	}
 }
 
 // TestHandlerInFlightLimit: beyond MaxInFlight a request gets 503 at

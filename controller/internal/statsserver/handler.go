@@ -48,6 +48,11 @@ type Options struct {
 	// Pods checks agents' pod records against the targets' endpoints;
 	// required with Auth.
 	Pods Placer
+	// KeepUnwatched keeps the records of pods no PodAutoscaler watches
+	// (dropped otherwise): the metrics APIs serve every Deployment's
+	// pods, and check each record against its pod's node and address
+	// when they read it.
+	KeepUnwatched bool
 	// MaxInFlight bounds requests handled at once (default
 	// DefaultMaxInFlight); more get 503 at once.
 	MaxInFlight int
@@ -236,9 +241,9 @@ func authorize(c *statsauth.Caller, b *stats.Batch) (string, error) {
 // filterPods drops the pod records of an agent's batch that its node does
 // not run: a record of an autoscaled target counts only if the target's
 // private Service has an endpoint at its address on b.Node (ready or
-// not). Records of targets nobody autoscales are dropped without a word:
-// the collector ignores them anyway. One agent's lies thus reach at most
-// its own node's pods.
+// not). Records of targets nobody autoscales are dropped without a word
+// (the collector ignores them anyway), or kept with KeepUnwatched. One
+// agent's lies thus reach at most its own node's pods.
 func (o *Options) filterPods(b *stats.Batch) {
 	if len(b.Pods) == 0 {
 		return
@@ -248,6 +253,9 @@ func (o *Options) filterPods(b *stats.Batch) {
 	for i, p := range b.Pods {
 		switch pl := places[i]; {
 		case !pl.Watched:
+			if o.KeepUnwatched {
+				kept = append(kept, p)
+			}
 		case pl.Node == "":
 			o.Metrics.rejected("unknown_pod")
 			o.Log.Print("unknown_pod", fmt.Sprintf("stats: dropped a record from node %q: %s/%s at %s is not an endpoint of %s/%s's private Service",

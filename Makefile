@@ -36,7 +36,9 @@ generate: deps $(CONTROLLER_GEN) ## Regenerate the BPF objects and Go bindings (
 	cd bpf && $(GO) generate ./...
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./api/... output:crd:artifacts:config=charts/sockscale/files/crds
-	$(CONTROLLER_GEN) rbac:roleName=sockscale-controller paths=./controller/... output:rbac:artifacts:config=charts/sockscale/files/rbac
+	# The controller's packages with markers, not ./controller/...: the metrics
+	# APIs' library ships OpenAPI code that controller-gen's build tags exclude.
+	$(CONTROLLER_GEN) rbac:roleName=sockscale-controller 'paths=./controller/internal/reconciler/...;./controller/internal/release/...;./controller/internal/securemetrics/...;./controller/internal/statsauth/...' output:rbac:artifacts:config=charts/sockscale/files/rbac
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent 'paths=./agent/internal/podwatch/...;./agent/internal/lifecycle/...;./agent/internal/endpointwatch/...;./agent/cmd/...' output:rbac:artifacts:config=charts/sockscale/files/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-agent-redirect paths=./agent/internal/redirect/... output:rbac:artifacts:config=charts/sockscale/files/rbac/agent-redirect
 	$(CONTROLLER_GEN) rbac:roleName=sockscale-activator paths=./activator/... output:rbac:artifacts:config=charts/sockscale/files/rbac/activator

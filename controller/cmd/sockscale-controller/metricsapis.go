@@ -70,12 +70,12 @@ func setupMetricsAPIs(mgr manager.Manager, f *flags) (record func(*stats.Batch),
 		opts := kedascaler.Options{CertFile: f.kedaCert, KeyFile: f.kedaKey, ClientCAFile: f.kedaClientCA}
 		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 			if !pods.WaitForCacheSync(ctx) {
-				lis.Close()
+				_ = lis.Close()
 				return ctx.Err()
 			}
 			return kedascaler.Serve(ctx, lis, kedaSource{values: values, store: store}, opts)
 		})); err != nil {
-			lis.Close()
+			_ = lis.Close()
 			return nil, err
 		}
 		ctrl.Log.Info("serving KEDA's external scaler", "address", f.kedaAddr, "window", f.metricsWindow)

@@ -101,7 +101,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 	}
 	s, err := newServer(o, ln)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close()
 		return nil, err
 	}
 	return s, nil

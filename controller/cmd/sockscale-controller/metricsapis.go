@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +36,12 @@ func setupMetricsAPIs(mgr manager.Manager, f *flags) (record func(*stats.Batch),
 	if err := mgr.Add(pods); err != nil {
 		return nil, err
 	}
+	// A record that would move a pod's history to another node or address
+	// must be the pod's own (an unreadable index keeps the history).
+	store.SetVerifier(func(namespace, name, node string, ip netip.Addr) bool {
+		p, ok, err := pods.Get(context.Background(), namespace, name)
+		return err == nil && ok && p.Node == node && p.IP == ip
+	})
 	values := metricsapi.NewProvider(store, pods, clock.RealClock{})
 	if f.metricsAPIAddr != "0" {
 		var apis metricsapi.APIs

@@ -137,6 +137,21 @@ type Store struct {
 	// nextPrune is when the next Record call prunes, in nanoseconds since
 	// epoch.
 	nextPrune atomic.Int64
+
+	// verify, if set, says whether a record from node for namespace/name
+	// at ip is the pod's own (SetVerifier).
+	verify func(namespace, name, node string, ip netip.Addr) bool
+}
+
+// SetVerifier makes the store ask verify before a record changes the node
+// or the address a pod's history came from, and drop the record when
+// verify says it is not the pod's: without it, an agent that claims
+// another node's pod would reset that pod's history with every record
+// and keep its value low. verify is asked only on such a change (a pod
+// that moved, a name reused, or a lie), not for every record. Call it
+// before the first Record.
+func (s *Store) SetVerifier(verify func(namespace, name, node string, ip netip.Addr) bool) {
+	s.verify = verify
 }
 
 // shard is a part of the pods. Padded to a cache line of its own, so that
@@ -225,9 +240,10 @@ func (s *Store) Len() (pods, targets int) {
 // (autoscaled or not). node is the agent's node as the caller
 // authenticated it. A pod whose record names another node, address or
 // workload than its previous one starts a new history: a pod name reused
-// by a new pod (a StatefulSet's) does not inherit the old one's load, and
-// an agent that lies about another node's pod can at worst cut the
-// honest history short.
+// by a new pod (a StatefulSet's) does not inherit the old one's load. An
+// agent that lies about another node's pod could so cut the honest
+// history short with every record; with a verifier (SetVerifier) its
+// records are dropped instead.
 func (s *Store) RecordPods(node string, b *stats.Batch) {
 	if b.Period <= 0 {
 		return
@@ -241,7 +257,7 @@ func (s *Store) RecordPods(node string, b *stats.Batch) {
 		rep := report{concurrency: r.Concurrency, proxiedConcurrency: r.ProxiedConcurrency,
 			requests: float64(r.Requests), proxiedRequests: float64(r.ProxiedRequests)}
 		t := s.recordPod(node, r, from, to, period, rep)
-		if rep.active() && t.waiting.Load() {
+		if t != nil && rep.active() && t.waiting.Load() {
 			t.release()
 		}
 	}
@@ -255,13 +271,17 @@ func (s *Store) covered(p time.Duration) (to, from, period int64) {
 	return to, to - int64(min(p, s.window)), int64(p)
 }
 
-// recordPod adds one pod record and returns the pod's target.
+// recordPod adds one pod record and returns the pod's target; nil when
+// the verifier refused the record.
 func (s *Store) recordPod(node string, r *stats.PodStat, from, to, period int64, rep report) *target {
 	sh := s.shard(r.Pod)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ip := r.IP.As4()
 	p := sh.pods[podKey{r.Namespace, r.Pod}]
+	if p != nil && (p.node.Value() != node || p.ip != ip) && s.verify != nil && !s.verify(r.Namespace, r.Pod, node, r.IP) {
+		return nil // another node's claim on a pod that has a history: not the pod's own
+	}
 	switch {
 	case p == nil:
 		p = &pod{name: r.Pod, node: unique.Make(node), ip: ip, series: newSeries()}

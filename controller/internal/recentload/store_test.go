@@ -288,6 +288,34 @@ func TestRecordThatChangesAPodStartsAnew(t *testing.T) {
 	}
 }
 
+// With a verifier, another node's claim on a pod with a history is
+// dropped instead of starting it anew, however often it comes; the pod's
+// own node is asked about only when a record changes node or address,
+// and wins back a pod a liar reported first.
+func TestVerifierKeepsAPodsOwnHistory(t *testing.T) {
+	s, clk := newStore(t, time.Minute)
+	var asked []string
+	s.SetVerifier(func(namespace, name, node string, ip netip.Addr) bool {
+		asked = append(asked, fmt.Sprintf("%s/%s %s %s", namespace, name, node, ip))
+		return node == "node-a" && ip == netip.MustParseAddr("10.0.0.1") // where the API server has it
+	})
+	// A liar speaks first, for a pod nobody reported yet: nothing to check against.
+	s.RecordPods("node-x", agent("node-x", podNamed("hello-1").Load(99, 99)))
+	seconds(clk, 10, func() {
+		s.RecordPods("node-a", agent("node-a", podNamed("hello-1").Load(4, 4)))
+		s.RecordPods("node-x", agent("node-x", podNamed("hello-1").Load(99, 99)))
+	})
+	got, _ := s.Pod("ns", "hello-1")
+	if got.Node != "node-a" || !cmp.Equal(4.0, got.Concurrency, approx) || !cmp.Equal(4.0, got.RPS, approx) {
+		t.Errorf("hello-1 with node-x claiming it every second: %+v; want node-a's 4 in flight, 4/s", got)
+	}
+	// Asked once for node-a (taking the pod back from the liar), then once
+	// per liar's record; node-a's own records are not asked about again.
+	if len(asked) != 11 || asked[0] != "ns/hello-1 node-a 10.0.0.1" || asked[1] != "ns/hello-1 node-x 10.0.0.1" {
+		t.Errorf("verifier asked %d times: %q", len(asked), asked)
+	}
+}
+
 // Pods and activators not heard for a window (and a bucket) are dropped
 // by a later record, and targets left with neither; a target someone
 // waits for stays.

@@ -302,18 +302,10 @@ func (s *Store) recordPod(node string, r *stats.PodStat, from, to, period int64,
 
 // join makes p a member of the target of namespace/workload.
 func (s *Store) join(p *pod, namespace, workload string) {
-	for {
-		t := s.target(namespace, workload, true)
-		t.mu.Lock()
-		if t.gone {
-			t.mu.Unlock()
-			continue
-		}
-		t.pods[p.name] = p
-		p.target = t
-		t.mu.Unlock()
-		return
-	}
+	t := s.lockedTarget(namespace, workload)
+	t.pods[p.name] = p
+	p.target = t
+	t.mu.Unlock()
 }
 
 // leave drops p from t's members.
@@ -347,23 +339,16 @@ func (s *Store) RecordTargets(b *stats.Batch) {
 // recordActivator adds one activator's report of a target and returns the
 // target.
 func (s *Store) recordActivator(activator, namespace, workload string, from, to, period int64, rep report) *target {
-	for {
-		t := s.target(namespace, workload, true)
-		t.mu.Lock()
-		if t.gone {
-			t.mu.Unlock()
-			continue
-		}
-		a := t.activators[activator]
-		if a == nil {
-			n := newSeries()
-			a = &n
-			t.activators[intern(activator)] = a
-		}
-		a.record(from, to, period, s.width, rep)
-		t.mu.Unlock()
-		return t
+	t := s.lockedTarget(namespace, workload)
+	a := t.activators[activator]
+	if a == nil {
+		n := newSeries()
+		a = &n
+		t.activators[intern(activator)] = a
 	}
+	a.record(from, to, period, s.width, rep)
+	t.mu.Unlock()
+	return t
 }
 
 // Pod returns a pod's load at now, false if it was not heard within the
@@ -480,26 +465,31 @@ func (s *Store) Target(namespace, workload string, keep func(PodLoad) bool) (Tar
 // one channel, so waiting costs no goroutine, and nothing per waiter; the
 // channel stays with its target until it is closed.
 func (s *Store) WhenActive(namespace, workload string) <-chan struct{} {
+	t := s.lockedTarget(namespace, workload)
+	if t.wake == nil {
+		t.wake = make(chan struct{})
+	}
+	wake := t.wake
+	// Set before looking at the sources: a record made active after the
+	// look sees it and releases (Record sets latest, then reads waiting).
+	t.waiting.Store(true)
+	t.mu.Unlock()
+	if s.activeNow(t) {
+		t.release()
+	}
+	return wake
+}
+
+// lockedTarget returns the target of namespace/workload, made if there is
+// none, with its mu held; never one that pruning took out of the map.
+func (s *Store) lockedTarget(namespace, workload string) *target {
 	for {
 		t := s.target(namespace, workload, true)
 		t.mu.Lock()
-		if t.gone {
-			t.mu.Unlock()
-			continue
+		if !t.gone {
+			return t
 		}
-		if t.wake == nil {
-			t.wake = make(chan struct{})
-		}
-		wake := t.wake
-		// Set before looking at the sources: a record made active after
-		// the look sees it and releases (Record sets latest, then reads
-		// waiting).
-		t.waiting.Store(true)
 		t.mu.Unlock()
-		if s.activeNow(t) {
-			t.release()
-		}
-		return wake
 	}
 }
 

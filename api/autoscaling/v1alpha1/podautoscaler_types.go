@@ -16,6 +16,21 @@ const (
 	ModeProxy Mode = "Proxy"
 )
 
+// Class says which autoscaler sizes a target: the values of Knative's
+// autoscaling.knative.dev/class annotation.
+// +kubebuilder:validation:Enum=kpa.autoscaling.knative.dev;hpa.autoscaling.knative.dev
+type Class string
+
+const (
+	// ClassKPA is sockscale's own autoscaler (Knative's KPA): it decides
+	// every count from 0 to max-scale.
+	ClassKPA Class = "kpa.autoscaling.knative.dev"
+	// ClassHPA hands the counts from 1 up to a HorizontalPodAutoscaler
+	// that sockscale makes and owns; sockscale keeps zero (scale to zero
+	// when idle, the activator holding requests, the scale from zero).
+	ClassHPA Class = "hpa.autoscaling.knative.dev"
+)
+
 // ScaleTargetRef points at what is scaled: any resource with a /scale
 // subresource; Deployments first.
 type ScaleTargetRef struct {
@@ -53,18 +68,32 @@ const DefaultTimeoutSeconds = 300
 // +kubebuilder:validation:XValidation:rule="!has(self.minScale) || !has(self.maxScale) || self.maxScale == 0 || self.minScale <= self.maxScale",message="minScale must not exceed maxScale (maxScale 0 means unlimited)"
 // +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.maxScale) || self.maxScale == 0 || self.activationScale <= self.maxScale",message="activationScale must not exceed maxScale"
 // +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.minScale) || self.minScale <= self.activationScale",message="minScale must not exceed activationScale"
+// +kubebuilder:validation:XValidation:rule="!has(self.metric) || !(self.metric in ['cpu', 'memory']) || !has(self.class) || self.class == 'hpa.autoscaling.knative.dev'",message="metric cpu and memory need class hpa.autoscaling.knative.dev: the KPA scales on concurrency or rps"
 type PodAutoscalerSpec struct {
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 	Service        ServiceRef     `json:"service"`
 
-	// Metric to scale on. Unset: the scale target's pod template
-	// annotation autoscaling.knative.dev/metric, else concurrency. Not
-	// defaulted by the API server, or it would hide the annotation.
-	// +kubebuilder:validation:Enum=concurrency;rps
+	// Class is the autoscaler that sizes the target:
+	// kpa.autoscaling.knative.dev (sockscale's own) or
+	// hpa.autoscaling.knative.dev (a HorizontalPodAutoscaler of the same
+	// name that sockscale makes and owns scales it from 1 up; sockscale
+	// still takes it to zero and back). Unset: the pod template annotation
+	// autoscaling.knative.dev/class, else the KPA.
+	// +optional
+	Class Class `json:"class,omitempty"`
+	// Metric to scale on: concurrency or rps (requests counted by the
+	// agents), or, with the HPA class only, cpu or memory (the resource
+	// metrics API). Unset: the scale target's pod template annotation
+	// autoscaling.knative.dev/metric, else concurrency, or cpu with the
+	// HPA class (as in Knative). Not defaulted by the API server, or it
+	// would hide the annotation.
+	// +kubebuilder:validation:Enum=concurrency;rps;cpu;memory
 	// +optional
 	Metric string `json:"metric,omitempty"`
 	// Target per pod for the metric (before utilization): concurrent
-	// requests or requests per second.
+	// requests or requests per second; with the HPA class, cpu is a
+	// percentage of the pods' CPU requests (unset: 80) and memory
+	// mebibytes per pod (required).
 	// +kubebuilder:validation:XValidation:rule="self >= 0.01",message="target must be at least 0.01"
 	// +optional
 	Target *float64 `json:"target,omitempty"`

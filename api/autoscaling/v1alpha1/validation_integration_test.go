@@ -47,6 +47,12 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 			s.MinScale, s.ActivationScale = ptr.To(int32(4)), ptr.To(int32(3))
 		},
 			"minScale must not exceed activationScale"},
+		{"the HPA class on cpu", func(s *v1alpha1.PodAutoscalerSpec) { s.Class = v1alpha1.ClassHPA; s.Metric = "cpu" }, ""},
+		{"cpu with the class unset (the annotation may set it)", func(s *v1alpha1.PodAutoscalerSpec) { s.Metric = "memory" }, ""},
+		{"the KPA on cpu", func(s *v1alpha1.PodAutoscalerSpec) { s.Class = v1alpha1.ClassKPA; s.Metric = "cpu" },
+			"metric cpu and memory need class hpa.autoscaling.knative.dev"},
+		{"a class of another autoscaler", func(s *v1alpha1.PodAutoscalerSpec) { s.Class = "custom.example.com" },
+			`spec.class: Unsupported value: "custom.example.com"`},
 		{"service name of 55 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 55) }, ""},
 		{"service name of 56 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 56) },
 			"spec.service.name: Too long: may not be more than 55"},

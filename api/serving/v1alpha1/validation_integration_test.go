@@ -140,15 +140,19 @@ func TestIntegrationServingValidation(t *testing.T) {
 			c.Name = "second"
 			s.Template.Spec.Containers = append(s.Template.Spec.Containers, c)
 		}, []string{"spec.template.spec.containers", "exactly one must set ports"}},
-		{"autoscaling class other than the KPA", func(s *v1alpha1.ServiceSpec) {
+		{"autoscaling class neither the KPA nor the HPA", func(s *v1alpha1.ServiceSpec) {
+			s.Template.Metadata.Annotations["autoscaling.knative.dev/class"] = "custom.example.com"
+		}, []string{"spec.template.metadata.annotations", "autoscaling.knative.dev/class must be kpa.autoscaling.knative.dev or hpa.autoscaling.knative.dev"}},
+		{"the HPA class on cpu", func(s *v1alpha1.ServiceSpec) {
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/class"] = "hpa.autoscaling.knative.dev"
-		}, []string{"spec.template.metadata.annotations", "autoscaling.knative.dev/class must be kpa.autoscaling.knative.dev"}},
+			s.Template.Metadata.Annotations["autoscaling.knative.dev/metric"] = "cpu"
+		}, nil},
 		{"min-scale not an integer", func(s *v1alpha1.ServiceSpec) {
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/min-scale"] = "-1"
 		}, []string{"spec.template.metadata.annotations", "min-scale, max-scale and initial-scale must be non-negative integers"}},
-		{"metric neither concurrency nor rps", func(s *v1alpha1.ServiceSpec) {
+		{"metric cpu with the KPA", func(s *v1alpha1.ServiceSpec) {
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/metric"] = "cpu"
-		}, []string{"spec.template.metadata.annotations", "metric must be concurrency or rps"}},
+		}, []string{"spec.template.metadata.annotations", "metric must be concurrency or rps, or cpu or memory with autoscaling.knative.dev/class hpa.autoscaling.knative.dev"}},
 		// Pod-spec fields no setting allows: refused at once. The
 		// fields a setting allows pass here; the controller checks them.
 		{"privileged container", func(s *v1alpha1.ServiceSpec) {

@@ -2,16 +2,19 @@ package cachetrim
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/sockscale/sockscale/api/serving/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/kpa"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 )
 
@@ -39,17 +42,29 @@ import (
 
 // Options are the controller manager's cache options: managed fields
 // dropped from every object, Pods limited to the activators (the only
-// pods any reconciler reads), and Deployments and EndpointSlices trimmed
-// as Deployment and EndpointSlice say.
+// pods any reconciler reads), HorizontalPodAutoscalers to those the HPA
+// class makes, and Deployments and EndpointSlices trimmed as Deployment
+// and EndpointSlice say.
 func Options(activators labels.Selector) cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                {Label: activators},
+			&corev1.Pod{}: {Label: activators},
+			&autoscalingv2.HorizontalPodAutoscaler{}: {Label: labels.SelectorFromSet(nil).Add(
+				must(labels.NewRequirement(kpa.LabelPodAutoscaler, selection.Exists, nil)))},
 			&appsv1.Deployment{}:         {Transform: Deployment},
 			&discoveryv1.EndpointSlice{}: {Transform: EndpointSlice},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
+}
+
+// must returns r, or panics on an error of a requirement built from
+// constants.
+func must(r *labels.Requirement, err error) labels.Requirement {
+	if err != nil {
+		panic(err)
+	}
+	return *r
 }
 
 // stripManagedFields is the default transform, which an object's own

@@ -25,6 +25,9 @@ func specOverrides(s *v1alpha1.PodAutoscalerSpec) *Overrides {
 		Target: s.Target, TargetUtilizationPercentage: s.TargetUtilizationPercentage, TargetBurstCapacity: s.TargetBurstCapacity,
 		PanicWindowPercentage: s.PanicWindowPercentage, PanicThresholdPercentage: s.PanicThresholdPercentage,
 	}
+	if s.Class != "" {
+		o.Class = (*string)(&s.Class)
+	}
 	if s.Metric != "" {
 		o.Metric = &s.Metric
 	}

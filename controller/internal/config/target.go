@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
 // AnnotationPrefix marks per-target settings on a Deployment's pod template.
@@ -17,11 +19,24 @@ const AnnotationPrefix = "autoscaling.knative.dev/"
 // 70 %; the ConfigMap's percentage is for concurrency only.
 const RPSUtilization = 0.7
 
-// Metrics a target can scale on.
+// Metrics a target can scale on: the requests the agents count, or, with
+// the HPA class only, the resource metrics the HPA reads itself.
 const (
 	MetricConcurrency = "concurrency"
 	MetricRPS         = "rps"
+	MetricCPU         = "cpu"
+	MetricMemory      = "memory"
 )
+
+// Autoscaler classes (the values of Knative's autoscaling.knative.dev/class).
+const (
+	ClassKPA = string(v1alpha1.ClassKPA)
+	ClassHPA = string(v1alpha1.ClassHPA)
+)
+
+// DefaultCPUUtilization is the HPA class's cpu target when the target sets
+// none: the HorizontalPodAutoscaler's own default, 80 % of the requests.
+const DefaultCPUUtilization = 80
 
 // Aggregation algorithms of the metric windows.
 const (
@@ -32,6 +47,7 @@ const (
 // Overrides are per-target settings; nil means "not set here". The
 // PodAutoscaler spec and the annotations each give one.
 type Overrides struct {
+	Class                                             *string
 	MinScale, MaxScale, InitialScale, ActivationScale *int32
 	ScaleDownDelay                                    *time.Duration
 	Metric                                            *string
@@ -62,6 +78,13 @@ func setCount(dst **int32) func(*Overrides, string) error {
 // annotations returns the parsers bound to o's fields.
 func (o *Overrides) annotations() []annotation {
 	return []annotation{
+		{"class", func(o *Overrides, v string) error {
+			if v != ClassKPA && v != ClassHPA {
+				return fmt.Errorf("must be %q or %q", ClassKPA, ClassHPA)
+			}
+			o.Class = &v
+			return nil
+		}},
 		{"min-scale", setCount(&o.MinScale)},
 		{"max-scale", setCount(&o.MaxScale)},
 		{"initial-scale", setCount(&o.InitialScale)},
@@ -79,8 +102,8 @@ func (o *Overrides) annotations() []annotation {
 			return err
 		}},
 		{"metric", func(o *Overrides, v string) error {
-			if v != MetricConcurrency && v != MetricRPS {
-				return fmt.Errorf("must be %q or %q", MetricConcurrency, MetricRPS)
+			if v != MetricConcurrency && v != MetricRPS && v != MetricCPU && v != MetricMemory {
+				return fmt.Errorf("must be %q or %q (or, with class %s, %q or %q)", MetricConcurrency, MetricRPS, ClassHPA, MetricCPU, MetricMemory)
 			}
 			o.Metric = &v
 			return nil
@@ -170,28 +193,37 @@ func ParseAnnotations(annotations map[string]string) (*Overrides, error) {
 
 // Settings are one target's effective autoscaling settings.
 type Settings struct {
+	// Class is ClassKPA or ClassHPA.
+	Class  string
 	Metric string
 	// Total is one pod's capacity for the metric; TargetValue what the
 	// autoscaler aims at per pod: max(0.01, Total * Utilization), where
 	// Utilization is the target's target-utilization-percentage, else
 	// the ConfigMap's container-concurrency-target-percentage for
-	// concurrency and RPSUtilization (0.7) for rps.
+	// concurrency and RPSUtilization (0.7) for rps. With metric cpu or
+	// memory they are those of concurrency: the windows still average
+	// the requests in flight, which tell when the target is idle.
 	Total, Utilization, TargetValue float64
-	ContainerConcurrency            int32
-	TargetBurstCapacity             float64
-	StableWindow, PanicWindow       time.Duration
-	PanicThreshold                  float64
-	MaxScaleUpRate                  float64
-	MaxScaleDownRate                float64
-	MinScale, MaxScale              int32
-	InitialScale                    int32
-	ActivationScale                 int32
-	ScaleDownDelay                  time.Duration
-	EnableScaleToZero               bool
-	ScaleToZeroGracePeriod          time.Duration
-	ScaleToZeroPodRetentionPeriod   time.Duration
-	ActivatorCapacity               float64
-	Aggregation                     string
+	// HPATarget is, with the HPA class, the HorizontalPodAutoscaler's
+	// target per pod: TargetValue for concurrency and rps (the value the
+	// KPA would aim at), a percentage of the CPU requests for cpu,
+	// mebibytes for memory.
+	HPATarget                     float64
+	ContainerConcurrency          int32
+	TargetBurstCapacity           float64
+	StableWindow, PanicWindow     time.Duration
+	PanicThreshold                float64
+	MaxScaleUpRate                float64
+	MaxScaleDownRate              float64
+	MinScale, MaxScale            int32
+	InitialScale                  int32
+	ActivationScale               int32
+	ScaleDownDelay                time.Duration
+	EnableScaleToZero             bool
+	ScaleToZeroGracePeriod        time.Duration
+	ScaleToZeroPodRetentionPeriod time.Duration
+	ActivatorCapacity             float64
+	Aggregation                   string
 }
 
 // Effective merges, highest first, spec, annotations and the cluster
@@ -199,6 +231,7 @@ type Settings struct {
 // containerConcurrency is the target's hard limit (0: none).
 func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrides) (Settings, error) {
 	s := Settings{
+		Class:                         ClassKPA,
 		Metric:                        MetricConcurrency,
 		ContainerConcurrency:          containerConcurrency,
 		TargetBurstCapacity:           c.TargetBurstCapacity,
@@ -220,10 +253,13 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 	var target, utilizationPct *float64
 	var targetMin *int32 // min-scale set for the target (not the cluster's)
 	// Lower precedence first, so spec values overwrite annotation values.
+	metricSet := false
 	for _, o := range []*Overrides{annotations, spec} {
 		if o == nil {
 			continue
 		}
+		setIf(&s.Class, o.Class)
+		metricSet = metricSet || o.Metric != nil
 		setIf(&s.MinScale, o.MinScale)
 		if o.MinScale != nil {
 			targetMin = o.MinScale
@@ -255,6 +291,9 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 	// utilization only: rps aims at a fixed RPSUtilization, as in Knative,
 	// unless the target sets its own target-utilization-percentage. Example: percentage 50 in the
 	// ConfigMap, rps: 200 x 0.7 = 140, not 200 x 0.5 = 100.
+	if s.Class == ClassHPA && !metricSet {
+		s.Metric = MetricCPU // Knative's HPA class scales on cpu unless told
+	}
 	switch s.Metric {
 	case MetricRPS:
 		s.Utilization = RPSUtilization
@@ -268,7 +307,7 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 		if containerConcurrency > 0 {
 			s.Total = float64(containerConcurrency)
 		}
-		if target != nil {
+		if target != nil && s.Metric == MetricConcurrency { // cpu's and memory's target is the HPA's
 			s.Total = *target
 			if containerConcurrency > 0 {
 				s.Total = math.Min(*target, float64(containerConcurrency))
@@ -279,6 +318,36 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 		s.Utilization = *utilizationPct / 100
 	}
 	s.TargetValue = math.Max(0.01, s.Total*s.Utilization)
+
+	// What the HPA class's HorizontalPodAutoscaler aims at per pod. cpu
+	// and memory take the target as it is (Knative's HPA class applies no
+	// utilization to them); their windows average concurrency as above,
+	// for the scale to zero only.
+	switch s.Metric {
+	case MetricCPU:
+		s.HPATarget = DefaultCPUUtilization
+		if target != nil {
+			s.HPATarget = math.Ceil(*target)
+		}
+	case MetricMemory:
+		if target != nil {
+			s.HPATarget = *target
+		}
+	default:
+		s.HPATarget = s.TargetValue
+	}
+	if s.Class == ClassHPA {
+		// The HPA class has no burst capacity to keep (as in Knative):
+		// its pods take traffic directly whenever one is ready, and the
+		// activator is in the path only at zero. With 0 the decider keeps
+		// its excess burst capacity at 0, two activators serve the zero,
+		// and the last pod goes only once a probe finds one in the path.
+		s.TargetBurstCapacity = 0
+		// Nor does it panic: the HPA sizes bursts. An infinite threshold
+		// keeps the decider, which here only tells when the target is
+		// idle, from logging panics that decide nothing.
+		s.PanicThreshold = math.Inf(1)
+	}
 
 	// The panic window: a whole number of seconds, at least one.
 	// Example: 60s * 10% = 6s; 10s * 15% = 1.5s -> 2s.
@@ -317,6 +386,12 @@ func (s *Settings) validate(c *Config, targetMin *int32) error {
 	// activation scale is not the target's mistake (min-scale wins anyway).
 	if s.ActivationScale > 0 && targetMin != nil && *targetMin > s.ActivationScale {
 		errs = append(errs, fmt.Errorf("min-scale %d is above activation-scale %d", *targetMin, s.ActivationScale))
+	}
+	if s.Class != ClassHPA && (s.Metric == MetricCPU || s.Metric == MetricMemory) {
+		errs = append(errs, fmt.Errorf("metric %s needs class %s: the KPA scales on %s or %s", s.Metric, ClassHPA, MetricConcurrency, MetricRPS))
+	}
+	if s.Class == ClassHPA && s.Metric == MetricMemory && s.HPATarget <= 0 {
+		errs = append(errs, fmt.Errorf("metric %s needs a target (mebibytes per pod) with class %s", MetricMemory, ClassHPA))
 	}
 	if s.InitialScale == 0 && !c.AllowZeroInitialScale {
 		errs = append(errs, errors.New("initial-scale 0 needs the cluster's allow-zero-initial-scale: true"))

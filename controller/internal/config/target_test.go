@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,44 @@ func TestEffectiveTargetValue(t *testing.T) {
 		if s.Total != tt.total || abs(s.TargetValue-tt.wantValue) > 1e-9 {
 			t.Errorf("%s: total %v value %v, want %v and %v", tt.name, s.Total, s.TargetValue, tt.total, tt.wantValue)
 		}
+	}
+}
+
+// TestHPAClass: the HPA's target per pod is what the KPA would aim at for
+// concurrency and rps, the target as given for cpu (a percentage, 80
+// unset) and memory (MiB); the metric defaults to cpu as in Knative; the
+// windows average concurrency for cpu and memory; no burst capacity, no
+// panic.
+func TestHPAClass(t *testing.T) {
+	hpa := func(o Overrides) *Overrides { o.Class = ptr.To(ClassHPA); return &o }
+	tests := []struct {
+		name              string
+		annotations, spec *Overrides
+		metric            string
+		hpaTarget, value  float64
+	}{
+		{"concurrency target 10 at 70%: the HPA aims at 7", nil, hpa(Overrides{Metric: ptr.To(MetricConcurrency), Target: ptr.To(10.0)}), MetricConcurrency, 7, 7},
+		{"rps target 50 at 80%: 40", nil, hpa(Overrides{Metric: ptr.To(MetricRPS), Target: ptr.To(50.0), TargetUtilizationPercentage: ptr.To(80.0)}), MetricRPS, 40, 40},
+		{"no metric: cpu at 80%", nil, hpa(Overrides{}), MetricCPU, 80, 70},
+		{"cpu target 55.5: 56%, the windows keep concurrency's 70", nil, hpa(Overrides{Metric: ptr.To(MetricCPU), Target: ptr.To(55.5)}), MetricCPU, 56, 70},
+		{"memory target 256 MiB", nil, hpa(Overrides{Metric: ptr.To(MetricMemory), Target: ptr.To(256.0)}), MetricMemory, 256, 70},
+		{"class from the annotation, metric from the spec", &Overrides{Class: ptr.To(ClassHPA)}, &Overrides{Metric: ptr.To(MetricRPS)}, MetricRPS, 140, 140},
+		{"metric from the annotation is kept", &Overrides{Metric: ptr.To(MetricConcurrency)}, hpa(Overrides{}), MetricConcurrency, 70, 70},
+	}
+	for _, tt := range tests {
+		s, err := Effective(Defaults(), 0, tt.annotations, tt.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if s.Class != ClassHPA || s.Metric != tt.metric || abs(s.HPATarget-tt.hpaTarget) > 1e-9 || abs(s.TargetValue-tt.value) > 1e-9 {
+			t.Errorf("%s: class %s metric %s HPA target %v value %v, want %s %s %v %v", tt.name, s.Class, s.Metric, s.HPATarget, s.TargetValue, ClassHPA, tt.metric, tt.hpaTarget, tt.value)
+		}
+		if s.TargetBurstCapacity != 0 || !math.IsInf(s.PanicThreshold, 1) {
+			t.Errorf("%s: burst capacity %v panic threshold %v, want 0 and +Inf", tt.name, s.TargetBurstCapacity, s.PanicThreshold)
+		}
+	}
+	if s, err := Effective(Defaults(), 0, nil, nil); err != nil || s.Class != ClassKPA || s.Metric != MetricConcurrency || s.TargetBurstCapacity != 211 {
+		t.Errorf("no class: %+v, %v; want the KPA on concurrency with TBC 211", s, err)
 	}
 }
 
@@ -104,7 +143,8 @@ func TestAnnotationErrors(t *testing.T) {
 		key, value, want string
 	}{
 		{"activation-scale", "1", "must be a whole number >= 2"},
-		{"metric", "cpu", `must be "concurrency" or "rps"`},
+		{"metric", "gpu", `must be "concurrency" or "rps" (or, with class hpa.autoscaling.knative.dev, "cpu" or "memory")`},
+		{"class", "hpa", `must be "kpa.autoscaling.knative.dev" or "hpa.autoscaling.knative.dev"`},
 		{"metric-aggregation-algorithm", "median", `must be "linear" or "weighted-exponential"`},
 		{"window", "5s", "whole seconds from 6s to 1h"},
 		{"target", "+Inf", "a number >= 0.01"},
@@ -136,6 +176,9 @@ func TestEffectiveCrossKeyRules(t *testing.T) {
 		{Defaults(), 0, &Overrides{ActivationScale: ptr.To(int32(5)), MaxScale: ptr.To(int32(3))}, "activation-scale 5 is above max-scale 3"},
 		{limited, 0, &Overrides{MaxScale: ptr.To(int32(20))}, "max-scale 20: the cluster's max-scale-limit 10 allows 1 to 10"},
 		{limited, 0, &Overrides{MaxScale: ptr.To(int32(0))}, "max-scale 0: the cluster's max-scale-limit 10"},
+		{Defaults(), 0, &Overrides{Metric: ptr.To(MetricCPU)}, "metric cpu needs class hpa.autoscaling.knative.dev: the KPA scales on concurrency or rps"},
+		{Defaults(), 0, &Overrides{Class: ptr.To(ClassKPA), Metric: ptr.To(MetricMemory)}, "metric memory needs class hpa.autoscaling.knative.dev"},
+		{Defaults(), 0, &Overrides{Class: ptr.To(ClassHPA), Metric: ptr.To(MetricMemory)}, "metric memory needs a target (mebibytes per pod) with class hpa.autoscaling.knative.dev"},
 		{Defaults(), 0, &Overrides{InitialScale: ptr.To(int32(0))}, "initial-scale 0 needs the cluster's allow-zero-initial-scale: true"},
 		{Defaults(), -1, nil, "containerConcurrency -1: must be 0 (no limit) or more"},
 		// Knative: activation-scale must be within min..max.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -62,6 +63,8 @@ type outcome struct {
 	reach       reach
 	zero        zeroOutcome
 	sks         *v1alpha1.ServerlessService
+	// hpa is the HPA class's HorizontalPodAutoscaler (nil: the KPA).
+	hpa *autoscalingv2.HorizontalPodAutoscaler
 
 	// accounting is the status.accounting this tick shows, and
 	// lastAccounting the one shown before.
@@ -87,13 +90,28 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	o.reach = r.reachable(ctx, pa, deploy)
 	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: o.reach.ok})
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
-	want := bounded(o.dec, settings, o.current, o.initialized, o.reach.ok)
+	hpaClass := settings.Class == config.ClassHPA
+	var want int32
+	var err error
+	if hpaClass {
+		// The HPA owns the counts from 1 up (hpaWish); the decider here
+		// only says when the target is idle, and shows its values.
+		if o.hpa, err = r.ensureHPA(ctx, pa, makeHPA(pa, deploy, settings)); err != nil {
+			return outcome{}, err
+		}
+		o.dec.Panicking = false
+		want = hpaWish(o.dec, o.values.Stable == 0, settings, o.current, o.initialized, o.reach.ok)
+	} else {
+		if err := r.removeHPA(ctx, pa); err != nil {
+			return outcome{}, err
+		}
+		want = bounded(o.dec, settings, o.current, o.initialized, o.reach.ok)
+	}
 	// The mode follows the decision (docs/autoscaling.md, "Serve or Proxy":
 	// Serve iff pods are wanted, their burst capacity is covered and they
 	// have no containerConcurrency); the zero rules below may still hold
 	// the last pod while the activator takes over.
 	mode, why := endpoints.Wanted(want, o.dec.ExcessBurstCapacity, settings.ContainerConcurrency)
-	var err error
 	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, why, o.dec.Activators); err != nil {
 		return outcome{}, err
 	}
@@ -104,6 +122,11 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service) },
 	})
 	o.want = o.zero.pods
+	if hpaClass && want == 0 && o.want > 0 {
+		// On the way to zero the rules hold a pod; the HPA's count
+		// stands instead until the last pods go together.
+		o.want = o.current
+	}
 	return o, nil
 }
 

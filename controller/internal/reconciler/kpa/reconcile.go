@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,6 +101,7 @@ var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -150,7 +152,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
-	if errors.Is(err, errSKSNotOwned) {
+	if errors.Is(err, errNotOwned) {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, names.ReasonNotOwned, err.Error())
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
@@ -217,6 +219,10 @@ func (r *PodAutoscaler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.PodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, owned)).
 		Owns(&v1alpha1.ServerlessService{}).
+		// The HPA class's HPAs: an edit or deletion by someone else is
+		// corrected at once; the HPA's status (every 15 s) waits for the
+		// tick.
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.pokeChannel(), pokeHandler))
 	if r.Buckets != nil {
 		opts.NeedLeaderElection = ptr.To(false)

@@ -15,9 +15,9 @@ import (
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
-// errSKSNotOwned: a ServerlessService of the PodAutoscaler's name belongs
-// to someone else.
-var errSKSNotOwned = errors.New("refusing to take it over")
+// errNotOwned: a ServerlessService or HorizontalPodAutoscaler of the
+// PodAutoscaler's name belongs to someone else.
+var errNotOwned = errors.New("refusing to take it over")
 
 // ensureSKS writes the target's ServerlessService (same name, owned by the
 // PodAutoscaler) with the wanted mode and why, and returns it with its
@@ -40,7 +40,7 @@ func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscale
 	case err != nil:
 		return nil, err
 	case !metav1.IsControlledBy(sks, pa):
-		return nil, fmt.Errorf("ServerlessService %q exists and is not controlled by PodAutoscaler %q (delete it so sockscale can make its own): %w", sks.Name, pa.Name, errSKSNotOwned)
+		return nil, fmt.Errorf("ServerlessService %q exists and is not controlled by PodAutoscaler %q (delete it so sockscale can make its own): %w", sks.Name, pa.Name, errNotOwned)
 	case equality.Semantic.DeepEqual(sks.Spec, spec):
 		return sks, nil
 	}

@@ -87,6 +87,12 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 	} else {
 		setCondition(status, gen, ConditionInitialized, metav1.ConditionFalse, "Initializing", fmt.Sprintf("%d of the initial %d pods are ready", o.ready, s.InitialScale))
 	}
+	if o.hpa != nil {
+		st, reason, msg := hpaCondition(o.hpa)
+		setCondition(status, gen, ConditionHPA, st, reason, msg)
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, ConditionHPA)
+	}
 	v := o.values
 	switch {
 	case v.Missing > 0 && !v.Extrapolating:
@@ -101,6 +107,13 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 			collector.StaleAfter, v.Missing, v.Expected, nodes(v.MissingNodes), v.Expected-v.Missing))
 	case o.ready < o.want:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
+	case o.hpa != nil:
+		windowed := s.Metric // cpu and memory targets' windows average concurrency (config.Settings)
+		if windowed != config.MetricRPS {
+			windowed = config.MetricConcurrency
+		}
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods, counted by HorizontalPodAutoscaler %s on %s; stable %s %s",
+			o.want, o.hpa.Name, s.Metric, windowed, stable))
 	default:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %s", o.want, s.Metric, stable))
 	}

@@ -46,9 +46,10 @@ func PodAutoscalerName(rev string) string { return rev }
 func PublicServiceName(rev string) string { return rev }
 
 // annotationsNotCopied are Revision annotations its pods do not get:
-// kubectl's copy of the whole object, and the autoscaling class, which the
-// API server already pins to the KPA and which the PodAutoscaler would
-// refuse as an unknown key under autoscaling.knative.dev/.
+// kubectl's copy of the whole object, and the autoscaling class, which
+// goes to the PodAutoscaler's spec instead (a class changed on the pod
+// template would roll the pods of every Revision that set it when sockscale
+// began to copy it).
 var annotationsNotCopied = map[string]bool{
 	"kubectl.kubernetes.io/last-applied-configuration": true,
 	config.AnnotationPrefix + "class":                  true,
@@ -370,6 +371,9 @@ func MakePodAutoscaler(rev *servingv1alpha1.Revision) *v1alpha1.PodAutoscaler {
 	}
 	if ts := rev.Spec.TimeoutSeconds; ts != nil {
 		spec.TimeoutSeconds = ptr.To(int32(*ts))
+	}
+	if class := rev.Annotations[config.AnnotationPrefix+"class"]; class != "" {
+		spec.Class = v1alpha1.Class(class) // the API server allows the KPA's and the HPA's
 	}
 	return &v1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: PodAutoscalerName(rev.Name), Labels: ownLabels(rev)},

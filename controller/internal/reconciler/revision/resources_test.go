@@ -171,6 +171,11 @@ func TestMakePodAutoscaler(t *testing.T) {
 		// the metric to them.
 		{"metric annotation", rev("hello-00001").Annotation("autoscaling.knative.dev/metric", "rps").Obj(), base},
 		{"target annotation", rev("hello-00001").Annotation("autoscaling.knative.dev/target", "7").Obj(), base},
+		// The class goes to the spec instead (it is not copied to the
+		// pods: see annotationsNotCopied).
+		{"HPA class", rev("hello-00001").Annotation("autoscaling.knative.dev/class", "hpa.autoscaling.knative.dev").Obj(), with(func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Class = v1alpha1.ClassHPA
+		})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

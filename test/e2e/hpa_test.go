@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	"github.com/sockscale/sockscale/internal/testutil/loadgen"
+	"github.com/sockscale/sockscale/test/e2e/e2etest"
+	"github.com/sockscale/sockscale/test/stack"
+)
+
+// TestE2EHPAClass: a PodAutoscaler of the HPA class under the local
+// cluster's real HPA controller (kube-controller-manager, 15 s sync),
+// which reads the agents' per-pod concurrency through the custom metrics
+// API: a step of load brings the count the HPA's formula gives, less load
+// takes pods away, no load takes the target to zero (sockscale's part),
+// and requests at zero are held by the activator and all answered.
+func TestE2EHPAClass(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name = "hpa-class"
+	// target 10 x 70 % = 7 requests in flight per pod; a 10 s window is
+	// the HPA's scale-down stabilization too.
+	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
+		p.Class, p.Metric, p.Target, p.MaxScale = v1alpha1.ClassHPA, "concurrency", ptr.To(10.0), ptr.To(int32(6))
+		p.Window = &metav1.Duration{Duration: 10 * time.Second}
+	})
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &hpa); err != nil {
+		t.Fatalf("the HPA class made no HorizontalPodAutoscaler: %v", err)
+	}
+
+	// 21 in flight: the HPA's formula, ceil(1 x 21/7) = 3 pods, which then
+	// hold at 7 each (within its 10 % tolerance).
+	steady := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 7, KeepAlive: true})
+	defer steady.Stop()
+	step := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 14, KeepAlive: true})
+	defer step.Stop()
+	hpaCount(t, s, name, 3, 2*time.Minute, "at 21 in flight")
+	if c := meta.FindStatusCondition(paOf(t, s, name).Status.Conditions, "HPAScalingActive"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("under load the PodAutoscaler's HPAScalingActive condition is %+v, want True (the HPA reads the metric)", c)
+	}
+	for range 10 {
+		if got := replicas(t, s, name); got != 3 {
+			t.Fatalf("at 21 in flight on 3 pods the HPA went to %d: %s", got, paLine(t, s, name))
+		}
+		time.Sleep(2 * time.Second)
+	}
+
+	// 7 in flight: ceil(3 x 7/3/7) = 1.
+	r := step.Stop()
+	hpaCount(t, s, name, 1, 2*time.Minute, "at 7 in flight")
+
+	// No load: sockscale takes the target to zero after the stable window
+	// and the grace period, the activator in the path.
+	r2 := steady.Stop()
+	if failed := r.Failed + r2.Failed; failed > 0 {
+		t.Errorf("%d of %d requests failed while the HPA scaled", failed, r.Completed+r2.Completed+failed)
+	}
+	e2etest.Eventually(t, 2*time.Minute, "scaled to zero while idle", func() error {
+		pa := paOf(t, s, name)
+		if got := replicas(t, s, name); got != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
+			return fmt.Errorf("%d pods wanted: %s", got, paLine(t, s, name))
+		}
+		return nil
+	})
+
+	// Ten requests at zero: held, then answered by the pods sockscale
+	// brings at once (the HPA ignores a Deployment at zero).
+	start := time.Now()
+	codes := coldRequests(url, 10)
+	for i, c := range codes {
+		if c != "200" {
+			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
+		}
+	}
+	t.Logf("10 requests at zero answered in %s (HPA class): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
+}
+
+// hpaCount waits until the HPA has set want pods and they are ready.
+func hpaCount(t *testing.T, s *stack.Stack, name string, want int32, timeout time.Duration, what string) {
+	t.Helper()
+	start := time.Now()
+	e2etest.Eventually(t, timeout, fmt.Sprintf("%d pods %s", want, what), func() error {
+		if got, ready := replicas(t, s, name), ready(t, s, name); got != want || ready != want {
+			return fmt.Errorf("%d pods wanted, %d ready: %s", got, ready, paLine(t, s, name))
+		}
+		return nil
+	})
+	t.Logf("%s: %d pods after %s", what, want, time.Since(start).Round(time.Second))
+}
+
+// paOf reads the PodAutoscaler name.
+func paOf(t *testing.T, s *stack.Stack, name string) *v1alpha1.PodAutoscaler {
+	t.Helper()
+	pa, err := s.PA(context.Background(), appNS, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pa
+}
+
+// coldRequests sends n requests at once and returns each one's status
+// code, or its error.
+func coldRequests(url string, n int) []string {
+	client := &http.Client{Timeout: 2 * time.Minute}
+	out := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			resp, err := client.Get(url)
+			if err != nil {
+				out[i] = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			out[i] = fmt.Sprint(resp.StatusCode)
+			if resp.StatusCode != http.StatusOK {
+				out[i] += " " + strings.TrimSpace(string(b))
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,6 +125,9 @@ func TestIntegrationControllerAdmissionPolicy(t *testing.T) {
 		{"a slice of a ServerlessService", slice("hello-00001-sockscale-0", "controller.sockscale.dev", true), ""},
 		{"a slice labelled as Kubernetes'", slice("hello-00001-sockscale-1", "endpointslice-controller.k8s.io", true), "managed-by=controller.sockscale.dev"},
 		{"a slice of no sockscale object", slice("hello-00001-sockscale-2", "controller.sockscale.dev", false), "controlled by a Revision, a Route or a ServerlessService"},
+		{"a PodAutoscaler's HPA", hpa("web", "web"), ""},
+		{"an HPA of another name's PodAutoscaler", hpa("kube-dns", "web"), "controlled by the PodAutoscaler of the same name"},
+		{"an HPA of no PodAutoscaler", hpa("stray", ""), "controlled by the PodAutoscaler of the same name"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := asController.Create(ctx, tt.obj)
@@ -198,4 +202,19 @@ func errString(err error) string {
 		return "accepted"
 	}
 	return err.Error()
+}
+
+// hpa is an HPA named name, controlled by PodAutoscaler owner ("": none).
+func hpa(name, owner string) *autoscalingv2.HorizontalPodAutoscaler {
+	h := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To(int32(1)), MaxReplicas: 5,
+		},
+	}
+	if owner != "" {
+		h.OwnerReferences = []metav1.OwnerReference{{APIVersion: "sockscale.dev/v1alpha1", Kind: "PodAutoscaler", Name: owner, UID: "d4e5f6", Controller: ptr.To(true)}}
+	}
+	return h
 }

@@ -13,7 +13,7 @@ import (
 // ServiceAccount of this release, the Deployments' one reading the
 // release's autoscaler ConfigMap and denying when it is missing.
 func TestControllerAdmissionPolicy(t *testing.T) {
-	policies := []string{controllerName + "-deployments", controllerName + "-services"}
+	policies := []string{controllerName + "-deployments", controllerName + "-services", controllerName + "-autoscalers"}
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -25,7 +25,7 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			objs := render(t, tt.args...)
-			if got := len(objs.ofKind("ValidatingAdmissionPolicy")) + len(objs.ofKind("ValidatingAdmissionPolicyBinding")); (got == 4) != tt.want || (got != 0 && got != 4) {
+			if got := len(objs.ofKind("ValidatingAdmissionPolicy")) + len(objs.ofKind("ValidatingAdmissionPolicyBinding")); (got == 6) != tt.want || (got != 0 && got != 6) {
 				t.Errorf("%d policies and bindings, want them all: %v", got, tt.want)
 			}
 		})
@@ -62,7 +62,7 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	get[struct{}](t, other, "ServiceAccount", "edge-controller")
-	if n := strings.Count(out, "request.userInfo.username == 'system:serviceaccount:knative-serving:edge-controller'"); n != 2 {
-		t.Errorf("release serving in knative-serving: %d policies name its controller's ServiceAccount edge-controller, want 2", n)
+	if n := strings.Count(out, "request.userInfo.username == 'system:serviceaccount:knative-serving:edge-controller'"); n != len(policies) {
+		t.Errorf("release serving in knative-serving: %d policies name its controller's ServiceAccount edge-controller, want %d", n, len(policies))
 	}
 }

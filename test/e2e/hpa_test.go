@@ -12,6 +12,7 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +39,7 @@ func TestE2EHPAClass(t *testing.T) {
 		p.Class, p.Metric, p.Target, p.MaxScale = v1alpha1.ClassHPA, "concurrency", ptr.To(10.0), ptr.To(int32(6))
 		p.Window = &metav1.Duration{Duration: 10 * time.Second}
 	})
+	t.Cleanup(func() { _ = s.Remove(context.Background(), stack.App{Namespace: appNS, Name: name}) })
 	var hpa autoscalingv2.HorizontalPodAutoscaler
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &hpa); err != nil {
 		t.Fatalf("the HPA class made no HorizontalPodAutoscaler: %v", err)
@@ -70,13 +72,7 @@ func TestE2EHPAClass(t *testing.T) {
 	if failed := r.Failed + r2.Failed; failed > 0 {
 		t.Errorf("%d of %d requests failed while the HPA scaled", failed, r.Completed+r2.Completed+failed)
 	}
-	e2etest.Eventually(t, 2*time.Minute, "scaled to zero while idle", func() error {
-		pa := paOf(t, s, name)
-		if got := replicas(t, s, name); got != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
-			return fmt.Errorf("%d pods wanted: %s", got, paLine(t, s, name))
-		}
-		return nil
-	})
+	atZero(t, s, name, 2*time.Minute)
 
 	// Ten requests at zero: held, then answered by the pods sockscale
 	// brings at once (the HPA ignores a Deployment at zero).
@@ -88,6 +84,82 @@ func TestE2EHPAClass(t *testing.T) {
 		}
 	}
 	t.Logf("10 requests at zero answered in %s (HPA class): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
+}
+
+// TestE2EOwnHPAScaleToZero: the user's own HPA, as the HPA's docs write
+// one, with minReplicas 0 (HPAScaleToZero, a feature gate the local
+// cluster turns on) on the external metrics API's concurrency of its
+// Deployment; sockscale only puts the activator in front while no pod is
+// ready (PodAutoscaler class external.autoscaling.sockscale.dev). The HPA
+// scales up on load and down to zero without it; requests at zero are
+// held by the activator, whose count the external metric includes, until
+// the HPA's next sync brings a pod; every one is answered.
+func TestE2EOwnHPAScaleToZero(t *testing.T) {
+	s := up(t)
+	ctx := context.Background()
+	const name = "own-hpa"
+	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) { p.Class = v1alpha1.ClassExternal })
+	t.Cleanup(func() { _ = s.Remove(context.Background(), stack.App{Namespace: appNS, Name: name}) })
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To(int32(0)),
+			MaxReplicas:    5,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ExternalMetricSourceType, External: &autoscalingv2.ExternalMetricSource{
+				Metric: autoscalingv2.MetricIdentifier{Name: "concurrency", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"deployment": name}}},
+				Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("7"))},
+			}}},
+			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(int32(10))}},
+		},
+	}
+	if err := s.Client.Create(ctx, hpa); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), hpa) })
+
+	// 14 in flight: ceil(14/7) = 2 pods.
+	load := loadgen.Start(ctx, loadgen.Options{URLs: []string{url + "?sleep=200"}, Concurrency: 14, KeepAlive: true})
+	defer load.Stop()
+	hpaCount(t, s, name, 2, 2*time.Minute, "at 14 in flight")
+	if r := load.Stop(); r.Failed > 0 {
+		t.Errorf("%d of %d requests failed while the HPA scaled", r.Failed, r.Completed+r.Failed)
+	}
+
+	// No load: the HPA itself goes to zero; the activators take the
+	// public Service.
+	atZero(t, s, name, 2*time.Minute)
+
+	start := time.Now()
+	codes := coldRequests(url, 10)
+	for i, c := range codes {
+		if c != "200" {
+			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
+		}
+	}
+	t.Logf("10 requests at zero answered in %s (own HPA, minReplicas 0): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
+}
+
+// atZero waits until the target wants no pod, has none left, and its
+// public Service leads to the activators.
+func atZero(t *testing.T, s *stack.Stack, name string, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	e2etest.Eventually(t, timeout, name+" at zero", func() error {
+		pa := paOf(t, s, name)
+		if got := replicas(t, s, name); got != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
+			return fmt.Errorf("%d pods wanted: %s", got, paLine(t, s, name))
+		}
+		d, err := s.Deployment(context.Background(), appNS, name)
+		if err != nil {
+			return err
+		}
+		if d.Status.Replicas != 0 {
+			return fmt.Errorf("the Deployment still has %d pods", d.Status.Replicas)
+		}
+		return nil
+	})
+	t.Logf("%s at zero after %s", name, time.Since(start).Round(time.Second))
 }
 
 // hpaCount waits until the HPA has set want pods and they are ready.

@@ -18,7 +18,7 @@ const (
 
 // Class says which autoscaler sizes a target: the values of Knative's
 // autoscaling.knative.dev/class annotation.
-// +kubebuilder:validation:Enum=kpa.autoscaling.knative.dev;hpa.autoscaling.knative.dev
+// +kubebuilder:validation:Enum=kpa.autoscaling.knative.dev;hpa.autoscaling.knative.dev;external.autoscaling.sockscale.dev
 type Class string
 
 const (
@@ -29,6 +29,13 @@ const (
 	// that sockscale makes and owns; sockscale keeps zero (scale to zero
 	// when idle, the activator holding requests, the scale from zero).
 	ClassHPA Class = "hpa.autoscaling.knative.dev"
+	// ClassExternal leaves every count, zero included, to an autoscaler
+	// the user runs (their own HPA with HPAScaleToZero, KEDA): sockscale
+	// never scales the target, and only puts the activator in front of it
+	// while no pod is ready, so requests at zero are held until that
+	// autoscaler brings a pod (it sees them in the metrics APIs'
+	// concurrency and activator_concurrency, or KEDA's scaler).
+	ClassExternal Class = "external.autoscaling.sockscale.dev"
 )
 
 // ScaleTargetRef points at what is scaled: any resource with a /scale
@@ -74,10 +81,13 @@ type PodAutoscalerSpec struct {
 	Service        ServiceRef     `json:"service"`
 
 	// Class is the autoscaler that sizes the target:
-	// kpa.autoscaling.knative.dev (sockscale's own) or
+	// kpa.autoscaling.knative.dev (sockscale's own),
 	// hpa.autoscaling.knative.dev (a HorizontalPodAutoscaler of the same
 	// name that sockscale makes and owns scales it from 1 up; sockscale
-	// still takes it to zero and back). Unset: the pod template annotation
+	// still takes it to zero and back) or
+	// external.autoscaling.sockscale.dev (the user's own HPA or KEDA
+	// scales it, zero included; sockscale only holds requests in the
+	// activator while no pod is ready). Unset: the pod template annotation
 	// autoscaling.knative.dev/class, else the KPA.
 	// +optional
 	Class Class `json:"class,omitempty"`

@@ -142,7 +142,7 @@ func TestIntegrationServingValidation(t *testing.T) {
 		}, []string{"spec.template.spec.containers", "exactly one must set ports"}},
 		{"autoscaling class neither the KPA nor the HPA", func(s *v1alpha1.ServiceSpec) {
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/class"] = "custom.example.com"
-		}, []string{"spec.template.metadata.annotations", "autoscaling.knative.dev/class must be kpa.autoscaling.knative.dev or hpa.autoscaling.knative.dev"}},
+		}, []string{"spec.template.metadata.annotations", "autoscaling.knative.dev/class must be kpa.autoscaling.knative.dev, hpa.autoscaling.knative.dev or external.autoscaling.sockscale.dev"}},
 		{"the HPA class on cpu", func(s *v1alpha1.ServiceSpec) {
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/class"] = "hpa.autoscaling.knative.dev"
 			s.Template.Metadata.Annotations["autoscaling.knative.dev/metric"] = "cpu"

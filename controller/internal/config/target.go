@@ -30,8 +30,9 @@ const (
 
 // Autoscaler classes (the values of Knative's autoscaling.knative.dev/class).
 const (
-	ClassKPA = string(v1alpha1.ClassKPA)
-	ClassHPA = string(v1alpha1.ClassHPA)
+	ClassKPA      = string(v1alpha1.ClassKPA)
+	ClassHPA      = string(v1alpha1.ClassHPA)
+	ClassExternal = string(v1alpha1.ClassExternal)
 )
 
 // DefaultCPUUtilization is the HPA class's cpu target when the target sets
@@ -79,8 +80,8 @@ func setCount(dst **int32) func(*Overrides, string) error {
 func (o *Overrides) annotations() []annotation {
 	return []annotation{
 		{"class", func(o *Overrides, v string) error {
-			if v != ClassKPA && v != ClassHPA {
-				return fmt.Errorf("must be %q or %q", ClassKPA, ClassHPA)
+			if v != ClassKPA && v != ClassHPA && v != ClassExternal {
+				return fmt.Errorf("must be %q, %q or %q", ClassKPA, ClassHPA, ClassExternal)
 			}
 			o.Class = &v
 			return nil
@@ -193,7 +194,7 @@ func ParseAnnotations(annotations map[string]string) (*Overrides, error) {
 
 // Settings are one target's effective autoscaling settings.
 type Settings struct {
-	// Class is ClassKPA or ClassHPA.
+	// Class is ClassKPA, ClassHPA or ClassExternal.
 	Class  string
 	Metric string
 	// Total is one pod's capacity for the metric; TargetValue what the
@@ -336,7 +337,7 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 	default:
 		s.HPATarget = s.TargetValue
 	}
-	if s.Class == ClassHPA {
+	if s.Class != ClassKPA {
 		// The HPA class has no burst capacity to keep (as in Knative):
 		// its pods take traffic directly whenever one is ready, and the
 		// activator is in the path only at zero. With 0 the decider keeps
@@ -345,7 +346,9 @@ func Effective(c *Config, containerConcurrency int32, annotations, spec *Overrid
 		s.TargetBurstCapacity = 0
 		// Nor does it panic: the HPA sizes bursts. An infinite threshold
 		// keeps the decider, which here only tells when the target is
-		// idle, from logging panics that decide nothing.
+		// idle, from logging panics that decide nothing. The same holds
+		// for a target another autoscaler scales (ClassExternal), whose
+		// decider decides nothing at all.
 		s.PanicThreshold = math.Inf(1)
 	}
 

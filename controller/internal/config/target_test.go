@@ -144,7 +144,7 @@ func TestAnnotationErrors(t *testing.T) {
 	}{
 		{"activation-scale", "1", "must be a whole number >= 2"},
 		{"metric", "gpu", `must be "concurrency" or "rps" (or, with class hpa.autoscaling.knative.dev, "cpu" or "memory")`},
-		{"class", "hpa", `must be "kpa.autoscaling.knative.dev" or "hpa.autoscaling.knative.dev"`},
+		{"class", "hpa", `must be "kpa.autoscaling.knative.dev", "hpa.autoscaling.knative.dev" or "external.autoscaling.sockscale.dev"`},
 		{"metric-aggregation-algorithm", "median", `must be "linear" or "weighted-exponential"`},
 		{"window", "5s", "whole seconds from 6s to 1h"},
 		{"target", "+Inf", "a number >= 0.01"},

@@ -93,7 +93,8 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	hpaClass := settings.Class == config.ClassHPA
 	var want int32
 	var err error
-	if hpaClass {
+	switch settings.Class {
+	case config.ClassHPA:
 		// The HPA owns the counts from 1 up (hpaWish); the decider here
 		// only says when the target is idle, and shows its values.
 		if o.hpa, err = r.ensureHPA(ctx, pa, makeHPA(pa, deploy, settings)); err != nil {
@@ -101,7 +102,9 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 		}
 		o.dec.Panicking = false
 		want = hpaWish(o.dec, o.values.Stable == 0, settings, o.current, o.initialized, o.reach.ok)
-	} else {
+	case config.ClassExternal:
+		return r.decideExternal(ctx, pa, deploy, o)
+	default:
 		if err := r.removeHPA(ctx, pa); err != nil {
 			return outcome{}, err
 		}

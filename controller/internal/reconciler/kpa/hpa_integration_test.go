@@ -126,11 +126,44 @@ func TestIntegrationHPAClass(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.tick()
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "hpa"}, &autoscalingv2.HorizontalPodAutoscaler{}); !apierrors.IsNotFound(err) {
+		if err := getHPAErr(c, "hpa"); !apierrors.IsNotFound(err) {
 			t.Errorf("after the switch to the KPA the HPA is still there (get: %v)", err)
 		}
 		if meta.FindStatusCondition(r.pa().Status.Conditions, kpa.ConditionHPA) != nil {
 			t.Errorf("the KPA's status still shows %s", kpa.ConditionHPA)
+		}
+	})
+
+	t.Run("the external class: never scaled, the activator in front at zero", func(t *testing.T) {
+		r := newRig(t, cl, "external", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Class = v1alpha1.ClassExternal
+			s.Window = &metav1.Duration{Duration: 6 * time.Second}
+		})
+		r.offered = 140 // the KPA's 2 pods
+		r.run(20 * time.Second)
+		r.offered = 0
+		r.prober.inPath = true
+		r.run(60 * time.Second) // the KPA would be at zero
+		if got := r.replicas(); got != 1 {
+			t.Fatalf("sockscale scaled a target of the external class to %d pods, want its own 1", got)
+		}
+		r.expectPublic(v1alpha1.ModeServe, 1)
+		// Its autoscaler takes it to zero: the activators go in front, and
+		// requests they hold do not scale it (its autoscaler sees them).
+		scaleTo(t, c, r, 0)
+		r.run(4 * time.Second) // the pods go, then the status shows it
+		r.expectPublic(v1alpha1.ModeProxy, 2)
+		assertCondition(t, c, "external", kpa.ConditionActive, kpa.ReasonNoTraffic)
+		r.activatorLoad = 2
+		r.run(10 * time.Second)
+		if got := r.replicas(); got != 0 {
+			t.Fatalf("held requests scaled a target of the external class to %d pods", got)
+		}
+		scaleTo(t, c, r, 2)
+		r.run(4 * time.Second)
+		r.expectPublic(v1alpha1.ModeServe, 2)
+		if err := getHPAErr(c, "external"); !apierrors.IsNotFound(err) {
+			t.Errorf("the external class made an HPA (get: %v)", err)
 		}
 	})
 
@@ -152,6 +185,10 @@ func TestIntegrationHPAClass(t *testing.T) {
 			t.Errorf("the user's HPA was changed: %+v", got)
 		}
 	})
+}
+
+func getHPAErr(c client.Client, name string) error {
+	return c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &autoscalingv2.HorizontalPodAutoscaler{})
 }
 
 func getHPA(t *testing.T, c client.Client, name string) *autoscalingv2.HorizontalPodAutoscaler {

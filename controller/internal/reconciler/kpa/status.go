@@ -107,16 +107,23 @@ func fillStatus(status *v1alpha1.PodAutoscalerStatus, gen int64, s config.Settin
 			collector.StaleAfter, v.Missing, v.Expected, nodes(v.MissingNodes), v.Expected-v.Missing))
 	case o.ready < o.want:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d pods ready", o.ready, o.want))
+	case s.Class == config.ClassExternal:
+		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods, counted by the target's own autoscaler; stable %s %s", o.want, windowedMetric(s), stable))
 	case o.hpa != nil:
-		windowed := s.Metric // cpu and memory targets' windows average concurrency (config.Settings)
-		if windowed != config.MetricRPS {
-			windowed = config.MetricConcurrency
-		}
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods, counted by HorizontalPodAutoscaler %s on %s; stable %s %s",
-			o.want, o.hpa.Name, s.Metric, windowed, stable))
+			o.want, o.hpa.Name, s.Metric, windowedMetric(s), stable))
 	default:
 		setCondition(status, gen, names.ConditionReady, metav1.ConditionTrue, "Scaled", fmt.Sprintf("%d pods for a stable %s of %s", o.want, s.Metric, stable))
 	}
+}
+
+// windowedMetric is what the stable and panic values are of: the metric,
+// or concurrency for the HPA class's cpu and memory (config.Settings).
+func windowedMetric(s config.Settings) string {
+	if s.Metric == config.MetricRPS {
+		return config.MetricRPS
+	}
+	return config.MetricConcurrency
 }
 
 // writeStatus writes status if it changed: every target ticks every 2 s,

@@ -373,7 +373,7 @@ func MakePodAutoscaler(rev *servingv1alpha1.Revision) *v1alpha1.PodAutoscaler {
 		spec.TimeoutSeconds = ptr.To(int32(*ts))
 	}
 	if class := rev.Annotations[config.AnnotationPrefix+"class"]; class != "" {
-		spec.Class = v1alpha1.Class(class) // the API server allows the KPA's and the HPA's
+		spec.Class = v1alpha1.Class(class) // the API server allows only the classes there are
 	}
 	return &v1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: PodAutoscalerName(rev.Name), Labels: ownLabels(rev)},

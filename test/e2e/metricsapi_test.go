@@ -18,13 +18,16 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/metrics/pkg/apis/custom_metrics/v1beta2"
 	externalv1beta1 "k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/internal/testutil/loadgen"
@@ -159,6 +162,29 @@ func TestE2EMetricsAPIs(t *testing.T) {
 	}
 
 	kedaScalerAnswers(t, s, name, offered)
+
+	// The user's own HPA, as its docs write one, on the pods' concurrency:
+	// 4 in flight at 2 per pod is 2 pods, which then hold at 2 each.
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To(int32(1)),
+			MaxReplicas:    4,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
+				Metric: autoscalingv2.MetricIdentifier{Name: "concurrency"},
+				Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("2"))},
+			}}},
+		},
+	}
+	if err := s.Client.Create(ctx, hpa); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), hpa) })
+	hpaCount(t, s, name, 2, 2*time.Minute, "a plain Deployment's own HPA at 4 in flight, 2 per pod")
+	if r := load.Stop(); r.Failed > 0 {
+		t.Errorf("%d of %d requests failed", r.Failed, r.Completed+r.Failed)
+	}
 }
 
 // kedaScalerAnswers asks the controller's KEDA scaler, as KEDA's operator

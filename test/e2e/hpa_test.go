@@ -168,11 +168,32 @@ func hpaCount(t *testing.T, s *stack.Stack, name string, want int32, timeout tim
 	start := time.Now()
 	e2etest.Eventually(t, timeout, fmt.Sprintf("%d pods %s", want, what), func() error {
 		if got, ready := replicas(t, s, name), ready(t, s, name); got != want || ready != want {
-			return fmt.Errorf("%d pods wanted, %d ready: %s", got, ready, paLine(t, s, name))
+			return fmt.Errorf("%d pods wanted, %d ready: %s", got, ready, hpaLine(s, name))
 		}
 		return nil
 	})
 	t.Logf("%s: %d pods after %s", what, want, time.Since(start).Round(time.Second))
+}
+
+// hpaLine says what HorizontalPodAutoscaler name last did and saw.
+func hpaLine(s *stack.Stack, name string) string {
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	if err := s.Client.Get(context.Background(), client.ObjectKey{Namespace: appNS, Name: name}, &hpa); err != nil {
+		return "HPA: " + err.Error()
+	}
+	line := fmt.Sprintf("HPA current %d desired %d", hpa.Status.CurrentReplicas, hpa.Status.DesiredReplicas)
+	for _, m := range hpa.Status.CurrentMetrics {
+		switch {
+		case m.Pods != nil:
+			line += fmt.Sprintf(", pods %s average %s", m.Pods.Metric.Name, m.Pods.Current.AverageValue)
+		case m.External != nil:
+			line += fmt.Sprintf(", external %s average %s", m.External.Metric.Name, m.External.Current.AverageValue)
+		}
+	}
+	for _, c := range hpa.Status.Conditions {
+		line += fmt.Sprintf("; %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return line
 }
 
 // paOf reads the PodAutoscaler name.

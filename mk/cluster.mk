@@ -72,10 +72,17 @@ cluster-status: sockscale-cluster ## What the local cluster runs, and its nodes.
 cluster-down: sockscale-cluster ## Stop the local cluster and remove everything it made on the host.
 	$(SOCKSCALE_CLUSTER) down $(CLUSTER_FLAGS)
 
+.PHONY: keda-image
+# KEDA's operator for TestE2EKEDAScaleToZero: the version go.mod pins, built
+# from its source into an OCI layout under $(CACHE_DIR) once (about 7
+# minutes cold on 2 cores), then reused.
+keda-image: deps ## Build KEDA's operator image (the go.mod version) for the end-to-end tests into $(CACHE_DIR).
+	$(GO) run ./test/keda/cmd/keda-image
+
 .PHONY: test-e2e
 # One cluster per machine: the packages run one after the other (-p 1).
 # `images` first: the harness builds the images again with the same flags,
 # then from the go build cache (a cold build takes minutes on 2 cores and
 # would eat the harness's time to bring the cluster up).
-test-e2e: deps cluster-binaries real-node-binaries images $$(HELM) ## End-to-end tests (TestE2E*): the harness itself (its real node too), then the autoscaling scenarios (docs/autoscaling.md) with the chart installed by helm (root).
+test-e2e: deps cluster-binaries real-node-binaries images keda-image $$(HELM) ## End-to-end tests (TestE2E*): the harness itself (its real node too), then the autoscaling scenarios (docs/autoscaling.md) with the chart installed by helm (root).
 	$(GO) test -count=1 -p 1 -timeout 40m -run '$(call test-pattern,$(E2E_TEST_PREFIXES))' $(call test-packages,$(E2E_TEST_PREFIXES))

@@ -31,6 +31,7 @@ import (
 // and requests at zero are held by the activator and all answered.
 func TestE2EHPAClass(t *testing.T) {
 	s := up(t)
+	t.Parallel() // with the package's other HPA and KEDA scenarios, after the rest: each has its own apps
 	ctx := context.Background()
 	const name = "hpa-class"
 	// target 10 x 70 % = 7 requests in flight per pod; a 10 s window is
@@ -72,12 +73,12 @@ func TestE2EHPAClass(t *testing.T) {
 	if failed := r.Failed + r2.Failed; failed > 0 {
 		t.Errorf("%d of %d requests failed while the HPA scaled", failed, r.Completed+r2.Completed+failed)
 	}
-	atZero(t, s, name, 2*time.Minute)
+	waitAtZero(t, s, 2*time.Minute, name)
 
 	// Ten requests at zero: held, then answered by the pods sockscale
 	// brings at once (the HPA ignores a Deployment at zero).
 	start := time.Now()
-	codes := coldRequests(url, 10)
+	codes := coldRequests(url, name, 10)
 	for i, c := range codes {
 		if c != "200" {
 			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
@@ -96,6 +97,7 @@ func TestE2EHPAClass(t *testing.T) {
 // the HPA's next sync brings a pod; every one is answered.
 func TestE2EOwnHPAScaleToZero(t *testing.T) {
 	s := up(t)
+	t.Parallel() // with the package's other HPA and KEDA scenarios, after the rest: each has its own apps
 	ctx := context.Background()
 	const name = "own-hpa"
 	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) { p.Class = v1alpha1.ClassExternal })
@@ -128,38 +130,16 @@ func TestE2EOwnHPAScaleToZero(t *testing.T) {
 
 	// No load: the HPA itself goes to zero; the activators take the
 	// public Service.
-	atZero(t, s, name, 2*time.Minute)
+	waitAtZero(t, s, 2*time.Minute, name)
 
 	start := time.Now()
-	codes := coldRequests(url, 10)
+	codes := coldRequests(url, name, 10)
 	for i, c := range codes {
 		if c != "200" {
 			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
 		}
 	}
 	t.Logf("10 requests at zero answered in %s (own HPA, minReplicas 0): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
-}
-
-// atZero waits until the target wants no pod, has none left, and its
-// public Service leads to the activators.
-func atZero(t *testing.T, s *stack.Stack, name string, timeout time.Duration) {
-	t.Helper()
-	start := time.Now()
-	e2etest.Eventually(t, timeout, name+" at zero", func() error {
-		pa := paOf(t, s, name)
-		if got := replicas(t, s, name); got != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
-			return fmt.Errorf("%d pods wanted: %s", got, paLine(t, s, name))
-		}
-		d, err := s.Deployment(context.Background(), appNS, name)
-		if err != nil {
-			return err
-		}
-		if d.Status.Replicas != 0 {
-			return fmt.Errorf("the Deployment still has %d pods", d.Status.Replicas)
-		}
-		return nil
-	})
-	t.Logf("%s at zero after %s", name, time.Since(start).Round(time.Second))
 }
 
 // hpaCount waits until the HPA has set want pods and they are ready.
@@ -206,9 +186,11 @@ func paOf(t *testing.T, s *stack.Stack, name string) *v1alpha1.PodAutoscaler {
 	return pa
 }
 
-// coldRequests sends n requests at once and returns each one's status
-// code, or its error.
-func coldRequests(url string, n int) []string {
+// coldRequests sends n requests at once to url, the public URL of
+// target, and returns each one's outcome: "200" when a pod of target
+// answered it, else what happened (a 200 from another app's pod, behind a
+// stale address, is not an answer).
+func coldRequests(url, target string, n int) []string {
 	client := &http.Client{Timeout: 2 * time.Minute}
 	out := make([]string, n)
 	var wg sync.WaitGroup
@@ -221,9 +203,14 @@ func coldRequests(url string, n int) []string {
 			}
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
-			out[i] = fmt.Sprint(resp.StatusCode)
-			if resp.StatusCode != http.StatusOK {
-				out[i] += " " + strings.TrimSpace(string(b))
+			body := strings.TrimSpace(string(b))
+			switch {
+			case resp.StatusCode != http.StatusOK:
+				out[i] = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			case !strings.HasPrefix(body, "pod "+target+"-"):
+				out[i] = "200 from another app: " + body
+			default:
+				out[i] = "200"
 			}
 		})
 	}

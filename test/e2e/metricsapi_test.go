@@ -48,6 +48,7 @@ const metricsWindow = 10 * time.Second
 // Deployment gets an error that says what to write.
 func TestE2EMetricsAPIs(t *testing.T) {
 	s := up(t)
+	t.Parallel() // with the package's other HPA and KEDA scenarios, after the rest: each has its own apps
 	ctx := context.Background()
 	const name = "metrics-plain"
 	app := stack.App{Namespace: appNS, Name: name, Plain: true}

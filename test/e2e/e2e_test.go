@@ -325,11 +325,7 @@ func ready(t *testing.T, s *stack.Stack, name string) int32 {
 // paLine is what `kubectl get pa` shows.
 func paLine(t *testing.T, s *stack.Stack, name string) string {
 	t.Helper()
-	pa, err := s.PA(context.Background(), appNS, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := pa.Status
+	st := paOf(t, s, name).Status
 	line := fmt.Sprintf("desired %v actual %v mode %s stable %s panic %s panicking %v", deref(st.DesiredScale), deref(st.ActualScale), st.Mode, st.StableValue, st.PanicValue, st.Panicking)
 	for _, c := range st.Conditions {
 		if c.Status != metav1.ConditionTrue {
@@ -337,6 +333,16 @@ func paLine(t *testing.T, s *stack.Stack, name string) string {
 		}
 	}
 	return line
+}
+
+// paOf reads the PodAutoscaler name.
+func paOf(t *testing.T, s *stack.Stack, name string) *v1alpha1.PodAutoscaler {
+	t.Helper()
+	pa, err := s.PA(context.Background(), appNS, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pa
 }
 
 // expectServeEndpoints: the public Service's endpoints are exactly the

@@ -218,11 +218,7 @@ func agentOn(t *testing.T, s *stack.Stack, node string) bool {
 
 func readyCondition(t *testing.T, s *stack.Stack, name string) *metav1.Condition {
 	t.Helper()
-	pa, err := s.PA(context.Background(), appNS, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return meta.FindStatusCondition(pa.Status.Conditions, "Ready")
+	return meta.FindStatusCondition(paOf(t, s, name).Status.Conditions, "Ready")
 }
 
 // TestE2ELeaderKilledUnderLoad: the leading controller replica is killed

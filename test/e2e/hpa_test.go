@@ -77,14 +77,7 @@ func TestE2EHPAClass(t *testing.T) {
 
 	// Ten requests at zero: held, then answered by the pods sockscale
 	// brings at once (the HPA ignores a Deployment at zero).
-	start := time.Now()
-	codes := coldRequests(url, name, 10)
-	for i, c := range codes {
-		if c != "200" {
-			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
-		}
-	}
-	t.Logf("10 requests at zero answered in %s (HPA class): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
+	coldStart(t, s, url, name, "HPA class")
 }
 
 // TestE2EOwnHPAScaleToZero: the user's own HPA, as the HPA's docs write
@@ -132,14 +125,7 @@ func TestE2EOwnHPAScaleToZero(t *testing.T) {
 	// public Service.
 	waitAtZero(t, s, 2*time.Minute, name)
 
-	start := time.Now()
-	codes := coldRequests(url, name, 10)
-	for i, c := range codes {
-		if c != "200" {
-			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
-		}
-	}
-	t.Logf("10 requests at zero answered in %s (own HPA, minReplicas 0): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
+	coldStart(t, s, url, name, "own HPA, minReplicas 0")
 }
 
 // hpaCount waits until the HPA has set want pods and they are ready.
@@ -176,14 +162,18 @@ func hpaLine(s *stack.Stack, name string) string {
 	return line
 }
 
-// paOf reads the PodAutoscaler name.
-func paOf(t *testing.T, s *stack.Stack, name string) *v1alpha1.PodAutoscaler {
+// coldStart sends 10 requests at once to target at zero (url is its
+// public URL) and checks that a pod of target answers each; it logs how
+// long all took, as what.
+func coldStart(t *testing.T, s *stack.Stack, url, target, what string) {
 	t.Helper()
-	pa, err := s.PA(context.Background(), appNS, name)
-	if err != nil {
-		t.Fatal(err)
+	start := time.Now()
+	for i, c := range coldRequests(url, target, 10) {
+		if c != "200" {
+			t.Errorf("request %d at zero: %s, want 200 from a pod of %s", i, c, target)
+		}
 	}
-	return pa
+	t.Logf("10 requests at zero answered in %s (%s): %s", time.Since(start).Round(time.Millisecond), what, paLine(t, s, target))
 }
 
 // coldRequests sends n requests at once to url, the public URL of

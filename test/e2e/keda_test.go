@@ -108,14 +108,7 @@ func TestE2EKEDAScaleToZero(t *testing.T) {
 		t.Errorf("ScaledObject Ready = %s, want True (KEDA reads sockscale's scaler)", line)
 	}
 
-	start = time.Now()
-	codes := coldRequests(url, name, 10)
-	for i, c := range codes {
-		if c != "200" {
-			t.Errorf("request %d at zero: %s, want 200 from a pod", i, c)
-		}
-	}
-	t.Logf("10 requests at zero answered in %s (KEDA, external-push): %s", time.Since(start).Round(time.Millisecond), paLine(t, s, name))
+	coldStart(t, s, url, name, "KEDA, external-push")
 	// KEDA brought the pod: it saw the held requests as activity.
 	if st, line := scaledObjectCondition(t, s, name, "Active"); st != "True" && replicas(t, s, name) == 0 {
 		t.Errorf("after the requests at zero: ScaledObject Active = %s with no pod wanted", line)

@@ -6,8 +6,11 @@ import (
 	"net"
 	"net/netip"
 
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/sockscale/sockscale/controller/internal/kedascaler"
@@ -42,7 +45,8 @@ func setupMetricsAPIs(mgr manager.Manager, f *flags) (record func(*stats.Batch),
 		p, ok, err := pods.Get(context.Background(), namespace, name)
 		return err == nil && ok && p.Node == node && p.IP == ip
 	})
-	values := metricsapi.NewProvider(store, pods, clock.RealClock{})
+	deployments := deploymentLookup{mgr.GetClient()}
+	values := metricsapi.NewProvider(store, pods, deployments, clock.RealClock{})
 	if f.metricsAPIAddr != "0" {
 		var apis metricsapi.APIs
 		for _, api := range f.metricsAPIs {
@@ -80,7 +84,7 @@ func setupMetricsAPIs(mgr manager.Manager, f *flags) (record func(*stats.Batch),
 				_ = lis.Close()
 				return ctx.Err()
 			}
-			return kedascaler.Serve(ctx, lis, kedaSource{values: values, store: store}, opts)
+			return kedascaler.Serve(ctx, lis, kedaSource{values: values, store: store, deployments: deployments}, opts)
 		})); err != nil {
 			_ = lis.Close()
 			return nil, err
@@ -101,8 +105,26 @@ func setupMetricsAPIs(mgr manager.Manager, f *flags) (record func(*stats.Batch),
 // pods' trusted records and its activators', as the external metrics
 // API serves it.
 type kedaSource struct {
-	values *metricsapi.Provider
-	store  *recentload.Store
+	values      *metricsapi.Provider
+	store       *recentload.Store
+	deployments deploymentLookup
+}
+
+func (k kedaSource) Exists(namespace, workload string) (bool, error) {
+	return k.deployments.Exists(context.Background(), namespace, workload)
+}
+
+// deploymentLookup tells whether a Deployment exists from the manager's
+// cache, which holds every Deployment (trimmed, see cachetrim) on every
+// replica.
+type deploymentLookup struct{ c client.Reader }
+
+func (d deploymentLookup) Exists(ctx context.Context, namespace, name string) (bool, error) {
+	err := d.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &appsv1.Deployment{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (k kedaSource) Target(namespace, workload string) (kedascaler.Load, bool) {

@@ -32,9 +32,25 @@ type scaler struct {
 
 var _ pb.ExternalScalerServer = (*scaler)(nil)
 
+// trigger parses ref's trigger and checks that its Deployment exists.
+func (s *scaler) trigger(ref *pb.ScaledObjectRef) (trigger, error) {
+	t, err := parseTrigger(ref)
+	if err != nil {
+		return trigger{}, err
+	}
+	ok, err := s.source.Exists(t.namespace, t.deployment)
+	switch {
+	case err != nil:
+		return trigger{}, status.Errorf(codes.Unavailable, "look up deployment %q in namespace %q: %v", t.deployment, t.namespace, err)
+	case !ok:
+		return trigger{}, status.Errorf(codes.NotFound, "deployment %q: no such Deployment in namespace %q (the trigger's metadata key deployment names the Deployment whose load counts)", t.deployment, t.namespace)
+	}
+	return t, nil
+}
+
 // GetMetricSpec says the trigger's metric and its target per pod.
 func (s *scaler) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.GetMetricSpecResponse, error) {
-	t, err := parseTrigger(ref)
+	t, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +63,10 @@ func (s *scaler) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.
 
 // GetMetrics says the Deployment's total of the trigger's metric. A
 // Deployment never heard of has no load: a new one that has served
-// nothing yet reads 0, not an error that would stop KEDA from scaling it.
+// nothing yet reads 0, not an error that would stop KEDA from scaling it
+// (one that does not exist is an error).
 func (s *scaler) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.GetMetricsResponse, error) {
-	t, err := parseTrigger(req.GetScaledObjectRef())
+	t, err := s.trigger(req.GetScaledObjectRef())
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +85,7 @@ func (s *scaler) GetMetrics(_ context.Context, req *pb.GetMetricsRequest) (*pb.G
 // IsActive says whether the Deployment should have at least one pod
 // (trigger.active).
 func (s *scaler) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsActiveResponse, error) {
-	t, err := parseTrigger(ref)
+	t, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +98,7 @@ func (s *scaler) IsActive(_ context.Context, ref *pb.ScaledObjectRef) (*pb.IsAct
 // false at the first idle check that finds it idle. It runs in the
 // stream's own goroutine, until KEDA ends the stream or Serve stops.
 func (s *scaler) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStreamingServer[pb.IsActiveResponse]) error {
-	t, err := parseTrigger(ref)
+	t, err := s.trigger(ref)
 	if err != nil {
 		return err
 	}

@@ -146,6 +146,28 @@ func TestMetadataRefused(t *testing.T) {
 	if asked := src.askedNamespaces(); len(asked) != 0 {
 		t.Errorf("the Source was read for refused metadata: %v", asked)
 	}
+	// A Deployment that is not there (a typo) is an error KEDA shows, not
+	// an idle Deployment; a lookup that fails says so.
+	src.mu.Lock()
+	src.missing[targetKey{"tenant-a", "webb"}] = true
+	src.mu.Unlock()
+	for call, f := range calls {
+		err := f(t.Context(), map[string]string{"deployment": "webb"})
+		if want := `deployment "webb": no such Deployment in namespace "tenant-a"`; status.Code(err) != codes.NotFound || !strings.Contains(status.Convert(err).Message(), want) {
+			t.Errorf("%s of a missing Deployment: %v, want NotFound saying %q", call, err, want)
+		}
+	}
+	src.mu.Lock()
+	src.lookupErr = errors.New("cache not synced")
+	src.mu.Unlock()
+	for call, f := range calls {
+		if err := f(t.Context(), map[string]string{"deployment": "web"}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "cache not synced") {
+			t.Errorf("%s while the lookup fails: %v, want Unavailable with its error", call, err)
+		}
+	}
+	src.mu.Lock()
+	src.lookupErr = nil
+	src.mu.Unlock()
 	noNamespace := &pb.ScaledObjectRef{Name: "web-scaler", ScalerMetadata: map[string]string{"deployment": "web"}}
 	if _, err := c.IsActive(t.Context(), noNamespace); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no namespace") {
 		t.Errorf("IsActive without a namespace: %v, want InvalidArgument saying so", err)

@@ -14,6 +14,11 @@ type Source interface {
 	// the channel unread, so a store should hand out one shared channel
 	// per target rather than remember one per call.
 	WhenActive(namespace, workload string) <-chan struct{}
+	// Exists says whether the Deployment workload is in namespace (from
+	// a cache: asked on KEDA's every call). A trigger that names none is
+	// an error KEDA shows on its ScaledObject, not a load of 0 that would
+	// look like an idle Deployment.
+	Exists(namespace, workload string) (bool, error)
 }
 
 // Load is a Deployment's load as the store's windows see it.

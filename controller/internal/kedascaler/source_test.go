@@ -22,11 +22,15 @@ type fakeSource struct {
 	// WhenActive's calls.
 	asked           map[string]bool
 	whenActiveCalls int
+	// missing are Deployments that do not exist; lookupErr, if set, is
+	// every lookup's error.
+	missing   map[targetKey]bool
+	lookupErr error
 }
 
 func newFakeSource() *fakeSource {
 	return &fakeSource{loads: map[targetKey]kedascaler.Load{}, inFlight: map[targetKey]bool{},
-		wake: map[targetKey]chan struct{}{}, asked: map[string]bool{}}
+		wake: map[targetKey]chan struct{}{}, asked: map[string]bool{}, missing: map[targetKey]bool{}}
 }
 
 func (f *fakeSource) Target(namespace, workload string) (kedascaler.Load, bool) {
@@ -35,6 +39,12 @@ func (f *fakeSource) Target(namespace, workload string) (kedascaler.Load, bool) 
 	f.asked[namespace] = true
 	l, ok := f.loads[targetKey{namespace, workload}]
 	return l, ok
+}
+
+func (f *fakeSource) Exists(namespace, workload string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.missing[targetKey{namespace, workload}], f.lookupErr
 }
 
 func (f *fakeSource) WhenActive(namespace, workload string) <-chan struct{} {

@@ -59,6 +59,12 @@ type Pods interface {
 	Get(ctx context.Context, namespace, name string) (PodRef, bool, error)
 }
 
+// Deployments says whether a Deployment exists (the controller's
+// informer cache).
+type Deployments interface {
+	Exists(ctx context.Context, namespace, name string) (bool, error)
+}
+
 // Provider serves a recentload.Store's values as custom metrics of pods
 // and external metrics of Deployments.
 //
@@ -67,9 +73,10 @@ type Pods interface {
 // record from another node, or for an address the pod does not have, is
 // left out as if there were none.
 type Provider struct {
-	store *recentload.Store
-	pods  Pods
-	clock clock.PassiveClock
+	store       *recentload.Store
+	pods        Pods
+	deployments Deployments
+	clock       clock.PassiveClock
 }
 
 var (
@@ -77,10 +84,11 @@ var (
 	_ provider.ExternalMetricsProvider = (*Provider)(nil)
 )
 
-// NewProvider returns a provider of store's values, trusted against pods;
-// clk stamps the values of Deployments never heard.
-func NewProvider(store *recentload.Store, pods Pods, clk clock.PassiveClock) *Provider {
-	return &Provider{store: store, pods: pods, clock: clk}
+// NewProvider returns a provider of store's values, trusted against pods,
+// for the Deployments that exist; clk stamps the values of Deployments
+// never heard.
+func NewProvider(store *recentload.Store, pods Pods, deployments Deployments, clk clock.PassiveClock) *Provider {
+	return &Provider{store: store, pods: pods, deployments: deployments, clock: clk}
 }
 
 var podsResource = schema.GroupResource{Resource: "pods"}
@@ -179,9 +187,11 @@ func trusted(l recentload.PodLoad, ref PodRef) bool {
 // activators' load, each request counted once, from the pods' trusted
 // records. metricSelector must be deployment=<name>; the Deployment is
 // looked for in namespace, the request's, so a tenant's
-// HorizontalPodAutoscaler sees its own namespace only. A Deployment never
-// heard (or not within the window) reads 0 now: an autoscaler with
-// minReplicas 0 then stays at zero until an activator holds a request.
+// HorizontalPodAutoscaler sees its own namespace only, and one that is not
+// there is a 404 (a misspelled name must not read as an idle Deployment).
+// A Deployment never heard (or not within the window) reads 0 now: an
+// autoscaler with minReplicas 0 then stays at zero until an activator
+// holds a request.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info provider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
 	switch info.Metric {
 	case MetricConcurrency, MetricRPS, MetricActivatorConcurrency:
@@ -191,6 +201,12 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	deployment, err := selectedDeployment(metricSelector)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	switch ok, err := p.deployments.Exists(ctx, namespace, deployment); {
+	case err != nil:
+		return nil, apierrors.NewInternalError(fmt.Errorf("look up deployment %s/%s: %w", namespace, deployment, err))
+	case !ok:
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "deployments"}, deployment)
 	}
 	load, heard, err := p.Target(ctx, namespace, deployment)
 	if err != nil {

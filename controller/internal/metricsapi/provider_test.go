@@ -71,13 +71,25 @@ func (f *fakePods) Get(_ context.Context, namespace, name string) (PodRef, bool,
 	return p.ref, ok && f.in(namespace), nil
 }
 
+// fakeDeployments are the Deployments that exist ("namespace/name"); err,
+// if set, is every lookup's error.
+type fakeDeployments struct {
+	names map[string]bool
+	err   error
+}
+
+func (f *fakeDeployments) Exists(_ context.Context, namespace, name string) (bool, error) {
+	return f.names[namespace+"/"+name], f.err
+}
+
 // fixture is a store on a fake clock with 60 s of reports of ns/hello and
 // a provider over it.
 type fixture struct {
-	store *recentload.Store
-	clock *clocktesting.FakeClock
-	pods  *fakePods
-	p     *Provider
+	store       *recentload.Store
+	clock       *clocktesting.FakeClock
+	pods        *fakePods
+	deployments *fakeDeployments
+	p           *Provider
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -88,7 +100,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	pods := &fakePods{}
-	return &fixture{store: store, clock: clk, pods: pods, p: NewProvider(store, pods, clk)}
+	deployments := &fakeDeployments{names: map[string]bool{"ns/hello": true, "ns/idle": true, "other/hello": true}}
+	return &fixture{store: store, clock: clk, pods: pods, deployments: deployments, p: NewProvider(store, pods, deployments, clk)}
 }
 
 // record is node's agent reporting one pod of ns/hello every second for
@@ -301,6 +314,18 @@ func TestDeploymentMetrics(t *testing.T) {
 	if _, err := f.p.GetExternalMetric(ctx, "ns", deployment, provider.ExternalMetricInfo{Metric: "latency"}); !apierrors.IsNotFound(err) {
 		t.Errorf("a metric it does not serve: error %v, want NotFound", err)
 	}
+	// A Deployment that is not there (a typo) is a 404, not an idle one.
+	_, err = f.p.GetExternalMetric(ctx, "ns", labels.SelectorFromSet(labels.Set{"deployment": "helo"}), provider.ExternalMetricInfo{Metric: "concurrency"})
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `deployments.apps "helo" not found`) {
+		t.Errorf("a Deployment that does not exist: error %v, want NotFound naming it", err)
+	}
+	f.deployments.err = errors.New("informer not synced")
+	_, err = f.p.GetExternalMetric(ctx, "ns", deployment, provider.ExternalMetricInfo{Metric: "concurrency"})
+	if !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "look up deployment ns/hello: informer not synced") {
+		t.Errorf("with the Deployments unreadable: error %v, want an internal error that says why", err)
+	}
+	f.deployments.err = nil
+
 	f.pods.getErr = errors.New("cache not synced")
 	_, err = f.p.GetExternalMetric(ctx, "ns", deployment, provider.ExternalMetricInfo{Metric: "concurrency"})
 	if !apierrors.IsInternalError(err) || err.Error() != "Internal error occurred: check the pods of deployment ns/hello: cache not synced" {

@@ -52,7 +52,7 @@ func TestIntegrationMetricsAPIServer(t *testing.T) {
 
 	certFile, keyFile, roots := servingCert(t)
 	srv, err := NewServer(ServerOptions{BindAddress: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile,
-		Kube: delegatorConfig(t, cl), APIs: CustomMetrics | ExternalMetrics, Provider: NewProvider(store, pods, clock.RealClock{})})
+		Kube: delegatorConfig(t, cl), APIs: CustomMetrics | ExternalMetrics, Provider: NewProvider(store, pods, &fakeDeployments{names: map[string]bool{"default/hello": true}}, clock.RealClock{})})
 	if err != nil {
 		t.Fatal(err)
 	}

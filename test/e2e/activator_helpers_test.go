@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -215,7 +216,9 @@ func sortAddrs(a []string) {
 }
 
 // waitAtZero waits until every named target has scaled to zero: no pod
-// wanted or left, Proxy mode.
+// wanted or left (terminating ones included: a draining pod still answers
+// what the activator sends it, and a cold start measured while one does
+// is none), Proxy mode.
 func waitAtZero(t *testing.T, s *stack.Stack, timeout time.Duration, names ...string) {
 	t.Helper()
 	ctx := context.Background()
@@ -232,6 +235,13 @@ func waitAtZero(t *testing.T, s *stack.Stack, timeout time.Duration, names ...st
 			}
 			if *d.Spec.Replicas != 0 || d.Status.Replicas != 0 || pa.Status.Mode != v1alpha1.ModeProxy {
 				return fmt.Errorf("%d pods wanted, %d left: %s", *d.Spec.Replicas, d.Status.Replicas, paLine(t, s, name))
+			}
+			var pods corev1.PodList
+			if err := s.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": name}); err != nil {
+				return err
+			}
+			if len(pods.Items) > 0 {
+				return fmt.Errorf("%d pods still terminating", len(pods.Items))
 			}
 			return nil
 		})

@@ -393,7 +393,7 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	if err != nil {
 		return err
 	}
-	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), Collector: col, Clock: clock.RealClock{}, Config: current.Load, Buckets: buckets,
+	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Collector: col, Clock: clock.RealClock{}, Config: current.Load, Buckets: buckets,
 		Metrics:                 kpa.NewMetrics(crmetrics.Registry),
 		Prober:                  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:                  mgr.GetEventRecorder("sockscale-controller"),

@@ -95,21 +95,23 @@ func hpaMetric(s config.Settings) autoscalingv2.MetricSpec {
 func (r *PodAutoscaler) ensureHPA(ctx context.Context, pa *v1alpha1.PodAutoscaler, want *autoscalingv2.HorizontalPodAutoscaler) (*autoscalingv2.HorizontalPodAutoscaler, error) {
 	have := &autoscalingv2.HorizontalPodAutoscaler{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
-	switch {
-	case apierrors.IsNotFound(err):
+	if apierrors.IsNotFound(err) {
 		if err := controllerutil.SetControllerReference(pa, want, r.Client.Scheme()); err != nil {
 			return nil, err
 		}
-		err := r.Client.Create(ctx, want)
-		if apierrors.IsAlreadyExists(err) {
-			// Not in the cache, which holds only labelled HPAs: someone
-			// else's.
-			return nil, fmt.Errorf("HorizontalPodAutoscaler %q exists and is not controlled by PodAutoscaler %q (delete it, or the PodAutoscaler, whichever should not scale the Deployment): %w", want.Name, pa.Name, errNotOwned)
+		err = r.Client.Create(ctx, want)
+		if err == nil {
+			return want, nil
 		}
-		if err != nil {
+		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create HorizontalPodAutoscaler %s: %w", want.Name, err)
 		}
-		return want, nil
+		// The cache holds only labelled HPAs, and may not have seen the
+		// one this PodAutoscaler made a moment ago: the API server says
+		// whose it is.
+		err = r.reader().Get(ctx, client.ObjectKeyFromObject(want), have)
+	}
+	switch {
 	case err != nil:
 		return nil, err
 	case !metav1.IsControlledBy(have, pa):
@@ -126,6 +128,14 @@ func (r *PodAutoscaler) ensureHPA(ctx context.Context, pa *v1alpha1.PodAutoscale
 		return nil, fmt.Errorf("update HorizontalPodAutoscaler %s: %w", have.Name, err)
 	}
 	return have, nil
+}
+
+// reader is APIReader, else Client.
+func (r *PodAutoscaler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // removeHPA deletes the HorizontalPodAutoscaler the PodAutoscaler made

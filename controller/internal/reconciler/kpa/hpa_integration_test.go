@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -167,6 +168,37 @@ func TestIntegrationHPAClass(t *testing.T) {
 		}
 	})
 
+	t.Run("a cache that has not seen the HPA yet", func(t *testing.T) {
+		// The controller's cache holds only labelled HPAs and learns of a
+		// new one a moment after its create: a tick in between finds none,
+		// and its create meets AlreadyExists. The API server says whose
+		// it is: this PodAutoscaler's, so nothing is wrong.
+		r := newRig(t, cl, "lagging", func(s *v1alpha1.PodAutoscalerSpec) { s.Class = v1alpha1.ClassHPA; s.Metric = "concurrency" })
+		r.paRec.Client, r.paRec.APIReader = blindToHPAs{c}, c
+		r.tick()
+		if cond := meta.FindStatusCondition(r.pa().Status.Conditions, names.ConditionReady); cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Errorf("Ready %+v, want True (the HPA is this PodAutoscaler's)", cond)
+		}
+		// Through the same path, a user's HPA is still not taken over.
+		theirs := &autoscalingv2.HorizontalPodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "theirs-unseen"},
+			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "theirs-unseen"},
+				MinReplicas:    ptr.To(int32(2)), MaxReplicas: 5,
+			},
+		}
+		if err := c.Create(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		u := newRig(t, cl, "theirs-unseen", func(s *v1alpha1.PodAutoscalerSpec) { s.Class = v1alpha1.ClassHPA; s.Metric = "rps" })
+		u.paRec.Client, u.paRec.APIReader = blindToHPAs{c}, c
+		u.tick()
+		assertCondition(t, c, "theirs-unseen", names.ConditionReady, names.ReasonNotOwned)
+		if got := getHPA(t, c, "theirs-unseen"); got.Spec.MaxReplicas != 5 || len(got.OwnerReferences) != 0 {
+			t.Errorf("the user's HPA was changed: %+v", got.Spec)
+		}
+	})
+
 	t.Run("a user's HPA of the same name is never taken over", func(t *testing.T) {
 		theirs := &autoscalingv2.HorizontalPodAutoscaler{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "theirs"},
@@ -185,6 +217,17 @@ func TestIntegrationHPAClass(t *testing.T) {
 			t.Errorf("the user's HPA was changed: %+v", got)
 		}
 	})
+}
+
+// blindToHPAs is a client whose reads never find an HPA, as the
+// controller's cache before it sees one (or one without the label).
+type blindToHPAs struct{ client.Client }
+
+func (b blindToHPAs) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
+		return apierrors.NewNotFound(schema.GroupResource{Group: "autoscaling", Resource: "horizontalpodautoscalers"}, key.Name)
+	}
+	return b.Client.Get(ctx, key, obj, opts...)
 }
 
 func getHPAErr(c client.Client, name string) error {

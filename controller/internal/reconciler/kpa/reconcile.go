@@ -40,7 +40,10 @@ const TickPeriod = 2 * time.Second
 
 // PodAutoscaler reconciles PodAutoscalers.
 type PodAutoscaler struct {
-	Client    client.Client
+	Client client.Client
+	// APIReader, if set, reads past the cache (an HPA the cache does not
+	// hold); nil: Client.
+	APIReader client.Reader
 	Collector *collector.Collector
 	Clock     clock.PassiveClock
 	// Config returns the cluster defaults in force.

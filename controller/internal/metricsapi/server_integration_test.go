@@ -193,6 +193,17 @@ func delegatorConfig(t *testing.T, cl *testenv.Cluster) *rest.Config {
 	}
 	cfg := rest.CopyConfig(cl.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	// The API server's RBAC authorizer learns of new bindings through an
+	// informer: wait until it lets the user read the ConfigMap, as the
+	// server does first.
+	as, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the metrics server's user may read "+authenticationConfigMapNamespace+"/"+authenticationConfigMapName, func() (bool, string) {
+		err := as.Get(ctx, client.ObjectKey{Namespace: authenticationConfigMapNamespace, Name: authenticationConfigMapName}, &corev1.ConfigMap{})
+		return err == nil, fmt.Sprint(err)
+	})
 	return cfg
 }
 

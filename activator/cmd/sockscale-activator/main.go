@@ -52,8 +52,9 @@ import (
 
 // maxQueueDepth bounds --queue-depth: a held request costs ~17 KB of RSS
 // (make bench: its connection's buffers and two goroutines), so the
-// default 10,000 per target is ~170 MB and a million would be ~17 GB.
-const maxQueueDepth = 1_000_000
+// default 10,000 per target is ~170 MB and a million would be ~17 GB. A
+// target's spec.activator.queueDepth has the same bound.
+const maxQueueDepth = v1alpha1.MaxQueueDepth
 
 // maxMaxHeld bounds --max-held: at holdpool.RequestCost (96 KiB) a
 // request, a million held would want ~100 GB.
@@ -122,7 +123,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.caFile, "controller-ca-file", "", "PEM CA that signs the controller's stats serving certificate: report over HTTPS, verifying the Service's name (reloaded when the file changes); empty: plain HTTP")
 	fs.StringVar(&c.tokenFile, "controller-token-file", "", "file with this pod's projected ServiceAccount token for the controller (audience sockscale-controller), read again for every batch as the kubelet rotates it; empty: send no token (only a controller with --stats-insecure-skip-auth takes that)")
 	fs.StringVar(&c.netPolicies, "network-policies", networkPoliciesEnforce, "enforce: forward a request to a pod only if the NetworkPolicies of the pod's namespace admit the request's client (its pod, namespace or address) to that pod, else 403; ignore: forward every request (any client that reaches the activator reaches every target)")
-	fs.BoolVar(&c.reconnect, "reconnect-served-clients", true, "on the proxy port, answer an HTTP/1.x keep-alive client's request for a target in Serve mode (its public endpoints are its pods) with Connection: close on the pod's response, so its next connect takes the direct path instead of staying on the activator it reached while the target was in Proxy mode (h2c, websockets and the route port are left alone)")
+	fs.BoolVar(&c.reconnect, "reconnect-served-clients", true, "on the proxy port, move kept-alive clients of a target in Serve mode (its public endpoints are its pods) off the activator they reached while it was in Proxy mode, so their next connect takes the direct path: Connection: close on the pod's response (a graceful GOAWAY for h2c), idle HTTP/1.x connections closed, idle h2c ones sent GOAWAY (websockets and the route port are left alone)")
 	fs.DurationVar(&c.reconnectAfter, "reconnect-served-after", handler.DefaultReconnectAfter, "how long a target must have been in Serve mode before its clients are asked to reconnect, so that kube-proxy and the agents have the new endpoints in place (0..1m)")
 	fs.DurationVar(&c.reportPeriod, "report-period", stats.DefaultPeriod, "how often held and forwarded requests are reported (100ms..1m; the KPA expects 1s)")
 	if err := fs.Parse(args); err != nil {
@@ -382,6 +383,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		h := handler.New(o)
 		srv := handler.NewServer(p.addr, h, base)
 		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		if p.reconnect {
+			// The idle connections of targets served directly are moved
+			// too: closed (HTTP/1.x) or told GOAWAY (HTTP/2).
+			conns := handler.NewConns(table, cfg.reconnectAfter, metrics, log)
+			conns.Attach(srv)
+			ln = conns.Listener(ln)
+			go conns.Run(base)
+		}
 		servers, listeners = append(servers, srv), append(listeners, ln)
 	}
 

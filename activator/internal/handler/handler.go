@@ -44,7 +44,7 @@ type Resolver interface {
 // Throttler holds a request until a pod of its target has a free slot
 // (throttle.Throttler).
 type Throttler interface {
-	Try(ctx context.Context, key target.Key, fn func(dest netip.AddrPort) error) error
+	Try(ctx context.Context, key target.Key, fn func(throttle.Slot) error) error
 }
 
 // Admitter decides whether a request's client may reach the pod the
@@ -74,10 +74,11 @@ type Options struct {
 	// Admitter, if set, is asked before every forward (nil: every client
 	// may reach every target, --network-policies=ignore).
 	Admitter Admitter
-	// Modes, if set, moves kept-alive HTTP/1.x clients to the direct
-	// path: a pod's response to one whose target has been in Serve mode
-	// for ReconnectAfter asks it to reconnect (reconnect.go). Nil: never
-	// (the route port; --reconnect-served-clients=false).
+	// Modes, if set, moves kept-alive clients to the direct path: a
+	// pod's response to one whose target has been in Serve mode for
+	// ReconnectAfter asks it to reconnect (reconnect.go); Conns, attached
+	// to the server, moves the idle ones. Nil: never (the route port;
+	// --reconnect-served-clients=false).
 	Modes          Modes
 	ReconnectAfter time.Duration
 	// Pool bounds the requests held by every port's handler together and
@@ -282,7 +283,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = held.Release() }()
 	client := clientAddr(r)
 	reconnect := h.modes != nil && reconnectable(r)
-	err = h.throttler.Try(holdCtx, t.Key, func(dest netip.AddrPort) error {
+	noteTarget(r, t.Key)
+	err = h.throttler.Try(holdCtx, t.Key, func(slot throttle.Slot) error {
+		dest := slot.Dest
 		// The pod is known only now, so a client the target's
 		// NetworkPolicies refuse was held like any other: its first
 		// request can wake a target at zero (as a poke would), but it
@@ -304,7 +307,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if t.H2C {
 			proxy = h.h2c
 		}
-		f := &forward{dest: dest, target: t, body: body, reconnect: reconnect}
+		f := &forward{dest: dest, target: t, body: body, reconnect: reconnect, slot: slot}
 		proxy.ServeHTTP(w, out.WithContext(context.WithValue(ctx, forwardKey{}, f)))
 		if f.unreachable != nil {
 			return fmt.Errorf("%w: %w", throttle.ErrPodUnreachable, f.unreachable)

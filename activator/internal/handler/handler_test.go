@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
 	"github.com/sockscale/sockscale/activator/internal/throttle"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/internal/activatorprobe"
 )
 
@@ -76,9 +78,19 @@ func newEnvWithOptions(t *testing.T, queueDepth int, edit func(*Options)) *env {
 	if edit != nil {
 		edit(&o)
 	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(o.Registerer)
+	}
 	h := New(o)
 	e.srv = httptest.NewUnstartedServer(h)
 	e.srv.Config = NewServer("", h, base)
+	if o.Modes != nil {
+		// As the proxy port is wired: idle connections are moved too.
+		conns := NewConns(o.Modes, o.ReconnectAfter, o.Metrics, nil)
+		conns.Attach(e.srv.Config)
+		e.srv.Listener = conns.Listener(e.srv.Listener)
+		go conns.Run(base)
+	}
 	e.srv.Start()
 	t.Cleanup(func() {
 		stop(nil)
@@ -565,7 +577,7 @@ func TestHoldFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" ||
-			body != "sockscale-activator: queue full: default/hello already holds 1 requests, the queue depth; retry later\n" {
+			body != "sockscale-activator: queue full: default/hello already holds 1 requests, its queue depth; retry later\n" {
 			t.Errorf("got %d Retry-After %q %q", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 		cancel()
@@ -841,5 +853,51 @@ func TestDrain(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", e.addr()); err == nil {
 		t.Error("still accepting connections after Drain")
+	}
+}
+
+// A pod's response to a request held while its target had no ready pod
+// says so, with the seconds it was held; one served at once does not, nor
+// does any of a target that opted out.
+func TestColdStartHeader(t *testing.T) {
+	for _, optIn := range []bool{true, false} {
+		e := newEnv(t, 0)
+		p := newPod(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(v1alpha1.ColdStartHeader, "forged by the pod")
+			hi(w, r)
+		})
+		e.serve(t, target.Target{Key: hello, ColdStartHeader: optIn})
+		type answer struct {
+			resp *http.Response
+			err  error
+		}
+		held := make(chan answer, 1)
+		go func() {
+			resp, _, err := e.get(t, context.Background(), "hello.default")
+			held <- answer{resp, err}
+		}()
+		e.waitHeld(t, 1)
+		time.Sleep(200 * time.Millisecond)
+		e.setPods(hello, p.Server)
+		a := <-held
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		got := a.resp.Header.Values(v1alpha1.ColdStartHeader)
+		if optIn {
+			secs, err := strconv.ParseFloat(strings.Join(got, ""), 64)
+			if len(got) != 1 || err != nil || secs < 0.2 || secs > 5 {
+				t.Errorf("held through a cold start: %s %q, want one value, the seconds held (0.2 or a little more)", v1alpha1.ColdStartHeader, got)
+			}
+		} else if len(got) != 1 || got[0] != "forged by the pod" {
+			t.Errorf("opted out: %s %q, want the pod's own header only", v1alpha1.ColdStartHeader, got)
+		}
+		resp, _, err := e.get(t, context.Background(), "hello.default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Header.Values(v1alpha1.ColdStartHeader); len(got) != 1 || got[0] != "forged by the pod" {
+			t.Errorf("served at once (opted in %v): %s %q, want the pod's own header only", optIn, v1alpha1.ColdStartHeader, got)
+		}
 	}
 }

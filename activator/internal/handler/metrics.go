@@ -38,6 +38,7 @@ const (
 type Metrics struct {
 	responses  *prometheus.CounterVec
 	reconnects *prometheus.CounterVec
+	moves      *prometheus.CounterVec
 }
 
 // NewMetrics makes the handler's metrics and registers them with reg
@@ -58,11 +59,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		// would need forgetting when it goes.
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_activator_reconnects_asked_total",
-			Help: "Kept-alive HTTP/1.x connections asked to reconnect (Connection: close on a pod's response) because their target had been in Serve mode for --reconnect-served-after: the client's next connect goes to the pods, not an activator. By the target's namespace.",
+			Help: "Kept-alive connections asked to reconnect (Connection: close on a pod's response; GOAWAY on HTTP/2) because their target had been in Serve mode for --reconnect-served-after: the client's next connect goes to the pods, not an activator. By the target's namespace.",
 		}, []string{"namespace"}),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sockscale_activator_connections_moved_total",
+			Help: "Kept-alive connections moved off the activator between responses because their target had been in Serve mode for --reconnect-served-after: how=closed (an idle HTTP/1.x connection), how=goaway (an HTTP/2 connection, shut down gracefully). By the target's namespace.",
+		}, []string{"namespace", "how"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.responses, m.reconnects)
+		reg.MustRegister(m.responses, m.reconnects, m.moves)
 	}
 	return m
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sockscale/sockscale/activator/internal/resolve"
 	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/activator/internal/throttle"
 )
 
 // forward is where the throttle sent a request, carried in its context
@@ -32,6 +33,8 @@ type forward struct {
 	// reconnect: the client's connection may be asked to reconnect after
 	// the pod's response (askReconnect).
 	reconnect bool
+	// slot is how the request came by its pod (a cold start: coldStart).
+	slot throttle.Slot
 }
 
 // unsentBody is a request body that the transport may not close (it does
@@ -117,12 +120,12 @@ func NewH2CTransport() *http.Transport {
 // not wait in a buffer), passes trailers, and switches protocols
 // (websockets) by hijacking both connections. httputil.ReverseProxy
 // removes hop-by-hop headers, those named in Connection included, in both
-// directions; askReconnect may then add "Connection: close" to the
-// client's response.
+// directions; modifyResponse may then add "Connection: close" and the
+// cold-start header to the client's response.
 func (h *handler) reverseProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
-		ModifyResponse: h.askReconnect,
+		ModifyResponse: h.modifyResponse,
 		Transport:      rt,
 		FlushInterval:  -1,
 		BufferPool:     copyBuffers,

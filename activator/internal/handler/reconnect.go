@@ -2,10 +2,12 @@ package handler
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sockscale/sockscale/activator/internal/target"
+	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 )
 
 // Kept-alive clients and the direct path.
@@ -18,20 +20,18 @@ import (
 // connection open, however long the target has been in Serve mode since.
 // So, once the target is served directly, the activator answers such a
 // client's next request as usual (forwarded to a pod) and adds
-// "Connection: close" to the pod's response: Go's server closes the
-// connection after writing it, and the client's next connect goes to the
-// public Service (from a Route's address, through the kernel's split),
-// whose endpoints are the pods now.
+// "Connection: close" to the pod's response: Go's server closes an
+// HTTP/1.x connection after writing it, and the client's next connect
+// goes to the public Service (from a Route's address, through the
+// kernel's split), whose endpoints are the pods now. On an HTTP/2 (h2c)
+// connection Go's server takes the same header as a graceful shutdown of
+// the connection: GOAWAY naming the last stream it took, those streams
+// finished, then closed; a stream the client opens as the GOAWAY is on
+// its way is refused unprocessed, which gRPC and Go's transport retry on
+// a new connection. Connections that stay idle are moved by Conns
+// (conns.go).
 //
 // What is left alone:
-//   - HTTP/2 (h2c) connections. Go's HTTP/2 server reads "Connection:
-//     close" as a graceful GOAWAY of the whole connection, which carries
-//     every stream of the client; it sends one GOAWAY, not the two that
-//     RFC 9113 advises, so a stream the client opens as it is sent is
-//     refused, and only clients that retry unprocessed streams (gRPC does;
-//     Go's transport not for a request whose body it cannot rewind) would
-//     not see an error. A request never fails here because its target
-//     was served directly, so h2c clients keep their connection.
 //   - Upgrades (websockets): the connection becomes the upgraded
 //     protocol's, and its 101 answer has no next request.
 //   - Requests whose client already closes (HTTP/1.0 without keep-alive,
@@ -72,10 +72,10 @@ type Modes interface {
 const DefaultReconnectAfter = 2 * time.Second
 
 // reconnectable says whether the client of r may be asked to reconnect
-// after the response to r: an HTTP/1.x connection that the client keeps
-// open, carrying no upgrade.
+// after the response to r: a connection that the client keeps open,
+// carrying no upgrade.
 func reconnectable(r *http.Request) bool {
-	return r.ProtoMajor == 1 && !r.Close && !upgrading(r.Header)
+	return !r.Close && !upgrading(r.Header)
 }
 
 // upgrading says whether the request asks to switch protocols
@@ -95,25 +95,37 @@ func upgrading(h http.Header) bool {
 	return false
 }
 
-// askReconnect is the reverse proxies' ModifyResponse: a pod's response
-// to a request whose connection may be asked to reconnect, for a target
-// in Serve mode for ReconnectAfter at least, gets "Connection: close"
-// (httputil.ReverseProxy has already removed the pod's hop-by-hop
-// headers, and copies this one to the client's response, where Go's
-// server honours it).
-func (h *handler) askReconnect(res *http.Response) error {
-	if h.modes == nil || res.Request == nil || res.StatusCode == http.StatusSwitchingProtocols {
+// modifyResponse is the reverse proxies' ModifyResponse, for a pod's
+// response: it says whether the request was held through a cold start,
+// and asks the client to reconnect (askReconnect).
+func (h *handler) modifyResponse(res *http.Response) error {
+	if res.Request == nil {
 		return nil
 	}
 	f, ok := res.Request.Context().Value(forwardKey{}).(*forward)
-	if !ok || !f.reconnect {
+	if !ok {
 		return nil
+	}
+	if f.target.ColdStartHeader && f.slot.ColdStart {
+		res.Header.Set(v1alpha1.ColdStartHeader, strconv.FormatFloat(f.slot.Waited.Seconds(), 'f', 3, 64))
+	}
+	h.askReconnect(res, f)
+	return nil
+}
+
+// askReconnect gives a pod's response to a request whose connection may
+// be asked to reconnect, for a target in Serve mode for ReconnectAfter at
+// least, "Connection: close" (httputil.ReverseProxy has already removed
+// the pod's hop-by-hop headers, and copies this one to the client's
+// response, where Go's server honours it).
+func (h *handler) askReconnect(res *http.Response, f *forward) {
+	if h.modes == nil || !f.reconnect || res.StatusCode == http.StatusSwitchingProtocols {
+		return
 	}
 	since, serving := h.modes.ServeSince(f.target.Key)
 	if !serving || time.Since(since) < h.reconnectAfter {
-		return nil
+		return
 	}
 	res.Header.Set("Connection", "close")
 	h.m.reconnects.WithLabelValues(f.target.Key.Namespace).Inc()
-	return nil
 }

@@ -200,24 +200,44 @@ func TestReconnectAfterServeSettles(t *testing.T) {
 	}
 }
 
-// TestReconnectLeavesH2CAlone: an h2c client's connection carries other
-// streams: it is neither closed nor sent a GOAWAY, and keeps being used.
-func TestReconnectLeavesH2CAlone(t *testing.T) {
+// TestReconnectH2CGoesAway: h2c clients of a target in Serve mode are
+// told GOAWAY on a pod's response: sixteen streams at a time on one
+// client, every request answered by the pod, none failed (a stream opened
+// as a GOAWAY is on its way is refused unprocessed and sent again on a new
+// connection), and the client connects again.
+func TestReconnectH2CGoesAway(t *testing.T) {
 	e := newReconnectEnv(t, 0)
 	e.serve(t, target.Target{Key: hello, Serve: true}, newPod(t, hi).Server)
 	c, dials := countingClient(t, true)
-	for i := range 3 {
-		resp, body := e.do(t, c)
-		if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || body != "hi from the pod\n" || resp.Close {
-			t.Errorf("request %d: HTTP/%d %d %q close %v; want HTTP/2 200 from the pod, kept", i, resp.ProtoMajor, resp.StatusCode, body, resp.Close)
-		}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+				req.Host = "hello.default"
+				resp, err := c.Do(req)
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("h2c request: %v", err)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || string(body) != "hi from the pod\n" {
+					t.Errorf("h2c request: HTTP/%d %d %q; want HTTP/2 200 from the pod", resp.ProtoMajor, resp.StatusCode, body)
+				}
+			}
+		})
 	}
-	if n := dials.Load(); n != 1 {
-		t.Errorf("%d h2c connections, want 1", n)
+	wg.Wait()
+	if n := dials.Load(); n < 2 {
+		t.Errorf("%d h2c connections for 160 requests, want more than one (each told GOAWAY)", n)
 	}
-	if got := reconnects(t, e.reg, "default"); got != 0 {
-		t.Errorf("reconnects_asked_total = %v, want 0", got)
+	if got := reconnects(t, e.reg, "default"); got < 1 {
+		t.Errorf("reconnects_asked_total = %v, want some", got)
 	}
+	t.Logf("160 h2c requests, 16 at a time, on %d connections; %v responses asked the client to reconnect", dials.Load(), reconnects(t, e.reg, "default"))
 }
 
 // TestReconnectLeavesUpgradesAlone: a websocket to a target in Serve mode
@@ -310,7 +330,7 @@ func TestReconnectable(t *testing.T) {
 	}{
 		{"HTTP/1.1 keep-alive", 1, false, nil, true},
 		{"HTTP/1.1 closing", 1, true, nil, false},
-		{"HTTP/2", 2, false, nil, false},
+		{"HTTP/2", 2, false, nil, true},
 		{"websocket", 1, false, http.Header{"Connection": {"keep-alive, Upgrade"}, "Upgrade": {"websocket"}}, false},
 		{"Connection upgrade alone", 1, false, http.Header{"Connection": {"UPGRADE"}}, false},
 		{"Upgrade alone", 1, false, http.Header{"Upgrade": {"h2c"}}, false},

@@ -59,6 +59,12 @@ type Target struct {
 	// public endpoints are activators). A Route's proxy-port requests
 	// choose among such revisions first (resolve.ProxiedFirst).
 	Proxy bool
+	// ColdStartHeader: a pod's response to a request held through a cold
+	// start says so (v1alpha1.ColdStartHeader).
+	ColdStartHeader bool
+	// QueueDepth bounds the requests held for the target (capped by the
+	// activator's own); 0: the activator's.
+	QueueDepth int
 	// Serve: the ServerlessService's spec and status both say Serve mode
 	// and it is Ready, so its public endpoints are the target's ready pods
 	// and a client connecting to the public Service reaches them without
@@ -84,6 +90,9 @@ func (t *Target) Validate() error {
 	}
 	if t.ContainerConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("containerConcurrency %d: must be 0 (unlimited) or more", t.ContainerConcurrency))
+	}
+	if t.QueueDepth < 0 {
+		errs = append(errs, fmt.Errorf("queueDepth %d: must be 0 (the activator's) or more", t.QueueDepth))
 	}
 	if t.Proxy && t.Serve {
 		errs = append(errs, errors.New("proxy and serve: a target is in one mode at most"))

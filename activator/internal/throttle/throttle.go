@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -56,7 +57,8 @@ type Options struct {
 	// Self is this activator's pod name, as it appears in targets'
 	// activator lists.
 	Self string
-	// QueueDepth bounds each target's held requests (0: DefaultQueueDepth).
+	// QueueDepth bounds each target's held requests where its Settings
+	// do not (0: DefaultQueueDepth).
 	QueueDepth int
 	// OnCold, if set, is called when a request starts waiting for a target
 	// that has no ready pod and held none before: the first request of a
@@ -84,6 +86,21 @@ type Settings struct {
 	// (any order): with this activator among them, it uses only its share
 	// of the pods (see share).
 	Activators []string
+	// QueueDepth bounds the target's held requests, up to the
+	// throttler's (Options.QueueDepth: the cluster's cap); 0: the
+	// throttler's.
+	QueueDepth int
+}
+
+// Slot is what Try hands fn: the pod whose slot the request has, and how
+// the request came by it.
+type Slot struct {
+	// Dest is the pod's address.
+	Dest netip.AddrPort
+	// ColdStart: the request waited while its target had no ready pod
+	// (it was held through a cold start), for Waited from its arrival.
+	ColdStart bool
+	Waited    time.Duration
 }
 
 // Throttler holds requests per target. Its methods are safe for
@@ -124,6 +141,7 @@ type queue struct {
 
 	mu         sync.Mutex
 	cc         int
+	depth      int                     // the most requests held at once
 	activators []string                // sorted
 	pods       map[netip.AddrPort]*pod // ready pods, and unready ones still serving requests
 	assigned   []*pod                  // ready pods this activator uses, sorted by address
@@ -145,6 +163,7 @@ type waiter struct {
 	grant   chan grant // buffered: dispatch never blocks
 	elem    *list.Element
 	granted bool // set, with the send, under the queue's lock
+	cold    bool // the target had no ready pod when it began to wait
 }
 
 type grant struct {
@@ -156,6 +175,9 @@ type grant struct {
 func (t *Throttler) Update(key target.Key, s Settings) error {
 	if s.ContainerConcurrency < 0 {
 		return fmt.Errorf("update %s: containerConcurrency %d: must be 0 (unlimited) or more", key, s.ContainerConcurrency)
+	}
+	if s.QueueDepth < 0 {
+		return fmt.Errorf("update %s: queue depth %d: must be 0 (the activator's, %d) or more", key, s.QueueDepth, t.depth)
 	}
 	t.mu.Lock()
 	q := t.queues[key]
@@ -170,6 +192,9 @@ func (t *Throttler) Update(key target.Key, s Settings) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.cc = s.ContainerConcurrency
+	// A lower depth keeps the requests already held; it refuses new ones
+	// until the queue is under it.
+	q.depth = min(cmp.Or(s.QueueDepth, t.depth), t.depth)
 	q.activators = slices.Compact(activators)
 	q.assign()
 	q.dispatch()
@@ -256,19 +281,23 @@ func (t *Throttler) queue(key target.Key) *queue {
 // taken out and fn runs again with another (up to maxUnreachable pods).
 // Errors: ErrQueueFull, ErrDeadline, ErrUnknownTarget, ErrTargetRemoved,
 // the cause of ctx's cancellation, or fn's error.
-func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.AddrPort) error) error {
+func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(Slot) error) error {
 	q := t.queue(key)
 	if q == nil {
 		return fmt.Errorf("%w %s", ErrUnknownTarget, key)
 	}
 	start := t.clock.Now()
+	coldStart := false
 	for attempt := 1; ; attempt++ {
-		p, err := q.acquire(ctx, start)
+		p, cold, err := q.acquire(ctx, start)
 		if err != nil {
 			return err
 		}
 		waited := t.clock.Since(start)
-		err = q.run(p, fn)
+		// A request that came back for another pod stays cold if it was
+		// held through the cold start the first time.
+		coldStart = coldStart || cold
+		err = q.run(p, Slot{Dest: p.addr, ColdStart: coldStart, Waited: waited}, fn)
 		if !errors.Is(err, ErrPodUnreachable) {
 			q.m.wait.Observe(waited.Seconds()) // once a request, for the slot it was served on
 			return err
@@ -285,33 +314,34 @@ func (t *Throttler) Try(ctx context.Context, key target.Key, fn func(dest netip.
 }
 
 // acquire takes a free slot for a request that arrived at start: at once,
-// or after waiting in the queue.
-func (q *queue) acquire(ctx context.Context, start time.Time) (*pod, error) {
+// or after waiting in the queue; cold says it waited while the target had
+// no ready pod.
+func (q *queue) acquire(ctx context.Context, start time.Time) (p *pod, cold bool, err error) {
 	t, key := q.t, q.key
 	q.mu.Lock()
 	if q.removed {
 		q.mu.Unlock()
-		return nil, fmt.Errorf("%w %s", ErrUnknownTarget, key)
+		return nil, false, fmt.Errorf("%w %s", ErrUnknownTarget, key)
 	}
 	if p := q.pick(); p != nil {
 		p.inFlight++
 		q.mu.Unlock()
-		return p, nil
+		return p, false, nil
 	}
-	if q.waiters.Len() >= t.depth {
+	if depth := q.depth; q.waiters.Len() >= depth {
 		q.mu.Unlock()
 		q.m.queueFull.Inc()
-		return nil, fmt.Errorf("%w: %s already holds %d requests, the queue depth", ErrQueueFull, key, t.depth)
+		return nil, false, fmt.Errorf("%w: %s already holds %d requests, its queue depth", ErrQueueFull, key, depth)
 	}
-	w := &waiter{grant: make(chan grant, 1)}
+	w := &waiter{grant: make(chan grant, 1), cold: q.readyPods == 0}
 	w.elem = q.waiters.PushBack(w)
-	cold := q.readyPods == 0 && q.coldSince.IsZero()
-	if cold {
+	first := q.readyPods == 0 && q.coldSince.IsZero()
+	if first {
 		q.coldSince = start
 	}
 	q.mu.Unlock()
 	q.m.held.Inc()
-	if cold && t.onCold != nil {
+	if first && t.onCold != nil {
 		t.onCold(key)
 	}
 
@@ -320,9 +350,9 @@ func (q *queue) acquire(ctx context.Context, start time.Time) (*pod, error) {
 		q.m.held.Dec()
 		if g.err != nil {
 			q.m.removed.Inc()
-			return nil, g.err
+			return nil, false, g.err
 		}
-		return g.pod, nil
+		return g.pod, w.cold, nil
 	case <-ctx.Done():
 	}
 
@@ -346,22 +376,22 @@ func (q *queue) acquire(ctx context.Context, start time.Time) (*pod, error) {
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		q.m.deadline.Inc()
-		return nil, fmt.Errorf("%w: %s: held %v and %s", ErrDeadline, key, t.clock.Since(start).Round(time.Millisecond), why)
+		return nil, false, fmt.Errorf("%w: %s: held %v and %s", ErrDeadline, key, t.clock.Since(start).Round(time.Millisecond), why)
 	}
 	q.m.canceled.Inc()
-	return nil, context.Cause(ctx)
+	return nil, false, context.Cause(ctx)
 }
 
-// run calls fn with the pod's address and gives the slot back after, even
-// if fn panics (httputil.ReverseProxy aborts a broken response by panic).
-func (q *queue) run(p *pod, fn func(netip.AddrPort) error) (err error) {
+// run calls fn with the slot and gives it back after, even if fn panics
+// (httputil.ReverseProxy aborts a broken response by panic).
+func (q *queue) run(p *pod, s Slot, fn func(Slot) error) (err error) {
 	q.m.forwarded.Inc()
 	q.m.forwarding.Inc()
 	defer func() {
 		q.m.forwarding.Dec()
 		q.release(p, errors.Is(err, ErrPodUnreachable))
 	}()
-	return fn(p.addr)
+	return fn(s)
 }
 
 // release gives back p's slot. An unreachable pod leaves the ready set

@@ -76,7 +76,8 @@ func start(th *Throttler, ctx context.Context, key target.Key) *call {
 	c := &call{dest: make(chan netip.AddrPort, 1), release: make(chan struct{}), err: make(chan error, 1), cancel: cancel}
 	go func() {
 		defer cancel()
-		c.err <- th.Try(ctx, key, func(d netip.AddrPort) error {
+		c.err <- th.Try(ctx, key, func(s Slot) error {
+			d := s.Dest
 			c.dest <- d
 			<-c.release
 			return nil
@@ -325,14 +326,14 @@ func TestAssignment(t *testing.T) {
 func TestFreeSlotGoesAtOnce(t *testing.T) {
 	th := newThrottler(t, Options{}, Settings{ContainerConcurrency: 1}, pods(1)...)
 	var got netip.AddrPort
-	if err := th.Try(context.Background(), hello, func(d netip.AddrPort) error { got = d; return nil }); err != nil {
+	if err := th.Try(context.Background(), hello, func(s Slot) error { got = s.Dest; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got != pods(1)[0] {
 		t.Errorf("dest = %v, want %v", got, pods(1)[0])
 	}
 	fnErr := errors.New("pod said no")
-	if err := th.Try(context.Background(), hello, func(netip.AddrPort) error { return fnErr }); !errors.Is(err, fnErr) {
+	if err := th.Try(context.Background(), hello, func(Slot) error { return fnErr }); !errors.Is(err, fnErr) {
 		t.Errorf("Try = %v, want fn's error", err)
 	}
 }
@@ -466,8 +467,8 @@ func histSum(t *testing.T, h *prometheus.HistogramVec) float64 {
 func TestQueueFull(t *testing.T) {
 	th := newThrottler(t, Options{QueueDepth: 2}, Settings{})
 	a, b := startHeld(t, th, 1), startHeld(t, th, 2)
-	err := th.Try(context.Background(), hello, func(netip.AddrPort) error { t.Error("fn ran"); return nil })
-	if !errors.Is(err, ErrQueueFull) || !strings.Contains(err.Error(), "default/hello already holds 2 requests, the queue depth") {
+	err := th.Try(context.Background(), hello, func(Slot) error { t.Error("fn ran"); return nil })
+	if !errors.Is(err, ErrQueueFull) || !strings.Contains(err.Error(), "default/hello already holds 2 requests, its queue depth") {
 		t.Errorf("Try = %v, want ErrQueueFull naming the depth", err)
 	}
 	// A client that leaves frees its place at once.
@@ -516,7 +517,7 @@ func TestDeadlineSaysWhy(t *testing.T) {
 			}
 			ctx := newDeadlineCtx()
 			errc := make(chan error, 1)
-			go func() { errc <- th.Try(ctx, hello, func(netip.AddrPort) error { return nil }) }()
+			go func() { errc <- th.Try(ctx, hello, func(Slot) error { return nil }) }()
 			waitFor(t, "held", func() bool { return th.Held(hello) == 1 })
 			clk.Step(300 * time.Second)
 			ctx.expire()
@@ -618,9 +619,9 @@ func TestPanicInFnFreesTheSlot(t *testing.T) {
 	th := newThrottler(t, Options{}, Settings{ContainerConcurrency: 1}, pods(1)...)
 	func() {
 		defer func() { _ = recover() }()
-		_ = th.Try(context.Background(), hello, func(netip.AddrPort) error { panic("abort") })
+		_ = th.Try(context.Background(), hello, func(Slot) error { panic("abort") })
 	}()
-	if err := th.Try(context.Background(), hello, func(netip.AddrPort) error { return nil }); err != nil {
+	if err := th.Try(context.Background(), hello, func(Slot) error { return nil }); err != nil {
 		t.Errorf("slot not freed after a panic: %v", err)
 	}
 }
@@ -671,7 +672,8 @@ func TestNeverMoreThanCC(t *testing.T) {
 						cancel()
 					}()
 				}
-				err := th.Try(ctx, hello, func(d netip.AddrPort) error {
+				err := th.Try(ctx, hello, func(s Slot) error {
+					d := s.Dest
 					i := int(d.Addr().As4()[3]) - 1
 					if n := inFlight[i].Add(1); n > cc {
 						over.Add(1)
@@ -726,7 +728,8 @@ func TestUnreachablePodGoesToAnother(t *testing.T) {
 	th := newThrottler(t, Options{OnUnreachable: func(k target.Key, a netip.AddrPort) { told = append(told, a) }},
 		Settings{ContainerConcurrency: 1}, all...)
 	var tried []netip.AddrPort
-	err := th.Try(context.Background(), hello, func(d netip.AddrPort) error {
+	err := th.Try(context.Background(), hello, func(s Slot) error {
+		d := s.Dest
 		tried = append(tried, d)
 		if len(tried) == 1 {
 			return fmt.Errorf("dial %v: %w", d, ErrPodUnreachable)
@@ -769,7 +772,8 @@ func TestUnreachableLastPodHoldsAgain(t *testing.T) {
 	done := make(chan error, 1)
 	var tried []netip.AddrPort
 	go func() {
-		done <- th.Try(context.Background(), hello, func(d netip.AddrPort) error {
+		done <- th.Try(context.Background(), hello, func(s Slot) error {
+			d := s.Dest
 			tried = append(tried, d)
 			if d == p[0] {
 				return ErrPodUnreachable
@@ -798,7 +802,8 @@ func TestUnreachableLastPodHoldsAgain(t *testing.T) {
 func TestUnreachableGivesUpAfterThreePods(t *testing.T) {
 	th := newThrottler(t, Options{}, Settings{ContainerConcurrency: 1}, pods(5)...)
 	attempts := 0
-	err := th.Try(context.Background(), hello, func(d netip.AddrPort) error {
+	err := th.Try(context.Background(), hello, func(s Slot) error {
+		d := s.Dest
 		attempts++
 		return fmt.Errorf("dial %v: connection refused: %w", d, ErrPodUnreachable)
 	})
@@ -807,5 +812,73 @@ func TestUnreachableGivesUpAfterThreePods(t *testing.T) {
 	}
 	if attempts != maxUnreachable {
 		t.Errorf("%d attempts, want %d", attempts, maxUnreachable)
+	}
+}
+
+// A request held while its target had no ready pod is handed its slot as
+// a cold start, with how long it waited; one that finds a free slot, or
+// waits only for a busy pod's slot, is not.
+func TestSlotSaysColdStart(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	th := newThrottler(t, Options{Clock: clk}, Settings{ContainerConcurrency: 1})
+	slots := make(chan Slot, 3)
+	release := make(chan struct{})
+	try := func() {
+		_ = th.Try(context.Background(), hello, func(s Slot) error { slots <- s; <-release; return nil })
+	}
+	go try()
+	waitFor(t, "held at zero", func() bool { return th.Held(hello) == 1 })
+	clk.Step(1500 * time.Millisecond)
+	th.SetPods(hello, pods(1))
+	if s := <-slots; !s.ColdStart || s.Waited != 1500*time.Millisecond || s.Dest != pods(1)[0] {
+		t.Errorf("held through the cold start: %+v, want ColdStart after 1.5s at %v", s, pods(1)[0])
+	}
+	// The pod's one slot is taken: the next waits for it, not for a pod.
+	go try()
+	waitFor(t, "held for a busy pod", func() bool { return th.Held(hello) == 1 })
+	clk.Step(time.Second)
+	release <- struct{}{}
+	if s := <-slots; s.ColdStart || s.Waited != time.Second {
+		t.Errorf("held for a busy pod's slot: %+v, want no cold start, waited 1s", s)
+	}
+	release <- struct{}{}
+	go try()
+	if s := <-slots; s.ColdStart || s.Waited != 0 {
+		t.Errorf("a free slot at once: %+v, want no cold start, no wait", s)
+	}
+	close(release)
+}
+
+// A target's own queue depth bounds it below the throttler's, and never
+// above it (the activator's cap); 0 is the throttler's.
+func TestQueueDepthPerTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		own, global int
+		want        int
+	}{
+		{"own below the activator's", 2, 5, 2},
+		{"own above the activator's is capped", 9, 3, 3},
+		{"unset is the activator's", 0, 4, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			th := newThrottler(t, Options{QueueDepth: tc.global}, Settings{QueueDepth: tc.own})
+			var held []*call
+			for i := range tc.want {
+				held = append(held, startHeld(t, th, i+1))
+			}
+			err := th.Try(context.Background(), hello, func(Slot) error { t.Error("fn ran"); return nil })
+			if want := fmt.Sprintf("already holds %d requests, its queue depth", tc.want); !errors.Is(err, ErrQueueFull) || !strings.Contains(err.Error(), want) {
+				t.Errorf("request %d: %v, want ErrQueueFull saying %q", tc.want+1, err, want)
+			}
+			for _, c := range held {
+				c.cancel()
+				_ = c.done(t)
+			}
+		})
+	}
+	th := newThrottler(t, Options{}, Settings{})
+	if err := th.Update(hello, Settings{QueueDepth: -1}); err == nil || !strings.Contains(err.Error(), "queue depth -1: must be 0") {
+		t.Errorf("Update with depth -1: %v, want an error naming it", err)
 	}
 }

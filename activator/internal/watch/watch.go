@@ -442,7 +442,7 @@ func (w *Watcher) Sync(ctx context.Context, r client.Reader, k target.Key) error
 	// The throttle learns the target before the table resolves it, so a
 	// request that resolves always finds its queue; pods come last (the
 	// throttle ignores pods of targets it does not know).
-	if err := w.Throttle.Update(k, throttle.Settings{ContainerConcurrency: t.ContainerConcurrency, Activators: activators}); err != nil {
+	if err := w.Throttle.Update(k, throttle.Settings{ContainerConcurrency: t.ContainerConcurrency, Activators: activators, QueueDepth: t.QueueDepth}); err != nil {
 		return fmt.Errorf("throttle %s: %w", k, err)
 	}
 	if err := w.Table.Upsert(t); err != nil {
@@ -508,6 +508,15 @@ func targetOf(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) (target.Target, e
 	}
 	if s := pa.Spec.TimeoutSeconds; s != nil {
 		t.Timeout = time.Duration(*s) * time.Second
+	}
+	t.ColdStartHeader = true
+	if a := pa.Spec.Activator; a != nil {
+		if a.ColdStartHeader != nil {
+			t.ColdStartHeader = *a.ColdStartHeader
+		}
+		if a.QueueDepth != nil {
+			t.QueueDepth = int(*a.QueueDepth)
+		}
 	}
 	t.ClusterIPs = clusterIPs(svc)
 	for _, p := range svc.Spec.Ports {

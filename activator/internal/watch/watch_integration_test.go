@@ -76,6 +76,7 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 	p.CreationTimestamp = metav1.Time{}
 	p.Spec.ContainerConcurrency = 2
 	p.Spec.TimeoutSeconds = ptr.To(int32(30))
+	p.Spec.Activator = &v1alpha1.ActivatorSpec{QueueDepth: ptr.To(int32(7))}
 	if err := c.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestIntegrationWatcherFollowsTheCluster(t *testing.T) {
 			return err.Error()
 		}
 		want := target.Target{Key: hello, ClusterIPs: []netip.Addr{netip.MustParseAddr(svc.Spec.ClusterIP)}, Ports: []uint16{80},
-			ContainerConcurrency: 2, Timeout: 30 * time.Second}
+			ContainerConcurrency: 2, Timeout: 30 * time.Second, ColdStartHeader: true, QueueDepth: 7}
 		return cmp.Diff(want, *got, cmpopts.EquateComparable(netip.Addr{}))
 	})
 	if got, err := table.Resolve("", svc.Spec.ClusterIP+":80"); err != nil || got.Key != hello {

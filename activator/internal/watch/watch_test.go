@@ -172,6 +172,7 @@ func TestSyncBuildsTheTarget(t *testing.T) {
 	p := pa("hello", "hello", 100)
 	p.Spec.ContainerConcurrency = 4
 	p.Spec.TimeoutSeconds = ptr.To(int32(42))
+	p.Spec.Activator = &v1alpha1.ActivatorSpec{ColdStartHeader: ptr.To(false), QueueDepth: ptr.To(int32(50))}
 	objs := []client.Object{
 		p,
 		service("hello", corev1.ServicePort{Name: "metrics", Port: 9090}, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}),
@@ -194,11 +195,11 @@ func TestSyncBuildsTheTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := target.Target{Key: hello, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []uint16{9090, 80},
-		ContainerConcurrency: 4, Timeout: 42 * time.Second}
+		ContainerConcurrency: 4, Timeout: 42 * time.Second, QueueDepth: 50}
 	if diff := cmp.Diff(want, s.targets[hello], cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 		t.Errorf("target (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(throttle.Settings{ContainerConcurrency: 4, Activators: []string{"activator-b", "activator-a"}}, s.settings[hello]); diff != "" {
+	if diff := cmp.Diff(throttle.Settings{ContainerConcurrency: 4, Activators: []string{"activator-b", "activator-a"}, QueueDepth: 50}, s.settings[hello]); diff != "" {
 		t.Errorf("throttle settings (-want +got):\n%s", diff)
 	}
 	wantPods := []readiness.Pod{

@@ -179,6 +179,36 @@ type PodAutoscalerSpec struct {
 	// +kubebuilder:validation:Enum=Reachable;Unreachable
 	// +optional
 	Reachability Reachability `json:"reachability,omitempty"`
+	// Activator says how the activators treat the target's requests
+	// while they are in its path.
+	// +optional
+	Activator *ActivatorSpec `json:"activator,omitempty"`
+}
+
+// ColdStartHeader is the response header the activator adds to a pod's
+// response to a request it held while the target had no ready pod: the
+// seconds it was held, in decimal (e.g. "1.234").
+const ColdStartHeader = "Sockscale-Cold-Start"
+
+// MaxQueueDepth is the most a target's queueDepth may ask for (and the
+// activator's --queue-depth at most).
+const MaxQueueDepth = 1_000_000
+
+// ActivatorSpec is how the activators treat a target's requests.
+type ActivatorSpec struct {
+	// ColdStartHeader: a response to a request held through a cold start
+	// (it waited while the target had no ready pod) carries the header
+	// Sockscale-Cold-Start with the seconds it was held. Unset: true.
+	// +optional
+	ColdStartHeader *bool `json:"coldStartHeader,omitempty"`
+	// QueueDepth is the most requests of the target one activator holds
+	// at once; more are answered 503 with Retry-After. At most the
+	// activator's own depth (the chart's activator.queueDepth), which it
+	// is when unset.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	QueueDepth *int32 `json:"queueDepth,omitempty"`
 }
 
 // Reachability says whether traffic is routed to a target.

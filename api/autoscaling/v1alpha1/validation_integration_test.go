@@ -56,6 +56,14 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		{"service name of 55 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 55) }, ""},
 		{"service name of 56 characters", func(s *v1alpha1.PodAutoscalerSpec) { s.Service.Name = strings.Repeat("a", 56) },
 			"spec.service.name: Too long: may not be more than 55"},
+		{"an activator queue depth and no cold-start header", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{ColdStartHeader: ptr.To(false), QueueDepth: ptr.To(int32(100))}
+		}, ""},
+		{"an activator queue depth of 0", func(s *v1alpha1.PodAutoscalerSpec) { s.Activator = &v1alpha1.ActivatorSpec{QueueDepth: ptr.To(int32(0))} },
+			"spec.activator.queueDepth: Invalid value: 0: spec.activator.queueDepth in body should be greater than or equal to 1"},
+		{"an activator queue depth over a million", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{QueueDepth: ptr.To(int32(v1alpha1.MaxQueueDepth + 1))}
+		}, "spec.activator.queueDepth: Invalid value: 1000001: spec.activator.queueDepth in body should be less than or equal to 1000000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

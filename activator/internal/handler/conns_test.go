@@ -21,22 +21,32 @@ import (
 // moved reads sockscale_activator_connections_moved_total{namespace, how}.
 func moved(t *testing.T, reg *prometheus.Registry, namespace, how string) float64 {
 	t.Helper()
+	return counter(t, reg, "sockscale_activator_connections_moved_total", map[string]string{"namespace": namespace, "how": how})
+}
+
+// counter reads the counter name{labels} (0 if it has no such series).
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "sockscale_activator_connections_moved_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			got := map[string]string{}
 			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
+				got[lp.GetName()] = lp.GetValue()
 			}
-			if labels["namespace"] == namespace && labels["how"] == how {
-				return m.GetCounter().GetValue()
+			for k, v := range labels {
+				if got[k] != v {
+					continue series
+				}
 			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0

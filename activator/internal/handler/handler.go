@@ -45,6 +45,8 @@ type Resolver interface {
 // (throttle.Throttler).
 type Throttler interface {
 	Try(ctx context.Context, key target.Key, fn func(throttle.Slot) error) error
+	// ReadyPods is how many ready pods the target has now.
+	ReadyPods(key target.Key) int
 }
 
 // Admitter decides whether a request's client may reach the pod the
@@ -111,7 +113,9 @@ type Options struct {
 //  4. (*handler).ServeHTTP: resolve the target (404, or 400 for a
 //     malformed Sockscale-Target; a Route's host chooses its revision
 //     here, 503 when its status.traffic says nowhere to go), refuse an
-//     absolute-form URI naming another host (400), take a place in the
+//     absolute-form URI naming another host (400), answer one of the
+//     target's health checks itself while it has no ready pod (not
+//     counted, not held, no poke), take a place in the
 //     pool of held requests (503 max_held when the activator holds its
 //     most and the namespace its fair share; a held request of the
 //     namespace holding the most may be shed, 503 shed, to make room for
@@ -248,6 +252,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	// A load balancer's health check of a target with no ready pod is
+	// answered here: it neither wakes the target nor counts as its load.
+	if t.HealthChecks != nil && t.HealthChecks.Matches(r) && h.throttler.ReadyPods(t.Key) == 0 {
+		h.answerHealthCheck(w, r, t)
+		return
+	}
+
 	// Held from here. A client that leaves frees its place at once when
 	// Go's server notices: at once for HTTP/2 (the stream is reset) and for
 	// HTTP/1.1 requests without a body (the server reads the idle
@@ -318,6 +329,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.holdFailed(w, r, t, timeout, err)
 	}
 }
+
+// answerHealthCheck answers a health check of target t, which has no
+// ready pod, with its configured status.
+func (h *handler) answerHealthCheck(w http.ResponseWriter, r *http.Request, t *target.Target) {
+	h.m.healthChecks.WithLabelValues(t.Key.Namespace).Inc()
+	w.Header().Set(HealthCheckHeader, h.podName)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(t.HealthChecks.Status)
+	if r.Method != http.MethodHead {
+		_, _ = fmt.Fprintf(w, "sockscale-activator: health check of %s answered by the activator: the target has no ready pod, and is not woken for it\n", t.Key)
+	}
+}
+
+// HealthCheckHeader marks a health check the activator answered itself
+// (spec.activator.healthChecks); its value is the activator's pod name.
+const HealthCheckHeader = "Sockscale-Health-Check"
 
 // clientAddr is the address the request's connection comes from: for a
 // pod calling a target, the pod's own (neither kube-proxy nor the

@@ -901,3 +901,71 @@ func TestColdStartHeader(t *testing.T) {
 		}
 	}
 }
+
+// A target's health checks are answered by the activator while it has no
+// ready pod, with its status, not held, not counted, not waking it; other
+// requests (another path, user agent or method) are held as ever; once a
+// pod is ready, health checks go to it.
+func TestHealthChecksAtZero(t *testing.T) {
+	e := newEnv(t, 0)
+	p := newPod(t, hi)
+	checks := &target.HealthChecks{Paths: []string{"/healthz", "/"}, UserAgents: []string{"ELB-HealthChecker", "UptimeRobot"}, Status: http.StatusNoContent}
+	e.serve(t, target.Target{Key: hello, HealthChecks: checks})
+	send := func(ctx context.Context, method, path, ua string) (*http.Response, string, error) {
+		req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "hello.default"
+		req.Header.Set("User-Agent", ua)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp, string(body), err
+	}
+	for _, c := range []struct{ method, path, ua string }{
+		{http.MethodGet, "/healthz", "ELB-HealthChecker/2.0"},
+		{http.MethodHead, "/healthz?full=1", "ELB-HealthChecker/2.0"},
+		{http.MethodGet, "/", "Mozilla/5.0+(compatible; UptimeRobot/2.0; http://www.uptimerobot.com/)"},
+	} {
+		resp, body, err := send(context.Background(), c.method, c.path, c.ua)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusNoContent || resp.Header.Get(HealthCheckHeader) != "activator-0" {
+			t.Errorf("%s %s by %q at zero: %d %s=%q %q, want 204 from the activator", c.method, c.path, c.ua, resp.StatusCode, HealthCheckHeader, resp.Header.Get(HealthCheckHeader), body)
+		}
+	}
+	if b := e.stats.begun.Load(); b != 0 {
+		t.Errorf("%d health checks counted as requests, want none", b)
+	}
+	if got := counter(t, e.reg, "sockscale_activator_health_checks_answered_total", map[string]string{"namespace": "default"}); got != 3 {
+		t.Errorf("health_checks_answered_total = %v, want 3", got)
+	}
+	// Not health checks: held for a pod like any request.
+	for _, c := range []struct{ method, path, ua string }{
+		{http.MethodPost, "/healthz", "ELB-HealthChecker/2.0"},
+		{http.MethodGet, "/healthz", "curl/8.0"},
+		{http.MethodGet, "/healthz/deep", "ELB-HealthChecker/2.0"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _, _, _ = send(ctx, c.method, c.path, c.ua); close(done) }()
+		e.waitHeld(t, 1)
+		cancel()
+		<-done
+		waitFor(t, "the held request to leave", func() bool { return e.th.Held(hello) == 0 })
+	}
+	// A ready pod answers them.
+	e.setPods(hello, p.Server)
+	resp, body, err := send(context.Background(), http.MethodGet, "/healthz", "ELB-HealthChecker/2.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || body != "hi from the pod\n" || resp.Header.Get(HealthCheckHeader) != "" {
+		t.Errorf("health check with a ready pod: %d %q, want the pod's answer", resp.StatusCode, body)
+	}
+}

@@ -36,9 +36,10 @@ const (
 
 // Metrics are the handler's counters.
 type Metrics struct {
-	responses  *prometheus.CounterVec
-	reconnects *prometheus.CounterVec
-	moves      *prometheus.CounterVec
+	responses    *prometheus.CounterVec
+	reconnects   *prometheus.CounterVec
+	moves        *prometheus.CounterVec
+	healthChecks *prometheus.CounterVec
 }
 
 // NewMetrics makes the handler's metrics and registers them with reg
@@ -65,9 +66,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sockscale_activator_connections_moved_total",
 			Help: "Kept-alive connections moved off the activator between responses because their target had been in Serve mode for --reconnect-served-after: how=closed (an idle HTTP/1.x connection), how=goaway (an HTTP/2 connection, shut down gracefully). By the target's namespace.",
 		}, []string{"namespace", "how"}),
+		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sockscale_activator_health_checks_answered_total",
+			Help: "Health checks (a target's spec.activator.healthChecks) the activator answered itself because the target had no ready pod: not forwarded, not counted as load, not waking it. By the target's namespace.",
+		}, []string{"namespace"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.responses, m.reconnects, m.moves)
+		reg.MustRegister(m.responses, m.reconnects, m.moves, m.healthChecks)
 	}
 	return m
 }

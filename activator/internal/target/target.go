@@ -3,7 +3,9 @@ package target
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +67,9 @@ type Target struct {
 	// QueueDepth bounds the requests held for the target (capped by the
 	// activator's own); 0: the activator's.
 	QueueDepth int
+	// HealthChecks, if set, are requests the activator answers itself
+	// while the target has no ready pod.
+	HealthChecks *HealthChecks
 	// Serve: the ServerlessService's spec and status both say Serve mode
 	// and it is Ready, so its public endpoints are the target's ready pods
 	// and a client connecting to the public Service reaches them without
@@ -72,6 +77,31 @@ type Target struct {
 	// own yet, no mode in its status yet, not Ready, or on its way from
 	// Serve to Proxy.
 	Serve bool
+}
+
+// HealthChecks says which requests are health checks (a GET or HEAD
+// whose path is one of Paths, if any, and whose User-Agent contains one
+// of UserAgents, if any) and the status they are answered with.
+type HealthChecks struct {
+	Paths, UserAgents []string
+	Status            int
+}
+
+// Matches says whether r is a health check.
+func (h *HealthChecks) Matches(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if len(h.Paths) > 0 && !slices.Contains(h.Paths, r.URL.Path) {
+		return false
+	}
+	if len(h.UserAgents) > 0 {
+		ua := r.UserAgent()
+		if !slices.ContainsFunc(h.UserAgents, func(s string) bool { return strings.Contains(ua, s) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // RequestTimeout is t.Timeout with the default applied.
@@ -90,6 +120,14 @@ func (t *Target) Validate() error {
 	}
 	if t.ContainerConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("containerConcurrency %d: must be 0 (unlimited) or more", t.ContainerConcurrency))
+	}
+	if h := t.HealthChecks; h != nil {
+		if len(h.Paths) == 0 && len(h.UserAgents) == 0 {
+			errs = append(errs, errors.New("healthChecks: needs paths, userAgents or both"))
+		}
+		if h.Status < 200 || h.Status > 599 {
+			errs = append(errs, fmt.Errorf("healthChecks.status %d: must be from 200 to 599", h.Status))
+		}
 	}
 	if t.QueueDepth < 0 {
 		errs = append(errs, fmt.Errorf("queueDepth %d: must be 0 (the activator's) or more", t.QueueDepth))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -516,6 +517,18 @@ func targetOf(pa *v1alpha1.PodAutoscaler, svc *corev1.Service) (target.Target, e
 		}
 		if a.QueueDepth != nil {
 			t.QueueDepth = int(*a.QueueDepth)
+		}
+		if hc := a.HealthChecks; hc != nil {
+			t.HealthChecks = &target.HealthChecks{Status: http.StatusOK}
+			for _, p := range hc.Paths {
+				t.HealthChecks.Paths = append(t.HealthChecks.Paths, string(p))
+			}
+			for _, ua := range hc.UserAgents {
+				t.HealthChecks.UserAgents = append(t.HealthChecks.UserAgents, string(ua))
+			}
+			if hc.Status != nil {
+				t.HealthChecks.Status = int(*hc.Status)
+			}
 		}
 	}
 	t.ClusterIPs = clusterIPs(svc)

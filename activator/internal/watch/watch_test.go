@@ -172,7 +172,8 @@ func TestSyncBuildsTheTarget(t *testing.T) {
 	p := pa("hello", "hello", 100)
 	p.Spec.ContainerConcurrency = 4
 	p.Spec.TimeoutSeconds = ptr.To(int32(42))
-	p.Spec.Activator = &v1alpha1.ActivatorSpec{ColdStartHeader: ptr.To(false), QueueDepth: ptr.To(int32(50))}
+	p.Spec.Activator = &v1alpha1.ActivatorSpec{ColdStartHeader: ptr.To(false), QueueDepth: ptr.To(int32(50)),
+		HealthChecks: &v1alpha1.HealthChecks{Paths: []v1alpha1.HealthCheckPath{"/healthz"}, UserAgents: []v1alpha1.HealthCheckUserAgent{"GoogleHC"}}}
 	objs := []client.Object{
 		p,
 		service("hello", corev1.ServicePort{Name: "metrics", Port: 9090}, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}),
@@ -195,7 +196,8 @@ func TestSyncBuildsTheTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := target.Target{Key: hello, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []uint16{9090, 80},
-		ContainerConcurrency: 4, Timeout: 42 * time.Second, QueueDepth: 50}
+		ContainerConcurrency: 4, Timeout: 42 * time.Second, QueueDepth: 50,
+		HealthChecks: &target.HealthChecks{Paths: []string{"/healthz"}, UserAgents: []string{"GoogleHC"}, Status: 200}}
 	if diff := cmp.Diff(want, s.targets[hello], cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 		t.Errorf("target (-want +got):\n%s", diff)
 	}

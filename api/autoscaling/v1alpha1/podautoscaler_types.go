@@ -209,7 +209,54 @@ type ActivatorSpec struct {
 	// +kubebuilder:validation:Maximum=1000000
 	// +optional
 	QueueDepth *int32 `json:"queueDepth,omitempty"`
+	// HealthChecks are requests the activators answer themselves while
+	// the target has no ready pod: a load balancer's or uptime checker's
+	// probes then neither wake the target nor keep it awake, and are not
+	// counted as load. Once a pod is ready they go to the pods like any
+	// request.
+	// +optional
+	HealthChecks *HealthChecks `json:"healthChecks,omitempty"`
 }
+
+// HealthChecks says which requests are health checks and how the
+// activator answers them. A GET or HEAD request is one when its path is
+// one of Paths (if set) and its User-Agent contains one of UserAgents (if
+// set); other methods never are.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.paths) || has(self.userAgents)",message="healthChecks needs paths, userAgents or both: with neither, every GET would be answered by the activator"
+type HealthChecks struct {
+	// Paths are request paths, exactly as sent without the query (e.g.
+	// /healthz). Unset: any path of a listed user agent.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	// +optional
+	Paths []HealthCheckPath `json:"paths,omitempty"`
+	// UserAgents are parts of User-Agent headers (case-sensitive, e.g.
+	// ELB-HealthChecker or UptimeRobot). Unset: any user agent on a
+	// listed path.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	// +optional
+	UserAgents []HealthCheckUserAgent `json:"userAgents,omitempty"`
+	// Status is the answer's HTTP status code. Unset: 200.
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=599
+	// +optional
+	Status *int32 `json:"status,omitempty"`
+}
+
+// HealthCheckPath is an absolute request path.
+// +kubebuilder:validation:MaxLength=256
+// +kubebuilder:validation:Pattern=`^/[^?#\s]*$`
+type HealthCheckPath string
+
+// HealthCheckUserAgent is part of a User-Agent header.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=128
+// +kubebuilder:validation:Pattern=`^[\x21-\x7e][\x20-\x7e]*$`
+type HealthCheckUserAgent string
 
 // Reachability says whether traffic is routed to a target.
 type Reachability string

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -59,11 +60,37 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 		{"an activator queue depth and no cold-start header", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.Activator = &v1alpha1.ActivatorSpec{ColdStartHeader: ptr.To(false), QueueDepth: ptr.To(int32(100))}
 		}, ""},
-		{"an activator queue depth of 0", func(s *v1alpha1.PodAutoscalerSpec) { s.Activator = &v1alpha1.ActivatorSpec{QueueDepth: ptr.To(int32(0))} },
+		{"an activator queue depth of 0", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{QueueDepth: ptr.To(int32(0))}
+		},
 			"spec.activator.queueDepth: Invalid value: 0: spec.activator.queueDepth in body should be greater than or equal to 1"},
 		{"an activator queue depth over a million", func(s *v1alpha1.PodAutoscalerSpec) {
 			s.Activator = &v1alpha1.ActivatorSpec{QueueDepth: ptr.To(int32(v1alpha1.MaxQueueDepth + 1))}
 		}, "spec.activator.queueDepth: Invalid value: 1000001: spec.activator.queueDepth in body should be less than or equal to 1000000"},
+		{"health checks by path and user agent", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{Paths: []v1alpha1.HealthCheckPath{"/healthz", "/"},
+				UserAgents: []v1alpha1.HealthCheckUserAgent{"ELB-HealthChecker/2.0"}, Status: ptr.To(int32(204))}}
+		}, ""},
+		{"health checks of every request", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{}}
+		},
+			"healthChecks needs paths, userAgents or both"},
+		{"a health check path with a query", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{Paths: []v1alpha1.HealthCheckPath{"/healthz?deep=1"}}}
+		}, "spec.activator.healthChecks.paths[0]: Invalid value: \"/healthz?deep=1\""},
+		{"a health check path that is not absolute", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{Paths: []v1alpha1.HealthCheckPath{"healthz"}}}
+		}, "spec.activator.healthChecks.paths[0]: Invalid value: \"healthz\""},
+		{"a health check status of 199", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{UserAgents: []v1alpha1.HealthCheckUserAgent{"GoogleHC"}, Status: ptr.To(int32(199))}}
+		}, "spec.activator.healthChecks.status: Invalid value: 199"},
+		{"seventeen health check paths", func(s *v1alpha1.PodAutoscalerSpec) {
+			var paths []v1alpha1.HealthCheckPath
+			for i := range 17 {
+				paths = append(paths, v1alpha1.HealthCheckPath(fmt.Sprintf("/h%d", i)))
+			}
+			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{Paths: paths}}
+		}, "spec.activator.healthChecks.paths: Too many: 17: must have at most 16 items"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -76,6 +76,8 @@ const DefaultTimeoutSeconds = 300
 // +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.maxScale) || self.maxScale == 0 || self.activationScale <= self.maxScale",message="activationScale must not exceed maxScale"
 // +kubebuilder:validation:XValidation:rule="!has(self.activationScale) || !has(self.minScale) || self.minScale <= self.activationScale",message="minScale must not exceed activationScale"
 // +kubebuilder:validation:XValidation:rule="!has(self.metric) || !(self.metric in ['cpu', 'memory']) || !has(self.class) || self.class == 'hpa.autoscaling.knative.dev'",message="metric cpu and memory need class hpa.autoscaling.knative.dev: the KPA scales on concurrency or rps"
+// +kubebuilder:validation:XValidation:rule="!has(self.minScaleSchedule) || !has(self.maxScale) || self.maxScale == 0 || self.minScaleSchedule.windows.all(w, w.minScale <= self.maxScale)",message="a minScaleSchedule window's minScale must not exceed maxScale"
+// +kubebuilder:validation:XValidation:rule="!has(self.minScaleSchedule) || !has(self.class) || self.class != 'external.autoscaling.sockscale.dev'",message="minScaleSchedule does not apply to class external.autoscaling.sockscale.dev: the external autoscaler decides every count"
 type PodAutoscalerSpec struct {
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 	Service        ServiceRef     `json:"service"`
@@ -183,7 +185,65 @@ type PodAutoscalerSpec struct {
 	// while they are in its path.
 	// +optional
 	Activator *ActivatorSpec `json:"activator,omitempty"`
+	// MinScaleSchedule raises min-scale in time windows (working hours,
+	// a daily batch): while a window applies, the target keeps at least
+	// its minScale pods. Not with the external class, whose own
+	// autoscaler decides every count.
+	// +optional
+	MinScaleSchedule *MinScaleSchedule `json:"minScaleSchedule,omitempty"`
 }
+
+// MinScaleSchedule is a set of windows of a time zone in which min-scale
+// is raised.
+//
+// +kubebuilder:validation:XValidation:rule="self.timeZone != 'Local' && timestamp('2026-01-01T00:00:00Z').getHours(self.timeZone) >= 0",message="timeZone must be an IANA time zone name such as Europe/Berlin, or UTC"
+type MinScaleSchedule struct {
+	// TimeZone is the windows' clock: an IANA time zone name such as
+	// Europe/Berlin or America/New_York, or UTC. Always explicit, so a
+	// window never moves with the controller's own zone; daylight saving
+	// follows the zone's rules.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	TimeZone string `json:"timeZone"`
+	// Windows; where several apply at once, the highest minScale wins.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Windows []MinScaleWindow `json:"windows"`
+}
+
+// MinScaleWindow is a daily time window, on some weekdays, in which the
+// target keeps at least MinScale pods.
+//
+// +kubebuilder:validation:XValidation:rule="self.start != self.end",message="start and end must differ (a window ending before it starts runs past midnight)"
+type MinScaleWindow struct {
+	// Name says which window applies, in status.minScaleWindow.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Days the window starts on. Unset: every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	// +optional
+	Days []Weekday `json:"days,omitempty"`
+	// Start is the local time the window opens, HH:MM (00:00 to 23:59).
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// End is the local time it closes, HH:MM, 24:00 for midnight; an end
+	// before the start closes it the next day.
+	// +kubebuilder:validation:Pattern=`^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$`
+	End string `json:"end"`
+	// MinScale is the fewest pods while the window applies.
+	// +kubebuilder:validation:Minimum=1
+	MinScale int32 `json:"minScale"`
+}
+
+// Weekday is a day of the week, as its first three letters.
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
 
 // ColdStartHeader is the response header the activator adds to a pod's
 // response to a request it held while the target had no ready pod: the
@@ -334,6 +394,11 @@ type PodAutoscalerStatus struct {
 	// Connections records a Warning event CountedPerConnection.
 	// +optional
 	Accounting Accounting `json:"accounting,omitempty"`
+	// MinScaleWindow is the spec.minScaleSchedule window that applies
+	// now (the one with the highest minScale if several do): the target
+	// keeps at least its minScale pods. Unset: none applies.
+	// +optional
+	MinScaleWindow string `json:"minScaleWindow,omitempty"`
 	// Activators in the target's path when in Proxy mode.
 	// +optional
 	Activators []string `json:"activators,omitempty"`
@@ -360,6 +425,7 @@ type PodAutoscalerStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Activity",type=string,JSONPath=`.status.conditions[?(@.type=="Active")].reason`,description="Active; WaitingToScaleDown, WaitingForActivator or NoTraffic on the way to zero; Activating or ActivationTimeout on the way back"
+// +kubebuilder:printcolumn:name="Min Window",type=string,JSONPath=`.status.minScaleWindow`,description="The spec.minScaleSchedule window that raises min-scale now, if any"
 // +kubebuilder:printcolumn:name="Accounting",type=string,JSONPath=`.status.accounting`,priority=1,description="Requests, or Connections when a sizeable part of the load is on connections counted per connection (TLS, upgraded connections, other protocols)"
 type PodAutoscaler struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -91,6 +91,41 @@ func TestIntegrationKnativeValidation(t *testing.T) {
 			}
 			s.Activator = &v1alpha1.ActivatorSpec{HealthChecks: &v1alpha1.HealthChecks{Paths: paths}}
 		}, "spec.activator.healthChecks.paths: Too many: 17: must have at most 16 items"},
+		{"a min-scale schedule", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MaxScale = ptr.To(int32(5))
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "Europe/Berlin", Windows: []v1alpha1.MinScaleWindow{
+				{Name: "working-hours", Days: []v1alpha1.Weekday{"Mon", "Tue", "Wed", "Thu", "Fri"}, Start: "08:00", End: "18:00", MinScale: 3},
+				{Name: "nightly-batch", Start: "23:30", End: "02:00", MinScale: 5},
+				{Name: "evening", Start: "18:00", End: "24:00", MinScale: 1},
+			}}
+		}, ""},
+		{"a schedule's time zone that is no zone", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "Mars/Olympus_Mons", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Start: "08:00", End: "18:00", MinScale: 1}}}
+		}, "timeZone must be an IANA time zone name such as Europe/Berlin, or UTC"},
+		{"a schedule's time zone that is a local one", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "Local", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Start: "08:00", End: "18:00", MinScale: 1}}}
+		}, "timeZone must be an IANA time zone name"},
+		{"a window of no length", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Start: "08:00", End: "08:00", MinScale: 1}}}
+		}, "start and end must differ"},
+		{"a window at 25 o'clock", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Start: "25:00", End: "08:00", MinScale: 1}}}
+		}, "spec.minScaleSchedule.windows[0].start: Invalid value: \"25:00\""},
+		{"a window on a day that is none", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Days: []v1alpha1.Weekday{"Monday"}, Start: "08:00", End: "09:00", MinScale: 1}}}
+		}, `spec.minScaleSchedule.windows[0].days[0]: Unsupported value: "Monday"`},
+		{"a window above max-scale", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MaxScale = ptr.To(int32(2))
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Start: "08:00", End: "09:00", MinScale: 3}}}
+		}, "a minScaleSchedule window's minScale must not exceed maxScale"},
+		{"a schedule with the external class", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Class = v1alpha1.ClassExternal
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{{Name: "w", Start: "08:00", End: "09:00", MinScale: 1}}}
+		}, "minScaleSchedule does not apply to class external.autoscaling.sockscale.dev"},
+		{"two windows of one name", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{
+				{Name: "w", Start: "08:00", End: "09:00", MinScale: 1}, {Name: "w", Start: "10:00", End: "11:00", MinScale: 1}}}
+		}, "spec.minScaleSchedule.windows[1]: Duplicate value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

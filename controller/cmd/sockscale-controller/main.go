@@ -14,6 +14,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	// The zone database in the binary: a PodAutoscaler's minScaleSchedule
+	// names an IANA time zone, and the image has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"

@@ -203,6 +203,7 @@ func (r *PodAutoscaler) state(key collector.Key) *targetState {
 // them warm on this replica, as on every standby.
 func (r *PodAutoscaler) forget(key collector.Key) {
 	r.pokedAt.Delete(key)
+	r.schedules.Delete(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.targets[key]; ok {

@@ -94,6 +94,9 @@ type PodAutoscaler struct {
 	decisionLog logr.Logger
 	// writer writes statuses when StatusWriters > 0.
 	writer *statusWriter
+	// schedules holds each PodAutoscaler's minScaleSchedule, read
+	// (parsedSchedule), by PodAutoscaler.
+	schedules sync.Map
 }
 
 var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
@@ -154,6 +157,13 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		// annotations.
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
+	window, err := r.raiseMinScale(key, &pa, &settings, now)
+	if err != nil {
+		r.unpoke(key)
+		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
+		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
+	}
+	status.MinScaleWindow = window
 	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
 	if errors.Is(err, errNotOwned) {
 		r.unpoke(key)

@@ -68,6 +68,31 @@ func TestIntegrationScenarios(t *testing.T) {
 		r.expectPublic(v1alpha1.ModeProxy, 3)
 	})
 
+	t.Run("a min-scale window raises the floor while it applies", func(t *testing.T) {
+		// The rig's clock starts on Tuesday 2023-11-14 at 22:13:20 UTC.
+		r := newRig(t, cl, "window", func(s *v1alpha1.PodAutoscalerSpec) {
+			s.Target = ptr.To(10.0)
+			s.Window = &metav1.Duration{Duration: 6 * time.Second}
+			s.MinScaleSchedule = &v1alpha1.MinScaleSchedule{TimeZone: "UTC", Windows: []v1alpha1.MinScaleWindow{
+				{Name: "weekend", Days: []v1alpha1.Weekday{"Sat", "Sun"}, Start: "00:00", End: "24:00", MinScale: 5},
+				{Name: "late-shift", Days: []v1alpha1.Weekday{"Tue"}, Start: "22:14", End: "22:16", MinScale: 3},
+			}}
+		})
+		r.offered = 1
+		r.run(30 * time.Second) // to 22:13:50
+		if pa := r.pa(); r.replicas() != 1 || pa.Status.MinScaleWindow != "" {
+			t.Fatalf("%s, before the window: %d pods, window %q; want 1, none", r.clk.Now().UTC().Format("Mon 15:04:05"), r.replicas(), pa.Status.MinScaleWindow)
+		}
+		r.run(14 * time.Second) // into 22:14
+		if pa := r.pa(); r.replicas() != 3 || pa.Status.MinScaleWindow != "late-shift" {
+			t.Fatalf("%s, in the window: %d pods, window %q; want 3, late-shift: %+v", r.clk.Now().UTC().Format("Mon 15:04:05"), r.replicas(), pa.Status.MinScaleWindow, pa.Status.Conditions)
+		}
+		r.run(150 * time.Second) // past 22:16
+		if pa := r.pa(); r.replicas() != 1 || pa.Status.MinScaleWindow != "" {
+			t.Errorf("%s, after the window: %d pods, window %q; want 1 again, none", r.clk.Now().UTC().Format("Mon 15:04:05"), r.replicas(), pa.Status.MinScaleWindow)
+		}
+	})
+
 	t.Run("a burst panics and panic never scales down", func(t *testing.T) {
 		r := newRig(t, cl, "burst", func(s *v1alpha1.PodAutoscalerSpec) { s.Target = ptr.To(10.0); s.MinScale = ptr.To(int32(1)) })
 		r.offered = 7

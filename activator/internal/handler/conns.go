@@ -197,10 +197,10 @@ func (cs *Conns) move(c *clientConn, now time.Time) {
 		// Wake the reader, which waits for the client's next frame: the
 		// server sets no read deadline on an HTTP/2 connection (its
 		// ReadTimeout is 0), so a timeout the reader meets is this one.
-		_ = c.Conn.SetReadDeadline(now)
+		_ = c.SetReadDeadline(now)
 	case c.state == http.StateIdle:
 		c.moved = true
-		_ = c.Conn.Close()
+		_ = c.Close()
 	default:
 		return // busy HTTP/1.x: its response asks it (reconnect.go)
 	}
@@ -230,7 +230,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 			// Woken once: from here the reader waits as before (for the
 			// end of a frame it is in, if any: the GOAWAY follows it).
 			c.woke = false
-			_ = c.Conn.SetReadDeadline(time.Time{})
+			_ = c.SetReadDeadline(time.Time{})
 		}
 		c.mu.Unlock()
 		if woke && errors.Is(err, os.ErrDeadlineExceeded) {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
@@ -402,8 +403,15 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	if err != nil {
 		return err
 	}
+	// Read only when a target's /scale is not found: a missing target
+	// and a kind without /scale are told apart by the API's discovery.
+	disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
 	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Collector: col, Clock: clock.RealClock{}, Config: current.Load, Buckets: buckets,
 		ScaleTargetKinds:        f.scaleTargetKinds,
+		Discovery:               disco,
 		Metrics:                 kpa.NewMetrics(crmetrics.Registry),
 		Prober:                  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:                  mgr.GetEventRecorder("sockscale-controller"),

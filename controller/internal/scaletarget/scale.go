@@ -5,9 +5,11 @@ import (
 	"fmt"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -52,4 +54,26 @@ func object(gvk schema.GroupVersionKind, namespace, name string) *unstructured.U
 	o.SetNamespace(namespace)
 	o.SetName(name)
 	return o
+}
+
+// HasScale says whether the API server serves a /scale subresource for
+// kind gvk, from its discovery document: the 404 of a missing object and
+// that of a kind without /scale cannot be told apart otherwise (and
+// reading the object itself would need a right on it the controller
+// does not have).
+func HasScale(d discovery.DiscoveryInterface, mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return false, fmt.Errorf("map %s to its resource: %w", gvk, err)
+	}
+	list, err := d.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
+	if err != nil {
+		return false, fmt.Errorf("discover the resources of %s: %w", gvk.GroupVersion(), err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == m.Resource.Resource+"/scale" {
+			return true, nil
+		}
+	}
+	return false, nil
 }

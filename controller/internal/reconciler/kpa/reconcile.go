@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -67,6 +68,10 @@ type PodAutoscaler struct {
 	// ScaleTargetKinds are the kinds a PodAutoscaler may scale; nil:
 	// scaletarget.DefaultKinds (Deployments and StatefulSets).
 	ScaleTargetKinds scaletarget.Kinds
+	// Discovery, if set, tells a target that does not exist from one of
+	// a kind without /scale (both are a 404); nil: the condition says
+	// either.
+	Discovery discovery.DiscoveryInterface
 	// Buckets, if set, are the targets (by the workload they scale)
 	// this replica decides, its other replicas deciding the rest: the
 	// reconciler then runs on every replica, leader or not. Nil: every

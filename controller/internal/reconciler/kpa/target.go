@@ -2,7 +2,6 @@ package kpa
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -112,11 +111,9 @@ func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) 
 	switch {
 	case meta.IsNoMatchError(err):
 		return nil, ReasonUnsupportedScaleTarget, fmt.Sprintf("scaleTargetRef %s %s: the API server serves no such kind", ref.APIVersion, ref.Kind)
-	case apierrors.IsNotFound(err) && notFoundNames(err, ref.Name):
-		return nil, ReasonScaleTargetNotFound, fmt.Sprintf("%s %q does not exist in namespace %q", ref.Kind, ref.Name, pa.Namespace)
 	case apierrors.IsNotFound(err):
-		// The object's own 404 names it; this one is the subresource's.
-		return nil, ReasonUnsupportedScaleTarget, fmt.Sprintf("scaleTargetRef %s %s: the kind has no /scale subresource, so it cannot be scaled", ref.APIVersion, ref.Kind)
+		reason, msg := r.notFound(gvk, pa)
+		return nil, reason, msg
 	case apierrors.IsForbidden(err):
 		return nil, ReasonScaleTargetForbidden, fmt.Sprintf("the controller may not read the /scale of %s %q: its ClusterRole must grant get and update on the kind's scale subresource (chart value controller.scaleTargets): %v",
 			ref.Kind, ref.Name, err)
@@ -152,14 +149,22 @@ func (r *PodAutoscaler) deployment(ctx context.Context, pa *v1alpha1.PodAutoscal
 	return deploymentTarget(&d), "", ""
 }
 
-// notFoundNames says whether a 404 is the object's own (the API server
-// names the missing object) rather than a path it does not serve (a kind
-// without /scale).
-func notFoundNames(err error, name string) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
+// notFound says why a /scale was not found: the object does not exist,
+// or its kind has no /scale (the API server answers both with the same
+// 404; its discovery document tells them apart). Without Discovery, or
+// when it cannot be read, the message says both.
+func (r *PodAutoscaler) notFound(gvk schema.GroupVersionKind, pa *v1alpha1.PodAutoscaler) (string, string) {
+	ref := pa.Spec.ScaleTargetRef
+	missing := fmt.Sprintf("%s %q does not exist in namespace %q", ref.Kind, ref.Name, pa.Namespace)
+	if r.Discovery == nil {
+		return ReasonScaleTargetNotFound, missing + ", or its kind has no /scale subresource"
 	}
-	d := status.Status().Details
-	return d != nil && d.Name == name
+	has, err := scaletarget.HasScale(r.Discovery, r.Client.RESTMapper(), gvk)
+	switch {
+	case err != nil:
+		return ReasonScaleTargetNotFound, fmt.Sprintf("%s, or its kind has no /scale subresource (%v)", missing, err)
+	case !has:
+		return ReasonUnsupportedScaleTarget, fmt.Sprintf("scaleTargetRef %s %s: the kind has no /scale subresource, so it cannot be scaled", ref.APIVersion, ref.Kind)
+	}
+	return ReasonScaleTargetNotFound, missing
 }

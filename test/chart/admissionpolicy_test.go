@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,7 +26,13 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			objs := render(t, tt.args...)
-			if got := len(objs.ofKind("ValidatingAdmissionPolicy")) + len(objs.ofKind("ValidatingAdmissionPolicyBinding")); (got == 6) != tt.want || (got != 0 && got != 6) {
+			got := 0
+			for _, o := range append(objs.ofKind("ValidatingAdmissionPolicy"), objs.ofKind("ValidatingAdmissionPolicyBinding")...) {
+				if slices.Contains(policies, o.Name) {
+					got++
+				}
+			}
+			if (got == 6) != tt.want || (got != 0 && got != 6) {
 				t.Errorf("%d policies and bindings, want them all: %v", got, tt.want)
 			}
 		})
@@ -64,5 +71,50 @@ func TestControllerAdmissionPolicy(t *testing.T) {
 	get[struct{}](t, other, "ServiceAccount", "edge-controller")
 	if n := strings.Count(out, "request.userInfo.username == 'system:serviceaccount:knative-serving:edge-controller'"); n != len(policies) {
 		t.Errorf("release serving in knative-serving: %d policies name its controller's ServiceAccount edge-controller, want %d", n, len(policies))
+	}
+}
+
+// The PodAutoscalers' target policy: rendered where the API server serves
+// it (and enabled), for every requester, with the kinds and resources of
+// controller.scaleTargets.
+func TestPodAutoscalerTargetPolicy(t *testing.T) {
+	name := "sockscale-podautoscaler-targets"
+	for _, tt := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"an API server without ValidatingAdmissionPolicy", nil, 0},
+		{"an API server with it", vapAPI, 2},
+		{"disabled", append([]string{"--set", "controller.scaleTargetPolicy.enabled=false"}, vapAPI...), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := 0
+			objs := render(t, tt.args...)
+			for _, o := range append(objs.ofKind("ValidatingAdmissionPolicy"), objs.ofKind("ValidatingAdmissionPolicyBinding")...) {
+				if o.Name == name {
+					got++
+				}
+			}
+			if got != tt.want {
+				t.Errorf("%d of its policy and binding, want %d", got, tt.want)
+			}
+		})
+	}
+	objs := render(t, append([]string{"--set-json", `controller.scaleTargets=[{"kind":"Deployment","group":"apps","resource":"deployments"},` +
+		`{"kind":"Rollout","group":"argoproj.io","resource":"rollouts"},{"kind":"ReplicationController","group":"","resource":"replicationcontrollers"}]`}, vapAPI...)...)
+	p := get[admissionv1.ValidatingAdmissionPolicy](t, objs, "ValidatingAdmissionPolicy", name)
+	if len(p.Spec.MatchConditions) != 1 || p.Spec.MatchConditions[0].Name != "target-named" {
+		t.Errorf("matchConditions %+v, want only target-named (every requester is checked)", p.Spec.MatchConditions)
+	}
+	var resources string
+	for _, v := range p.Spec.Variables {
+		if v.Name == "resources" {
+			resources = v.Expression
+		}
+	}
+	want := "{'Deployment.apps': 'deployments', 'Rollout.argoproj.io': 'rollouts', 'ReplicationController': 'replicationcontrollers'}"
+	if resources != want {
+		t.Errorf("resources %s, want %s", resources, want)
 	}
 }

@@ -309,6 +309,7 @@ func TestControllerDeployment(t *testing.T) {
 		"--metrics-bind-address=:8080",
 		"--health-probe-bind-address=:8081",
 		"--concurrent-reconciles=8",
+		"--scale-target-kinds=Deployment.apps,StatefulSet.apps",
 		"--stats-bind-address=:8443",
 		"--autoscaler-config=" + namespace + "/" + autoscalerCM,
 		"--activator-port=8012",

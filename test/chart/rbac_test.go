@@ -182,3 +182,25 @@ func TestTenantRolesAggregate(t *testing.T) {
 		}
 	}
 }
+
+// controller.scaleTargets: the controller is told the kinds, and its
+// ClusterRole for the kinds the markers do not cover grants their scale
+// subresource and nothing else; with the defaults there is none.
+func TestScaleTargetsRBAC(t *testing.T) {
+	for _, o := range render(t).ofKind("ClusterRole") {
+		if o.Name == controllerName+"-scale-targets" {
+			t.Errorf("ClusterRole %s rendered with the default scaleTargets, whose scale the generated role grants", o.Name)
+		}
+	}
+	objs := render(t, "--set-json", `controller.scaleTargets=[{"kind":"Deployment","group":"apps","resource":"deployments"},`+
+		`{"kind":"StatefulSet","group":"apps","resource":"statefulsets"},{"kind":"Rollout","group":"argoproj.io","resource":"rollouts"}]`)
+	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", controllerName+"-scale-targets")
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"rollouts/scale"}, Verbs: []string{"get", "update"}}}
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("ClusterRole %s rules (-want +got):\n%s", role.Name, diff)
+	}
+	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", controllerName+"-scale-targets")
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != controllerName {
+		t.Errorf("ClusterRoleBinding %s: %+v", binding.Name, binding)
+	}
+}

@@ -32,8 +32,9 @@ type Accounting interface {
 type Pod struct {
 	Namespace, Name string
 	UID             types.UID
-	// Workload is the pod's owner as users name it: the Deployment of a
-	// ReplicaSet's pod, a StatefulSet, DaemonSet or Job, else the pod itself.
+	// Workload is the pod's owner as users name it: the Deployment (or
+	// Argo Rollout) of a ReplicaSet's pod, a StatefulSet, DaemonSet, Job
+	// or custom workload that owns its pods, else the pod itself.
 	Workload, WorkloadKind string
 }
 
@@ -444,6 +445,13 @@ func accountable(pod *corev1.Pod) (netip.Addr, string) {
 	return netip.Addr{}, SkipNoIPv4
 }
 
+// replicaSetHashLabels are the pod labels holding the hash suffix of the
+// name of a ReplicaSet that a workload made, with the workload's kind.
+var replicaSetHashLabels = []struct{ key, kind string }{
+	{"pod-template-hash", "Deployment"},
+	{"rollouts-pod-template-hash", "Rollout"},
+}
+
 // describe names the pod and its workload.
 func describe(pod *corev1.Pod) Pod {
 	p := Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Workload: pod.Name, WorkloadKind: "Pod"}
@@ -452,11 +460,22 @@ func describe(pod *corev1.Pod) Pod {
 			continue
 		}
 		p.Workload, p.WorkloadKind = ref.Name, ref.Kind
-		if ref.Kind == "ReplicaSet" {
-			// A Deployment's ReplicaSet is named <deployment>-<pod-template-hash>.
-			if hash := pod.Labels["pod-template-hash"]; hash != "" {
-				if name, ok := strings.CutSuffix(ref.Name, "-"+hash); ok {
-					p.Workload, p.WorkloadKind = name, "Deployment"
+		if ref.Kind != "ReplicaSet" {
+			continue
+		}
+		// A PodAutoscaler names the workload that owns the ReplicaSet,
+		// and the controller keys (and buckets) a target's stats by that
+		// name, so the ReplicaSet's own name, which changes with each
+		// revision, would leave its pods' load unheard. The owner is not
+		// on the pod, but its name is in the ReplicaSet's: a Deployment
+		// names its ReplicaSets <deployment>-<pod-template-hash>, and an
+		// Argo Rollout <rollout>-<rollouts-pod-template-hash>, each hash
+		// also a label of the pods.
+		for _, label := range replicaSetHashLabels {
+			if hash := pod.Labels[label.key]; hash != "" {
+				if name, ok := strings.CutSuffix(ref.Name, "-"+hash); ok && name != "" {
+					p.Workload, p.WorkloadKind = name, label.kind
+					break
 				}
 			}
 		}

@@ -245,6 +245,11 @@ func TestRestartKeepsLiveRemovesStale(t *testing.T) {
 }
 
 func TestWorkloadNames(t *testing.T) {
+	rollout := func(name, replicaSet, hash string) *corev1.Pod {
+		p := pod(name).Owner("ReplicaSet", replicaSet, "").Obj()
+		p.Labels = map[string]string{"rollouts-pod-template-hash": hash}
+		return p
+	}
 	tests := []struct {
 		pod        *corev1.Pod
 		name, kind string
@@ -252,6 +257,12 @@ func TestWorkloadNames(t *testing.T) {
 		{pod("hello-7d9f8b6c5d-x2x4z").Owner("ReplicaSet", "hello-7d9f8b6c5d", "7d9f8b6c5d").Obj(), "hello", "Deployment"},
 		{pod("rs-only-abcde").Owner("ReplicaSet", "rs-only", "").Obj(), "rs-only", "ReplicaSet"},
 		{pod("db-0").Owner("StatefulSet", "db", "").Obj(), "db", "StatefulSet"},
+		// An Argo Rollout's ReplicaSet: the PodAutoscaler names the Rollout.
+		{rollout("web-6c8f9d7b5-x2x4z", "web-6c8f9d7b5", "6c8f9d7b5"), "web", "Rollout"},
+		// A hash label that is not the ReplicaSet's suffix says nothing.
+		{rollout("other-abc-x2x4z", "other-abc", "6c8f9d7b5"), "other-abc", "ReplicaSet"},
+		// A custom workload owning its pods directly (a CloneSet, say).
+		{pod("shop-x2x4z").Owner("CloneSet", "shop", "").Obj(), "shop", "CloneSet"},
 		{pod("bare").Obj(), "bare", "Pod"},
 	}
 	for _, tt := range tests {

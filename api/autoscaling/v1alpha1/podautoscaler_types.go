@@ -38,13 +38,22 @@ const (
 	ClassExternal Class = "external.autoscaling.sockscale.dev"
 )
 
-// ScaleTargetRef points at what is scaled: any resource with a /scale
-// subresource; Deployments first.
+// ScaleTargetRef points at what is scaled, in the PodAutoscaler's
+// namespace: a Deployment, a StatefulSet, or any kind with a /scale
+// subresource that the cluster lets PodAutoscalers scale (the controller's
+// --scale-target-kinds; others get Ready=False ScaleTargetNotAllowed). A
+// kind other than Deployment is read and scaled through its /scale, whose
+// status.selector must be equality only (a=b,c=d): the private Service
+// selects the same pods.
 type ScaleTargetRef struct {
+	// APIVersion of the target, group/version (v1 for the core group),
+	// e.g. apps/v1.
 	// +kubebuilder:validation:MinLength=1
 	APIVersion string `json:"apiVersion"`
+	// Kind of the target, e.g. Deployment or StatefulSet.
 	// +kubebuilder:validation:MinLength=1
 	Kind string `json:"kind"`
+	// Name of the target.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
 }

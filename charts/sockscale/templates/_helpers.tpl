@@ -415,3 +415,30 @@ tlsConfig:
   {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The controller's --scale-target-kinds: controller.scaleTargets as
+Kind.group (Kind alone for the core group), comma-separated.
+*/}}
+{{- define "sockscale.scaleTargetKinds" -}}
+{{- $kinds := list -}}
+{{- range .Values.controller.scaleTargets -}}
+{{- $kinds = append $kinds (ternary .kind (printf "%s.%s" .kind .group) (eq .group "")) -}}
+{{- end -}}
+{{- join "," $kinds -}}
+{{- end }}
+
+{{/*
+The scale targets whose scale subresource the controller's generated
+ClusterRole does not grant (its RBAC markers grant Deployments' and
+StatefulSets'), as YAML: a list of {group, resource}.
+*/}}
+{{- define "sockscale.extraScaleTargets" -}}
+{{- $extra := list -}}
+{{- range .Values.controller.scaleTargets -}}
+{{- if not (and (eq .group "apps") (has .resource (list "deployments" "statefulsets"))) -}}
+{{- $extra = append $extra (dict "group" .group "resource" .resource) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $extra -}}
+{{- end }}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
@@ -48,6 +49,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/reconciler/service"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/sks"
 	"github.com/sockscale/sockscale/controller/internal/release"
+	"github.com/sockscale/sockscale/controller/internal/scaletarget"
 	"github.com/sockscale/sockscale/controller/internal/securemetrics"
 	"github.com/sockscale/sockscale/controller/internal/socketlayer"
 	"github.com/sockscale/sockscale/controller/internal/statsauth"
@@ -88,6 +90,8 @@ type flags struct {
 	// views, and ServerlessServices) are reconciled at once, and how many
 	// PodAutoscaler statuses are written at once.
 	concurrentReconciles int
+	// scaleTargetKinds are the kinds a PodAutoscaler may scale.
+	scaleTargetKinds scaletarget.Kinds
 	// buckets splits the targets among the replicas (1: the leader
 	// decides them all); bucketNamespace holds the buckets' Leases:
 	// POD_NAMESPACE, else sockscale-system.
@@ -156,6 +160,7 @@ func parseFlags(args []string) (*flags, error) {
 	// on the API server (a /scale, a status write: a few ms) would make
 	// every other target late. Eight workers overlap those waits.
 	fs.IntVar(&f.concurrentReconciles, "concurrent-reconciles", 8, "PodAutoscalers, collector views and ServerlessServices reconciled at once, each kind (1..1024)")
+	scaleTargetKinds := fs.String("scale-target-kinds", scaletarget.DefaultKinds().String(), "the kinds a PodAutoscaler's scaleTargetRef may name, comma-separated Kind.group (e.g. Deployment.apps,StatefulSet.apps,Rollout.argoproj.io); the controller's ClusterRole must grant get and update on each one's scale subresource")
 	fs.IntVar(&f.buckets, "buckets", 1, fmt.Sprintf("split the targets into this many buckets, one Lease each, among the replicas (1..%d; 1: the leader decides every target); with more than 1, every replica decides the targets of the buckets it holds, and --leader-elect is needed", bucket.MaxCount))
 	f.bucketNamespace = ns
 	fs.StringVar(&f.metricsAPIAddr, "metrics-api-bind-address", "0", "address of the custom and external metrics APIs, behind their APIServices (\"0\": off)")
@@ -180,6 +185,11 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if f.concurrentReconciles < 1 || f.concurrentReconciles > maxConcurrentReconciles {
 		errs = append(errs, fmt.Errorf("--concurrent-reconciles=%d: want 1..%d", f.concurrentReconciles, maxConcurrentReconciles))
+	}
+	if kinds, err := scaletarget.ParseKinds(*scaleTargetKinds); err != nil {
+		errs = append(errs, fmt.Errorf("--scale-target-kinds=%q: %w", *scaleTargetKinds, err))
+	} else {
+		f.scaleTargetKinds = kinds
 	}
 	if *releaseStop != "" {
 		ns, name, ok := strings.Cut(*releaseStop, "/")
@@ -396,7 +406,15 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	if err != nil {
 		return err
 	}
+	// Read only when a target's /scale is not found: a missing target
+	// and a kind without /scale are told apart by the API's discovery.
+	disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
 	pa := &kpa.PodAutoscaler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Collector: col, Clock: clock.RealClock{}, Config: current.Load, Buckets: buckets,
+		ScaleTargetKinds:        f.scaleTargetKinds,
+		Discovery:               disco,
 		Metrics:                 kpa.NewMetrics(crmetrics.Registry),
 		Prober:                  &kpa.HTTPProber{Resolve: sks.PublicAddress(mgr.GetClient())},
 		Events:                  mgr.GetEventRecorder("sockscale-controller"),
@@ -456,7 +474,8 @@ func runController(ctx context.Context, f *flags, scheme *runtime.Scheme) error 
 	}
 	// Every replica keeps the collector's view of every PodAutoscaler (its
 	// windows' settings, the ready pods it expects stats from).
-	if err := (&collect.Reconciler{Client: mgr.GetClient(), Collector: col, Config: current.Load, MaxConcurrentReconciles: f.concurrentReconciles}).SetupWithManager(mgr); err != nil {
+	if err := (&collect.Reconciler{Client: mgr.GetClient(), Collector: col, Config: current.Load, ScaleTargetKinds: f.scaleTargetKinds,
+		MaxConcurrentReconciles: f.concurrentReconciles}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the collector's PodAutoscaler watch: %w", err)
 	}
 	ss := &sks.ServerlessService{Client: mgr.GetClient(), ActivatorNamespace: f.activatorNamespace,

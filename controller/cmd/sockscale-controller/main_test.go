@@ -33,6 +33,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--metrics-bind-address=8080"}, `--metrics-bind-address="8080": want [host]:port`},
 		{[]string{"--concurrent-reconciles=0"}, "--concurrent-reconciles=0: want 1..1024"},
 		{[]string{"--concurrent-reconciles=1025"}, "--concurrent-reconciles=1025: want 1..1024"},
+		{[]string{"--scale-target-kinds="}, `--scale-target-kinds="": scale target kind "": want Kind.group`},
+		{[]string{"--scale-target-kinds=statefulsets.apps"}, `--scale-target-kinds="statefulsets.apps": scale target kind "statefulsets.apps": want Kind.group, e.g. StatefulSet.apps`},
+		{[]string{"--scale-target-kinds=Rollout.Argo_Proj"}, `scale target kind "Rollout.Argo_Proj": group "Argo_Proj" is not a DNS subdomain`},
 		{[]string{"--buckets=0"}, "--buckets=0: want 1..64"},
 		{[]string{"--leader-elect", "--buckets=65"}, "--buckets=65: want 1..64"},
 		{[]string{"--buckets=4"}, "--buckets=4 needs --leader-elect"},
@@ -65,6 +68,12 @@ func TestFlagErrors(t *testing.T) {
 	}
 	if f, err := parseFlags([]string{"--leader-elect", "--buckets=8"}); err != nil || f.buckets != 8 {
 		t.Errorf("--leader-elect --buckets=8: %+v, %v", f, err)
+	}
+	if f.scaleTargetKinds.String() != "Deployment.apps,StatefulSet.apps" {
+		t.Errorf("default scale target kinds %s, want Deployment.apps,StatefulSet.apps", f.scaleTargetKinds)
+	}
+	if f, err := parseFlags([]string{"--scale-target-kinds=Deployment.apps, Rollout.argoproj.io"}); err != nil || f.scaleTargetKinds.String() != "Deployment.apps,Rollout.argoproj.io" {
+		t.Errorf("--scale-target-kinds=Deployment.apps, Rollout.argoproj.io: %v, %v", f.scaleTargetKinds, err)
 	}
 	if f, err := parseFlags([]string{"--gateway=gateway-system/public"}); err != nil || f.gateway == nil || f.gateway.String() != "gateway-system/public" {
 		t.Errorf("--gateway=gateway-system/public: %+v, %v", f, err)

@@ -13,8 +13,9 @@ import (
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
-// Key names a target: the namespace and name of its Deployment (what the
-// agents report as a pod's workload).
+// Key names a target: the namespace and name of the workload it scales
+// (its Deployment, StatefulSet, ...: what the agents report as a pod's
+// workload, the pod's owner or its ReplicaSet's).
 type Key struct{ Namespace, Name string }
 
 func (k Key) String() string { return k.Namespace + "/" + k.Name }

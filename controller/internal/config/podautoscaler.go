@@ -11,9 +11,18 @@ import (
 // ForPodAutoscaler is a PodAutoscaler's effective settings: c, then the
 // annotations of its Deployment's pod template, then its spec.
 func ForPodAutoscaler(c *Config, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment) (Settings, error) {
-	ann, err := ParseAnnotations(d.Spec.Template.Annotations)
+	return ForTarget(c, pa, d.Spec.Template.Annotations, "Deployment "+d.Name)
+}
+
+// ForTarget is a PodAutoscaler's effective settings: c, then the
+// annotations of its target's pod template (template, of the target
+// named by of; nil where it is not read: a target of another kind than
+// Deployment is read through its /scale, which has no pod template), then
+// its spec.
+func ForTarget(c *Config, pa *v1alpha1.PodAutoscaler, template map[string]string, of string) (Settings, error) {
+	ann, err := ParseAnnotations(template)
 	if err != nil {
-		return Settings{}, fmt.Errorf("pod template of Deployment %s: %w", d.Name, err)
+		return Settings{}, fmt.Errorf("pod template of %s: %w", of, err)
 	}
 	return Effective(c, pa.Spec.ContainerConcurrency, ann, specOverrides(&pa.Spec))
 }

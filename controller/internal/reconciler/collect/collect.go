@@ -26,6 +26,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+	"github.com/sockscale/sockscale/controller/internal/scaletarget"
 )
 
 // Resync is how often each PodAutoscaler is looked at again without an
@@ -54,6 +55,9 @@ type Reconciler struct {
 	Collector *collector.Collector
 	// Config returns the cluster defaults in force.
 	Config func() *config.Config
+	// ScaleTargetKinds are the kinds a PodAutoscaler may scale, as the
+	// PodAutoscaler reconciler has them; nil: scaletarget.DefaultKinds.
+	ScaleTargetKinds scaletarget.Kinds
 	// MaxConcurrentReconciles is how many PodAutoscalers are looked at
 	// at once (0: controller-runtime's default, 1); watched is under mu,
 	// the collector locks itself.
@@ -61,7 +65,7 @@ type Reconciler struct {
 
 	mu sync.Mutex
 	// watched maps each PodAutoscaler to the collector key it feeds (its
-	// Deployment), to forget the right one.
+	// target's name), to forget the right one.
 	watched map[client.ObjectKey]collector.Key
 }
 
@@ -71,7 +75,9 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 
-// Reconcile reads a PodAutoscaler, its Deployment and its private
+// Reconcile reads a PodAutoscaler, its Deployment (the pod template's
+// annotations; a target of another kind is not read: the PodAutoscaler
+// reconciler reads its /scale, which has no pod template) and its private
 // Service's endpoints, and passes what it found to the collector.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var pa v1alpha1.PodAutoscaler
@@ -83,26 +89,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	ref := pa.Spec.ScaleTargetRef
-	if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" {
+	gvk, err := scaletarget.GroupVersionKind(ref)
+	if err != nil || !r.ScaleTargetKinds.Allows(gvk.GroupKind()) {
 		r.forget(req.NamespacedName) // the PodAutoscaler reconciler says why
 		return ctrl.Result{}, nil
 	}
-	var d appsv1.Deployment
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pa.Namespace, Name: ref.Name}, &d); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-			return ctrl.Result{RequeueAfter: Resync}, nil
+	var settings config.Settings
+	if gvk == appsv1.SchemeGroupVersion.WithKind("Deployment") {
+		var d appsv1.Deployment
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pa.Namespace, Name: ref.Name}, &d); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.forget(req.NamespacedName)
+				return ctrl.Result{RequeueAfter: Resync}, nil
+			}
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, err
+		settings, err = config.ForPodAutoscaler(r.Config(), &pa, &d)
+	} else {
+		// Whether it exists is the PodAutoscaler reconciler's to say;
+		// windows of a target that does not exist stay empty.
+		settings, err = config.ForTarget(r.Config(), &pa, nil, ref.Kind+" "+ref.Name)
 	}
-	settings, err := config.ForPodAutoscaler(r.Config(), &pa, &d)
 	if err != nil {
 		// The PodAutoscaler reconciler reports the bad setting; the windows
 		// keep their last good shape meanwhile.
 		log.FromContext(ctx).V(1).Info("invalid settings; windows unchanged", "error", err.Error())
 		return ctrl.Result{RequeueAfter: Resync}, nil
 	}
-	key := collector.Key{Namespace: pa.Namespace, Name: d.Name}
+	// Agents name a pod's workload after its owner (a Deployment's for
+	// its ReplicaSets' pods), which is the name the target is known by.
+	key := collector.Key{Namespace: pa.Namespace, Name: ref.Name}
 	r.remember(req.NamespacedName, key)
 	if err := r.Collector.Watch(key, paKey(req.NamespacedName), settings); err != nil {
 		return ctrl.Result{}, err

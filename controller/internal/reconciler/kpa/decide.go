@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,7 +21,7 @@ import (
 // targetState is what a PodAutoscaler's ticks carry over.
 type targetState struct {
 	decider *decider.Decider
-	// collected is the collector's key: the Deployment's name.
+	// collected is the collector's key: the target's name.
 	collected collector.Key
 	// lastDesired is the last decided count (a poke wakes targets at 0).
 	lastDesired int32
@@ -56,7 +55,7 @@ func (t *targetState) sinceDecided(now time.Time) time.Duration {
 type outcome struct {
 	dec         decider.Decision
 	values      collector.Values
-	current     int32 // the Deployment's replicas before this tick
+	current     int32 // the target's replicas before this tick
 	want        int32 // after bounds and the scale-to-zero rules
 	ready       int32
 	initialized bool
@@ -74,20 +73,19 @@ type outcome struct {
 // decide runs the target's decider on the collector's windows, bounds the
 // result, writes the wanted mode to the ServerlessService and applies the
 // scale-to-zero rules.
-func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, settings config.Settings, now time.Time, status *v1alpha1.PodAutoscalerStatus) (outcome, error) {
-	// The collector keys targets by their Deployment, as agents report pods.
-	tkey := collector.Key{Namespace: pa.Namespace, Name: deploy.Name}
-	o := outcome{ready: deploy.Status.ReadyReplicas, current: 1}
-	if deploy.Spec.Replicas != nil {
-		o.current = *deploy.Spec.Replicas
-	}
+func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, tgt *target, settings config.Settings, now time.Time, status *v1alpha1.PodAutoscalerStatus) (outcome, error) {
+	// The collector keys targets by their name, as agents report pods
+	// (by their workload: the owner's name, a Deployment's for its
+	// ReplicaSets' pods).
+	tkey := collector.Key{Namespace: pa.Namespace, Name: tgt.name}
+	o := outcome{ready: tgt.ready, current: tgt.replicas}
 	d := r.decider(key, tkey, settings, o.ready, now)
 	o.values = r.values(ctx, tkey, now)
 	if o.lastAccounting = r.state(key).accounting; o.lastAccounting == "" {
 		o.lastAccounting = status.Accounting
 	}
 	o.accounting = accountingOf(o.lastAccounting, o.values.Accounting)
-	o.reach = r.reachable(ctx, pa, deploy)
+	o.reach = r.reachable(ctx, pa, tgt)
 	o.dec = d.Decide(now, decider.Inputs{ReadyPods: o.ready, Stable: o.values.Stable, Panic: o.values.Panic, HasData: o.values.HasData, Reachable: o.reach.ok})
 	o.initialized = meta.IsStatusConditionTrue(status.Conditions, ConditionInitialized) || o.ready >= settings.InitialScale
 	hpaClass := settings.Class == config.ClassHPA
@@ -97,13 +95,13 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	case config.ClassHPA:
 		// The HPA owns the counts from 1 up (hpaWish); the decider here
 		// only says when the target is idle, and shows its values.
-		if o.hpa, err = r.ensureHPA(ctx, pa, makeHPA(pa, deploy, settings)); err != nil {
+		if o.hpa, err = r.ensureHPA(ctx, pa, makeHPA(pa, settings)); err != nil {
 			return outcome{}, err
 		}
 		o.dec.Panicking = false
 		want = hpaWish(o.dec, o.values.Stable == 0, settings, o.current, o.initialized, o.reach.ok)
 	case config.ClassExternal:
-		return r.decideExternal(ctx, pa, deploy, o)
+		return r.decideExternal(ctx, pa, tgt, o)
 	default:
 		if err := r.removeHPA(ctx, pa); err != nil {
 			return outcome{}, err
@@ -115,13 +113,13 @@ func (r *PodAutoscaler) decide(ctx context.Context, key collector.Key, pa *v1alp
 	// have no containerConcurrency); the zero rules below may still hold
 	// the last pod while the activator takes over.
 	mode, why := endpoints.Wanted(want, o.dec.ExcessBurstCapacity, settings.ContainerConcurrency)
-	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, why, o.dec.Activators); err != nil {
+	if o.sks, err = r.ensureSKS(ctx, pa, tgt, mode, why, o.dec.Activators); err != nil {
 		return outcome{}, err
 	}
 	o.zero = r.state(key).zero.apply(zeroInputs{
 		now: now, want: want, current: o.current, ready: o.ready, mode: o.sks.Status.Mode, s: settings,
 		reachable: o.reach.ok, noPath: o.reach.noPath,
-		progressDeadline: progressDeadline(deploy),
+		progressDeadline: tgt.progressDeadline,
 		activatorInPath:  func() bool { return r.activatorInPath(ctx, pa.Namespace, pa.Spec.Service) },
 	})
 	o.want = o.zero.pods

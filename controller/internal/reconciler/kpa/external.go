@@ -4,21 +4,19 @@ import (
 	"context"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
-
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
 )
 
 // decideExternal completes the tick of a target another autoscaler
 // scales (the class external.autoscaling.sockscale.dev): the count is
-// always the Deployment's own, so sockscale never writes /scale for it,
+// always the target's own, so sockscale never writes /scale for it,
 // and the public Service leads to the pods whenever one is ready (the
 // ServerlessService forces Proxy while none is: the activator holds
 // requests at zero until that autoscaler, seeing them in the metrics
 // APIs or KEDA's scaler, brings a pod). A leftover HPA of the HPA class
 // goes.
-func (r *PodAutoscaler) decideExternal(ctx context.Context, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, o outcome) (outcome, error) {
+func (r *PodAutoscaler) decideExternal(ctx context.Context, pa *v1alpha1.PodAutoscaler, tgt *target, o outcome) (outcome, error) {
 	if err := r.removeHPA(ctx, pa); err != nil {
 		return outcome{}, err
 	}
@@ -26,7 +24,7 @@ func (r *PodAutoscaler) decideExternal(ctx context.Context, pa *v1alpha1.PodAuto
 	o.want = o.current
 	mode, why := endpoints.Wanted(o.current, 0, pa.Spec.ContainerConcurrency)
 	var err error
-	if o.sks, err = r.ensureSKS(ctx, pa, deploy, mode, why, o.dec.Activators); err != nil {
+	if o.sks, err = r.ensureSKS(ctx, pa, tgt, mode, why, o.dec.Activators); err != nil {
 		return outcome{}, err
 	}
 	switch {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -34,8 +33,10 @@ const LabelPodAutoscaler = "autoscaling.sockscale.dev/podautoscaler"
 const ConditionHPA = "HPAScalingActive"
 
 // makeHPA is the HorizontalPodAutoscaler of an HPA-class target: it scales
-// the Deployment from max(min-scale, 1) (an HPA cannot take a Deployment to
-// zero, and at zero it stops: sockscale keeps that end) up to max-scale on
+// what the PodAutoscaler scales (its scaleTargetRef, of any kind with
+// /scale, as the HPA reads it) from max(min-scale, 1) (an HPA cannot take
+// a target to zero, and at zero it stops: sockscale keeps that end) up to
+// max-scale on
 // the target's metric. Concurrency and rps are the agents' per-pod values
 // from the custom metrics API, aimed at the value the KPA would aim at
 // (target x utilization: target 10 at 70 % is an average of 7 per pod);
@@ -44,7 +45,8 @@ const ConditionHPA = "HPAScalingActive"
 // scale-down stabilization is the stable window, so a load that goes
 // takes pods away as soon as with the KPA (the HPA's own default is
 // 300 s).
-func makeHPA(pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment, s config.Settings) *autoscalingv2.HorizontalPodAutoscaler {
+func makeHPA(pa *v1alpha1.PodAutoscaler, s config.Settings) *autoscalingv2.HorizontalPodAutoscaler {
+	ref := pa.Spec.ScaleTargetRef
 	maxReplicas := s.MaxScale
 	if maxReplicas == 0 {
 		maxReplicas = math.MaxInt32
@@ -53,7 +55,7 @@ func makeHPA(pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment, s config.Settings
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name, Labels: map[string]string{LabelPodAutoscaler: pa.Name}},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name},
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name},
 			MinReplicas:    ptr.To(max(s.MinScale, 1)),
 			MaxReplicas:    maxReplicas,
 			Metrics:        []autoscalingv2.MetricSpec{hpaMetric(s)},
@@ -115,7 +117,7 @@ func (r *PodAutoscaler) ensureHPA(ctx context.Context, pa *v1alpha1.PodAutoscale
 	case err != nil:
 		return nil, err
 	case !metav1.IsControlledBy(have, pa):
-		return nil, fmt.Errorf("HorizontalPodAutoscaler %q exists and is not controlled by PodAutoscaler %q (delete it, or the PodAutoscaler, whichever should not scale the Deployment): %w", have.Name, pa.Name, errNotOwned)
+		return nil, fmt.Errorf("HorizontalPodAutoscaler %q exists and is not controlled by PodAutoscaler %q (delete it, or the PodAutoscaler, whichever should not scale the target): %w", have.Name, pa.Name, errNotOwned)
 	case equality.Semantic.DeepEqual(have.Spec, want.Spec) && have.Labels[LabelPodAutoscaler] == pa.Name:
 		return have, nil
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,8 +21,8 @@ import (
 // class would write, at the settings' HPA target; min-scale 0 is an HPA
 // minimum of 1, max-scale 0 no maximum.
 func TestMakeHPAMetrics(t *testing.T) {
-	pa := &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}}
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-deployment"}}
+	pa := &v1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"},
+		Spec: v1alpha1.PodAutoscalerSpec{ScaleTargetRef: v1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "cart-deployment"}}}
 	q := func(s string) *resource.Quantity { return ptr.To(resource.MustParse(s)) }
 	tests := []struct {
 		name     string
@@ -51,7 +50,7 @@ func TestMakeHPAMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		hpa := makeHPA(pa, d, s)
+		hpa := makeHPA(pa, s)
 		if diff := cmp.Diff([]autoscalingv2.MetricSpec{tt.want}, hpa.Spec.Metrics, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
 			t.Errorf("%s: metrics (-want +got):\n%s", tt.name, diff)
 		}

@@ -44,10 +44,11 @@ type reach struct {
 // says so (a Revision no Route sends traffic to), or, like a
 // Knative Revision whose resources failed, when its Deployment wants pods,
 // has none ready and reports that it cannot make progress (Progressing
-// False with ProgressDeadlineExceeded, or ReplicaFailure True). When it
+// False with ProgressDeadlineExceeded, or ReplicaFailure True; other
+// kinds' conditions are not read: they have no common shape). When it
 // cannot tell (the Service cannot be read) it counts the target as
 // reachable, as Knative does with an unknown reachability.
-func (r *PodAutoscaler) reachable(ctx context.Context, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment) reach {
+func (r *PodAutoscaler) reachable(ctx context.Context, pa *v1alpha1.PodAutoscaler, tgt *target) reach {
 	var svc corev1.Service
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: pa.Namespace, Name: pa.Spec.Service.Name}, &svc)
 	switch {
@@ -62,9 +63,9 @@ func (r *PodAutoscaler) reachable(ctx context.Context, pa *v1alpha1.PodAutoscale
 		return reach{reason: ReasonNotRouted,
 			message: "spec.reachability is Unreachable (no Route sends the target traffic): it scales down at once and min-scale does not apply"}
 	}
-	if why := failing(d); why != "" {
+	if tgt.failing != "" {
 		return reach{reason: ReasonScaleTargetFailing,
-			message: fmt.Sprintf("Deployment %q has no ready pod and %s: the target is unreachable until it recovers", d.Name, why)}
+			message: fmt.Sprintf("%s has no ready pod and %s: the target is unreachable until it recovers", tgt, tgt.failing)}
 	}
 	return reach{ok: true, reason: ReasonReachable, message: fmt.Sprintf("clients reach the target through Service %q", pa.Spec.Service.Name)}
 }

@@ -45,7 +45,7 @@ func TestReachable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &PodAutoscaler{Client: fake.NewClientBuilder().WithObjects(tt.objects...).Build()}
-			got := r.reachable(context.Background(), pa, tt.deploy)
+			got := r.reachable(context.Background(), pa, deploymentTarget(tt.deploy))
 			if diff := cmp.Diff(tt.want, result{got.ok, got.noPath, got.reason}); diff != "" {
 				t.Errorf("(-want +got):\n%s\nmessage: %s", diff, got.message)
 			}
@@ -66,7 +66,7 @@ func TestReachable(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &PodAutoscaler{Client: fake.NewClientBuilder().WithObjects(tt.objects...).Build()}
-			got := r.reachable(context.Background(), unrouted, deploy(1, 1))
+			got := r.reachable(context.Background(), unrouted, deploymentTarget(deploy(1, 1)))
 			if diff := cmp.Diff(tt.want, result{got.ok, got.noPath, got.reason}); diff != "" {
 				t.Errorf("(-want +got):\n%s\nmessage: %s", diff, got.message)
 			}

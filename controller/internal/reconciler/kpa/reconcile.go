@@ -3,18 +3,17 @@ package kpa
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -32,6 +31,7 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
+	"github.com/sockscale/sockscale/controller/internal/scaletarget"
 )
 
 // TickPeriod is how often each target is decided (docs/autoscaling.md,
@@ -65,7 +65,14 @@ type PodAutoscaler struct {
 	// the latest of each target (statusWriter); 0 writes each in its
 	// Reconcile.
 	StatusWriters int
-	// Buckets, if set, are the targets (by the Deployment they scale)
+	// ScaleTargetKinds are the kinds a PodAutoscaler may scale; nil:
+	// scaletarget.DefaultKinds (Deployments and StatefulSets).
+	ScaleTargetKinds scaletarget.Kinds
+	// Discovery, if set, tells a target that does not exist from one of
+	// a kind without /scale (both are a 404); nil: the condition says
+	// either.
+	Discovery discovery.DiscoveryInterface
+	// Buckets, if set, are the targets (by the workload they scale)
 	// this replica decides, its other replicas deciding the rest: the
 	// reconciler then runs on every replica, leader or not. Nil: every
 	// target, on the leader.
@@ -106,6 +113,7 @@ var _ reconcile.Reconciler = (*PodAutoscaler)(nil)
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets/scale,verbs=get;update
 // +kubebuilder:rbac:groups=sockscale.dev,resources=serverlessservices,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -140,17 +148,17 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	status := pa.Status.DeepCopy()
 	status.ObservedGeneration = pa.Generation
 
-	deploy, reason, msg := r.target(ctx, &pa)
-	if deploy == nil {
+	tgt, reason, msg := r.target(ctx, &pa)
+	if tgt == nil {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
-	settings, err := config.ForPodAutoscaler(r.Config(), &pa, deploy)
+	settings, err := config.ForTarget(r.Config(), &pa, tgt.template, tgt.gvk.Kind+" "+tgt.name)
 	if err != nil {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, "InvalidSettings", err.Error())
-		// Looked at again like a missing Deployment: what fixes the
+		// Looked at again like a missing target: what fixes the
 		// settings is watched by no one here, neither the cluster's
 		// ConfigMap (re-read every 10 s: allow-zero-initial-scale set
 		// just after the PodAutoscaler was made) nor the Deployment's
@@ -164,7 +172,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: 10 * time.Second, Priority: ptr.To(tickPriority)}, r.writeStatus(ctx, &pa, status)
 	}
 	status.MinScaleWindow = window
-	o, err := r.decide(ctx, key, &pa, deploy, settings, now, status)
+	o, err := r.decide(ctx, key, &pa, tgt, settings, now, status)
 	if errors.Is(err, errNotOwned) {
 		r.unpoke(key)
 		setCondition(status, pa.Generation, names.ConditionReady, metav1.ConditionFalse, names.ReasonNotOwned, err.Error())
@@ -173,7 +181,7 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.apply(ctx, key, &pa, deploy, settings, o); err != nil {
+	if err := r.apply(ctx, key, &pa, tgt, settings, o); err != nil {
 		return ctrl.Result{}, err
 	}
 	if at, ok := r.pokedAt.LoadAndDelete(key); ok {
@@ -190,30 +198,11 @@ func (r *PodAutoscaler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 }
 
 // unpoke drops the time a poke woke pa when the reconcile it woke cannot
-// decide (no Deployment, invalid settings, a ServerlessService it does not
+// decide (no target, invalid settings, a ServerlessService it does not
 // own): the wait for a fix is no poke's latency, and the next decision
 // would otherwise observe all of it. An error that is retried keeps it:
 // the retry is part of the poke's time.
 func (r *PodAutoscaler) unpoke(pa collector.Key) { r.pokedAt.Delete(pa) }
-
-// target returns the Deployment to scale, or why there is none.
-func (r *PodAutoscaler) target(ctx context.Context, pa *v1alpha1.PodAutoscaler) (*appsv1.Deployment, string, string) {
-	ref := pa.Spec.ScaleTargetRef
-	if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" {
-		return nil, "UnsupportedScaleTarget", fmt.Sprintf("scaleTargetRef %s %s: only apps/v1 Deployments are supported so far", ref.APIVersion, ref.Kind)
-	}
-	var d appsv1.Deployment
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pa.Namespace, Name: ref.Name}, &d); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, "ScaleTargetNotFound", fmt.Sprintf("Deployment %q does not exist in namespace %q", ref.Name, pa.Namespace)
-		}
-		return nil, "ScaleTargetUnreadable", err.Error()
-	}
-	if d.Spec.Selector == nil || len(d.Spec.Selector.MatchLabels) == 0 || len(d.Spec.Selector.MatchExpressions) > 0 {
-		return nil, "UnsupportedSelector", fmt.Sprintf("Deployment %q: its selector must be matchLabels only, because the private Service selects the same pods", ref.Name)
-	}
-	return &d, "", ""
-}
 
 // SetupWithManager watches PodAutoscalers, their ServerlessServices, and
 // pokes. A PodAutoscaler's own status writes do not wake it (only a new

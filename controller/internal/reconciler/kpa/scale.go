@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,19 +13,20 @@ import (
 	"github.com/sockscale/sockscale/controller/internal/collector"
 	"github.com/sockscale/sockscale/controller/internal/config"
 	"github.com/sockscale/sockscale/controller/internal/decider"
+	"github.com/sockscale/sockscale/controller/internal/scaletarget"
 )
 
 // apply scales the target through /scale when the count changed, and
 // announces scaling and panic transitions as Events.
-func (r *PodAutoscaler) apply(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, deploy *appsv1.Deployment, s config.Settings, o outcome) error {
+func (r *PodAutoscaler) apply(ctx context.Context, key collector.Key, pa *v1alpha1.PodAutoscaler, tgt *target, s config.Settings, o outcome) error {
 	if o.want != o.current {
-		if err := r.scale(ctx, deploy, o.want); err != nil {
+		if err := r.scale(ctx, tgt, o.want); err != nil {
 			return err
 		}
-		log.FromContext(ctx).Info("scaled", "target", deploy.Name, "from", o.current, "to", o.want,
+		log.FromContext(ctx).Info("scaled", "target", tgt.name, "kind", tgt.gvk.Kind, "from", o.current, "to", o.want,
 			"stable", o.values.Stable, "panic", o.values.Panic, "panicking", o.dec.Panicking, "reason", o.zero.reason)
-		r.event(pa, corev1.EventTypeNormal, "Scaled", "Scale", "scaled Deployment %s from %d to %d pods (stable %s %.3f, panic %.3f; %s)",
-			deploy.Name, o.current, o.want, s.Metric, o.values.Stable, o.values.Panic, o.zero.reason)
+		r.event(pa, corev1.EventTypeNormal, "Scaled", "Scale", "scaled %s %s from %d to %d pods (stable %s %.3f, panic %.3f; %s)",
+			tgt.gvk.Kind, tgt.name, o.current, o.want, s.Metric, o.values.Stable, o.values.Panic, o.zero.reason)
 	}
 	if o.dec.Valid && o.dec.Panicking != pa.Status.Panicking {
 		if o.dec.Panicking {
@@ -84,8 +84,19 @@ func bounded(dec decider.Decision, s config.Settings, current int32, initialized
 	return want
 }
 
-// scale sets the Deployment's replicas through its /scale subresource.
-func (r *PodAutoscaler) scale(ctx context.Context, d *appsv1.Deployment, replicas int32) error {
+// scale sets the target's replicas through its /scale subresource: a
+// Deployment's read now (the decision was made on the cached Deployment),
+// another kind's as this tick read it.
+func (r *PodAutoscaler) scale(ctx context.Context, tgt *target, replicas int32) error {
+	if tgt.deployment == nil {
+		sc := tgt.scale.DeepCopy()
+		sc.Spec.Replicas = replicas
+		if err := scaletarget.Update(ctx, r.Client, tgt.gvk, sc); err != nil {
+			return fmt.Errorf("scale %s to %d: %w", tgt, replicas, err)
+		}
+		return nil
+	}
+	d := tgt.deployment
 	sc := &autoscalingv1.Scale{}
 	if err := r.Client.SubResource("scale").Get(ctx, d, sc); err != nil {
 		return fmt.Errorf("get scale of %s: %w", d.Name, err)

@@ -138,13 +138,17 @@ type Prober interface {
 	ActivatorInPath(ctx context.Context, namespace, service string, port int32) (bool, error)
 }
 
-// progressDeadline is how long the Deployment may take to make progress
-// (Kubernetes' default 600 s).
+// defaultProgressDeadline is Kubernetes' default progress deadline of a
+// Deployment, and the deadline of targets of other kinds, which have
+// none sockscale can read.
+const defaultProgressDeadline = 600 * time.Second
+
+// progressDeadline is how long the Deployment may take to make progress.
 func progressDeadline(d *appsv1.Deployment) time.Duration {
 	if d.Spec.ProgressDeadlineSeconds != nil {
 		return time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second
 	}
-	return 600 * time.Second
+	return defaultProgressDeadline
 }
 
 // activatorInPath asks the Prober; an error is logged and counts as no.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,9 +21,9 @@ var errNotOwned = errors.New("refusing to take it over")
 // ensureSKS writes the target's ServerlessService (same name, owned by the
 // PodAutoscaler) with the wanted mode and why, and returns it with its
 // status.
-func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscaler, d *appsv1.Deployment, mode v1alpha1.Mode, why string, activators int32) (*v1alpha1.ServerlessService, error) {
+func (r *PodAutoscaler) ensureSKS(ctx context.Context, pa *v1alpha1.PodAutoscaler, tgt *target, mode v1alpha1.Mode, why string, activators int32) (*v1alpha1.ServerlessService, error) {
 	spec := v1alpha1.ServerlessServiceSpec{Mode: mode, ModeReason: why, NumActivators: activators, PublicService: pa.Spec.Service.Name, Port: pa.Spec.Service.Port,
-		Selector: d.Spec.Selector.MatchLabels}
+		Selector: tgt.selector}
 	sks := &v1alpha1.ServerlessService{ObjectMeta: metav1.ObjectMeta{Namespace: pa.Namespace, Name: pa.Name}}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(sks), sks)
 	switch {

@@ -52,16 +52,7 @@ func TestE2EKeptAliveClientsLeaveTheActivators(t *testing.T) {
 	} else {
 		t.Logf("the request held through the cold start: answered after %s, %s: %s", a.took.Round(time.Millisecond), v1alpha1.ColdStartHeader, held)
 	}
-	e2etest.Eventually(t, 2*time.Minute, name+" in Serve", func() error {
-		pa, err := s.PA(ctx, appNS, name)
-		if err != nil {
-			return err
-		}
-		if pa.Status.Mode != v1alpha1.ModeServe {
-			return fmt.Errorf("mode %q (%s)", pa.Status.Mode, pa.Status.ModeReason)
-		}
-		return nil
-	})
+	waitServe(t, s, name)
 	serve := time.Now()
 	idleClosed := make(chan time.Duration, 1)
 	go func() { idleClosed <- idle.closed(30 * time.Second) }()
@@ -104,6 +95,22 @@ func TestE2EKeptAliveClientsLeaveTheActivators(t *testing.T) {
 	} else {
 		t.Logf("the idle kept-alive connection made at zero was closed by its activator %s after Serve", d.Round(100*time.Millisecond))
 	}
+}
+
+// waitServe waits up to 2 minutes for app name's PodAutoscaler to say
+// Serve mode.
+func waitServe(t *testing.T, s *stack.Stack, name string) {
+	t.Helper()
+	e2etest.Eventually(t, 2*time.Minute, name+" in Serve", func() error {
+		pa, err := s.PA(context.Background(), appNS, name)
+		if err != nil {
+			return err
+		}
+		if pa.Status.Mode != v1alpha1.ModeServe {
+			return fmt.Errorf("mode %q (%s)", pa.Status.Mode, pa.Status.ModeReason)
+		}
+		return nil
+	})
 }
 
 // idleClient is one kept-alive HTTP/1.1 connection to a URL that sent
@@ -180,16 +187,7 @@ func TestE2EKeptAliveGRPCClientsLeaveTheActivators(t *testing.T) {
 	c := dialGRPC(t, grpcAddr(url))
 	load := startGRPCLoad(c, callers, "100ms")
 	defer load.stop()
-	e2etest.Eventually(t, 2*time.Minute, name+" in Serve", func() error {
-		pa, err := s.PA(ctx, appNS, name)
-		if err != nil {
-			return err
-		}
-		if pa.Status.Mode != v1alpha1.ModeServe {
-			return fmt.Errorf("mode %q (%s)", pa.Status.Mode, pa.Status.ModeReason)
-		}
-		return nil
-	})
+	waitServe(t, s, name)
 	forwarded := func() float64 {
 		t.Helper()
 		_, sum, err := activatorSum(ctx, s, "sockscale_activator_hold_results_total", map[string]string{"namespace": appNS, "name": name, "result": "forwarded"})

@@ -254,6 +254,10 @@ type App struct {
 	// for any Deployment sockscale does not autoscale (one the HPA or
 	// KEDA scales on sockscale's metrics). Spec is then unused.
 	Plain bool
+	// StatefulSet: the pods are a StatefulSet's (pods started and
+	// stopped in parallel), which the PodAutoscaler scales, instead of a
+	// Deployment's.
+	StatefulSet bool
 }
 
 // OnRealNode puts a pod on the local cluster's real node name (a real
@@ -330,7 +334,18 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 		// before the autoscaler scales the Deployment to zero.
 		deploy.Spec.Replicas = is
 	}
-	for _, o := range []client.Object{deploy, public, pa} {
+	var workload client.Object = deploy
+	if app.StatefulSet {
+		workload = &appsv1.StatefulSet{
+			ObjectMeta: deploy.ObjectMeta,
+			Spec: appsv1.StatefulSetSpec{
+				Replicas: deploy.Spec.Replicas, Selector: deploy.Spec.Selector, Template: deploy.Spec.Template,
+				ServiceName: app.Name, PodManagementPolicy: appsv1.ParallelPodManagement,
+			},
+		}
+		pa.Spec.ScaleTargetRef.Kind = "StatefulSet"
+	}
+	for _, o := range []client.Object{workload, public, pa} {
 		if err := s.Client.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 		}
@@ -338,12 +353,13 @@ func (s *Stack) Deploy(ctx context.Context, app App) error {
 	return nil
 }
 
-// Remove deletes the app's PodAutoscaler, Service and Deployment (the
-// namespace stays). Objects already gone are not an error.
+// Remove deletes the app's PodAutoscaler, Service and Deployment or
+// StatefulSet (the namespace stays). Objects already gone are not an
+// error.
 func (s *Stack) Remove(ctx context.Context, app App) error {
 	meta := metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name}
 	var errs []error
-	for _, o := range []client.Object{&v1alpha1.PodAutoscaler{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &appsv1.Deployment{ObjectMeta: meta}} {
+	for _, o := range []client.Object{&v1alpha1.PodAutoscaler{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &appsv1.Deployment{ObjectMeta: meta}, &appsv1.StatefulSet{ObjectMeta: meta}} {
 		if err := s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %T %s: %w", o, app.Name, err))
 		}

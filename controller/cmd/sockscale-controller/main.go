@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
 	// The zone database in the binary: a PodAutoscaler's minScaleSchedule
 	// names an IANA time zone, and the image has no /usr/share/zoneinfo.
 	_ "time/tzdata"

@@ -204,7 +204,11 @@ func (cs *Conns) move(c *clientConn, now time.Time) {
 	default:
 		return // busy HTTP/1.x: its response asks it (reconnect.go)
 	}
-	cs.m.moves.WithLabelValues(k.Namespace, map[bool]string{true: "goaway", false: "closed"}[c.isH2]).Inc()
+	how := "closed"
+	if c.isH2 {
+		how = "goaway"
+	}
+	cs.m.moves.WithLabelValues(k.Namespace, how).Inc()
 	cs.log.Debug("kept-alive connection moved off the activator", "target", k, "remote", c.RemoteAddr(), "http2", c.isH2)
 }
 

@@ -73,10 +73,10 @@ func ParseSchedule(s *v1alpha1.MinScaleSchedule) (*Schedule, error) {
 			errs = append(errs, fmt.Errorf("%s.minScale %d: must be 1 or more", field, w.MinScale))
 		}
 		var bad bool
-		if sw.start, bad = clock(w.Start, false); bad {
+		if sw.start, bad = minutesOf(w.Start, false); bad {
 			errs = append(errs, fmt.Errorf("%s.start %q: must be HH:MM from 00:00 to 23:59", field, w.Start))
 		}
-		if sw.end, bad = clock(w.End, true); bad {
+		if sw.end, bad = minutesOf(w.End, true); bad {
 			errs = append(errs, fmt.Errorf("%s.end %q: must be HH:MM from 00:00 to 24:00", field, w.End))
 		}
 		if sw.start == sw.end { // 00:00-24:00 is the whole day
@@ -105,9 +105,9 @@ func ParseSchedule(s *v1alpha1.MinScaleSchedule) (*Schedule, error) {
 	return sch, nil
 }
 
-// clock reads HH:MM as minutes from midnight; 24:00 only if allow24.
+// minutesOf reads HH:MM as minutes from midnight; 24:00 only if allow24.
 // bad says it is no such time.
-func clock(s string, allow24 bool) (minutes int, bad bool) {
+func minutesOf(s string, allow24 bool) (minutes int, bad bool) {
 	if allow24 && s == "24:00" {
 		return 24 * 60, false
 	}

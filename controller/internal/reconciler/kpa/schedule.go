@@ -26,7 +26,11 @@ type parsedSchedule struct {
 // status.minScaleWindow, the Min Window column).
 func (r *PodAutoscaler) raiseMinScale(key collector.Key, pa *v1alpha1.PodAutoscaler, s *config.Settings, now time.Time) (string, error) {
 	if pa.Spec.MinScaleSchedule == nil {
-		r.schedules.Delete(key)
+		// Every tick of every target passes here: delete only what a
+		// schedule removed from the spec left.
+		if _, ok := r.schedules.Load(key); ok {
+			r.schedules.Delete(key)
+		}
 		return "", nil
 	}
 	if s.Class == string(v1alpha1.ClassExternal) { // the API server refuses it only with the class in the spec

@@ -11,10 +11,11 @@
 //   cgroup_skb/in    bytes from clients: a request counts from its headers' end
 //   cgroup_skb/out   bytes to clients: an HTTP/1.x response parser ends it
 //
-// Pods are identified by the server socket's local IPv4 address through the
-// pod_slots map, which the agent fills; sock_ops gives each accepted
-// connection of a pod its state in the socket's storage, including the slot
-// of the pod's counters. Connections open before the programs were loaded
+// Pods are identified by the server socket's local address, IPv4 or IPv6
+// (struct ip_addr: one key form for both), through the pod_slots map,
+// which the agent fills (a dual-stack pod has a slot per address);
+// sock_ops gives each accepted connection of a pod its state in the
+// socket's storage, including the slot of the pod's counters. Connections open before the programs were loaded
 // (an agent upgrade brings new maps) are adopted by ingress at their next
 // client bytes (lib/adopt.h). Any other traffic costs one socket-storage
 // miss, and its client bytes on established sockets one pod_slots miss.
@@ -52,6 +53,7 @@
 //
 //   accounting.h     types and limits shared with Go (bpf2go -type, the model)
 //   lib/maps.h       the maps the agent fills and reads; event counters
+//   lib/ip.h         a segment's IP layer, either family: addresses and the TCP header's offset
 //   lib/conn.h       where a connection's state lives and how a segment finds it
 //   lib/counters.h   per-pod counters and the request transitions that change them
 //   lib/bytes.h      the parse window, tokens, eight-bytes-at-a-time helpers

@@ -25,6 +25,14 @@
 #define MAX_H2_FRAMES 4096    // HTTP/2 frame steps per segment and direction before the walk gives up
 #define MAX_H2_STASHED 256    // HTTP/2 connections whose first frames reached the listening socket, until accepted
 
+// An address of either family as the maps keep it, in network order: an
+// IPv6 address as it is, an IPv4 address IPv4-mapped (::ffff:a.b.c.d). One
+// key type for both families, and an IPv4 client of a socket that listens
+// on [::] has the same key as one of a plain IPv4 socket.
+struct ip_addr {
+	__u32 w[4];
+};
+
 // One kind of request (all, or proxied only) of one pod.
 struct req_stats {
 	__s64 in_flight;    // N: started and not completed
@@ -39,7 +47,7 @@ struct req_stats {
 // gets N, S and C of one instant (see lib/counters.h).
 struct pod_stats {
 	struct bpf_spin_lock lock;
-	__u32 ip;                 // the pod's IPv4 address, network order, set by the agent with id
+	struct ip_addr ip;        // the pod's address this slot counts for, set by the agent with id
 	__u64 id;                 // the pod's identity (hash of its UID), set by the agent
 	__u64 tenure;             // new at each reset by the agent: which connections count here (see owner())
 	struct req_stats all;     // every request, proxied ones included
@@ -76,8 +84,8 @@ struct conn_adjust {
 // addresses into it, and the test object's four-tuple map (lib/conn.h) is
 // keyed by it.
 struct conn_key {
-	__u32 pod_ip;    // network order
-	__u32 peer_ip;   // network order
+	struct ip_addr pod_ip;
+	struct ip_addr peer_ip;
 	__u16 pod_port;  // network order
 	__u16 peer_port; // network order
 };

@@ -71,8 +71,8 @@ type accountingConnAdjust struct {
 
 type accountingConnKey struct {
 	_        structs.HostLayout
-	PodIp    uint32
-	PeerIp   uint32
+	PodIp    accountingIpAddr
+	PeerIp   accountingIpAddr
 	PodPort  uint16
 	PeerPort uint16
 }
@@ -108,6 +108,11 @@ type accountingH2Conn struct {
 	StartNs     [128]uint64
 }
 
+type accountingIpAddr struct {
+	_ structs.HostLayout
+	W [4]uint32
+}
+
 type accountingLearnedConn struct {
 	_      structs.HostLayout
 	Tenure uint64
@@ -133,7 +138,8 @@ type accountingPodStats struct {
 		_   structs.HostLayout
 		Val uint32
 	}
-	Ip     uint32
+	Ip     accountingIpAddr
+	_      [4]byte
 	Id     uint64
 	Tenure uint64
 	All    struct {

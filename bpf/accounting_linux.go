@@ -291,7 +291,8 @@ func uninstallDir(pinDir string) error {
 
 // loadSlots reads the slot assignment from the kernel's pod_slots.
 func (a *Accounting) loadSlots() error {
-	var key, slot uint32
+	var key accountingIpAddr
+	var slot uint32
 	it := a.objs.PodSlots.Iterate()
 	for it.Next(&key, &slot) {
 		if slot >= MaxPods {
@@ -389,7 +390,7 @@ func (a *Accounting) RemovePod(ip netip.Addr) error {
 	if err := a.objs.PodSlots.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove pod %s: %w", ip, err)
 	}
-	if err := a.resetSlot(slot, 0, 0); err != nil {
+	if err := a.resetSlot(slot, accountingIpAddr{}, 0); err != nil {
 		return fmt.Errorf("remove pod %s: clear slot %d: %w", ip, slot, err)
 	}
 	delete(a.slots, ip)
@@ -411,7 +412,7 @@ func (a *Accounting) RemovePod(ip netip.Addr) error {
 // requests counted before (TestKernelPodAddedAgainInItsSlot: N read -1).
 // Tenures are CLOCK_MONOTONIC nanoseconds, made strictly increasing: a
 // restarted agent's are later than any its predecessor wrote.
-func (a *Accounting) resetSlot(slot, key uint32, id uint64) error {
+func (a *Accounting) resetSlot(slot uint32, key accountingIpAddr, id uint64) error {
 	tenure := uint64(0) // a free slot's
 	if id != 0 {
 		now, err := monotonicNow()
@@ -467,7 +468,7 @@ func (a *Accounting) SetNodeAddrs(ips []netip.Addr) error {
 // adding before it removes nothing it keeps: a lookup never misses an
 // address that stays.
 func setAddrs(m *ebpf.Map, what string, ips []netip.Addr, limit int) error {
-	want := make(map[uint32]bool, len(ips))
+	want := make(map[accountingIpAddr]bool, len(ips))
 	for _, ip := range ips {
 		key, err := ipKey(ip)
 		if err != nil {
@@ -478,9 +479,9 @@ func setAddrs(m *ebpf.Map, what string, ips []netip.Addr, limit int) error {
 	if len(want) > limit {
 		return fmt.Errorf("set %ss: %d addresses, at most %d allowed", what, len(want), limit)
 	}
-	var key uint32
+	var key accountingIpAddr
 	var val uint8
-	var stale []uint32
+	var stale []accountingIpAddr
 	it := m.Iterate()
 	for it.Next(&key, &val) {
 		if !want[key] {
@@ -608,21 +609,30 @@ func monotonicNow() (time.Duration, error) {
 	return time.Duration(ts.Nano()), nil
 }
 
-// ipKey is the map key of an IPv4 address: its bytes in network order, as
-// the kernel compares them.
-func ipKey(ip netip.Addr) (uint32, error) {
-	ip = ip.Unmap()
-	if !ip.Is4() {
-		return 0, fmt.Errorf("address %s: only IPv4 pods are supported", ip)
+// ipKey is the map key of an address (struct ip_addr): its 16 bytes in
+// network order, an IPv4 address IPv4-mapped, as the kernel compares them.
+func ipKey(ip netip.Addr) (accountingIpAddr, error) {
+	var key accountingIpAddr
+	if !ip.IsValid() {
+		return key, errors.New("no address: want an IPv4 or IPv6 address")
 	}
-	b := ip.As4()
-	return binary.NativeEndian.Uint32(b[:]), nil
+	if ip.Zone() != "" {
+		return key, fmt.Errorf("address %s: a pod's address has no zone", ip)
+	}
+	b := ip.Unmap().As16() // IPv4 comes out mapped
+	for i := range key.W {
+		key.W[i] = binary.NativeEndian.Uint32(b[4*i:])
+	}
+	return key, nil
 }
 
-func keyIP(key uint32) netip.Addr {
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], key)
-	return netip.AddrFrom4(b)
+// keyIP is the address of a map key; IPv4 comes back unmapped.
+func keyIP(key accountingIpAddr) netip.Addr {
+	var b [16]byte
+	for i, w := range key.W {
+		binary.NativeEndian.PutUint32(b[4*i:], w)
+	}
+	return netip.AddrFrom16(b).Unmap()
 }
 
 // RunTime is how long the accounting programs have run, in total, and how

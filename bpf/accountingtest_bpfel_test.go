@@ -14,9 +14,15 @@ import (
 )
 
 type accountingtestConnKey struct {
-	_        structs.HostLayout
-	PodIp    uint32
-	PeerIp   uint32
+	_     structs.HostLayout
+	PodIp struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
+	PeerIp struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
 	PodPort  uint16
 	PeerPort uint16
 }

@@ -18,5 +18,5 @@ package bpf
 //     the structs both share (-no-global-types) and accountingtestConnKey
 //     for the key of the map only this object has.
 //
-//go:generate sh -c "go tool bpf2go -tags linux -target bpfel -type pod_stats -type conn -type msg -type learned_conn -type conn_adjust -type h2_conn accounting accounting.c -- -O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/$(clang -print-multiarch)"
+//go:generate sh -c "go tool bpf2go -tags linux -target bpfel -type pod_stats -type conn -type msg -type learned_conn -type conn_adjust -type h2_conn -type ip_addr accounting accounting.c -- -O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/$(clang -print-multiarch)"
 //go:generate sh -c "go tool bpf2go -tags linux -target bpfel -no-global-types -type conn_key -type drop_rule -output-suffix _test accountingtest accounting.c -- -O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/$(clang -print-multiarch) -DSOCKSCALE_TEST_TUPLE"

@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -104,44 +103,48 @@ func TestProgAdoption(t *testing.T) {
 		segs:   []segment{in(0, ok), in(uint32(len(ok)), get), out(0, get)},
 		want:   want{},
 	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newProgHarness(t)
-			h.disconnect() // open before the programs: no state
-			server := uint8(1)
-			if tc.client {
-				server = 0
-			}
-			if err := h.objs.TestSockets.Update(&h.key, server, ebpf.UpdateAny); err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range tc.segs {
-				flags := s.flags
-				if flags == 0 {
-					flags = tcpPSH | tcpACK
-				}
-				switch {
-				case s.accept:
-					h.accept(1000+s.off, 5000)
-				case s.in:
-					pkt := packetFlags(h.peer, h.pod, testPeerPort, testPodPort, 1000+s.off, flags, []byte(s.data))
-					binary.BigEndian.PutUint32(pkt[14+20+8:], 5000) // the client has every server byte
-					h.run(h.objs.SockscaleIngress, pkt)
-				default:
-					h.run(h.objs.SockscaleEgress, packetFlags(h.pod, h.peer, testPodPort, testPeerPort, 5000+s.off, flags, []byte(s.data)))
-				}
-			}
-			st := h.stats()
-			got := want{Counts: h.counts(), Conns: st.ConnsInFlight, ConnsTotal: int64(st.ConnsTotal), Adopted: h.events()[evAdopted]}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-			if tc.client {
-				// Decided once: state that counts nothing, so later
-				// segments cost a lookup and no more.
-				if c := h.conn(); c.Closed != 1 || c.Adopted != 0 {
-					t.Errorf("the pod's client connection: closed=%d adopted=%d, want 1 and 0", c.Closed, c.Adopted)
-				}
+	for _, fam := range families(t) {
+		t.Run(fam.name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					h := fam.harness(t)
+					h.disconnect() // open before the programs: no state
+					server := uint8(1)
+					if tc.client {
+						server = 0
+					}
+					if err := h.objs.TestSockets.Update(&h.key, server, ebpf.UpdateAny); err != nil {
+						t.Fatal(err)
+					}
+					for _, s := range tc.segs {
+						flags := s.flags
+						if flags == 0 {
+							flags = tcpPSH | tcpACK
+						}
+						switch {
+						case s.accept:
+							h.accept(1000+s.off, 5000)
+						case s.in:
+							pkt := packetFlags(h.peer, h.pod, testPeerPort, testPodPort, 1000+s.off, flags, []byte(s.data))
+							setAck(pkt, 5000) // the client has every server byte
+							h.run(h.objs.SockscaleIngress, pkt)
+						default:
+							h.run(h.objs.SockscaleEgress, packetFlags(h.pod, h.peer, testPodPort, testPeerPort, 5000+s.off, flags, []byte(s.data)))
+						}
+					}
+					st := h.stats()
+					got := want{Counts: h.counts(), Conns: st.ConnsInFlight, ConnsTotal: int64(st.ConnsTotal), Adopted: h.events()[evAdopted]}
+					if diff := cmp.Diff(tc.want, got); diff != "" {
+						t.Errorf("(-want +got):\n%s", diff)
+					}
+					if tc.client {
+						// Decided once: state that counts nothing, so later
+						// segments cost a lookup and no more.
+						if c := h.conn(); c.Closed != 1 || c.Adopted != 0 {
+							t.Errorf("the pod's client connection: closed=%d adopted=%d, want 1 and 0", c.Closed, c.Adopted)
+						}
+					}
+				})
 			}
 		})
 	}

@@ -177,16 +177,20 @@ func TestProgFollowsEveryRequest(t *testing.T) {
 			[]step{sIn(0, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"), sOut(0, "\x16\x03\x03\x00\x7a"), sIn(11, get)},
 			counts{InFlight: 1, Started: 1, OpaqueInFlight: 1, OpaqueTotal: 1}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newProgHarness(t)
-			runSteps(t, h, tt.steps)
-			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
-				var script []string
-				for _, s := range tt.steps {
-					script = append(script, fmt.Sprintf("%+v", s))
-				}
-				t.Errorf("counts (-want +got):\n%s\nsteps:\n%s", diff, strings.Join(script, "\n"))
+	for _, fam := range families(t) {
+		t.Run(fam.name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					h := fam.harness(t)
+					runSteps(t, h, tt.steps)
+					if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+						var script []string
+						for _, s := range tt.steps {
+							script = append(script, fmt.Sprintf("%+v", s))
+						}
+						t.Errorf("counts (-want +got):\n%s\nsteps:\n%s", diff, strings.Join(script, "\n"))
+					}
+				})
 			}
 		})
 	}
@@ -210,6 +214,7 @@ func TestProgProbesOnlyFromProbers(t *testing.T) {
 		// Its User-Agent before the accept, the end of its headers after.
 		{"split around the accept", []step{sListen(0, probe[:lp-2], false), sAccept(), sIn(lp-2, probe[lp-2:]), sOut(0, ok5)}},
 	}
+	fams := families(t)
 	for _, sc := range scripts {
 		n := int64(1)
 		if len(sc.steps) > 4 {
@@ -224,14 +229,16 @@ func TestProgProbesOnlyFromProbers(t *testing.T) {
 			{peerAnyIsNode, counts{Probes: n}},
 			{peerOther, counts{Started: n, Completed: n}},
 		} {
-			t.Run(fmt.Sprintf("%s/peer %d", sc.name, tt.peer), func(t *testing.T) {
-				h := newProgHarness(t)
-				h.setPeerKind(tt.peer)
-				runSteps(t, h, sc.steps)
-				if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
-					t.Errorf("counts (-want +got):\n%s", diff)
-				}
-			})
+			for _, fam := range fams {
+				t.Run(fmt.Sprintf("%s/peer %d/%s", sc.name, tt.peer, fam.name), func(t *testing.T) {
+					h := fam.harness(t)
+					h.setPeerKind(tt.peer)
+					runSteps(t, h, sc.steps)
+					if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+						t.Errorf("counts (-want +got):\n%s", diff)
+					}
+				})
+			}
 		}
 	}
 }

@@ -176,13 +176,17 @@ func TestProgHTTP2Streams(t *testing.T) {
 			{true, func(*h2Exchange) string { return "\x00\x00\x00\x04\x00\x00\x00\x00\x07" }}}, // SETTINGS on a stream
 			counts{InFlight: 1, Started: 3, Completed: 2, OpaqueInFlight: 1, OpaqueTotal: 1}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newProgHarness(t)
-			h.connect(1000, 5000, false)
-			newH2Exchange(h).play(tt.steps)
-			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
-				t.Errorf("counts (-want +got):\n%s", diff)
+	for _, fam := range families(t) {
+		t.Run(fam.name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					h := fam.harness(t)
+					h.connect(1000, 5000, false)
+					newH2Exchange(h).play(tt.steps)
+					if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+						t.Errorf("counts (-want +got):\n%s", diff)
+					}
+				})
 			}
 		})
 	}

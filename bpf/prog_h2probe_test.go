@@ -93,16 +93,20 @@ func TestProgHTTP2Probes(t *testing.T) {
 			raw("obe/1.36")},
 			counts{InFlight: 1, Started: 1}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newProgHarness(t)
-			h.connect(1000, 5000, false)
-			if tt.loadOnly {
-				h.loadOnly()
-			}
-			newH2Exchange(h).play(tt.steps)
-			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
-				t.Errorf("counts (-want +got):\n%s", diff)
+	for _, fam := range families(t) {
+		t.Run(fam.name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					h := fam.harness(t)
+					h.connect(1000, 5000, false)
+					if tt.loadOnly {
+						h.loadOnly()
+					}
+					newH2Exchange(h).play(tt.steps)
+					if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+						t.Errorf("counts (-want +got):\n%s", diff)
+					}
+				})
 			}
 		})
 	}

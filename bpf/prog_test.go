@@ -23,6 +23,7 @@ import (
 type progHarness struct {
 	t    testing.TB
 	objs accountingtestObjects
+	ipv6 bool // the pod and its client talk IPv6
 	pod  netip.Addr
 	peer netip.Addr
 	key  accountingtestConnKey
@@ -38,8 +39,15 @@ const (
 
 func newProgHarness(t testing.TB) *progHarness {
 	t.Helper()
+	return newFamilyHarness(t, false)
+}
+
+// newFamilyHarness is newProgHarness whose pod and client talk IPv6 if
+// ipv6 is set.
+func newFamilyHarness(t testing.TB, ipv6 bool) *progHarness {
+	t.Helper()
 	testenv.RequireRoot(t)
-	h := &progHarness{t: t}
+	h := &progHarness{t: t, ipv6: ipv6}
 	// Test runs get a new dummy socket each, so the test object keeps
 	// connections by four-tuple (see SOCKSCALE_TEST_TUPLE in lib/conn.h).
 	spec, err := loadAccountingtest()
@@ -59,6 +67,9 @@ func newProgHarness(t testing.TB) *progHarness {
 func (h *progHarness) reset() {
 	t := h.t
 	h.pod, h.peer = netip.MustParseAddr("10.213.0.2"), netip.MustParseAddr("10.213.0.1")
+	if h.ipv6 {
+		h.pod, h.peer = netip.MustParseAddr("fd5c:a1e:0:213::2"), netip.MustParseAddr("fd5c:a1e:0:213::1")
+	}
 	podKey, _ := ipKey(h.pod)
 	peerKey, _ := ipKey(h.peer)
 	if err := h.objs.PodCounters.Update(uint32(testSlot), &accountingPodStats{Ip: podKey, Id: testPodID, Tenure: testTenure}, ebpf.UpdateAny); err != nil {
@@ -71,8 +82,10 @@ func (h *progHarness) reset() {
 	// probes; tests of other clients remove it (setPeerKind).
 	h.setPeerKind(peerNode)
 	h.key = accountingtestConnKey{PodIp: podKey, PeerIp: peerKey, PodPort: htons(testPodPort), PeerPort: htons(testPeerPort)}
-	if err := h.objs.Stash.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		t.Fatalf("clear stash: %v", err)
+	for _, m := range []*ebpf.Map{h.objs.Stash, h.objs.H2Stash, h.objs.TestSockets} {
+		if err := m.Delete(&h.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Fatalf("clear %s: %v", m, err)
+		}
 	}
 	zero := make([]uint64, ebpf.MustPossibleCPU())
 	for ev := range uint32(evMax) {
@@ -81,6 +94,31 @@ func (h *progHarness) reset() {
 		}
 	}
 	h.connect(1000, 5000, false)
+}
+
+// family is one address family the table tests run their cases in.
+type family struct {
+	name    string
+	harness func(t *testing.T) *progHarness // a fresh pod and connection for one case
+}
+
+// families are IPv4, each case on a harness of its own, and IPv6, every
+// case on one harness reset in between (loading the test object is the
+// slow part of a case, and the same cases have run on their own in IPv4).
+// parent owns the IPv6 harness's objects.
+func families(parent *testing.T) []family {
+	var h6 *progHarness
+	return []family{
+		{"IPv4", func(t *testing.T) *progHarness { return newProgHarness(t) }},
+		{"IPv6", func(t *testing.T) *progHarness {
+			if h6 == nil {
+				h6 = newFamilyHarness(parent, true)
+			}
+			h6.t = t
+			h6.reset()
+			return h6
+		}},
+	}
 }
 
 // Who the harness's client is to the programs (peer_kind in lib/maps.h).
@@ -98,11 +136,12 @@ const (
 func (h *progHarness) setPeerKind(k peerKind) {
 	h.t.Helper()
 	peerKey, _ := ipKey(h.peer)
+	anyKey, _ := ipKey(netip.IPv4Unspecified())
 	for _, m := range []struct {
 		m    *ebpf.Map
 		want bool
-		key  uint32
-	}{{h.objs.NodeAddrs, k == peerNode, peerKey}, {h.objs.Activators, k == peerActivator, peerKey}, {h.objs.NodeAddrs, k == peerAnyIsNode, 0}} {
+		key  accountingIpAddr
+	}{{h.objs.NodeAddrs, k == peerNode, peerKey}, {h.objs.Activators, k == peerActivator, peerKey}, {h.objs.NodeAddrs, k == peerAnyIsNode, anyKey}} {
 		var err error
 		if m.want {
 			err = m.m.Update(m.key, uint8(1), ebpf.UpdateAny)
@@ -138,8 +177,9 @@ func htons(v uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-// packet builds an Ethernet frame with an IPv4 and a TCP header (no
-// options, so the payload starts at ipTCPHeaderLen of the IP packet).
+// packet builds an Ethernet frame with an IPv4 or IPv6 header (src's
+// family) and a TCP header, without options: the payload starts at
+// ipTCPHeaderLen of an IPv4 packet, ip6TCPHeaderLen of an IPv6 one.
 func packet(src, dst netip.Addr, sport, dport uint16, seq uint32, payload []byte) []byte {
 	return packetFlags(src, dst, sport, dport, seq, tcpPSH|tcpACK, payload)
 }
@@ -151,19 +191,37 @@ const (
 	tcpACK = 0x10
 )
 
+// ip6TCPHeaderLen is where an IPv6 crafted packet's payload starts.
+const ip6TCPHeaderLen = 60
+
 // packetFlags is packet with the given TCP flags.
 func packetFlags(src, dst netip.Addr, sport, dport uint16, seq uint32, flags byte, payload []byte) []byte {
-	b := make([]byte, 14+ipTCPHeaderLen+len(payload))
-	binary.BigEndian.PutUint16(b[12:], 0x0800)
-	ip := b[14:]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(ipTCPHeaderLen+len(payload)))
-	ip[8] = 64
-	ip[9] = 6 // TCP
-	s, d := src.As4(), dst.As4()
-	copy(ip[12:], s[:])
-	copy(ip[16:], d[:])
-	tcp := ip[20:]
+	var b, tcp []byte
+	if src.Is6() {
+		b = make([]byte, 14+ip6TCPHeaderLen+len(payload))
+		binary.BigEndian.PutUint16(b[12:], 0x86dd)
+		ip := b[14:]
+		ip[0] = 6 << 4
+		binary.BigEndian.PutUint16(ip[4:], uint16(20+len(payload)))
+		ip[6] = 6 // TCP
+		ip[7] = 64
+		s, d := src.As16(), dst.As16()
+		copy(ip[8:], s[:])
+		copy(ip[24:], d[:])
+		tcp = ip[40:]
+	} else {
+		b = make([]byte, 14+ipTCPHeaderLen+len(payload))
+		binary.BigEndian.PutUint16(b[12:], 0x0800)
+		ip := b[14:]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(ipTCPHeaderLen+len(payload)))
+		ip[8] = 64
+		ip[9] = 6 // TCP
+		s, d := src.As4(), dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+		tcp = ip[20:]
+	}
 	binary.BigEndian.PutUint16(tcp[0:], sport)
 	binary.BigEndian.PutUint16(tcp[2:], dport)
 	binary.BigEndian.PutUint32(tcp[4:], seq)
@@ -171,6 +229,15 @@ func packetFlags(src, dst netip.Addr, sport, dport uint16, seq uint32, flags byt
 	tcp[13] = flags
 	copy(tcp[20:], payload)
 	return b
+}
+
+// setAck writes a crafted packet's TCP acknowledgment number.
+func setAck(pkt []byte, ack uint32) {
+	tcp := 14 + 20
+	if binary.BigEndian.Uint16(pkt[12:]) == 0x86dd {
+		tcp = 14 + 40
+	}
+	binary.BigEndian.PutUint32(pkt[tcp+8:], ack)
 }
 
 func (h *progHarness) run(prog *ebpf.Program, pkt []byte) {
@@ -219,7 +286,7 @@ func (h *progHarness) disconnect() {
 func (h *progHarness) accept(rxNext, txNext uint32) {
 	h.t.Helper()
 	pkt := packetFlags(h.peer, h.pod, testPeerPort, testPodPort, rxNext, tcpACK, nil)
-	binary.BigEndian.PutUint32(pkt[14+20+8:], txNext) // the ACK number
+	setAck(pkt, txNext)
 	h.run(h.objs.SockscaleTestAccept, pkt)
 }
 
@@ -439,19 +506,23 @@ func TestProgRequestRules(t *testing.T) {
 			[]seg{in(0, "GET / HTTP/1.1\r\n"), in(16, "\r\n"), out(0, "HTTP/1.1 200 OK\r\n"), out(17, "Content-Length: 2\r\n"), out(36, "\r\n"), out(38, "o"), out(39, "k")},
 			counts{Started: 1, Completed: 1}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newProgHarness(t)
-			h.connect(1000, 5000, tt.proxied)
-			for _, s := range tt.segs {
-				if s.in {
-					h.ingress(1000+s.off, s.data)
-				} else {
-					h.egress(5000+s.off, s.data)
-				}
-			}
-			if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
-				t.Errorf("counts (-want +got):\n%s", diff)
+	for _, fam := range families(t) {
+		t.Run(fam.name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					h := fam.harness(t)
+					h.connect(1000, 5000, tt.proxied)
+					for _, s := range tt.segs {
+						if s.in {
+							h.ingress(1000+s.off, s.data)
+						} else {
+							h.egress(5000+s.off, s.data)
+						}
+					}
+					if diff := cmp.Diff(tt.want, h.counts()); diff != "" {
+						t.Errorf("counts (-want +got):\n%s", diff)
+					}
+				})
 			}
 		})
 	}

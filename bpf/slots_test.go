@@ -89,8 +89,31 @@ func TestKernelPodSlotLimits(t *testing.T) {
 	if err := e.acct.AddPod(e.pod.IP, 0); err == nil {
 		t.Error("AddPod with id 0 succeeded; 0 marks a free slot and must be refused")
 	}
-	if err := e.acct.AddPod(netip.MustParseAddr("fd00::1"), 7); err == nil {
-		t.Error("AddPod of an IPv6 address succeeded; only IPv4 is supported")
+	if err := e.acct.AddPod(netip.Addr{}, 7); err == nil {
+		t.Error("AddPod of no address succeeded")
+	}
+	if err := e.acct.AddPod(netip.MustParseAddr("fe80::1%eth0"), 7); err == nil {
+		t.Error("AddPod of an address with a zone succeeded; a pod's address has none")
+	}
+	// A dual-stack pod: one slot per address, the same id in both; an
+	// IPv4-mapped address is its IPv4 address.
+	v6 := netip.MustParseAddr("fd5c:a1e:0:214::7")
+	for _, ip := range []netip.Addr{v6, netip.MustParseAddr("::ffff:10.216.0.7")} {
+		if err := e.acct.AddPod(ip, 7); err != nil {
+			t.Fatalf("AddPod(%s): %v", ip, err)
+		}
+	}
+	pods, err := e.acct.Pods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pods[v6] != 7 || pods[netip.MustParseAddr("10.216.0.7")] != 7 {
+		t.Errorf("Pods() = %v, want %s and 10.216.0.7 (unmapped) with id 7", pods, v6)
+	}
+	for _, ip := range []netip.Addr{v6, netip.MustParseAddr("10.216.0.7")} {
+		if err := e.acct.RemovePod(ip); err != nil {
+			t.Fatalf("RemovePod(%s): %v", ip, err)
+		}
 	}
 	// The env's pod has slot 0; fill the rest.
 	ip := netip.MustParseAddr("10.214.0.0")

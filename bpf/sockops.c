@@ -35,24 +35,25 @@
 #define CTX_LOAD(field) (*(volatile typeof(field) *)&(field))
 
 // conn_key_of fills the key of a sock_ops socket. Returns 0 if the socket
-// carries IPv4: an AF_INET socket, or an AF_INET6 socket whose addresses are
-// IPv4-mapped (Go and many other servers listen on [::] for both).
+// is TCP over IPv4 or IPv6 (an AF_INET6 socket's IPv4 peers, of a server
+// listening on [::] for both, have IPv4-mapped addresses already: the
+// maps' form).
 static __always_inline int conn_key_of(struct bpf_sock_ops *skops, struct conn_key *key)
 {
 	if (skops->family == AF_INET6) {
 		// One load per field: the verifier refuses loads through a context
 		// pointer that clang offset first, which it does for arrays.
-		__u32 l0 = CTX_LOAD(skops->local_ip6[0]);
-		__u32 l1 = CTX_LOAD(skops->local_ip6[1]);
-		__u32 l2 = CTX_LOAD(skops->local_ip6[2]);
-
-		if (l0 != 0 || l1 != 0 || l2 != bpf_htonl(0xffff))
-			return -1;
-		key->pod_ip = CTX_LOAD(skops->local_ip6[3]);
-		key->peer_ip = CTX_LOAD(skops->remote_ip6[3]);
+		key->pod_ip.w[0] = CTX_LOAD(skops->local_ip6[0]);
+		key->pod_ip.w[1] = CTX_LOAD(skops->local_ip6[1]);
+		key->pod_ip.w[2] = CTX_LOAD(skops->local_ip6[2]);
+		key->pod_ip.w[3] = CTX_LOAD(skops->local_ip6[3]);
+		key->peer_ip.w[0] = CTX_LOAD(skops->remote_ip6[0]);
+		key->peer_ip.w[1] = CTX_LOAD(skops->remote_ip6[1]);
+		key->peer_ip.w[2] = CTX_LOAD(skops->remote_ip6[2]);
+		key->peer_ip.w[3] = CTX_LOAD(skops->remote_ip6[3]);
 	} else if (skops->family == AF_INET) {
-		key->pod_ip = skops->local_ip4;
-		key->peer_ip = skops->remote_ip4;
+		ip_addr_v4(&key->pod_ip, skops->local_ip4);
+		ip_addr_v4(&key->peer_ip, skops->remote_ip4);
 	} else {
 		return -1;
 	}
@@ -107,7 +108,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	payload = handshake_payload(skops);
 	if (payload)
 		s = bpf_map_lookup_elem(&stash, &key);
-	init = first_state(&c, s, *slot, peer_kind(key.peer_ip), skops->rcv_nxt, skops->snd_nxt, payload);
+	init = first_state(&c, s, *slot, peer_kind(&key.peer_ip), skops->rcv_nxt, skops->snd_nxt, payload);
 	// HTTP/2 frames that ingress walked before the accept (lib/h2.h): their
 	// state is the socket's before the connection's is.
 	if (s && init == s && s->h2 == H2_FOLLOW)
@@ -128,7 +129,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	forget_learned_sock(bpf_get_socket_cookie(skops));
 	// Not counted if the slot changed hands since the lookup; the state
 	// stays (TENURE_NONE counts nowhere) and is freed when the socket closes.
-	count_accepted(p, stored, h2, key.pod_ip);
+	count_accepted(p, stored, h2, &key.pod_ip);
 	// Ask for state changes so we see the connection end.
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 }

@@ -18,6 +18,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
 #include <linux/tcp.h>
 #include <bpf/bpf_endian.h>
@@ -27,6 +28,7 @@
 #include "lib/accept.h"
 #include "lib/conn.h"
 #include "lib/h2.h"
+#include "lib/ip.h"
 #include "lib/maps.h"
 
 // Establishes the connection of a crafted segment from the client (its
@@ -41,10 +43,11 @@ int sockscale_test_accept(struct __sk_buff *skb)
 	struct conn_key key;
 	struct pod_stats *p;
 	struct tcphdr tcp;
-	struct iphdr ip;
-	__u32 *slot;
+	struct seg_ips ip;
+	__u32 *slot, off;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) || bpf_skb_load_bytes(skb, ip.ihl * 4, &tcp, sizeof(tcp)))
+	off = load_ips(skb, &ip);
+	if (!off || bpf_skb_load_bytes(skb, off, &tcp, sizeof(tcp)))
 		return 1;
 	key.pod_ip = ip.daddr;
 	key.peer_ip = ip.saddr;
@@ -57,7 +60,7 @@ int sockscale_test_accept(struct __sk_buff *skb)
 	if (!p || !p->id)
 		return 1;
 	s = bpf_map_lookup_elem(&stash, &key);
-	init = first_state(&c, s, *slot, peer_kind(key.peer_ip), bpf_ntohl(tcp.seq), bpf_ntohl(tcp.ack_seq), s ? 1 : 0);
+	init = first_state(&c, s, *slot, peer_kind(&key.peer_ip), bpf_ntohl(tcp.seq), bpf_ntohl(tcp.ack_seq), s ? 1 : 0);
 	if (s && init == s && s->h2 == H2_FOLLOW)
 		h2 = h2_accept_stash(NULL, &key, s);
 	// As socket storage does: a state that is there already (adopted by
@@ -67,7 +70,7 @@ int sockscale_test_accept(struct __sk_buff *skb)
 		bpf_map_delete_elem(&stash, &key);
 	stored = bpf_map_lookup_elem(&conns, &key);
 	if (stored)
-		count_accepted(p, stored, h2, key.pod_ip);
+		count_accepted(p, stored, h2, &key.pod_ip);
 	return 1;
 }
 
@@ -90,20 +93,32 @@ SEC("tc")
 int sockscale_test_drop(struct __sk_buff *skb)
 {
 	struct drop_rule *rule;
+	struct ipv6hdr ip6;
 	struct tcphdr tcp;
 	struct iphdr ip;
-	__u32 zero = 0, payload;
+	__u32 zero = 0, payload, hlen, total;
 
 	rule = bpf_map_lookup_elem(&drop_rules, &zero);
-	if (!rule || !rule->count || skb->protocol != bpf_htons(ETH_P_IP))
+	if (!rule || !rule->count)
 		return TC_ACT_OK; // NULL only in theory: an array of one
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.protocol != IPPROTO_TCP)
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.protocol != IPPROTO_TCP)
+			return TC_ACT_OK;
+		hlen = ip.ihl * 4;
+		total = bpf_ntohs(ip.tot_len);
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip6, sizeof(ip6)) || ip6.nexthdr != IPPROTO_TCP)
+			return TC_ACT_OK;
+		hlen = sizeof(ip6);
+		total = sizeof(ip6) + bpf_ntohs(ip6.payload_len);
+	} else {
 		return TC_ACT_OK;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN + ip.ihl * 4, &tcp, sizeof(tcp)))
+	}
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + hlen, &tcp, sizeof(tcp)))
 		return TC_ACT_OK;
 	if (bpf_ntohs(tcp.dest) != rule->port)
 		return TC_ACT_OK;
-	payload = bpf_ntohs(ip.tot_len) - ip.ihl * 4 - tcp.doff * 4;
+	payload = total - hlen - tcp.doff * 4;
 	if (payload != rule->payload)
 		return TC_ACT_OK;
 	if (!payload && (tcp.syn || tcp.fin || tcp.rst || !tcp.ack))

@@ -84,14 +84,15 @@ static __always_inline struct conn *first_state(struct conn *c, struct conn *s, 
 // between TCP making it established and sock_ops' callback, which then
 // finds the adopted state (creating socket storage returns what is there):
 // the connection is counted once. Returns 1 if it counted.
-static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, struct h2_conn *h, __u32 pod_ip)
+static __always_inline int count_accepted(struct pod_stats *p, struct conn *c, struct h2_conn *h,
+					  const struct ip_addr *pod_ip)
 {
 	__u64 starts = 0, keep;
 	__u32 i, slot, counted = 0, n = pending(c);
 	int ok = 0;
 
 	bpf_spin_lock(&p->lock);
-	if (!p->id || p->ip != pod_ip || c->closed || c->counted)
+	if (!p->id || !ip_addr_eq(&p->ip, pod_ip) || c->closed || c->counted)
 		goto out;
 	c->counted = 1;
 	c->tenure = p->tenure;

@@ -92,10 +92,17 @@ static __always_inline int accepted(struct __sk_buff *skb, struct conn_key *key)
 
 	// No peer in the tuple: no established socket matches it, so the
 	// lookup finds the listener of the local address and port, if any
-	// (also one on [::] for both families).
-	t.ipv4.daddr = key->pod_ip;
-	t.ipv4.dport = key->pod_port;
-	l = bpf_sk_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	// (also one on [::] for both families). An IPv4 address, mapped in the
+	// key, is looked up as IPv4.
+	if (ip_addr_is_v4(&key->pod_ip)) {
+		t.ipv4.daddr = key->pod_ip.w[3];
+		t.ipv4.dport = key->pod_port;
+		l = bpf_sk_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	} else {
+		__builtin_memcpy(t.ipv6.daddr, key->pod_ip.w, sizeof(t.ipv6.daddr));
+		t.ipv6.dport = key->pod_port;
+		l = bpf_sk_lookup_tcp(skb, &t, sizeof(t.ipv6), BPF_F_CURRENT_NETNS, 0);
+	}
 	if (!l)
 		return 0;
 	bpf_sk_release(l);
@@ -151,9 +158,9 @@ static __always_inline void forget_learned(struct __sk_buff *skb)
 // forget_learned_of forgets a learned connection (see forget_learned) of a
 // segment without state, at the segment that ends it: a FIN or RST. pod_ip
 // is the pod's side of the segment; other traffic pays one pod_slots miss.
-static __always_inline void forget_learned_of(struct __sk_buff *skb, __u32 pod_ip)
+static __always_inline void forget_learned_of(struct __sk_buff *skb, const struct ip_addr *pod_ip)
 {
-	if (bpf_map_lookup_elem(&pod_slots, &pod_ip))
+	if (bpf_map_lookup_elem(&pod_slots, pod_ip))
 		forget_learned(skb);
 }
 
@@ -199,7 +206,7 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 	}
 	init->tenure = TENURE_NONE; // count_accepted sets it, under the lock
 	init->slot = *slot;
-	peer = peer_kind(key->peer_ip);
+	peer = peer_kind(&key->peer_ip);
 	init->proxied = (peer & PEER_ACTIVATOR) ? 1 : 0;
 	if (!peer)
 		load_only(init);
@@ -232,7 +239,7 @@ __attribute__((noinline)) int adopt(struct __sk_buff *skb, struct conn_key *key,
 	}
 	// If the agent learned the connection, it counts here from now on.
 	forget_learned(skb);
-	count_accepted(p, c, NULL, key->pod_ip);
+	count_accepted(p, c, NULL, &key->pod_ip);
 	count_event(EV_ADOPTED);
 	return 1;
 }

@@ -9,11 +9,11 @@
 #define SOCKSCALE_LIB_CONN_H
 
 #include <linux/bpf.h>
-#include <linux/ip.h>
 #include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 
 #include "../accounting.h"
+#include "ip.h"
 #include "maps.h"
 
 // Per-connection state lives in the server socket itself: the kernel hands
@@ -53,8 +53,8 @@ struct {
 // segment_key fills key, the server side of the connection a segment
 // belongs to: ip and tcp are its headers, and ingress says which side of
 // them is the pod's.
-static __always_inline void segment_key(struct conn_key *key, const struct iphdr *ip, const struct tcphdr *tcp,
-					int ingress)
+static __always_inline void segment_key(struct conn_key *key, const struct seg_ips *ip,
+					const struct tcphdr *tcp, int ingress)
 {
 	key->pod_ip = ingress ? ip->daddr : ip->saddr;
 	key->peer_ip = ingress ? ip->saddr : ip->daddr;
@@ -93,7 +93,7 @@ struct {
 // conn_of returns the state of the pod connection a segment belongs to, or
 // NULL if the segment is not on a tracked server connection. ip and tcp are
 // the segment's headers; ingress says which side of them is the pod's.
-static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct seg_ips *ip,
 					    const struct tcphdr *tcp, int ingress)
 {
 	struct conn_key key;
@@ -106,7 +106,7 @@ static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct 
 // NULL if the segment is not on a tracked server connection (the one miss
 // that other traffic pays). ip, tcp and ingress are for the test object's
 // four-tuple lookup (above); here the socket is enough.
-static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct seg_ips *ip,
 					    const struct tcphdr *tcp, int ingress)
 {
 	struct bpf_sock *sk;
@@ -126,7 +126,7 @@ static __always_inline struct conn *conn_of(struct __sk_buff *skb, const struct 
 // listener too when another CPU is still turning the first into the
 // connection. Else it is created afresh (a segment sent again before the
 // accept is parsed again).
-static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct conn *stash_conn(struct __sk_buff *skb, const struct seg_ips *ip,
 					       const struct tcphdr *tcp, __u32 seq)
 {
 	struct conn_key key;

@@ -28,7 +28,6 @@
 #define SOCKSCALE_LIB_H2_H
 
 #include <linux/bpf.h>
-#include <linux/ip.h>
 #include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 
@@ -37,6 +36,7 @@
 #include "conn.h"
 #include "counters.h"
 #include "hpack.h"
+#include "ip.h"
 #include "maps.h"
 #include "message.h"
 
@@ -100,7 +100,7 @@ struct {
 // h2_of returns the HTTP/2 state of the connection a segment belongs to,
 // made (zeroed) if create and it has none; NULL if there is none (or no
 // memory for it).
-static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct seg_ips *ip,
 					     const struct tcphdr *tcp, int ingress, int create)
 {
 	struct conn_key key;
@@ -124,7 +124,7 @@ static __always_inline struct h2_conn *h2_keep(struct bpf_sock *sk, struct conn_
 	return bpf_map_lookup_elem(&h2_conns, key);
 }
 #else
-static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct h2_conn *h2_of(struct __sk_buff *skb, const struct seg_ips *ip,
 					     const struct tcphdr *tcp, int ingress, int create)
 {
 	struct bpf_sock *sk = skb->sk;
@@ -151,7 +151,7 @@ static __always_inline struct h2_conn *h2_keep(struct bpf_sock *sk, struct conn_
 // segment that reached the listening socket (made afresh, as the stash
 // entry is: a segment sent again before the accept is walked again), or
 // NULL without room.
-static __always_inline struct h2_conn *h2_stash_of(const struct iphdr *ip, const struct tcphdr *tcp)
+static __always_inline struct h2_conn *h2_stash_of(const struct seg_ips *ip, const struct tcphdr *tcp)
 {
 	struct conn_key key;
 	struct h2_conn *zero;
@@ -166,7 +166,7 @@ static __always_inline struct h2_conn *h2_stash_of(const struct iphdr *ip, const
 
 // h2_stash_find returns the HTTP/2 state walked so far for the stash
 // entry of a segment that reached the listening socket, or NULL.
-static __always_inline struct h2_conn *h2_stash_find(const struct iphdr *ip, const struct tcphdr *tcp)
+static __always_inline struct h2_conn *h2_stash_find(const struct seg_ips *ip, const struct tcphdr *tcp)
 {
 	struct conn_key key;
 
@@ -569,7 +569,7 @@ static __always_inline void h2_begin(struct pod_stats *p, struct conn *c)
 // before the accept (H2_STASHED), at its first bytes after it; returns its
 // HTTP/2 state, or NULL without memory for it (then it stays as it is,
 // and its frames go the HTTP/1 way: connection level).
-static __always_inline struct h2_conn *h2_from_stash(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct h2_conn *h2_from_stash(struct __sk_buff *skb, const struct seg_ips *ip,
 						      const struct tcphdr *tcp, struct conn *c, int ingress)
 {
 	struct h2_conn *h = h2_of(skb, ip, tcp, ingress, 1);
@@ -596,7 +596,7 @@ static __always_inline int h2_upgraded(struct conn *c)
 // the upgrading request, in flight since it came, is stream 1, which the
 // server answers as HTTP/2. Returns its HTTP/2 state, or NULL without
 // memory for it (then it stays a tunnel: one request until it closes).
-static __always_inline struct h2_conn *h2_upgrade(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct h2_conn *h2_upgrade(struct __sk_buff *skb, const struct seg_ips *ip,
 						   const struct tcphdr *tcp, struct conn *c, int ingress)
 {
 	struct h2_conn *h = h2_of(skb, ip, tcp, ingress, 1);

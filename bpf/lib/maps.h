@@ -7,6 +7,7 @@
 #define SOCKSCALE_LIB_MAPS_H
 
 #include <linux/bpf.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "../accounting.h"
@@ -20,8 +21,8 @@
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_PODS);
-	__type(key, __u32);   // pod IPv4, network order
-	__type(value, __u32); // its slot in pod_counters
+	__type(key, struct ip_addr); // pod address (IPv4-mapped or IPv6)
+	__type(value, __u32);        // its slot in pod_counters
 } pod_slots SEC(".maps");
 
 struct {
@@ -34,8 +35,8 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_ACTIVATORS);
-	__type(key, __u32);  // activator pod IPv4, network order
-	__type(value, __u8); // unused; presence is what counts
+	__type(key, struct ip_addr); // activator pod address (IPv4-mapped or IPv6)
+	__type(value, __u8);         // unused; presence is what counts
 } activators SEC(".maps");
 
 // The node's own addresses, which the agent follows over netlink: the
@@ -44,8 +45,8 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_NODE_ADDRS);
-	__type(key, __u32);  // node IPv4 address, network order
-	__type(value, __u8); // unused; presence is what counts
+	__type(key, struct ip_addr); // node address (IPv4-mapped or IPv6)
+	__type(value, __u8);         // unused; presence is what counts
 } node_addrs SEC(".maps");
 
 // Connections the agent learned from the socket table, by socket cookie
@@ -97,6 +98,27 @@ static __always_inline void count_event(__u32 ev)
 		*n += 1;
 }
 
+// ip_addr_v4 sets a to the IPv4 address v4 (network order), mapped.
+static __always_inline void ip_addr_v4(struct ip_addr *a, __u32 v4)
+{
+	a->w[0] = 0;
+	a->w[1] = 0;
+	a->w[2] = bpf_htonl(0xffff);
+	a->w[3] = v4;
+}
+
+// ip_addr_is_v4 returns whether a is an IPv4 address (mapped).
+static __always_inline int ip_addr_is_v4(const struct ip_addr *a)
+{
+	return a->w[0] == 0 && a->w[1] == 0 && a->w[2] == bpf_htonl(0xffff);
+}
+
+// ip_addr_eq returns whether a and b are the same address.
+static __always_inline int ip_addr_eq(const struct ip_addr *a, const struct ip_addr *b)
+{
+	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
+}
+
 // Who a connection's client is, as first_state and adopt record it.
 enum {
 	PEER_ACTIVATOR = 1, // an activator: its requests count as proxied, and its prober's as probes
@@ -105,17 +127,17 @@ enum {
 
 // peer_kind returns the PEER_* flags of a client address (0: any other
 // client, whose requests are all load, whatever their User-Agent says).
-static __always_inline __u8 peer_kind(__u32 peer_ip)
+static __always_inline __u8 peer_kind(const struct ip_addr *peer_ip)
 {
-	__u32 any = 0;
+	struct ip_addr any = {.w = {0, 0, bpf_htonl(0xffff), 0}};
 
-	if (bpf_map_lookup_elem(&activators, &peer_ip))
+	if (bpf_map_lookup_elem(&activators, peer_ip))
 		return PEER_ACTIVATOR;
-	if (bpf_map_lookup_elem(&node_addrs, &peer_ip))
+	if (bpf_map_lookup_elem(&node_addrs, peer_ip))
 		return PEER_NODE;
 	// 0.0.0.0 among the node's addresses: the agent cannot see the node's
 	// network namespace and was told to take a probe's User-Agent from any
-	// client (its --probe-sources=any).
+	// client, of either family (its --probe-sources=any).
 	if (bpf_map_lookup_elem(&node_addrs, &any))
 		return PEER_NODE;
 	return 0;

@@ -11,7 +11,6 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
-#include <linux/ip.h>
 #include <linux/tcp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -21,39 +20,11 @@
 #include "conn.h"
 #include "counters.h"
 #include "h2.h"
+#include "ip.h"
 #include "request.h"
 #include "response.h"
 
-// load_header copies the 20-byte IP or TCP header at off into dst: straight
-// from the packet's linear part when it is there (headers nearly always
-// are), else through the helper. Returns 0 on success.
-#define HEADER_LEN 20
-_Static_assert(sizeof(struct iphdr) == HEADER_LEN && sizeof(struct tcphdr) == HEADER_LEN, "header sizes");
-static __always_inline int load_header(struct __sk_buff *skb, __u32 off, void *dst)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-
-	// off is at most 60 (ihl * 4): bounded, so the verifier can check it.
-	if (off <= 60 && data + off + HEADER_LEN <= data_end) {
-		// Copied in 2-byte units: from a void pointer clang copies byte by
-		// byte (120 instructions for the two headers). Not in 4-byte
-		// units: headers may sit at 2-byte boundaries, and where unaligned
-		// loads are slow (riscv64) the verifier refuses them.
-		__builtin_memcpy((__u16 *)dst, (const __u16 *)(data + off), HEADER_LEN);
-		return 0;
-	}
-	// Zeroed first only for the verifier. When this path reaches a state it
-	// already checked through the branch above, it carries over the
-	// precision the header's bytes needed there (they went through
-	// registers) and traces it back along this path, which needs a store to
-	// stop at: the helper's write is none, and Linux 6.18 then walked on
-	// into a state without a stack and refused the program ("verifier bug:
-	// stack slot 15, total slots 0"). Whether that happens depends on
-	// on_segment's stack layout; the stores cost only this rare path.
-	__builtin_memset(dst, 0, HEADER_LEN);
-	return bpf_skb_load_bytes(skb, off, dst, HEADER_LEN);
-}
+_Static_assert(sizeof(struct tcphdr) == HEADER_LEN, "TCP header size");
 
 // request_bytes hands the client bytes [off, end), the new ones of a
 // segment, to the request side, and then skips what was seen ahead of a
@@ -75,7 +46,7 @@ __attribute__((noinline)) int request_bytes(struct __sk_buff *skb, struct conn *
 // that has none: adopted if it is an established pod server connection
 // (adopt.h), a stash entry if the segment reached a pod's listening socket
 // (conn.h); else NULL.
-static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const struct iphdr *ip,
+static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const struct seg_ips *ip,
 						   const struct tcphdr *tcp, __u32 seq, __u32 off)
 {
 	struct conn_key key;
@@ -95,18 +66,14 @@ static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const 
 static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 {
 	struct tcphdr tcp;
-	struct iphdr ip;
+	struct seg_ips ip;
 	__u32 off, len, seq, end, next;
 	struct h2_conn *h2 = NULL;
 	struct conn *c;
 
-	if (skb->protocol != bpf_htons(ETH_P_IP))
-		return 1;
-	if (load_header(skb, 0, &ip))
-		return 1;
-	if (ip.version != 4 || ip.protocol != IPPROTO_TCP)
-		return 1;
-	off = ip.ihl * 4;
+	off = load_ips(skb, &ip);
+	if (!off)
+		return 1; // not TCP over IPv4 or IPv6
 	if (load_header(skb, off, &tcp))
 		return 1;
 	off += tcp.doff * 4;
@@ -118,7 +85,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 			if (c)
 				end_adopted(c, c->h2 ? h2_of(skb, &ip, &tcp, ingress, 0) : NULL);
 			else
-				forget_learned_of(skb, ingress ? ip.daddr : ip.saddr);
+				forget_learned_of(skb, ingress ? &ip.daddr : &ip.saddr);
 		}
 		return 1;
 	}
@@ -129,7 +96,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	if (!c) {
 		if (!ingress) {
 			if (tcp.fin || tcp.rst)
-				forget_learned_of(skb, ip.saddr); // a learned connection's last bytes
+				forget_learned_of(skb, &ip.saddr); // a learned connection's last bytes
 			return 1;
 		}
 		c = untracked_conn(skb, &ip, &tcp, seq, off); // open before we were loaded, not yet accepted, or another's
@@ -222,7 +189,7 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 	if (!c->tenure && h2) {
 		// load_only's rule (lib/accept.h), before the walk looks at a
 		// User-Agent: only a client that may probe sends probes.
-		if (!peer_kind(ip.saddr))
+		if (!peer_kind(&ip.saddr))
 			c->load = 1;
 		h2_request_bytes(skb, c, h2, off, skb->len);
 		return 1;

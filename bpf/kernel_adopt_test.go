@@ -91,7 +91,11 @@ func TestKernelUpgradeKeepsCountingOpenConnections(t *testing.T) {
 // count exactly from the next one, they count as connections, and their
 // close is seen (at the server's FIN) so the count goes back to 0.
 func TestKernelAdoptsConnectionsOpenBeforeLoad(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testAdoptsConnectionsOpenBeforeLoad)
+}
+
+func testAdoptsConnectionsOpenBeforeLoad(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	if err := e.acct.Close(); err != nil { // unpinned: the programs detach
 		t.Fatal(err)
 	}

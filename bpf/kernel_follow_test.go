@@ -307,7 +307,11 @@ func TestKernelEarlyResponse(t *testing.T) {
 // connection is established by the segment that carries the first
 // request, which reaches the listening socket.
 func TestKernelDeferAccept(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testDeferAccept)
+}
+
+func testDeferAccept(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	startFollowServer(t, e, "defer")
 	base, _ := e.counters(t)
 	const conns, sleep = 5, 100 * time.Millisecond

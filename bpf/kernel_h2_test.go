@@ -43,7 +43,11 @@ func h2cClient() *http.Client {
 // c, as HTTP/1.x's do (TestKernelConcurrencyAccuracy), not the number of
 // connections.
 func TestKernelHTTP2Concurrency(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testHTTP2Concurrency)
+}
+
+func testHTTP2Concurrency(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	const sleep = 800 * time.Millisecond
 	var total int64
 	for _, conns := range []int{1, 4} {
@@ -133,7 +137,11 @@ func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
 // one request for as long as it is open; a call the client cancels
 // (RST_STREAM) or whose connection the client drops ends at once.
 func TestKernelGRPC(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testGRPC)
+}
+
+func testGRPC(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	if err := e.pod.Start(testpod.RoleGRPC, testpod.GRPCPort); err != nil {
 		t.Fatal(err)
 	}

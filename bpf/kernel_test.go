@@ -45,6 +45,12 @@ var nextSubnet atomic.Uint32
 
 func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
 	t.Helper()
+	return newFamilyEnv(t, pinDir, false)
+}
+
+// newFamilyEnv is newKernelEnv whose pod talks IPv6 if ipv6 is set.
+func newFamilyEnv(t *testing.T, pinDir string, ipv6 bool) *kernelEnv {
+	t.Helper()
 	testenv.RequireRoot(t)
 	cg2, err := cgroup2.Root()
 	if err != nil {
@@ -56,7 +62,7 @@ func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
 	}
 	t.Cleanup(func() { _ = os.Remove(root) }) // after the pod's cleanup removed its cgroup
 	e := &kernelEnv{root: root}
-	e.pod = testpod.New(t, testpod.Options{Subnet: uint8(100 + nextSubnet.Add(1)%100), CgroupParent: root})
+	e.pod = testpod.New(t, testpod.Options{Subnet: uint8(100 + nextSubnet.Add(1)%100), CgroupParent: root, IPv6: ipv6})
 	e.acct = e.attach(t, pinDir)
 	if err := e.acct.AddPod(e.pod.IP, 1); err != nil {
 		t.Fatal(err)
@@ -65,6 +71,17 @@ func newKernelEnv(t *testing.T, pinDir string) *kernelEnv {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// inFamilies runs test with its pod on IPv4, then with its pod on IPv6:
+// the same counts are wanted of both.
+func inFamilies(t *testing.T, test func(t *testing.T, ipv6 bool)) {
+	for _, f := range []struct {
+		name string
+		ipv6 bool
+	}{{"IPv4", false}, {"IPv6", true}} {
+		t.Run(f.name, func(t *testing.T) { test(t, f.ipv6) })
+	}
 }
 
 func (e *kernelEnv) attach(t *testing.T, pinDir string) *Accounting {
@@ -108,7 +125,11 @@ func (e *kernelEnv) url(query string) string {
 }
 
 func TestKernelConcurrencyAccuracy(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testConcurrencyAccuracy)
+}
+
+func testConcurrencyAccuracy(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	// Long enough that what the client spends outside the server (its own
 	// scheduling, a new connection's set-up) stays well under 1 % of a
 	// request even on a busy 2-core machine. With 200 ms, 64 clients
@@ -204,7 +225,11 @@ func TestKernelIdleKeepAliveIsNotLoad(t *testing.T) {
 // are probes; the same requests from a client that is not the node are
 // load, as a pod that sent them to hide its load would be.
 func TestKernelProbesAreNotLoad(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testProbesAreNotLoad)
+}
+
+func testProbesAreNotLoad(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	if err := e.acct.SetNodeAddrs([]netip.Addr{e.pod.HostIP}); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +294,11 @@ func TestKernelResponseFramings(t *testing.T) {
 }
 
 func TestKernelProxiedRequests(t *testing.T) {
-	e := newKernelEnv(t, "")
+	inFamilies(t, testProxiedRequests)
+}
+
+func testProxiedRequests(t *testing.T, ipv6 bool) {
+	e := newFamilyEnv(t, "", ipv6)
 	if err := e.acct.SetActivators([]netip.Addr{e.pod.HostIP}); err != nil {
 		t.Fatal(err)
 	}

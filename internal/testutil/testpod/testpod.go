@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sockscale/sockscale/internal/testutil/localroute"
 	"github.com/sockscale/sockscale/internal/testutil/namedns"
@@ -52,6 +53,10 @@ type Options struct {
 	// Addresses gives the pod this many addresses (.2, .3, ...; at most
 	// 250), so one process can stand in for many pods. Default 1.
 	Addresses int
+	// IPv6 makes the pod and the host end of its link talk IPv6 only:
+	// fd5c:a1e:213:<Subnet>::2, ::3, ... and ::1 in a /64 (ULA, on this
+	// link only).
+	IPv6 bool
 }
 
 // New creates a pod and removes it when t ends.
@@ -84,8 +89,15 @@ func Create(opts Options) (*Pod, error) {
 	if n > 250 {
 		return nil, fmt.Errorf("test pod: %d addresses, at most 250 fit its /24", n)
 	}
+	if opts.IPv6 {
+		p.IP, p.HostIP = ipv6Addr(opts.Subnet, 2), ipv6Addr(opts.Subnet, 1)
+	}
 	for i := range n {
-		p.IPs = append(p.IPs, netip.AddrFrom4([4]byte{10, 213, opts.Subnet, byte(2 + i)}))
+		a := netip.AddrFrom4([4]byte{10, 213, opts.Subnet, byte(2 + i)})
+		if opts.IPv6 {
+			a = ipv6Addr(opts.Subnet, byte(2+i))
+		}
+		p.IPs = append(p.IPs, a)
 	}
 	if err := p.network(fmt.Sprintf("%sp%d", namePrefix, opts.Subnet)); err != nil {
 		return nil, errors.Join(err, p.Delete())
@@ -100,7 +112,7 @@ func Create(opts Options) (*Pod, error) {
 }
 
 // network makes the pod's namespace and its veth: the host end hostLink
-// at HostIP/24, the pod end podLink in the namespace with every address of
+// at HostIP (its /24 or /64), the pod end podLink in the namespace with every address of
 // IPs, both up, and the namespace's lo up.
 func (p *Pod) network(podLink string) error {
 	nsh, err := namedns.Add(p.Name)
@@ -112,8 +124,8 @@ func (p *Pod) network(podLink string) error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth %s (%s in %s): %w", p.hostLink, podLink, p.Name, err)
 	}
-	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(p.HostIP)}); err != nil {
-		return fmt.Errorf("add address %s/24 to %s: %w", p.HostIP, p.hostLink, err)
+	if err := netlink.AddrAdd(veth, linkAddr(p.HostIP)); err != nil {
+		return fmt.Errorf("add address %s to %s: %w", p.HostIP, p.hostLink, err)
 	}
 	if err := netlink.LinkSetUp(veth); err != nil {
 		return fmt.Errorf("set %s up: %w", p.hostLink, err)
@@ -130,8 +142,8 @@ func (p *Pod) network(podLink string) error {
 		return fmt.Errorf("find %s in %s: %w", podLink, p.Name, err)
 	}
 	for _, a := range p.IPs {
-		if err := h.AddrAdd(pod, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
-			return fmt.Errorf("add address %s/24 to %s in %s: %w", a, podLink, p.Name, err)
+		if err := h.AddrAdd(pod, linkAddr(a)); err != nil {
+			return fmt.Errorf("add address %s to %s in %s: %w", a, podLink, p.Name, err)
 		}
 	}
 	lo, err := h.LinkByName("lo")
@@ -146,9 +158,19 @@ func (p *Pod) network(podLink string) error {
 	return nil
 }
 
-// ipNet is a in its /24, for netlink.
-func ipNet(a netip.Addr) *net.IPNet {
-	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(24, 32)}
+// ipv6Addr is address host of subnet's IPv6 /64, fd5c:a1e:213:<subnet>::<host>.
+func ipv6Addr(subnet, host byte) netip.Addr {
+	return netip.AddrFrom16([16]byte{0xfd, 0x5c, 0x0a, 0x1e, 0x02, 0x13, 0, subnet, 15: host})
+}
+
+// linkAddr is a in its /24 (IPv4) or /64 (IPv6), for netlink. An IPv6
+// address skips duplicate address detection: the link is ours alone, and
+// an address still being checked could not be used for seconds.
+func linkAddr(a netip.Addr) *netlink.Addr {
+	if a.Is6() {
+		return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+	}
+	return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(24, 32)}}
 }
 
 // checkRoute makes sure traffic to the pod stays on this machine: the

@@ -19,6 +19,12 @@ type RequestCounters struct {
 	Area time.Duration
 }
 
+// Add returns the sum of two sets of request counters.
+func (c RequestCounters) Add(o RequestCounters) RequestCounters {
+	return RequestCounters{InFlight: c.InFlight + o.InFlight, Started: c.Started + o.Started,
+		Completed: c.Completed + o.Completed, Area: c.Area + o.Area}
+}
+
 // PodCounters is one pod's accounting at one instant.
 type PodCounters struct {
 	// Requests counts every request the pod served, proxied ones included.
@@ -45,11 +51,24 @@ type PodCounters struct {
 	ProbesTotal uint64
 }
 
+// Add returns the counters of two addresses of one pod together: every
+// count and area is a sum (a request or connection is on one address).
+func (c PodCounters) Add(o PodCounters) PodCounters {
+	return PodCounters{
+		Requests: c.Requests.Add(o.Requests), Proxied: c.Proxied.Add(o.Proxied),
+		ConnsInFlight: c.ConnsInFlight + o.ConnsInFlight, ConnsTotal: c.ConnsTotal + o.ConnsTotal,
+		OpaqueConnsInFlight: c.OpaqueConnsInFlight + o.OpaqueConnsInFlight, OpaqueConnsTotal: c.OpaqueConnsTotal + o.OpaqueConnsTotal,
+		H2ConnsInFlight: c.H2ConnsInFlight + o.H2ConnsInFlight, H2ConnsTotal: c.H2ConnsTotal + o.H2ConnsTotal,
+		ProbesTotal: c.ProbesTotal + o.ProbesTotal,
+	}
+}
+
 // Snapshot is every tracked pod's counters, read at one kernel time.
 type Snapshot struct {
 	// At is the CLOCK_MONOTONIC time the areas were evaluated at.
 	At time.Duration
-	// Pods maps a pod's IPv4 address to its counters.
+	// Pods maps each accounted address to its counters: a dual-stack
+	// pod's two addresses each have their own (see PodCounters.Add).
 	Pods map[netip.Addr]PodCounters
 }
 

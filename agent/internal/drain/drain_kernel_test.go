@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,7 +131,7 @@ func TestKernelDrainFinishesRequestsAndMovesClients(t *testing.T) {
 	defer cancel()
 	go d.Run(ctx)
 	start := time.Now()
-	pl.set(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "ns", Name: "app-1", Workload: "app", UID: "uid-1"}, IP: leaving.IP, Since: start})
+	pl.set(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "ns", Name: "app-1", Workload: "app", UID: "uid-1"}, IPs: []netip.Addr{leaving.IP}, Since: start})
 	gone.Store(true)
 
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -201,7 +202,7 @@ func (d *Drainer) Round() {
 			st = &podState{leaving: l, drain: newPodDrain()}
 			d.states[l.UID] = st
 			d.metrics.started.Inc()
-			d.log.Info("draining", "pod", l.Namespace+"/"+l.Name, "ip", l.IP)
+			d.log.Info("draining", "pod", l.Namespace+"/"+l.Name, "ips", l.IPs)
 		}
 		if st.done {
 			continue
@@ -280,7 +281,17 @@ func (d *Drainer) snapshot(leaving []podwatch.Leaving) map[netip.Addr]bpf.PodCou
 // (its slot gone, or no counters this round) is quiet from its first
 // round on, with nothing in flight.
 func (d *Drainer) observeKernel(now time.Time, st *podState, snap map[netip.Addr]bpf.PodCounters) {
-	pc, ok := snap[st.leaving.IP]
+	// A dual-stack pod's addresses are counted apart (a slot each): its
+	// requests are those of both.
+	var pc bpf.PodCounters
+	ok := false
+	for _, ip := range st.leaving.IPs {
+		if c, in := snap[ip]; in {
+			pc.Requests.InFlight += c.Requests.InFlight
+			pc.Requests.Started += c.Requests.Started
+			ok = true
+		}
+	}
 	if !ok {
 		st.kernelInFlight = 0
 		if st.quietFrom.IsZero() {
@@ -302,15 +313,28 @@ func (d *Drainer) observeEndpoints(st *podState) {
 	if d.opts.Endpoints == nil {
 		return
 	}
-	if e := d.opts.Endpoints.Of(st.leaving.Namespace, st.leaving.IP); e.Known {
-		st.readyIn, st.unroutedAt = e.Slices, e.Since
+	// Ready in a slice of either of its addresses' families: held.
+	for _, ip := range st.leaving.IPs {
+		if e := d.opts.Endpoints.Of(st.leaving.Namespace, ip); e.Known {
+			st.readyIn = append(st.readyIn, e.Slices...)
+			if e.Since.After(st.unroutedAt) {
+				st.unroutedAt = e.Since
+			}
+		}
 	}
 }
 
 // look runs one round over a pod's connections. Called with d.mu held:
 // the socket reads are quick, and rounds are serial anyway.
 func (d *Drainer) look(now time.Time, st *podState) Round {
-	fds, err := d.conns.ServerConns(st.leaving.IP)
+	var fds []int
+	var errs []error
+	for _, ip := range st.leaving.IPs {
+		f, err := d.conns.ServerConns(ip)
+		fds = append(fds, f...)
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
 	unreadable := err != nil
 	if unreadable {
 		// Drained goes by the connections found and the kernel's

@@ -38,12 +38,22 @@ func (k *countingKernel) Snapshot() (bpf.Snapshot, error) {
 // new requests still start (a kube-proxy or activator that has not yet
 // stopped sending it any): only Quiet after the last one started, with
 // none in flight.
+//
+// A dual-stack pod's requests on its IPv6 address (a slot of its own in
+// the kernel) hold it the same way.
 func TestDrainedWhenTheKernelIsQuiet(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd5c:a1e:0:1::5")
+	t.Run("IPv4", func(t *testing.T) { testDrainedWhenQuiet(t, []netip.Addr{v4}, v4) })
+	t.Run("dual-stack, requests on IPv6", func(t *testing.T) { testDrainedWhenQuiet(t, []netip.Addr{v4, v6}, v6) })
+}
+
+// testDrainedWhenQuiet drains a pod with addresses ips whose requests the
+// kernel counts on counted.
+func testDrainedWhenQuiet(t *testing.T, ips []netip.Addr, counted netip.Addr) {
 	t0 := time.Unix(1000, 0)
 	clk := clocktesting.NewFakeClock(t0)
-	ip := netip.MustParseAddr("10.0.0.5")
-	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IP: ip, Since: t0}}}
-	k := &countingKernel{ip: ip}
+	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IPs: ips, Since: t0}}}
+	k := &countingKernel{ip: counted}
 	d := New(k, pods, noConns{}, Options{Clock: clk, MinWait: 500 * time.Millisecond, Quiet: time.Second, Registerer: prometheus.NewRegistry()})
 	// One drain started, in progress until it is done.
 	gauge := func() float64 {
@@ -89,7 +99,7 @@ func TestDrainedWhenTheKernelIsQuiet(t *testing.T) {
 func TestWaitIsForThePodsBeingDeleted(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	clk := clocktesting.NewFakeClock(t0)
-	old := podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "old"}, IP: netip.MustParseAddr("10.0.0.5"), Since: t0}
+	old := podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "old"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}, Since: t0}
 	pods := &fakePods{l: []podwatch.Leaving{old}, alive: map[types.UID]bool{"new": true}}
 	deleting := func(_ context.Context, ns, workload string) ([]types.UID, error) {
 		if ns != "shop" || workload != "cart" {
@@ -113,7 +123,7 @@ func TestWaitIsForThePodsBeingDeleted(t *testing.T) {
 	for at := 500 * time.Millisecond; at <= 5*time.Second && answeredAt == 0; at += 500 * time.Millisecond {
 		time.Sleep(20 * time.Millisecond) // the wait is in
 		if at == time.Second {
-			pods.set(old, podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "new"}, IP: netip.MustParseAddr("10.0.0.6"), Since: clk.Now()})
+			pods.set(old, podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "new"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.6")}, Since: clk.Now()})
 		}
 		clk.Step(500 * time.Millisecond)
 		d.Round()
@@ -156,7 +166,7 @@ func (e *fakeEndpoints) Of(string, netip.Addr) endpointwatch.State {
 func TestHeldWhileAnEndpointSliceListsIt(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	clk := clocktesting.NewFakeClock(t0)
-	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IP: netip.MustParseAddr("10.0.0.5"), Since: t0}}}
+	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}, Since: t0}}}
 	ep := &fakeEndpoints{st: endpointwatch.State{Known: true, Routed: true, Slices: []string{"shop/cart-public-1"}}}
 	d := New(noKernel{}, pods, noConns{}, Options{Clock: clk, MinWait: time.Second, Endpoints: ep})
 	var doneAt time.Duration
@@ -177,7 +187,7 @@ func TestHeldWhileAnEndpointSliceListsIt(t *testing.T) {
 	}
 	// Slices not known yet (the watch has not listed, or may not): the
 	// deletion alone starts MinWait.
-	pods.set(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u2"}, IP: netip.MustParseAddr("10.0.0.6"), Since: clk.Now()})
+	pods.set(podwatch.Leaving{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u2"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.6")}, Since: clk.Now()})
 	ep.st = endpointwatch.State{Routed: true}
 	for range 3 { // MinWait, and Quiet (1 s) from its first round
 

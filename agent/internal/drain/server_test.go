@@ -89,7 +89,7 @@ func TestWaitParams(t *testing.T) {
 func TestWaitReturnsWhenDrained(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	clk := clocktesting.NewFakeClock(t0)
-	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IP: netip.MustParseAddr("10.0.0.5"), Since: t0}}}
+	pods := &fakePods{l: []podwatch.Leaving{{Pod: podwatch.Pod{Namespace: "shop", Workload: "cart", UID: "u1"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}, Since: t0}}}
 	d := New(noKernel{}, pods, noConns{}, Options{Clock: clk, MinWait: 2 * time.Second})
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()

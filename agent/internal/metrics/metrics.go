@@ -33,7 +33,7 @@ var (
 	kernelEventsTotal   = prometheus.NewDesc("sockscale_agent_kernel_events_total", "What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request), h2_full (an HTTP/2 stream beyond the 128 followed on its connection, not counted), h2_lost (HTTP/2 frames not followed: the connection counted as one request from then on).", []string{"event"}, nil)
 	trackedPods         = prometheus.NewDesc("sockscale_agent_tracked_pods", "Pods whose requests this agent accounts.", nil, nil)
 	podMapCapacity      = prometheus.NewDesc("sockscale_agent_pod_map_capacity", "Pods the kernel map can hold.", nil, nil)
-	skippedPods         = prometheus.NewDesc("sockscale_agent_skipped_pods", "Pods on this node not accounted, by reason: host_network, no_ipv4.", []string{"reason"}, nil)
+	skippedPods         = prometheus.NewDesc("sockscale_agent_skipped_pods", "Pods on this node not accounted, by reason: host_network.", []string{"reason"}, nil)
 	podwatchErrors      = prometheus.NewDesc("sockscale_agent_pod_map_errors_total", "Failed updates of the kernel pod map.", nil, nil)
 	podwatchPending     = prometheus.NewDesc("sockscale_agent_pod_map_pending", "Pod addresses whose kernel update failed and waits for the next resync (every 10 s).", nil, nil)
 	lastSampleTimestamp = prometheus.NewDesc("sockscale_agent_last_sample_timestamp_seconds", "When the kernel counters were last read (Unix time).", nil, nil)
@@ -114,7 +114,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(podMapCapacity, prometheus.GaugeValue, bpf.MaxPods)
 	ch <- prometheus.MustNewConstMetric(podwatchErrors, prometheus.CounterValue, float64(st.Errors))
 	ch <- prometheus.MustNewConstMetric(podwatchPending, prometheus.GaugeValue, float64(st.Pending))
-	for _, reason := range []string{podwatch.SkipHostNetwork, podwatch.SkipNoIPv4} {
+	for _, reason := range []string{podwatch.SkipHostNetwork} {
 		ch <- prometheus.MustNewConstMetric(skippedPods, prometheus.GaugeValue, float64(st.Skipped[reason]), reason)
 	}
 	s := c.latest()

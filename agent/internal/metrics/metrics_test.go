@@ -68,10 +68,9 @@ sockscale_agent_kernel_events_total{event="parse_error"} 2
 sockscale_agent_kernel_events_total{event="parse_limit"} 0
 sockscale_agent_kernel_events_total{event="resync"} 4
 sockscale_agent_kernel_events_total{event="stream_gap"} 3
-# HELP sockscale_agent_skipped_pods Pods on this node not accounted, by reason: host_network, no_ipv4.
+# HELP sockscale_agent_skipped_pods Pods on this node not accounted, by reason: host_network.
 # TYPE sockscale_agent_skipped_pods gauge
 sockscale_agent_skipped_pods{reason="host_network"} 1
-sockscale_agent_skipped_pods{reason="no_ipv4"} 0
 # HELP sockscale_agent_tracked_pods Pods whose requests this agent accounts.
 # TYPE sockscale_agent_tracked_pods gauge
 sockscale_agent_tracked_pods 2

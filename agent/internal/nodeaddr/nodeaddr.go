@@ -39,11 +39,12 @@ type Options struct {
 var excludedLinks = map[string]bool{"kube-ipvs0": true}
 
 // usable says whether a is an address the node's connections to pods can
-// come from: not loopback (a connection to a pod never leaves from 127/8)
-// and not link-local.
+// come from, of either family: not loopback (a connection to a pod never
+// leaves from 127/8 or ::1), not link-local (a probe of a pod's address
+// leaves from the node's address on the pod's network) and not multicast.
 func usable(a netip.Addr) bool {
 	a = a.Unmap()
-	return a.Is4() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified()
+	return a.IsValid() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() && !a.IsMulticast()
 }
 
 // normalise sorts and dedups a set of addresses, dropping unusable ones.

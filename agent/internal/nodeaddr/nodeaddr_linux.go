@@ -124,7 +124,7 @@ func subscribe(ctx context.Context, ns netns.NsHandle) (chan netlink.AddrUpdate,
 	return updates, nil
 }
 
-// readAddrs lists the IPv4 addresses of the namespace's links, but those of
+// readAddrs lists the addresses (both families) of the namespace's links, but those of
 // excluded links.
 func readAddrs(h *netlink.Handle) ([]netip.Addr, error) {
 	links, err := h.LinkList()
@@ -136,7 +136,7 @@ func readAddrs(h *netlink.Handle) ([]netip.Addr, error) {
 		if excludedLinks[l.Attrs().Name] {
 			continue
 		}
-		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {
 			return nil, fmt.Errorf("list addresses of %s: %w", l.Attrs().Name, err)
 		}

@@ -38,7 +38,7 @@ type activatorMetrics struct {
 func newActivatorMetrics(reg prometheus.Registerer) *activatorMetrics {
 	m := &activatorMetrics{
 		found: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_activators",
-			Help: "Running activator pods (IPv4) of --activator-namespace matching --activator-selector."}),
+			Help: "Addresses of the running activator pods of --activator-namespace matching --activator-selector (two for a dual-stack pod)."}),
 		inKernel: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_activators_in_kernel",
 			Help: "Activator addresses in the kernel's set (requests from them count as proxied); below sockscale_agent_activators when the kernel refused the set."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sockscale_agent_activator_set_failures_total",
@@ -72,8 +72,8 @@ func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace
 		var ips []netip.Addr
 		for _, obj := range inf.GetStore().List() {
 			pod := obj.(*corev1.Pod)
-			if ip, reason := accountable(pod); reason == "" && ip.IsValid() {
-				ips = append(ips, ip)
+			if addrs, reason := accountable(pod); reason == "" {
+				ips = append(ips, addrs...) // both of a dual-stack activator's: clients of either family
 			}
 		}
 		sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })

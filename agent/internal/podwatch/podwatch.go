@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/sockscale/sockscale/internal/podaddr"
 )
 
 // Accounting is the kernel pod map, as the bpf package's Accounting has it.
@@ -36,13 +39,17 @@ type Pod struct {
 	// Argo Rollout) of a ReplicaSet's pod, a StatefulSet, DaemonSet, Job
 	// or custom workload that owns its pods, else the pod itself.
 	Workload, WorkloadKind string
+	// IP is the address the pod's stats go by, whichever of its addresses
+	// its connections came to: its IPv4 address if it has one, else its
+	// first IPv6 one (as the controller names pods, see
+	// podaddr.Canonical).
+	IP netip.Addr
 }
 
-// Skip reasons, the label values of the skipped-pods metric.
-const (
-	SkipHostNetwork = "host_network"
-	SkipNoIPv4      = "no_ipv4"
-)
+// SkipHostNetwork is why a pod on the node's network is not accounted
+// (the label value of the skipped-pods metric): it shares the node's
+// addresses.
+const SkipHostNetwork = "host_network"
 
 // Watcher mirrors the node's pods into the accounting map. It is level
 // triggered: every event updates its view of the pods and then makes the
@@ -74,7 +81,7 @@ type Watcher struct {
 
 // podState is what decides which pod owns an address.
 type podState struct {
-	ip          netip.Addr
+	ips         []netip.Addr // every address of the pod, each with a slot of its own in the kernel
 	terminating bool
 	// leavingSince is when the pod's deletion was asked for (its deletion
 	// timestamp less its grace period); zero while it is not terminating.
@@ -168,7 +175,7 @@ func (w *Watcher) Update(pod *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	old, had := w.pods[pod.UID]
-	ip, reason := accountable(pod)
+	ips, reason := accountable(pod)
 	if reason != "" {
 		if w.skipped[pod.UID] != reason {
 			w.log.Debug("pod not accounted", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
@@ -177,10 +184,11 @@ func (w *Watcher) Update(pod *corev1.Pod) {
 	} else {
 		delete(w.skipped, pod.UID)
 	}
-	if reason != "" || !ip.IsValid() { // skipped, no address yet, or finished
+	if reason != "" || len(ips) == 0 { // skipped, no address yet, or finished
 		delete(w.pods, pod.UID)
 	} else {
-		st := podState{ip: ip, terminating: pod.DeletionTimestamp != nil, created: pod.CreationTimestamp, desc: describe(pod)}
+		st := podState{ips: ips, terminating: pod.DeletionTimestamp != nil, created: pod.CreationTimestamp, desc: describe(pod)}
+		st.desc.IP = podaddr.Canonical(ips)
 		if st.terminating {
 			st.leavingSince = pod.DeletionTimestamp.Time
 			if g := pod.DeletionGracePeriodSeconds; g != nil {
@@ -189,10 +197,14 @@ func (w *Watcher) Update(pod *corev1.Pod) {
 		}
 		w.pods[pod.UID] = st
 	}
-	if had && old.ip != ip {
-		w.syncIP(old.ip) // the pod's address changed, or it has none now
+	if had {
+		for _, ip := range old.ips {
+			if !slices.Contains(ips, ip) {
+				w.syncIP(ip) // the pod's address changed, or it has none now
+			}
+		}
 	}
-	if ip.IsValid() {
+	for _, ip := range ips {
 		w.syncIP(ip)
 	}
 }
@@ -205,7 +217,9 @@ func (w *Watcher) Delete(pod *corev1.Pod) {
 	old, had := w.pods[pod.UID]
 	delete(w.pods, pod.UID)
 	if had {
-		w.syncIP(old.ip)
+		for _, ip := range old.ips {
+			w.syncIP(ip)
+		}
 	}
 }
 
@@ -218,7 +232,7 @@ func (w *Watcher) owner(ip netip.Addr) (types.UID, podState, bool) {
 	var bs podState
 	found := false
 	for uid, ps := range w.pods {
-		if ps.ip != ip {
+		if !slices.Contains(ps.ips, ip) {
 			continue
 		}
 		if !found || better(uid, ps, best, bs) {
@@ -312,7 +326,9 @@ func (w *Watcher) Resync() error {
 	w.inKernel = inKernel
 	want := make(map[netip.Addr]bool, len(w.pods))
 	for _, ps := range w.pods {
-		want[ps.ip] = true
+		for _, ip := range ps.ips {
+			want[ip] = true
+		}
 	}
 	for ip := range inKernel {
 		if !want[ip] {
@@ -337,17 +353,18 @@ func (w *Watcher) Resync() error {
 // watcher without Run.
 func (w *Watcher) RemoveStale() error { return w.Resync() }
 
-// Leaving is a pod of the node that is terminating and still holds its
+// Leaving is a pod of the node that is terminating and still holds an
 // address.
 type Leaving struct {
 	Pod
-	IP netip.Addr
+	// IPs are the addresses it still holds (a dual-stack pod has two).
+	IPs []netip.Addr
 	// Since is when its deletion was asked for.
 	Since time.Time
 }
 
-// Leaving lists the node's terminating pods that still own their address
-// (a pod whose address a newer pod took has nothing left to drain there).
+// Leaving lists the node's terminating pods that still own an address (a
+// pod whose addresses newer pods took has nothing left to drain there).
 func (w *Watcher) Leaving() []Leaving {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -356,10 +373,15 @@ func (w *Watcher) Leaving() []Leaving {
 		if !st.terminating {
 			continue
 		}
-		if owner, ok := w.byIP[st.ip]; !ok || owner.UID != uid {
-			continue
+		var held []netip.Addr
+		for _, ip := range st.ips {
+			if owner, ok := w.byIP[ip]; ok && owner.UID == uid {
+				held = append(held, ip)
+			}
 		}
-		out = append(out, Leaving{Pod: st.desc, IP: st.ip, Since: st.leavingSince})
+		if len(held) > 0 {
+			out = append(out, Leaving{Pod: st.desc, IPs: held, Since: st.leavingSince})
+		}
 	}
 	return out
 }
@@ -421,28 +443,29 @@ func (w *Watcher) Status() Status {
 	return s
 }
 
-// accountable returns the pod's IPv4 address, an invalid address if there
-// is nothing to account (not started, finished), or why the pod is skipped.
-func accountable(pod *corev1.Pod) (netip.Addr, string) {
+// accountable returns the pod's addresses (IPv4 and IPv6, unmapped, in
+// the pod's order), none if there is nothing to account (not started,
+// finished), or why the pod is skipped.
+func accountable(pod *corev1.Pod) ([]netip.Addr, string) {
 	if pod.Spec.HostNetwork {
-		return netip.Addr{}, SkipHostNetwork // shares the node's address
+		return nil, SkipHostNetwork // shares the node's address
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return netip.Addr{}, ""
+		return nil, ""
 	}
 	ips := pod.Status.PodIPs
 	if len(ips) == 0 && pod.Status.PodIP != "" {
 		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
 	}
-	if len(ips) == 0 {
-		return netip.Addr{}, "" // no address yet
-	}
+	var out []netip.Addr
 	for _, s := range ips {
-		if ip, err := netip.ParseAddr(s.IP); err == nil && ip.Unmap().Is4() {
-			return ip.Unmap(), ""
+		// The API server validates pod addresses; one that does not parse
+		// here is left out rather than guessed at.
+		if ip, err := netip.ParseAddr(s.IP); err == nil && ip.Zone() == "" && !slices.Contains(out, ip.Unmap()) {
+			out = append(out, ip.Unmap())
 		}
 	}
-	return netip.Addr{}, SkipNoIPv4
+	return out, ""
 }
 
 // replicaSetHashLabels are the pod labels holding the hash suffix of the

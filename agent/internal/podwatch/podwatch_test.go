@@ -124,15 +124,25 @@ func TestPodMapFollowsPods(t *testing.T) {
 	w.Update(pod("web").IP("10.0.0.5").Obj())                    // accounted
 	w.Update(pod("host").IP("192.168.1.10").HostNetwork().Obj()) // shares the node's address
 	w.Update(pod("v6").IP("fd00::5").Obj())                      // IPv6 only
-	w.Update(pod("dual").IP("fd00::6", "10.0.0.6").Obj())        // dual stack: its IPv4
+	w.Update(pod("dual").IP("fd00::6", "10.0.0.6").Obj())        // dual stack: both, a slot each
 	w.Update(pod("done").IP("10.0.0.7").Phase(corev1.PodSucceeded).Obj())
 
-	want := map[netip.Addr]uint64{addr("10.0.0.5"): podID("uid-web"), addr("10.0.0.6"): podID("uid-dual")}
+	want := map[netip.Addr]uint64{addr("10.0.0.5"): podID("uid-web"), addr("fd00::5"): podID("uid-v6"),
+		addr("fd00::6"): podID("uid-dual"), addr("10.0.0.6"): podID("uid-dual")}
 	if diff := cmp.Diff(want, acct.pods, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("kernel map (-want +got):\n%s", diff)
 	}
+	// Either address names the pod, and its stats go by its IPv4 one.
+	for _, ip := range []string{"fd00::6", "10.0.0.6"} {
+		if p, ok := w.Lookup(addr(ip)); !ok || p.Name != "dual" || p.IP != addr("10.0.0.6") {
+			t.Errorf("Lookup(%s) = %+v, %t; want pod dual going by 10.0.0.6", ip, p, ok)
+		}
+	}
+	if p, _ := w.Lookup(addr("fd00::5")); p.IP != addr("fd00::5") {
+		t.Errorf("the IPv6-only pod goes by %s, want fd00::5", p.IP)
+	}
 	st := w.Status()
-	if diff := cmp.Diff(Status{Tracked: 2, Skipped: map[string]int{SkipHostNetwork: 1, SkipNoIPv4: 1}, Synced: false}, st); diff != "" {
+	if diff := cmp.Diff(Status{Tracked: 4, Skipped: map[string]int{SkipHostNetwork: 1}, Synced: false}, st); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
 

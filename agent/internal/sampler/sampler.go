@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/sockscale/sockscale/agent/internal/podwatch"
@@ -131,6 +132,16 @@ func (s *Sampler) SampleOnce() error {
 	if havePrev {
 		sample.Batch = &stats.Batch{Node: s.node, Start: s.prevAt, Period: now.Sub(s.prevAt)}
 	}
+	// A dual-stack pod's addresses are counted apart in the kernel (a
+	// slot each): each address's period is taken on its own (one may be
+	// new or reset), then a pod's addresses are summed into one sample and
+	// one record, by the address the pod goes by.
+	type podKey struct {
+		uid             types.UID
+		namespace, name string
+	}
+	merged := make(map[podKey]int)  // a known pod's index in sample.Pods
+	records := make(map[podKey]int) // ... and in sample.Batch.Pods
 	for ip, c := range snap.Pods {
 		ps := PodSample{IP: ip, Counters: c, Mode: ModeHTTP}
 		ps.Pod, _ = s.pods.Lookup(ip)
@@ -144,9 +155,28 @@ func (s *Sampler) SampleOnce() error {
 		case c.H2ConnsInFlight > 0 || c.H2ConnsTotal > prev.H2ConnsTotal:
 			ps.Mode = ModeHTTP2
 		}
-		sample.Pods = append(sample.Pods, ps)
-		if havePrev && ps.Pod.Name != "" {
-			sample.Batch.Pods = append(sample.Batch.Pods, periodStat(ps, prev, snap.At-s.prev.At))
+		if ps.Pod.Name == "" {
+			sample.Pods = append(sample.Pods, ps) // not (yet) known: by its address alone
+			continue
+		}
+		if ps.Pod.IP.IsValid() {
+			ps.IP = ps.Pod.IP
+		}
+		key := podKey{ps.Pod.UID, ps.Pod.Namespace, ps.Pod.Name}
+		if i, ok := merged[key]; ok {
+			sample.Pods[i] = mergeSamples(sample.Pods[i], ps)
+		} else {
+			merged[key] = len(sample.Pods)
+			sample.Pods = append(sample.Pods, ps)
+		}
+		if havePrev {
+			st := periodStat(ps, prev, snap.At-s.prev.At)
+			if i, ok := records[key]; ok {
+				sample.Batch.Pods[i] = mergeStats(sample.Batch.Pods[i], st)
+			} else {
+				records[key] = len(sample.Batch.Pods)
+				sample.Batch.Pods = append(sample.Batch.Pods, st)
+			}
 		}
 	}
 	sort.Slice(sample.Pods, func(i, j int) bool { return sample.Pods[i].IP.Less(sample.Pods[j].IP) })
@@ -156,6 +186,33 @@ func (s *Sampler) SampleOnce() error {
 		s.onSample(sample)
 	}
 	return nil
+}
+
+// modeRank orders the accounting modes: a pod with a connection counted
+// per connection anywhere is counted per connection, else one with an
+// HTTP/2 connection is HTTP/2.
+var modeRank = map[string]int{ModeHTTP: 0, ModeHTTP2: 1, ModeConnection: 2}
+
+// mergeSamples is one pod's two addresses' samples as one.
+func mergeSamples(a, b PodSample) PodSample {
+	a.Counters = a.Counters.Add(b.Counters)
+	if modeRank[b.Mode] > modeRank[a.Mode] {
+		a.Mode = b.Mode
+	}
+	return a
+}
+
+// mergeStats is one pod's two addresses' period records as one: requests
+// and concurrencies add up; the accounting is the coarser of the two
+// (stats.Accounting values grow coarser).
+func mergeStats(a, b stats.PodStat) stats.PodStat {
+	a.Concurrency += b.Concurrency
+	a.ProxiedConcurrency += b.ProxiedConcurrency
+	a.Requests += b.Requests
+	a.ProxiedRequests += b.ProxiedRequests
+	a.OpaqueConcurrency += b.OpaqueConcurrency
+	a.Accounting = max(a.Accounting, b.Accounting)
+	return a
 }
 
 // periodStat averages a pod's requests over the kernel time dt between two

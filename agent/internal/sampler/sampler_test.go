@@ -86,6 +86,41 @@ func TestPeriodAverages(t *testing.T) {
 	}
 }
 
+// TestDualStackPodIsOnePod: a dual-stack pod's two addresses, counted
+// apart in the kernel, are one sample and one record, by the address the
+// pod goes by: its requests and concurrencies summed, its accounting the
+// coarser; an address first seen later starts its period from zero.
+func TestDualStackPodIsOnePod(t *testing.T) {
+	v6 := netip.MustParseAddr("fd5c:a1e:0:1::5")
+	h2 := counters(4, 4, 2*time.Second, 0)
+	h2.H2ConnsTotal = 1
+	src := &scripted{snaps: []bpf.Snapshot{
+		{At: 10 * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: counters(10, 8, 3*time.Second, 0)}},
+		// 2 s later: IPv4 1.25 in flight on average and 7 completed; IPv6
+		// new, over HTTP/2: 1 in flight on average, 4 completed.
+		{At: 12 * time.Second, Pods: map[netip.Addr]bpf.PodCounters{web: counters(16, 15, 5500*time.Millisecond, 0), v6: h2}},
+	}}
+	pod := podwatch.Pod{Namespace: "ns", Name: "web-1", Workload: "web", UID: "u1", IP: web}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := New(src, pods{web: pod, v6: pod}, Options{
+		Node: "node-a", Period: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Recorder: nopRecorder{},
+	})
+	for range 2 {
+		if err := s.SampleOnce(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(2 * time.Second)
+	}
+	got := s.Latest()
+	want := []stats.PodStat{{IP: web, Namespace: "ns", Pod: "web-1", Workload: "web", Concurrency: 2.25, Requests: 11, Accounting: stats.AccountingHTTP2Streams}}
+	if diff := cmp.Diff(want, got.Batch.Pods, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	if len(got.Pods) != 1 || got.Pods[0].IP != web || got.Pods[0].Counters.Requests.Completed != 19 || got.Pods[0].Mode != ModeHTTP2 {
+		t.Errorf("samples = %+v, want one of %s with 19 completed, http2", got.Pods, web)
+	}
+}
+
 // TestModeHTTP2: a pod with a connection followed as HTTP/2 in the period
 // (open, or opened and closed within it) is in mode http2; one with a
 // connection at connection level is in mode connection, whatever else it

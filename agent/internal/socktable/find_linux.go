@@ -34,7 +34,7 @@ func (f Finder) Find(want []netip.Addr) (map[netip.Addr]Namespace, error) {
 	found := make(map[netip.Addr]Namespace)
 	wanted := make(map[netip.Addr]bool, len(want))
 	for _, a := range want {
-		if a = a.Unmap(); a.Is4() {
+		if a = a.Unmap(); a.IsValid() {
 			wanted[a] = true
 		}
 	}
@@ -156,7 +156,7 @@ func isPID(name string) bool {
 	return true
 }
 
-// Addrs lists the IPv4 addresses of the namespace's interfaces, to check
+// Addrs lists the addresses (IPv4 and IPv6) of the namespace's interfaces, to check
 // that a namespace found before still holds an address without a whole
 // Find. It fails with ErrNamespaceGone as Open does.
 func (n Namespace) Addrs() ([]netip.Addr, error) {
@@ -176,7 +176,7 @@ func (n Namespace) Addrs() ([]netip.Addr, error) {
 	// A dump interrupted by a change (a pod's address being added while
 	// we look) may miss addresses: try again.
 	for range 3 {
-		list, err = nh.AddrList(nil, netlink.FAMILY_V4)
+		list, err = nh.AddrList(nil, netlink.FAMILY_ALL)
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			break
 		}

@@ -410,7 +410,7 @@ func TestKernelFindNamespaces(t *testing.T) {
 
 	addrs, err := ns1.Addrs()
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	if diff := cmp.Diff([]netip.Addr{addr("10.200.8.2"), addr("10.200.8.3"), addr("127.0.0.1")}, addrs, equateAddrs); err != nil || diff != "" {
+	if diff := cmp.Diff([]netip.Addr{addr("10.200.8.2"), addr("10.200.8.3"), addr("127.0.0.1"), addr("::1")}, addrs, equateAddrs); err != nil || diff != "" {
 		t.Errorf("Addrs: %v (-want +got):\n%s", err, diff)
 	}
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -31,11 +32,35 @@ var sysctls = map[string]string{
 	"net/bridge/bridge-nf-call-iptables": "1",
 }
 
+// sysctls6 are what a dual-stack cluster sets besides sysctls.
+var sysctls6 = map[string]string{
+	// Pods reach each other across nodes, and the host's IPv6 addresses on
+	// other bridges, only through the host's routing. There is no
+	// per-interface switch for it: IPv6 forwards a packet if its incoming
+	// interface forwards, and conf/all is what sets them all (eth0 too,
+	// which changes neither its addresses nor its static routes; it would
+	// stop taking router advertisements, which it does not take anyway
+	// when accept_ra is 0). ForwardChain's IPv6 twin keeps the host from
+	// forwarding anything that is not ours (see forwardGuard).
+	"net/ipv6/conf/all/forwarding": "1",
+	// As bridge-nf-call-iptables, for kube-proxy's ip6tables rules.
+	"net/bridge/bridge-nf-call-ip6tables": "1",
+}
+
+// sysctlsToSet is what up sets for c's options.
+func (c *Cluster) sysctlsToSet() map[string]string {
+	m := maps.Clone(sysctls)
+	if c.opts.DualStack {
+		maps.Copy(m, sysctls6)
+	}
+	return m
+}
+
 func (c *Cluster) setupHostNet() error {
 	if c.state.Sysctls == nil {
 		c.state.Sysctls = map[string]string{}
 	}
-	for key, val := range sysctls {
+	for key, val := range c.sysctlsToSet() {
 		p := filepath.Join("/proc/sys", key)
 		old, err := os.ReadFile(p)
 		if err != nil {
@@ -63,23 +88,37 @@ func (c *Cluster) setupHostNet() error {
 		}
 	}
 	// The forward guard first: nothing may be forwarded off the machine.
-	if err := forwardGuard(); err != nil {
+	if err := forwardGuard("iptables", false); err != nil {
 		return err
+	}
+	if c.opts.DualStack {
+		// Forwarding was off for IPv6 before (the state file has its old
+		// value): the host forwards nothing of anybody else's either.
+		if err := forwardGuard("ip6tables", c.state.Sysctls["net/ipv6/conf/all/forwarding"] == "0"); err != nil {
+			return err
+		}
 	}
 	// Each bridge's MAC is set, from its address, as pods' are (podMAC):
 	// a bridge without one takes its lowest port's, which changes as pods
 	// come and go and leaves the pods' entries for their gateway stale.
 	type bridge struct {
-		name string
-		addr netip.Prefix // none for ServiceBridge
-		mac  netip.Addr
+		name        string
+		addr, addr6 netip.Prefix // none for ServiceBridge; addr6 only if dual-stack
+		mac         netip.Addr
 	}
-	bridges := []bridge{{HostBridge, netip.PrefixFrom(HostIP, ClusterCIDR.Bits()), HostIP}, {ServiceBridge, netip.Prefix{}, ServiceCIDR.Addr().Next()}}
+	bridges := []bridge{
+		{HostBridge, netip.PrefixFrom(HostIP, ClusterCIDR.Bits()), netip.PrefixFrom(HostIP6, ClusterCIDR6.Bits()), HostIP},
+		{ServiceBridge, netip.Prefix{}, netip.Prefix{}, ServiceCIDR.Addr().Next()},
+	}
 	for i := 0; i < c.opts.Nodes; i++ {
-		bridges = append(bridges, bridge{NodeBridge(NodeName(i)), netip.PrefixFrom(NodeIP(i), NodeCIDR(i).Bits()), NodeIP(i)})
+		bridges = append(bridges, bridge{NodeBridge(NodeName(i)), netip.PrefixFrom(NodeIP(i), NodeCIDR(i).Bits()),
+			netip.PrefixFrom(NodeIP6(i), NodeCIDR6(i).Bits()), NodeIP(i)})
 	}
 	for _, b := range bridges {
-		if err := addBridge(b.name, b.addr, podMAC(b.mac)); err != nil {
+		if !c.opts.DualStack {
+			b.addr6 = netip.Prefix{}
+		}
+		if err := addBridge(b.name, podMAC(b.mac), b.addr, b.addr6); err != nil {
 			return err
 		}
 	}
@@ -93,6 +132,14 @@ func (c *Cluster) setupHostNet() error {
 	if err := netlink.RouteAdd(route); err != nil {
 		return fmt.Errorf("add route %s dev %s src %s: %w", ServiceCIDR, ServiceBridge, HostIP, err)
 	}
+	if c.opts.DualStack {
+		// Without it the IPv6 Service range would take the default route,
+		// off the machine.
+		route := &netlink.Route{LinkIndex: svc.Attrs().Index, Dst: ipNet(ServiceCIDR6), Src: addrIP(HostIP6), Scope: netlink.SCOPE_LINK}
+		if err := netlink.RouteAdd(route); err != nil {
+			return fmt.Errorf("add route %s dev %s src %s: %w", ServiceCIDR6, ServiceBridge, HostIP6, err)
+		}
+	}
 	// The nodes' network namespace (the host's) under a name: an agent
 	// cannot open /proc/1/ns/net on every machine (a PID 1 holding more
 	// capabilities than the agent's root), as a node's agent would.
@@ -102,21 +149,37 @@ func (c *Cluster) setupHostNet() error {
 	return c.checkRoutes()
 }
 
-// addBridge makes bridge name with MAC mac and address addr (if valid), up.
-func addBridge(name string, addr netip.Prefix, mac net.HardwareAddr) error {
+// addBridge makes bridge name with MAC mac and those of addrs that are
+// valid, up.
+func addBridge(name string, mac net.HardwareAddr, addrs ...netip.Prefix) error {
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac}}
 	if err := netlink.LinkAdd(br); err != nil {
 		return fmt.Errorf("add bridge %s: %w", name, err)
 	}
-	if addr.IsValid() {
-		if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: ipNet(addr)}); err != nil {
-			return fmt.Errorf("add address %s to %s: %w", addr, name, err)
+	for _, a := range addrs {
+		if a.IsValid() {
+			if err := addAddr(netlink.AddrAdd, br, a); err != nil {
+				return fmt.Errorf("add address %s to %s: %w", a, name, err)
+			}
 		}
 	}
 	if err := netlink.LinkSetUp(br); err != nil {
 		return fmt.Errorf("set %s up: %w", name, err)
 	}
 	return nil
+}
+
+// addAddr adds a to link through add (netlink.AddrAdd or a handle's in
+// another netns). An IPv6 address gets nodad: duplicate address detection
+// would keep it tentative, unusable, for a second or more (forever on a
+// bridge without ports, which has no carrier), and every address here is
+// given out by us alone.
+func addAddr(add func(netlink.Link, *netlink.Addr) error, link netlink.Link, a netip.Prefix) error {
+	na := &netlink.Addr{IPNet: ipNet(a)}
+	if a.Addr().Is6() {
+		na.Flags = unix.IFA_F_NODAD
+	}
+	return add(link, na)
 }
 
 // addrIP is a as a net.IP (4 bytes for IPv4), for netlink.
@@ -128,24 +191,30 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: addrIP(p.Addr()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// forwardGuard makes the chain ForwardChain, first in FORWARD: a forwarded
-// packet with one side on our links and the other not is rejected, so pod
-// traffic to an address that is not ours never leaves the machine (the
-// default route leads off it), and nothing from outside reaches a pod.
-func forwardGuard() error {
-	if err := run("iptables", "-w", "-N", ForwardChain); err != nil {
+// forwardGuard makes the chain ForwardChain with ipt (iptables or
+// ip6tables), first in FORWARD: a forwarded packet with one side on our
+// links and the other not is rejected, so pod traffic to an address that is
+// not ours never leaves the machine (the default route leads off it), and
+// nothing from outside reaches a pod. onlyOurs drops the forwarding of
+// packets that touch none of our links as well: for a family whose
+// forwarding was off before up turned it on.
+func forwardGuard(ipt string, onlyOurs bool) error {
+	if err := run(ipt, "-w", "-N", ForwardChain); err != nil {
 		return err
 	}
 	rules := [][]string{
 		{"-i", Prefix + "+", "!", "-o", Prefix + "+", "-j", "REJECT"},
 		{"!", "-i", Prefix + "+", "-o", Prefix + "+", "-j", "DROP"},
 	}
+	if onlyOurs {
+		rules = append(rules, []string{"!", "-i", Prefix + "+", "!", "-o", Prefix + "+", "-j", "DROP"})
+	}
 	for _, r := range rules {
-		if err := run("iptables", append([]string{"-w", "-A", ForwardChain}, r...)...); err != nil {
+		if err := run(ipt, append([]string{"-w", "-A", ForwardChain}, r...)...); err != nil {
 			return err
 		}
 	}
-	return run("iptables", "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", ClusterName, "-j", ForwardChain)
+	return run(ipt, "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", ClusterName, "-j", ForwardChain)
 }
 
 // checkRoutes refuses to go on unless every range the cluster uses is
@@ -154,6 +223,12 @@ func (c *Cluster) checkRoutes() error {
 	probes := []netip.Addr{HostIP, netip.MustParseAddr("10.244.250.7"), ServiceCIDR.Addr().Next(), netip.MustParseAddr("10.96.200.9")}
 	for i := 0; i < c.opts.Nodes; i++ {
 		probes = append(probes, NodeCIDR(i).Addr().Next().Next())
+	}
+	if c.opts.DualStack {
+		probes = append(probes, HostIP6, netip.MustParseAddr("fd5c:a1e:0:fa::7"), ServiceCIDR6.Addr().Next(), netip.MustParseAddr("fd5c:a1e:96::c8:9"))
+		for i := 0; i < c.opts.Nodes; i++ {
+			probes = append(probes, NodeCIDR6(i).Addr().Next().Next())
+		}
 	}
 	for _, ip := range probes {
 		if err := localroute.Check(ip, localroute.Local(), localroute.DevPrefix(Prefix)); err != nil {
@@ -214,14 +289,18 @@ func teardownHostNet(st *state, kubeProxy string) error {
 			errs = append(errs, err)
 		}
 	}
-	for run("iptables", "-w", "-D", "FORWARD", "-m", "comment", "--comment", ClusterName, "-j", ForwardChain) == nil {
-	}
-	if run("iptables", "-w", "-S", ForwardChain) == nil {
-		if err := run("iptables", "-w", "-F", ForwardChain); err != nil {
-			errs = append(errs, err)
+	// Both families whatever the options: a dual-stack cluster's guard
+	// goes even if the next `down` is run without the option.
+	for _, ipt := range []string{"iptables", "ip6tables"} {
+		for run(ipt, "-w", "-D", "FORWARD", "-m", "comment", "--comment", ClusterName, "-j", ForwardChain) == nil {
 		}
-		if err := run("iptables", "-w", "-X", ForwardChain); err != nil {
-			errs = append(errs, err)
+		if run(ipt, "-w", "-S", ForwardChain) == nil {
+			if err := run(ipt, "-w", "-F", ForwardChain); err != nil {
+				errs = append(errs, err)
+			}
+			if err := run(ipt, "-w", "-X", ForwardChain); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for key, val := range st.Sysctls {

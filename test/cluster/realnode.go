@@ -197,7 +197,7 @@ func (n *RealNode) start(ctx context.Context) error {
 	// The bridge before the kubelet, which listens on its address; the
 	// bridge plugin takes it as it finds it.
 	gw := o.gateway()
-	if err := addBridge(o.Bridge, netip.PrefixFrom(gw, o.PodCIDR.Bits()), podMAC(gw)); err != nil {
+	if err := addBridge(o.Bridge, podMAC(gw), netip.PrefixFrom(gw, o.PodCIDR.Bits())); err != nil {
 		return err
 	}
 	// Whatever the pods get must stay on this machine.

@@ -225,7 +225,7 @@ func (c *Cluster) checkRoutes() error {
 		probes = append(probes, NodeCIDR(i).Addr().Next().Next())
 	}
 	if c.opts.DualStack {
-		probes = append(probes, HostIP6, netip.MustParseAddr("fd5c:a1e:0:fa::7"), ServiceCIDR6.Addr().Next(), netip.MustParseAddr("fd5c:a1e:96::c8:9"))
+		probes = append(probes, HostIP6, netip.MustParseAddr("fd5c:a1e:0:fa::7"), ServiceCIDR6.Addr().Next(), netip.MustParseAddr("fd5c:a1e:96::c809"))
 		for i := 0; i < c.opts.Nodes; i++ {
 			probes = append(probes, NodeCIDR6(i).Addr().Next().Next())
 		}

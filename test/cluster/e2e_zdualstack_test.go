@@ -82,20 +82,31 @@ func TestE2EZDualStack(t *testing.T) {
 	labels := map[string]string{"app": "echo6"}
 	var pods []*corev1.Pod
 	for i := range 2 {
-		p := echoPod(fmt.Sprintf("echo6-%d", i), labels)
+		name := fmt.Sprintf("echo6-%d", i)
+		p := echoPod(name, map[string]string{"app": "echo6", "pod": name})
 		p.Namespace, p.Spec.NodeName = ns, NodeName(i)
 		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "POD_IPS",
 			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}})
 		pods = append(pods, createReadyPod(t, c, p))
 	}
-	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo6", Namespace: ns},
-		Spec: corev1.ServiceSpec{Selector: labels, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create a RequireDualStack Service: %v", err)
+	dualStackService := func(name string, selector map[string]string) *corev1.Service {
+		t.Helper()
+		svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.ServiceSpec{Selector: selector, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create a RequireDualStack Service: %v", err)
+		}
+		return svc
 	}
+	svc := dualStackService("echo6", labels)
+	// One per pod: a pod's client keeps its connection (and so its
+	// backend) from one request to the next, so which path a request to
+	// a Service of both pods takes is chance.
+	onePod := []*corev1.Service{dualStackService("echo6-0", map[string]string{"pod": "echo6-0"}),
+		dualStackService("echo6-1", map[string]string{"pod": "echo6-1"})}
 
 	t.Run("NodesHaveBothRanges", func(t *testing.T) {
 		for i := range 2 {
@@ -164,8 +175,17 @@ func TestE2EZDualStack(t *testing.T) {
 		t.Fatal("no IPv6 ClusterIP to go on with")
 	}
 
+	// The IPv6 ClusterIP of each pod's own Service.
+	podSvcIP6 := make([]netip.Addr, len(onePod))
+	for i, s := range onePod {
+		if len(s.Spec.ClusterIPs) != 2 {
+			t.Fatalf("Service %s: clusterIPs %v, want two", s.Name, s.Spec.ClusterIPs)
+		}
+		podSvcIP6[i] = netip.MustParseAddr(s.Spec.ClusterIPs[1])
+	}
+
 	// Nothing is sent to an address before its route is known to be ours.
-	for _, ip := range []netip.Addr{podIP6[0], podIP6[1], svcIP6, HostIP6} {
+	for _, ip := range []netip.Addr{podIP6[0], podIP6[1], svcIP6, podSvcIP6[0], podSvcIP6[1], HostIP6} {
 		r, err := localroute.Get(ip)
 		if err != nil {
 			t.Fatal(err)
@@ -209,11 +229,18 @@ func TestE2EZDualStack(t *testing.T) {
 			}
 			return nil
 		})
-		// From a pod, some landing on itself (hairpin through its bridge,
-		// un-DNATed by bridge-nf-call-ip6tables).
-		for i := range 6 {
-			if body, err := get(from + "/get?url=" + url6(svcIP6, 80) + "/"); err != nil || !strings.HasPrefix(body, "pod=echo6-") {
-				t.Errorf("IPv6 ClusterIP from a pod, request %d: %q, %v", i, body, err)
+		// From pod 0: to pod 1 on the other node (DNAT, then routed by
+		// the host), and to itself (hairpin through its bridge, un-DNATed
+		// thanks to bridge-nf-call-ip6tables).
+		for i, ip := range podSvcIP6 {
+			var body string
+			eventually(t, 30*time.Second, "the IPv6 ClusterIP of "+onePod[i].Name+" from a pod", func() error {
+				var err error
+				body, err = get(from + "/get?url=" + url6(ip, 80) + "/")
+				return err
+			})
+			if !strings.HasPrefix(body, "pod="+pods[i].Name+" ") {
+				t.Errorf("%s's IPv6 ClusterIP %s from %s: answered %q, want %s", onePod[i].Name, ip, pods[0].Name, body, pods[i].Name)
 			}
 		}
 	})

@@ -40,7 +40,7 @@ func TestE2EZDualStack(t *testing.T) {
 	ctx := context.Background()
 	eth0Before := hostIPv6Config(t)
 	rulesBefore := ruleset(t)
-	opts := Options{Nodes: 2, DualStack: true, StateDir: filepath.Join(os.TempDir(), "sockscale-cluster-dualstack")}
+	opts := Options{Nodes: 2, RealNodes: 1, DualStack: true, StateDir: filepath.Join(os.TempDir(), "sockscale-cluster-dualstack")}
 	start := time.Now()
 	c, err := Up(ctx, opts)
 	if err != nil {
@@ -242,6 +242,62 @@ func TestE2EZDualStack(t *testing.T) {
 			if !strings.HasPrefix(body, "pod="+pods[i].Name+" ") {
 				t.Errorf("%s's IPv6 ClusterIP %s from %s: answered %q, want %s", onePod[i].Name, ip, pods[0].Name, body, pods[i].Name)
 			}
+		}
+	})
+
+	t.Run("RealNode", func(t *testing.T) {
+		name := RealNodeName(0)
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{RealNodeCIDR(0).String(), RealNodeCIDR6(0).String()}; !slices.Equal(n.Spec.PodCIDRs, want) {
+			t.Errorf("%s: podCIDRs %v, want %v", name, n.Spec.PodCIDRs, want)
+		}
+		var internal []string
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				internal = append(internal, a.Address)
+			}
+		}
+		if want := []string{RealNodeIP(0).String(), RealNodeIP6(0).String()}; !slices.Equal(internal, want) {
+			t.Errorf("%s: InternalIPs %v, want %v (the kubelet's --node-ip)", name, internal, want)
+		}
+		p := echoPod("echo6-real", nil)
+		p.Namespace = ns
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": name}
+		p.Spec.Tolerations = []corev1.Toleration{{Key: RealNodeTaint, Operator: corev1.TolerationOpExists}}
+		start := time.Now()
+		p = createReadyPod(t, c, p)
+		t.Logf("pod on %s ready in %s: %v", name, time.Since(start).Round(100*time.Millisecond), p.Status.PodIPs)
+		// Both from the CNI bridge plugin's host-local IPAM, IPv4 first.
+		if len(p.Status.PodIPs) != 2 {
+			t.Fatalf("podIPs %v, want an IPv4 and an IPv6 address", p.Status.PodIPs)
+		}
+		v4, err4 := netip.ParseAddr(p.Status.PodIPs[0].IP)
+		v6, err6 := netip.ParseAddr(p.Status.PodIPs[1].IP)
+		if err4 != nil || err6 != nil || !RealNodeCIDR(0).Contains(v4) || !RealNodeCIDR6(0).Contains(v6) {
+			t.Fatalf("podIPs %v, want one of %s then one of %s", p.Status.PodIPs, RealNodeCIDR(0), RealNodeCIDR6(0))
+		}
+		if err := localroute.Check(v6, localroute.Dev(NodeBridge(name))); err != nil {
+			t.Fatal(err)
+		}
+		real := url6(v6, 8080)
+		// A simulated node's pod to the real one, and the real one (its
+		// routes to the cluster's IPv6 ranges) to a Service's IPv6
+		// ClusterIP and to the simulated pod behind it.
+		if body, err := get(from + "/get?url=" + real + "/"); err != nil || !strings.HasPrefix(body, "pod=echo6-real ") {
+			t.Errorf("from %s to the real pod at %s: %q, %v", pods[0].Name, v6, body, err)
+		}
+		eventually(t, 30*time.Second, "an IPv6 ClusterIP from the real pod", func() error {
+			body, err := get(real + "/get?url=" + url6(podSvcIP6[1], 80) + "/")
+			if err == nil && !strings.HasPrefix(body, "pod="+pods[1].Name+" ") {
+				err = fmt.Errorf("answer %q", body)
+			}
+			return err
+		})
+		if body, err := get(real + "/get?url=" + url6(podIP6[0], 8080) + "/"); err != nil || !strings.HasPrefix(body, "pod="+pods[0].Name+" ") {
+			t.Errorf("from the real pod to %s at %s: %q, %v", pods[0].Name, podIP6[0], body, err)
 		}
 	})
 

@@ -112,6 +112,20 @@ func TestIPv6Ranges(t *testing.T) {
 			t.Errorf("PodIP6(%d, NodeIP) = %s, want NodeIP6 %s", i, ip, NodeIP6(i))
 		}
 	}
+	for i := range maxRealNodes {
+		real := RealNodeCIDR6(i)
+		if !ClusterCIDR6.Contains(real.Addr()) || real.Contains(HostIP6) {
+			t.Errorf("RealNodeCIDR6(%d) = %s: not a range of its own in %s", i, real, ClusterCIDR6)
+		}
+		for j := range 26 {
+			if real.Overlaps(NodeCIDR6(j)) {
+				t.Errorf("RealNodeCIDR6(%d) = %s overlaps NodeCIDR6(%d)", i, real, j)
+			}
+		}
+	}
+	if got, want := RealNodeCIDR6(0).String(), "fd5c:a1e:0:64::/64"; got != want {
+		t.Errorf("RealNodeCIDR6(0) = %s, want %s", got, want)
+	}
 	if got, want := NodeCIDR6(1).String(), "fd5c:a1e:0:2::/64"; got != want {
 		t.Errorf("NodeCIDR6(1) = %s, want %s", got, want)
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
-// TestE2EZDown runs last (files and tests run in name order): it stops the
-// shared cluster and checks that nothing of it is left on the host.
+// TestE2EZDown runs after the other tests of the shared cluster (files and
+// tests run in name order; only TestE2EZDualStack, with a cluster of its
+// own, comes later): it stops the shared cluster and checks that nothing
+// of it is left on the host.
 func TestE2EZDown(t *testing.T) {
 	c := startCluster(t)
 	if err := c.Down(); err != nil {

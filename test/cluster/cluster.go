@@ -484,9 +484,10 @@ func (c *Cluster) Down() error {
 // LockPath is the file Up locks for the cluster's lifetime.
 const LockPath = "/run/lock/sockscale-cluster.lock"
 
-// KubeFirewallMarker exists while the host's KUBE-FIREWALL chain is one a
-// cluster of ours made (kube-proxy makes it and its --cleanup leaves it),
-// so that `down`, of this cluster or a later one, removes it.
+// KubeFirewallMarker exists while the host's KUBE-FIREWALL chain, in the
+// families (iptables, ip6tables) it names, is one a cluster of ours made
+// (kube-proxy makes it and its --cleanup leaves it), so that `down`, of
+// this cluster or a later one, removes it.
 const KubeFirewallMarker = "/run/lock/sockscale-cluster.kube-firewall"
 
 // lockHost waits for the machine-wide cluster lock.

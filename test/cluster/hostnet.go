@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -79,11 +80,21 @@ func (c *Cluster) setupHostNet() error {
 	// A KUBE-FIREWALL chain is the host's own unless a cluster of ours
 	// made it: the marker outlives a cluster that crashed before `down`
 	// (whatever its state dir), so the next `down` removes its chain.
-	_, err := os.Stat(KubeFirewallMarker)
-	ours := err == nil
-	c.state.KubeFirewallBefore = !ours && run("iptables", "-w", "-S", "KUBE-FIREWALL") == nil
-	if !c.state.KubeFirewallBefore && !ours {
-		if err := os.WriteFile(KubeFirewallMarker, []byte("KUBE-FIREWALL is made by a sockscale test cluster's kube-proxy\n"), 0o644); err != nil {
+	// kube-proxy makes one in ip6tables too (its IPv6 proxier runs
+	// whenever ip6tables works, dual-stack cluster or not): the marker
+	// names the families whose chain is ours.
+	made := kubeFirewallMarked()
+	c.state.KubeFirewallBefore = !made["iptables"] && run("iptables", "-w", "-S", "KUBE-FIREWALL") == nil
+	c.state.KubeFirewall6Before = !made["ip6tables"] && run("ip6tables", "-w", "-S", "KUBE-FIREWALL") == nil
+	var ours []string
+	for ipt, before := range map[string]bool{"iptables": c.state.KubeFirewallBefore, "ip6tables": c.state.KubeFirewall6Before} {
+		if !before {
+			ours = append(ours, ipt)
+		}
+	}
+	if len(ours) > 0 {
+		slices.Sort(ours)
+		if err := os.WriteFile(KubeFirewallMarker, []byte(kubeFirewallMarkerText+strings.Join(ours, " ")+"\n"), 0o644); err != nil {
 			return fmt.Errorf("mark KUBE-FIREWALL as ours: %w", err)
 		}
 	}
@@ -147,6 +158,29 @@ func (c *Cluster) setupHostNet() error {
 		return err
 	}
 	return c.checkRoutes()
+}
+
+// kubeFirewallMarkerText starts KubeFirewallMarker's line; the families
+// (iptables, ip6tables) whose chain is ours follow it.
+const kubeFirewallMarkerText = "KUBE-FIREWALL is made by a sockscale test cluster's kube-proxy in: "
+
+// kubeFirewallMarked says in which families KubeFirewallMarker marks
+// KUBE-FIREWALL as ours. A marker without a list is of a cluster from
+// before dual-stack: its chain was the iptables one.
+func kubeFirewallMarked() map[string]bool {
+	b, err := os.ReadFile(KubeFirewallMarker)
+	if err != nil {
+		return nil
+	}
+	_, list, ok := strings.Cut(strings.TrimSpace(string(b)), " in: ")
+	if !ok {
+		return map[string]bool{"iptables": true}
+	}
+	m := map[string]bool{}
+	for _, ipt := range strings.Fields(list) {
+		m[ipt] = true
+	}
+	return m
 }
 
 // addBridge makes bridge name with MAC mac and those of addrs that are
@@ -273,16 +307,22 @@ func teardownHostNet(st *state, kubeProxy string) error {
 		}
 	}
 	// kube-proxy's --cleanup leaves KUBE-FIREWALL (it shares it with the
-	// kubelet); it is ours to remove if the host had none before `up`.
-	if st.Nodes > 0 && !st.KubeFirewallBefore {
-		for _, chain := range []string{"INPUT", "OUTPUT"} {
-			for run("iptables", "-w", "-D", chain, "-j", "KUBE-FIREWALL") == nil {
+	// kubelet), in both families; each is ours to remove if the host had
+	// none of that family before `up`.
+	if st.Nodes > 0 {
+		for ipt, before := range map[string]bool{"iptables": st.KubeFirewallBefore, "ip6tables": st.KubeFirewall6Before} {
+			if before {
+				continue
 			}
-		}
-		if run("iptables", "-w", "-S", "KUBE-FIREWALL") == nil {
-			_ = run("iptables", "-w", "-F", "KUBE-FIREWALL")
-			if err := run("iptables", "-w", "-X", "KUBE-FIREWALL"); err != nil {
-				errs = append(errs, err)
+			for _, chain := range []string{"INPUT", "OUTPUT"} {
+				for run(ipt, "-w", "-D", chain, "-j", "KUBE-FIREWALL") == nil {
+				}
+			}
+			if run(ipt, "-w", "-S", "KUBE-FIREWALL") == nil {
+				_ = run(ipt, "-w", "-F", "KUBE-FIREWALL")
+				if err := run(ipt, "-w", "-X", "KUBE-FIREWALL"); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 		if err := os.Remove(KubeFirewallMarker); err != nil && !os.IsNotExist(err) {

@@ -38,11 +38,12 @@ var sysctls6 = map[string]string{
 	// Pods reach each other across nodes, and the host's IPv6 addresses on
 	// other bridges, only through the host's routing. There is no
 	// per-interface switch for it: IPv6 forwards a packet if its incoming
-	// interface forwards, and conf/all is what sets them all (eth0 too,
-	// which changes neither its addresses nor its static routes; it would
-	// stop taking router advertisements, which it does not take anyway
-	// when accept_ra is 0). ForwardChain's IPv6 twin keeps the host from
-	// forwarding anything that is not ours (see forwardGuard).
+	// interface forwards, and conf/all is what sets them all. On eth0 too,
+	// which keeps its addresses and static routes; a router's links drop
+	// the routes router advertisements gave them and take no new ones
+	// (accept_ra 1), so up refuses where there are such routes (see
+	// ipv6ForwardingHarmless). ForwardChain's IPv6 twin keeps the host
+	// from forwarding anything that is not ours (see forwardGuard).
 	"net/ipv6/conf/all/forwarding": "1",
 	// As bridge-nf-call-iptables, for kube-proxy's ip6tables rules.
 	"net/bridge/bridge-nf-call-ip6tables": "1",
@@ -60,6 +61,11 @@ func (c *Cluster) sysctlsToSet() map[string]string {
 func (c *Cluster) setupHostNet() error {
 	if c.state.Sysctls == nil {
 		c.state.Sysctls = map[string]string{}
+	}
+	if c.opts.DualStack {
+		if err := ipv6ForwardingHarmless(); err != nil {
+			return err
+		}
 	}
 	for key, val := range c.sysctlsToSet() {
 		p := filepath.Join("/proc/sys", key)
@@ -158,6 +164,28 @@ func (c *Cluster) setupHostNet() error {
 		return err
 	}
 	return c.checkRoutes()
+}
+
+// ipv6ForwardingHarmless refuses IPv6 forwarding where turning it on would
+// cost the host its own IPv6 routes: when forwarding goes on, the kernel
+// removes the routes learned from router advertisements (a SLAAC host's
+// default route). Nothing to check if forwarding is on already.
+func ipv6ForwardingHarmless() error {
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Protocol: unix.RTPROT_RA}, netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return fmt.Errorf("list IPv6 routes from router advertisements: %w", err)
+	}
+	if len(routes) > 0 {
+		var rs []string
+		for _, r := range routes {
+			rs = append(rs, r.String())
+		}
+		return fmt.Errorf("dual-stack needs net.ipv6.conf.all.forwarding=1, which would remove the host's routes learned from router advertisements (%s); refusing to start", strings.Join(rs, "; "))
+	}
+	return nil
 }
 
 // kubeFirewallMarkerText starts KubeFirewallMarker's line; the families

@@ -18,6 +18,8 @@ export SOCKSCALE_CLUSTER_BINARIES := $(CLUSTER_BIN_DIR)
 # Where the local cluster keeps its state, logs and kubeconfig.
 CLUSTER_STATE_DIR ?= $(CACHE_DIR)/cluster
 CLUSTER_NODES ?= 2
+# true: IPv6 as the second family (test/cluster/README.md, Dual-stack).
+CLUSTER_DUAL_STACK ?= false
 # The cluster command.
 SOCKSCALE_CLUSTER := $(BIN_DIR)/sockscale-cluster
 # The cluster's OCI registry (test/cluster.RegistryAddr): cluster-up pushes
@@ -57,7 +59,7 @@ real-node-binaries: deps $$(KUBELET) $$(CONTAINERD) $$(CNI_BIN_DIR)/portmap ## B
 sockscale-cluster: ## Build the local cluster's command into $(BIN_DIR).
 	$(GO) build -o $(SOCKSCALE_CLUSTER) ./test/cluster/cmd/sockscale-cluster
 
-CLUSTER_FLAGS = --nodes $(CLUSTER_NODES) --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR)
+CLUSTER_FLAGS = --nodes $(CLUSTER_NODES) --dual-stack=$(CLUSTER_DUAL_STACK) --state-dir $(CLUSTER_STATE_DIR) --kube-bin-dir $(CLUSTER_BIN_DIR)
 
 .PHONY: cluster-up
 cluster-up: cluster-binaries sockscale-cluster ## Start the local cluster (root) and push the images to its registry ($(CLUSTER_REGISTRY)/sockscale). Prints the kubeconfig.

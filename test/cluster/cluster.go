@@ -169,7 +169,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		"--etcd-servers", etcdURL,
 		"--bind-address", HostIP.String(), "--advertise-address", HostIP.String(),
 		fmt.Sprintf("--secure-port=%d", APIServerPort),
-		"--service-cluster-ip-range", ServiceCIDR.String(),
+		"--service-cluster-ip-range", c.serviceCIDRs(),
 		"--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
 		"--client-ca-file", p("ca.crt"), "--token-auth-file", p("tokens.csv"),
 		"--service-account-issuer", "https://kubernetes.default.svc."+ClusterDomain,
@@ -210,9 +210,16 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := c.connect(); err != nil {
 		return err
 	}
+	var kcmDualStack []string
+	if c.opts.DualStack {
+		// Only node CIDR allocation reads them, and it is off; given as a
+		// dual-stack cluster's controller-manager has them: both families,
+		// in the apiserver's order.
+		kcmDualStack = []string{"--cluster-cidr", c.clusterCIDRs(), "--service-cluster-ip-range", c.serviceCIDRs()}
+	}
 	// Only now: started before the apiserver's RBAC bootstrap is done, they
 	// exit (no one restarts them here).
-	if err := c.startDaemon("kube-controller-manager", bin("kube-controller-manager"),
+	if err := c.startDaemon("kube-controller-manager", bin("kube-controller-manager"), append([]string{
 		"--kubeconfig", p("kube-controller-manager.kubeconfig"),
 		"--authentication-kubeconfig", p("kube-controller-manager.kubeconfig"),
 		"--authorization-kubeconfig", p("kube-controller-manager.kubeconfig"),
@@ -222,7 +229,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10257",
 		// Pod CIDRs are fixed per node by the simulator (NodeCIDR), not allocated.
 		"--allocate-node-cidrs=false",
-		"--feature-gates=HPAScaleToZero=true"); err != nil {
+		"--feature-gates=HPAScaleToZero=true"}, kcmDualStack...)...); err != nil {
 		return err
 	}
 	if err := c.startDaemon("kube-scheduler", bin("kube-scheduler"),
@@ -248,7 +255,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		return fmt.Errorf("registry: %w", err)
 	}
 	if err := c.startDaemon("node-simulator", c.opts.Self, "simulate", "--state-dir", c.opts.StateDir,
-		"--nodes", fmt.Sprint(c.opts.Nodes)); err != nil {
+		"--nodes", fmt.Sprint(c.opts.Nodes), fmt.Sprintf("--dual-stack=%t", c.opts.DualStack)); err != nil {
 		return err
 	}
 	if err := c.startRealNodes(ctx); err != nil {
@@ -263,8 +270,11 @@ func (c *Cluster) up(ctx context.Context) error {
 	// internalTrafficPolicy Local differ from per-node proxies.
 	if err := c.startDaemon("kube-proxy", bin("kube-proxy"),
 		"--kubeconfig", p("kube-proxy.kubeconfig"), "--proxy-mode=iptables",
-		"--hostname-override", NodeName(0), "--cluster-cidr", ClusterCIDR.String(),
-		"--nodeport-addresses", ClusterCIDR.String(),
+		// Both families' ranges if dual-stack: kube-proxy runs an
+		// ip6tables proxier beside the iptables one whenever ip6tables
+		// works, and tells pod traffic (not masqueraded) by --cluster-cidr.
+		"--hostname-override", NodeName(0), "--cluster-cidr", c.clusterCIDRs(),
+		"--nodeport-addresses", c.clusterCIDRs(),
 		// Leave the host's conntrack sysctls alone.
 		"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
 		"--iptables-localhost-nodeports=false",
@@ -272,7 +282,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	corefile := filepath.Join(c.opts.StateDir, "Corefile")
-	if err := os.WriteFile(corefile, []byte(fmt.Sprintf(corefileTmpl, DNSPort, HostIP, p("admin.kubeconfig"))), 0o644); err != nil {
+	if err := os.WriteFile(corefile, []byte(c.corefile(p("admin.kubeconfig"))), 0o644); err != nil {
 		return err
 	}
 	if err := c.startDaemon("coredns", bin("coredns"), "-conf", corefile); err != nil {
@@ -305,18 +315,48 @@ func (c *Cluster) up(ctx context.Context) error {
 
 // corefileTmpl serves cluster.local and reverse lookups from the API and
 // nothing else: no forward plugin, so no query ever leaves the machine.
-const corefileTmpl = `cluster.local:%[1]d in-addr.arpa:%[1]d {
+const corefileTmpl = `cluster.local:%[1]d %[4]s {
     bind %[2]s
     errors
-    kubernetes cluster.local in-addr.arpa {
+    kubernetes cluster.local %[5]s {
         kubeconfig %[3]s sockscale-cluster
         pods insecure
-        fallthrough in-addr.arpa
+        fallthrough %[5]s
     }
     cache 5
     loadbalance
 }
 `
+
+// corefile is CoreDNS's configuration. A dual-stack cluster's DNS listens
+// on HostIP6 too and answers IPv6 reverse lookups; AAAA records for
+// IPv6 ClusterIPs and pods come from the kubernetes plugin either way.
+func (c *Cluster) corefile(kubeconfig string) string {
+	bind, zones, reverse := HostIP.String(), fmt.Sprintf("in-addr.arpa:%d", DNSPort), "in-addr.arpa"
+	if c.opts.DualStack {
+		bind += " " + HostIP6.String()
+		zones += fmt.Sprintf(" ip6.arpa:%d", DNSPort)
+		reverse += " ip6.arpa"
+	}
+	return fmt.Sprintf(corefileTmpl, DNSPort, bind, kubeconfig, zones, reverse)
+}
+
+// serviceCIDRs is the value of --service-cluster-ip-range: IPv4 first,
+// the primary family.
+func (c *Cluster) serviceCIDRs() string {
+	if c.opts.DualStack {
+		return ServiceCIDR.String() + "," + ServiceCIDR6.String()
+	}
+	return ServiceCIDR.String()
+}
+
+// clusterCIDRs is the value of --cluster-cidr, IPv4 first.
+func (c *Cluster) clusterCIDRs() string {
+	if c.opts.DualStack {
+		return ClusterCIDR.String() + "," + ClusterCIDR6.String()
+	}
+	return ClusterCIDR.String()
+}
 
 // setupNodeDirs makes each node's cgroup subtree and bpffs directory
 // (mounting the host's bpffs at /sys/fs/bpf first if none is).
@@ -444,9 +484,10 @@ func (c *Cluster) Down() error {
 // LockPath is the file Up locks for the cluster's lifetime.
 const LockPath = "/run/lock/sockscale-cluster.lock"
 
-// KubeFirewallMarker exists while the host's KUBE-FIREWALL chain is one a
-// cluster of ours made (kube-proxy makes it and its --cleanup leaves it),
-// so that `down`, of this cluster or a later one, removes it.
+// KubeFirewallMarker exists while the host's KUBE-FIREWALL chain, in the
+// families (iptables, ip6tables) it names, is one a cluster of ours made
+// (kube-proxy makes it and its --cleanup leaves it), so that `down`, of
+// this cluster or a later one, removes it.
 const KubeFirewallMarker = "/run/lock/sockscale-cluster.kube-firewall"
 
 // lockHost waits for the machine-wide cluster lock.
@@ -589,6 +630,13 @@ func (c *Cluster) waitKubeProxy(ctx context.Context, timeout time.Duration) erro
 		}
 		if !strings.Contains(out, KubernetesServiceIP.String()) {
 			return errors.New("kube-proxy has not programmed the kubernetes Service (see logs/kube-proxy.log)")
+		}
+		// The kubernetes Service has no IPv6 ClusterIP (IPv4 is the
+		// primary family): the IPv6 proxier's chain is all there is to see.
+		if c.opts.DualStack {
+			if err := run("ip6tables", "-w", "-t", "nat", "-S", "KUBE-SERVICES"); err != nil {
+				return fmt.Errorf("kube-proxy has not made its ip6tables rules (see logs/kube-proxy.log): %w", err)
+			}
 		}
 		return nil
 	})

@@ -53,15 +53,7 @@ const e2eNS = "e2e"
 // (testImages) in its registry.
 func startCluster(t *testing.T) *Cluster {
 	t.Helper()
-	testenv.RequireRoot(t)
-	for _, b := range kubeBinaries {
-		if _, err := os.Stat(filepath.Join(DefaultKubeBinDir(), b)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s missing (run make cluster-binaries); CI=true forbids skipping", b)
-			}
-			t.Skipf("%s missing: run make cluster-binaries (or make test-e2e)", b)
-		}
-	}
+	requireClusterHost(t)
 	if e2eDown {
 		t.Fatal("the cluster was already stopped by TestE2EZDown")
 	}
@@ -77,7 +69,7 @@ func startCluster(t *testing.T) *Cluster {
 		}
 		t.Logf("cluster up in %s", time.Since(start).Round(100*time.Millisecond))
 		start = time.Now()
-		if e2eErr = pushTestImages(ctx); e2eErr != nil {
+		if e2eErr = pushTestImages(ctx, testImages); e2eErr != nil {
 			return
 		}
 		t.Logf("images built and pushed in %s", time.Since(start).Round(100*time.Millisecond))
@@ -98,6 +90,21 @@ func startCluster(t *testing.T) *Cluster {
 	return e2eCluster
 }
 
+// requireClusterHost skips t (fails it if CI=true) unless it runs as root
+// on a machine with the cluster's binaries.
+func requireClusterHost(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	for _, b := range kubeBinaries {
+		if _, err := os.Stat(filepath.Join(DefaultKubeBinDir(), b)); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s missing (run make cluster-binaries); CI=true forbids skipping", b)
+			}
+			t.Skipf("%s missing: run make cluster-binaries (or make test-e2e)", b)
+		}
+	}
+}
+
 // The test images, in the cluster's registry: testdata/echo (as root,
 // the user the tests' pods assume) and the agent.
 var (
@@ -110,13 +117,14 @@ var testImages = []imagebuild.Spec{
 	{Name: "sockscale-agent", Package: "github.com/sockscale/sockscale/agent/cmd/sockscale-agent", User: 0},
 }
 
-// pushTestImages builds testImages and pushes them to RegistryAddr/e2e.
-func pushTestImages(ctx context.Context) error {
+// pushTestImages builds images (of testImages) and pushes them to
+// RegistryAddr/e2e.
+func pushTestImages(ctx context.Context, images []imagebuild.Spec) error {
 	epoch, err := imagebuild.SourceDateEpoch(ctx, ".")
 	if err != nil {
 		return err
 	}
-	built, err := imagebuild.Build(ctx, imagebuild.Options{Dir: ".", Epoch: epoch}, testImages)
+	built, err := imagebuild.Build(ctx, imagebuild.Options{Dir: ".", Epoch: epoch}, images)
 	if err != nil {
 		return err
 	}

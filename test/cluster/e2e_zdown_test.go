@@ -13,8 +13,10 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/namedns"
 )
 
-// TestE2EZDown runs last (files and tests run in name order): it stops the
-// shared cluster and checks that nothing of it is left on the host.
+// TestE2EZDown runs after the other tests of the shared cluster (files and
+// tests run in name order; only TestE2EZDualStack, with a cluster of its
+// own, comes later): it stops the shared cluster and checks that nothing
+// of it is left on the host.
 func TestE2EZDown(t *testing.T) {
 	c := startCluster(t)
 	if err := c.Down(); err != nil {
@@ -46,13 +48,22 @@ func TestE2EZDown(t *testing.T) {
 			t.Errorf("route left: %s", r)
 		}
 	}
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		out, err := output("iptables", "-w", "-t", table, "-S")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(out, "KUBE-") || strings.Contains(out, ForwardChain) {
-			t.Errorf("iptables %s still has our chains:\n%s", table, out)
+	// kube-proxy's rules go in both families; a KUBE-FIREWALL the host
+	// had before stays.
+	for ipt, before := range map[string]bool{"iptables": c.state.KubeFirewallBefore, "ip6tables": c.state.KubeFirewall6Before} {
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			out, err := output(ipt, "-w", "-t", table, "-S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if before && strings.Contains(line, "KUBE-FIREWALL") {
+					continue
+				}
+				if strings.Contains(line, "KUBE-") || strings.Contains(line, ForwardChain) {
+					t.Errorf("%s -t %s still has our rule: %s", ipt, table, line)
+				}
+			}
 		}
 	}
 	for _, dir := range []string{filepath.Join(c.cgroupRoot, ClusterName), filepath.Join("/sys/fs/bpf", ClusterName)} {

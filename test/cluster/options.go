@@ -51,6 +51,20 @@ var (
 	// KubernetesServiceIP is the first address of ServiceCIDR, as the
 	// apiserver allocates it.
 	KubernetesServiceIP = netip.MustParseAddr("10.96.0.1")
+
+	// The IPv6 ranges of a dual-stack cluster (Options.DualStack), each
+	// beside its IPv4 twin above. Unique local addresses (fd00::/8), so
+	// nothing of them is routed anywhere but here; `up` gives each a local
+	// route before anything is sent to it.
+
+	// ClusterCIDR6 holds HostIP6 and every node's IPv6 pod CIDR
+	// (fd5c:a1e:0:<i+1>::/64).
+	ClusterCIDR6 = netip.MustParsePrefix("fd5c:a1e::/56")
+	// HostIP6 is the host's IPv6 address on HostBridge: the cluster DNS's
+	// too, and the source of host traffic to IPv6 ClusterIPs.
+	HostIP6 = netip.MustParseAddr("fd5c:a1e::1")
+	// ServiceCIDR6 is the apiserver's second --service-cluster-ip-range.
+	ServiceCIDR6 = netip.MustParsePrefix("fd5c:a1e:96::/112")
 )
 
 // Options says what cluster to run.
@@ -72,6 +86,12 @@ type Options struct {
 	// the helper every container starts through. Empty: this process's own
 	// binary if it is sockscale-cluster, else built with `go build`.
 	Self string
+	// DualStack runs the cluster dual-stack, IPv4 primary and IPv6
+	// secondary (RFC 4193 ranges: ClusterCIDR6, ServiceCIDR6, NodeCIDR6):
+	// two Service ranges, nodes with both pod CIDRs and addresses, pods
+	// with both podIPs (IPv4 first), kube-proxy's rules in ip6tables too.
+	// It turns on IPv6 forwarding on the host while the cluster runs.
+	DualStack bool
 }
 
 // DefaultStateDir is ~/.cache/sockscale/cluster.
@@ -136,6 +156,26 @@ func NodeCIDR(i int) netip.Prefix {
 // NodeIP is node i's address: its bridge's, the pods' gateway. It is the
 // Node's InternalIP and the podIP of its hostNetwork pods.
 func NodeIP(i int) netip.Addr { return NodeCIDR(i).Addr().Next() }
+
+// NodeCIDR6 is node i's IPv6 pod CIDR, fd5c:a1e:0:<i+1>::/64.
+func NodeCIDR6(i int) netip.Prefix {
+	a := ClusterCIDR6.Addr().As16()
+	a[7] = byte(i + 1)
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
+}
+
+// NodeIP6 is node i's IPv6 address (its bridge's, the pods' IPv6
+// gateway): the Node's second InternalIP in a dual-stack cluster.
+func NodeIP6(i int) netip.Addr { return NodeCIDR6(i).Addr().Next() }
+
+// PodIP6 is the IPv6 address of the pod whose IPv4 address on node i is
+// ip4: the same host part in NodeCIDR6(i), so the pod's MAC, derived from
+// ip4, stays right for both (see podMAC).
+func PodIP6(i int, ip4 netip.Addr) netip.Addr {
+	a := NodeCIDR6(i).Addr().As16()
+	a[15] = ip4.As4()[3]
+	return netip.AddrFrom16(a)
+}
 
 // NodeBridge is node i's bridge, its pods' veths are its ports.
 func NodeBridge(node string) string { return Prefix + "-" + node }

@@ -185,7 +185,13 @@ func (w *podWorker) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 		w.mu.Lock()
 		w.ip, w.netns = ip, ns
 		w.mu.Unlock()
-		if err := podNetwork(ns, "veth"+shortUID(pod), NodeBridge(w.node.name), ip, NodeIP(w.node.index), NodeCIDR(w.node.index).Bits()); err != nil {
+		addrs := []netip.Prefix{netip.PrefixFrom(ip, NodeCIDR(w.node.index).Bits())}
+		gws := []netip.Addr{NodeIP(w.node.index)}
+		if w.s.opts.DualStack {
+			addrs = append(addrs, netip.PrefixFrom(PodIP6(w.node.index, ip), NodeCIDR6(w.node.index).Bits()))
+			gws = append(gws, NodeIP6(w.node.index))
+		}
+		if err := podNetwork(ns, "veth"+shortUID(pod), NodeBridge(w.node.name), addrs, gws); err != nil {
 			// Undone, so the next try starts from nothing.
 			_ = namedns.Delete(ns)
 			w.node.freeIP(ip)
@@ -250,10 +256,28 @@ func shortUID(p *corev1.Pod) string {
 	return u
 }
 
-// podNetwork makes netns ns with eth0 at ip/bits, a veth whose host end is
-// a port of bridge (hairpin on, so a pod reaches itself through its
-// Service), and a default route via gw.
-func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error {
+// podIPs are the pod's addresses, IPv4 first (w.mu held): w.ip and, in a
+// dual-stack cluster, its IPv6 twin (PodIP6; the node's for hostNetwork).
+func (w *podWorker) podIPs() []netip.Addr {
+	if !w.ip.IsValid() {
+		return nil
+	}
+	ips := []netip.Addr{w.ip}
+	switch {
+	case !w.s.opts.DualStack:
+	case w.pod.Spec.HostNetwork:
+		ips = append(ips, NodeIP6(w.node.index))
+	default:
+		ips = append(ips, PodIP6(w.node.index, w.ip))
+	}
+	return ips
+}
+
+// podNetwork makes netns ns with eth0 at addrs (the IPv4 one first, eth0's
+// MAC comes from it), a veth whose host end is a port of bridge (hairpin
+// on, so a pod reaches itself through its Service), and a default route
+// via each of gws (one per family).
+func podNetwork(ns, hostVeth, bridge string, addrs []netip.Prefix, gws []netip.Addr) error {
 	// Host veth names carry the prefix so `down` finds strays.
 	hostVeth = Prefix + strings.TrimPrefix(hostVeth, "veth")
 	nsh, err := namedns.Add(ns)
@@ -268,7 +292,7 @@ func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error 
 	// eth0 is made in the pod's namespace as the veth's peer: the host has
 	// an eth0 of its own.
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostVeth}, PeerName: "eth0",
-		PeerHardwareAddr: podMAC(ip), PeerNamespace: netlink.NsFd(nsh)}
+		PeerHardwareAddr: podMAC(addrs[0].Addr()), PeerNamespace: netlink.NsFd(nsh)}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth %s (eth0 in %s): %w", hostVeth, ns, err)
 	}
@@ -296,16 +320,20 @@ func podNetwork(ns, hostVeth, bridge string, ip, gw netip.Addr, bits int) error 
 	if err != nil {
 		return fmt.Errorf("find eth0 in %s: %w", ns, err)
 	}
-	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ip, bits))}); err != nil {
-		return fmt.Errorf("add address %s/%d to eth0 in %s: %w", ip, bits, ns, err)
+	for _, a := range addrs {
+		if err := addAddr(h.AddrAdd, eth0, a); err != nil {
+			return fmt.Errorf("add address %s to eth0 in %s: %w", a, ns, err)
+		}
 	}
 	for _, l := range []netlink.Link{lo, eth0} {
 		if err := h.LinkSetUp(l); err != nil {
 			return fmt.Errorf("set %s up in %s: %w", l.Attrs().Name, ns, err)
 		}
 	}
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: addrIP(gw)}); err != nil {
-		return fmt.Errorf("add default route via %s in %s: %w", gw, ns, err)
+	for _, gw := range gws {
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: addrIP(gw)}); err != nil {
+			return fmt.Errorf("add default route via %s in %s: %w", gw, ns, err)
+		}
 	}
 	return nil
 }
@@ -468,11 +496,15 @@ func (w *podWorker) status() corev1.PodStatus {
 	pod := w.pod
 	now := metav1.Now()
 	start := metav1.NewTime(w.started)
-	st := corev1.PodStatus{Phase: corev1.PodPending, StartTime: &start,
-		HostIP: NodeIP(w.node.index).String(), HostIPs: []corev1.HostIP{{IP: NodeIP(w.node.index).String()}}}
+	st := corev1.PodStatus{Phase: corev1.PodPending, StartTime: &start, HostIP: NodeIP(w.node.index).String()}
+	for _, ip := range w.s.nodeIPs(w.node) {
+		st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: ip.String()})
+	}
 	if w.ip.IsValid() && w.netUp {
 		st.PodIP = w.ip.String()
-		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
+		for _, ip := range w.podIPs() {
+			st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip.String()})
+		}
 	}
 	byName := map[string]*container{}
 	for _, c := range w.ctrs {

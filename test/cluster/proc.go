@@ -27,6 +27,8 @@ type state struct {
 	// KubeFirewallBefore says the host had a KUBE-FIREWALL chain before
 	// kube-proxy made one, so `down` leaves it.
 	KubeFirewallBefore bool `json:"kubeFirewallBefore,omitempty"`
+	// KubeFirewall6Before is KubeFirewallBefore for ip6tables.
+	KubeFirewall6Before bool `json:"kubeFirewall6Before,omitempty"`
 }
 
 type process struct {

@@ -50,8 +50,14 @@ type RealNodeOptions struct {
 	// PodCIDR is the node's pod range; its first address is the bridge's,
 	// the pods' gateway and the kubelet API's.
 	PodCIDR netip.Prefix
-	// PodRoutes are the pods' routes through the gateway besides their
-	// own subnet (none: pods reach only their bridge).
+	// PodCIDR6, if valid, makes the node dual-stack: its IPv6 pod range
+	// (pods get an address of each, IPv4 first), whose first address is
+	// the bridge's IPv6 one, the pods' IPv6 gateway and the node's second
+	// IP.
+	PodCIDR6 netip.Prefix
+	// PodRoutes are the pods' routes through the gateway (of their
+	// family) besides their own subnets (none: pods reach only their
+	// bridge).
 	PodRoutes []netip.Prefix
 	// Bridge is the pods' bridge, made by StartRealNode (named with
 	// Prefix, so a cluster's down removes it too).
@@ -196,13 +202,21 @@ func (n *RealNode) start(ctx context.Context) error {
 	}
 	// The bridge before the kubelet, which listens on its address; the
 	// bridge plugin takes it as it finds it.
-	gw := o.gateway()
-	if err := addBridge(o.Bridge, netip.PrefixFrom(gw, o.PodCIDR.Bits()), podMAC(gw)); err != nil {
+	gw, gw6 := o.gateway(), o.gateway6()
+	nodeIPs := gw.String()
+	addrs := []netip.Prefix{netip.PrefixFrom(gw, o.PodCIDR.Bits())}
+	if gw6.IsValid() {
+		nodeIPs += "," + gw6.String()
+		addrs = append(addrs, netip.PrefixFrom(gw6, o.PodCIDR6.Bits()))
+	}
+	if err := addBridge(o.Bridge, podMAC(gw), addrs...); err != nil {
 		return err
 	}
 	// Whatever the pods get must stay on this machine.
-	if err := localroute.Check(gw.Next(), localroute.Dev(o.Bridge)); err != nil {
-		return fmt.Errorf("route check: %w; refusing to start", err)
+	for _, a := range addrs {
+		if err := localroute.Check(a.Addr().Next(), localroute.Dev(o.Bridge)); err != nil {
+			return fmt.Errorf("route check: %w; refusing to start", err)
+		}
 	}
 	v2, err := cgroup2.Root()
 	if err != nil {
@@ -237,7 +251,7 @@ func (n *RealNode) start(ctx context.Context) error {
 	// --cert-dir defaults to /var/lib/kubelet/pki whatever --root-dir is.
 	args := []string{"--config", n.paths.kubeletConfig(), "--root-dir", n.paths.kubeletRoot(),
 		"--cert-dir", filepath.Join(n.paths.kubeletRoot(), "pki"),
-		"--hostname-override", o.Name, "--node-ip", gw.String(), "--v", "2"}
+		"--hostname-override", o.Name, "--node-ip", nodeIPs, "--v", "2"}
 	if o.Kubeconfig != "" {
 		args = append(args, "--kubeconfig", o.Kubeconfig)
 	}

@@ -137,17 +137,22 @@ func (o *RealNodeOptions) writeContainerdConfig(p realNodePaths) error {
 
 // writeCNIConfig writes the pod network: the bridge plugin on o.Bridge
 // (gateway = the bridge's address, no masquerade: nothing is NATed off
-// the machine), host-local IPAM over o.PodCIDR with its leases under the
-// node's dir, and portmap for hostPorts. containerd adds lo itself with
-// the loopback plugin from the same bin dir.
+// the machine), host-local IPAM over o.PodCIDR (and o.PodCIDR6: one
+// address of each, IPv4 first) with its leases under the node's dir, and
+// portmap for hostPorts. containerd adds lo itself with the loopback
+// plugin from the same bin dir.
 func (o *RealNodeOptions) writeCNIConfig(p realNodePaths) error {
 	var routes []map[string]string
 	for _, r := range o.PodRoutes {
 		routes = append(routes, map[string]string{"dst": r.String()})
 	}
+	ranges := [][]map[string]string{{{"subnet": o.PodCIDR.String(), "gateway": o.gateway().String()}}}
+	if o.PodCIDR6.IsValid() {
+		ranges = append(ranges, []map[string]string{{"subnet": o.PodCIDR6.String(), "gateway": o.gateway6().String()}})
+	}
 	ipam := map[string]any{
 		"type":    "host-local",
-		"ranges":  [][]map[string]string{{{"subnet": o.PodCIDR.String(), "gateway": o.gateway().String()}}},
+		"ranges":  ranges,
 		"dataDir": p.ipamDir(),
 	}
 	if len(routes) > 0 {
@@ -193,7 +198,7 @@ func (o *RealNodeOptions) writeKubeletConfig(p realNodePaths) error {
 		// Polled every 20 s by default; a test's pod should not wait that.
 		"fileCheckFrequency": "2s",
 		"podLogsDir":         p.podLogs(),
-		"podCIDR":            o.PodCIDR.String(),
+		"podCIDR":            o.podCIDRs(),
 		// The kubelet API on the node's own address only: the simulated
 		// nodes' kubelet APIs listen on their addresses' port 10250 too.
 		"address":            o.gateway().String(),
@@ -256,6 +261,23 @@ func (o *RealNodeOptions) writeKubeletConfig(p realNodePaths) error {
 
 // gateway is the bridge's address: the pods' gateway and the node's IP.
 func (o *RealNodeOptions) gateway() netip.Addr { return o.PodCIDR.Masked().Addr().Next() }
+
+// gateway6 is the bridge's IPv6 address, invalid unless dual-stack.
+func (o *RealNodeOptions) gateway6() netip.Addr {
+	if !o.PodCIDR6.IsValid() {
+		return netip.Addr{}
+	}
+	return o.PodCIDR6.Masked().Addr().Next()
+}
+
+// podCIDRs is the kubelet's podCIDR: both ranges, comma-separated, if
+// dual-stack.
+func (o *RealNodeOptions) podCIDRs() string {
+	if o.PodCIDR6.IsValid() {
+		return o.PodCIDR.String() + "," + o.PodCIDR6.String()
+	}
+	return o.PodCIDR.String()
+}
 
 func (o *RealNodeOptions) containerdSocket() string {
 	return filepath.Join(o.RunDir, "containerd.sock")

@@ -230,57 +230,65 @@ var portmapTopChains = []string{"CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CN
 
 // removePortmapRules removes the rules portmap made for network (the
 // containers' CNI DEL did not run: containerd was killed), then the shared
-// chains if no other network has rules in them.
+// chains if no other network has rules in them; in ip6tables too, where
+// portmap puts the hostPorts of a dual-stack node's pods' IPv6 addresses.
 func removePortmapRules(network string) error {
-	if run("iptables", "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT") != nil {
+	return errors.Join(removePortmapRulesOf("iptables", network), removePortmapRulesOf("ip6tables", network))
+}
+
+// removePortmapRulesOf is removePortmapRules for one family (ipt: iptables
+// or ip6tables).
+func removePortmapRulesOf(ipt, network string) error {
+	if run(ipt, "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT") != nil {
 		return nil // portmap never ran here
 	}
 	var errs []error
-	targets, err := deleteNATRules("CNI-HOSTPORT-DNAT", func(comment, _ string) bool {
+	targets, err := deleteNATRules(ipt, "CNI-HOSTPORT-DNAT", func(comment, _ string) bool {
 		return strings.Contains(comment, fmt.Sprintf(`dnat name: "%s"`, network))
 	})
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, chain := range targets {
-		if err := run("iptables", "-w", "-t", "nat", "-F", chain); err != nil {
+		if err := run(ipt, "-w", "-t", "nat", "-F", chain); err != nil {
 			errs = append(errs, err)
 		}
-		if err := run("iptables", "-w", "-t", "nat", "-X", chain); err != nil {
+		if err := run(ipt, "-w", "-t", "nat", "-X", chain); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	left, err := output("iptables", "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT")
+	left, err := output(ipt, "-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT")
 	if err != nil || strings.Count(left, "\n-A ") > 0 || strings.HasPrefix(left, "-A ") {
 		return errors.Join(append(errs, err)...)
 	}
 	// Nobody's hostPorts are left: the shared chains go too.
 	for _, chain := range []string{"PREROUTING", "OUTPUT", "POSTROUTING"} {
-		if _, err := deleteNATRules(chain, func(_, target string) bool {
+		if _, err := deleteNATRules(ipt, chain, func(_, target string) bool {
 			return strings.HasPrefix(target, "CNI-HOSTPORT-")
 		}); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, chain := range portmapTopChains {
-		if run("iptables", "-w", "-t", "nat", "-S", chain) != nil {
+		if run(ipt, "-w", "-t", "nat", "-S", chain) != nil {
 			continue
 		}
-		if err := run("iptables", "-w", "-t", "nat", "-F", chain); err != nil {
+		if err := run(ipt, "-w", "-t", "nat", "-F", chain); err != nil {
 			errs = append(errs, err)
 		}
-		if err := run("iptables", "-w", "-t", "nat", "-X", chain); err != nil {
+		if err := run(ipt, "-w", "-t", "nat", "-X", chain); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// deleteNATRules deletes the rules of a nat chain that match (given the
-// rule's comment and its target) and returns the targets of those deleted.
-// By rule number, last first, so that the numbers stay right.
-func deleteNATRules(chain string, match func(comment, target string) bool) ([]string, error) {
-	out, err := output("iptables", "-w", "-t", "nat", "-L", chain, "-n", "--line-numbers")
+// deleteNATRules deletes the rules of a nat chain of ipt (iptables or
+// ip6tables) that match (given the rule's comment and its target) and
+// returns the targets of those deleted. By rule number, last first, so
+// that the numbers stay right.
+func deleteNATRules(ipt, chain string, match func(comment, target string) bool) ([]string, error) {
+	out, err := output(ipt, "-w", "-t", "nat", "-L", chain, "-n", "--line-numbers")
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +311,7 @@ func deleteNATRules(chain string, match func(comment, target string) bool) ([]st
 	}
 	var errs []error
 	for i := len(nums) - 1; i >= 0; i-- {
-		if err := run("iptables", "-w", "-t", "nat", "-D", chain, strconv.Itoa(nums[i])); err != nil {
+		if err := run(ipt, "-w", "-t", "nat", "-D", chain, strconv.Itoa(nums[i])); err != nil {
 			errs = append(errs, err)
 		}
 	}

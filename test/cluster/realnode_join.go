@@ -59,6 +59,18 @@ func RealNodeCIDR(i int) netip.Prefix {
 // RealNodeIP is real node i's address: its bridge's, its InternalIP.
 func RealNodeIP(i int) netip.Addr { return RealNodeCIDR(i).Addr().Next() }
 
+// RealNodeCIDR6 is real node i's IPv6 pod CIDR in a dual-stack cluster,
+// fd5c:a1e:0:<0x64+i>::/64 (0x64 = 100, as in RealNodeCIDR).
+func RealNodeCIDR6(i int) netip.Prefix {
+	a := ClusterCIDR6.Addr().As16()
+	a[7] = byte(100 + i)
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
+}
+
+// RealNodeIP6 is real node i's IPv6 address: its bridge's, its second
+// InternalIP.
+func RealNodeIP6(i int) netip.Addr { return RealNodeCIDR6(i).Addr().Next() }
+
 // RealNodes is the number of real nodes, named RealNodeName(0..n-1).
 func (c *Cluster) RealNodes() int { return c.opts.RealNodes }
 
@@ -117,9 +129,15 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 		if err := os.MkdirAll(nodeBPFFS(name), 0o755); err != nil {
 			return err
 		}
+		var cidr6 netip.Prefix
+		routes := []netip.Prefix{ClusterCIDR, ServiceCIDR}
+		if c.opts.DualStack {
+			cidr6 = RealNodeCIDR6(i)
+			routes = append(routes, ClusterCIDR6, ServiceCIDR6)
+		}
 		if _, err := StartRealNode(ctx, RealNodeOptions{
 			Name: name, Dir: RealNodeDir(c.opts.StateDir, name), BinDir: c.opts.KubeBinDir,
-			PodCIDR: RealNodeCIDR(i), PodRoutes: []netip.Prefix{ClusterCIDR, ServiceCIDR},
+			PodCIDR: RealNodeCIDR(i), PodCIDR6: cidr6, PodRoutes: routes,
 			Bridge: NodeBridge(name), SandboxImage: sandbox, PlainHTTPRegistries: []string{RegistryAddr},
 			CgroupParent: ClusterName + "/" + name,
 			Kubeconfig:   kc, ClientCAFile: filepath.Join(pkiDir, "ca.crt"),
@@ -138,12 +156,16 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 func (c *Cluster) registerRealNode(ctx context.Context, i int) error {
 	name := RealNodeName(i)
 	cidr := RealNodeCIDR(i).String()
+	cidrs := []string{cidr}
+	if c.opts.DualStack {
+		cidrs = append(cidrs, RealNodeCIDR6(i).String())
+	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", AgentPoolLabel: name,
 		}},
 		Spec: corev1.NodeSpec{
-			PodCIDR: cidr, PodCIDRs: []string{cidr},
+			PodCIDR: cidr, PodCIDRs: cidrs,
 			Taints: []corev1.Taint{{Key: RealNodeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 		},
 	}

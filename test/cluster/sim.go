@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,9 @@ type SimOptions struct {
 	Nodes    int
 	// Self is the sockscale-cluster binary (the pod-init helper).
 	Self string
-	Log  *slog.Logger
+	// DualStack gives nodes and pods IPv6 addresses too (Options.DualStack).
+	DualStack bool
+	Log       *slog.Logger
 }
 
 type sim struct {
@@ -216,15 +219,35 @@ func (n *simNode) freeIP(ip netip.Addr) {
 	n.mu.Unlock()
 }
 
-// register creates or updates n's Node with its pod CIDR and a Ready status.
+// podCIDRs is n's spec.podCIDRs: IPv4 first, as the kubelet lists them.
+func (s *sim) podCIDRs(n *simNode) []string {
+	cidrs := []string{NodeCIDR(n.index).String()}
+	if s.opts.DualStack {
+		cidrs = append(cidrs, NodeCIDR6(n.index).String())
+	}
+	return cidrs
+}
+
+// nodeIPs are n's addresses, IPv4 first: its InternalIPs, and the hostIPs
+// of its pods.
+func (s *sim) nodeIPs(n *simNode) []netip.Addr {
+	ips := []netip.Addr{NodeIP(n.index)}
+	if s.opts.DualStack {
+		ips = append(ips, NodeIP6(n.index))
+	}
+	return ips
+}
+
+// register creates or updates n's Node with its pod CIDRs and a Ready status.
 func (s *sim) register(ctx context.Context, n *simNode) error {
-	cidr := NodeCIDR(n.index).String()
+	cidrs := s.podCIDRs(n)
+	cidr := cidrs[0]
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{
 			"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
 			"sockscale.dev/simulated": "true",
 		}},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: cidrs},
 	}
 	nodes := s.client.CoreV1().Nodes()
 	old, err := nodes.Get(ctx, n.name, metav1.GetOptions{})
@@ -235,8 +258,8 @@ func (s *sim) register(ctx context.Context, n *simNode) error {
 		}
 	case err != nil:
 		return err
-	case old.Spec.PodCIDR != cidr:
-		// The pod CIDR is immutable: a Node of another cluster layout goes.
+	case !slices.Equal(old.Spec.PodCIDRs, cidrs):
+		// Pod CIDRs are immutable: a Node of another cluster layout goes.
 		if err := nodes.Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil {
 			return err
 		}
@@ -274,10 +297,7 @@ func (s *sim) updateNodeStatus(ctx context.Context, n *simNode) error {
 			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", ""),
 			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "sockscale-cluster node simulator is posting ready status"),
 		},
-		Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: NodeIP(n.index).String()},
-			{Type: corev1.NodeHostName, Address: n.name},
-		},
+		Addresses:       s.nodeAddresses(n),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID: n.name, SystemUUID: n.name, BootID: n.name,
@@ -288,6 +308,16 @@ func (s *sim) updateNodeStatus(ctx context.Context, n *simNode) error {
 	}
 	_, err = s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	return err
+}
+
+// nodeAddresses are n's InternalIPs (IPv4 first, the address the
+// apiserver and kube-proxy take) and its hostname.
+func (s *sim) nodeAddresses(n *simNode) []corev1.NodeAddress {
+	var addrs []corev1.NodeAddress
+	for _, ip := range s.nodeIPs(n) {
+		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	return append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.name})
 }
 
 func kernelVersion() string {

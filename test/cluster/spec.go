@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -284,12 +285,19 @@ func (w *podWorker) fieldRef(pod *corev1.Pod, path string) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.podIP", "status.podIPs":
+	case "status.podIP":
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.ip.String(), nil
-	case "status.hostIP", "status.hostIPs":
+	case "status.podIPs":
+		// Comma-separated, IPv4 first, as the kubelet gives them.
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return joinAddrs(w.podIPs()), nil
+	case "status.hostIP":
 		return NodeIP(w.node.index).String(), nil
+	case "status.hostIPs":
+		return joinAddrs(w.s.nodeIPs(w.node)), nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
 		if path == prefix {
@@ -338,4 +346,13 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// joinAddrs is ips comma-separated, as the downward API gives lists.
+func joinAddrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
 }

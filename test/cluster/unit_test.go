@@ -98,3 +98,47 @@ func TestPodMACFollowsTheIP(t *testing.T) {
 		t.Errorf("podMAC = %s, want %s", got, want)
 	}
 }
+
+func TestIPv6Ranges(t *testing.T) {
+	for i := 0; i < 26; i++ {
+		cidr := NodeCIDR6(i)
+		if !ClusterCIDR6.Contains(cidr.Addr()) || cidr.Bits() != 64 {
+			t.Errorf("NodeCIDR6(%d) = %s, not a /64 of %s", i, cidr, ClusterCIDR6)
+		}
+		if cidr.Contains(HostIP6) {
+			t.Errorf("NodeCIDR6(%d) = %s holds HostIP6", i, cidr)
+		}
+		if ip := PodIP6(i, NodeIP(i)); ip != NodeIP6(i) {
+			t.Errorf("PodIP6(%d, NodeIP) = %s, want NodeIP6 %s", i, ip, NodeIP6(i))
+		}
+	}
+	for i := range maxRealNodes {
+		real := RealNodeCIDR6(i)
+		if !ClusterCIDR6.Contains(real.Addr()) || real.Contains(HostIP6) {
+			t.Errorf("RealNodeCIDR6(%d) = %s: not a range of its own in %s", i, real, ClusterCIDR6)
+		}
+		for j := range 26 {
+			if real.Overlaps(NodeCIDR6(j)) {
+				t.Errorf("RealNodeCIDR6(%d) = %s overlaps NodeCIDR6(%d)", i, real, j)
+			}
+		}
+	}
+	if got, want := RealNodeCIDR6(0).String(), "fd5c:a1e:0:64::/64"; got != want {
+		t.Errorf("RealNodeCIDR6(0) = %s, want %s", got, want)
+	}
+	if got, want := NodeCIDR6(1).String(), "fd5c:a1e:0:2::/64"; got != want {
+		t.Errorf("NodeCIDR6(1) = %s, want %s", got, want)
+	}
+	if got, want := PodIP6(0, netip.MustParseAddr("10.244.1.7")).String(), "fd5c:a1e:0:1::7"; got != want {
+		t.Errorf("PodIP6 = %s, want %s", got, want)
+	}
+	if ClusterCIDR6.Overlaps(ServiceCIDR6) {
+		t.Errorf("%s overlaps %s", ClusterCIDR6, ServiceCIDR6)
+	}
+	for _, p := range []netip.Prefix{ClusterCIDR6, ServiceCIDR6} {
+		// Unique local (fd00::/8), and not the machine's own fd00::/64.
+		if !netip.MustParsePrefix("fd00::/8").Contains(p.Addr()) || p.Overlaps(netip.MustParsePrefix("fd00::/64")) {
+			t.Errorf("%s is not a unique local range of ours", p)
+		}
+	}
+}

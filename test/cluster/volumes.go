@@ -227,9 +227,13 @@ func (w *podWorker) hostPath(hp *corev1.HostPathVolumeSource) (string, error) {
 // writeDNS writes the pod's resolv.conf and hosts files.
 func (w *podWorker) writeDNS(pod *corev1.Pod) error {
 	w.mu.Lock()
-	ip := w.ip
+	ips := w.podIPs()
 	w.mu.Unlock()
-	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", ip, pod.Name)
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	// Each of the pod's addresses names it, as the kubelet writes them.
+	for _, ip := range ips {
+		hosts += fmt.Sprintf("%s\t%s\n", ip, pod.Name)
+	}
 	if err := writeFile(filepath.Join(w.dir, "hosts"), []byte(hosts), 0o644); err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 // Command sockscale-cluster runs a local Kubernetes cluster whose nodes are
 // simulated on this machine (see package test/cluster):
 //
-//	sockscale-cluster up [--nodes 2] [--state-dir DIR]
+//	sockscale-cluster up [--nodes 2] [--real-nodes 0] [--dual-stack] [--state-dir DIR]
 //	sockscale-cluster status
 //	sockscale-cluster down
 //

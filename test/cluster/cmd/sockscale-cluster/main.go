@@ -37,6 +37,7 @@ func run() error {
 	fs.IntVar(&opts.Nodes, "nodes", 2, "number of simulated nodes")
 	fs.IntVar(&opts.RealNodes, "real-nodes", 0, "number of real nodes (kubelet, containerd, runc, CNI; make real-node-binaries), tainted "+cluster.RealNodeTaint)
 	fs.StringVar(&opts.StateDir, "state-dir", cluster.DefaultStateDir(), "certificates, kubeconfig, logs and state")
+	fs.BoolVar(&opts.DualStack, "dual-stack", false, "IPv6 beside IPv4 (secondary family): pods, Services, nodes")
 	fs.StringVar(&opts.KubeBinDir, "kube-bin-dir", cluster.DefaultKubeBinDir(), "etcd, kube-apiserver, ... (make cluster-binaries)")
 	// A second registry beside a running cluster's (tests of the real node
 	// on their own) needs another address; `up` always uses RegistryAddr.
@@ -69,7 +70,7 @@ func run() error {
 			return err
 		}
 		log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "node-simulator")
-		return cluster.Simulate(ctx, cluster.SimOptions{StateDir: opts.StateDir, Nodes: opts.Nodes, Self: self, Log: log})
+		return cluster.Simulate(ctx, cluster.SimOptions{StateDir: opts.StateDir, Nodes: opts.Nodes, DualStack: opts.DualStack, Self: self, Log: log})
 	case "registry":
 		return cluster.ServeRegistry(ctx, *registryAddr, filepath.Join(opts.StateDir, "registry"))
 	}

@@ -3,7 +3,7 @@
 // measured side by side in one run, modes taking turns in short slices,
 // because shared machines are noisy.
 //
-//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-queue-proxy PATH]
+//	go run ./test/bench [-slice 250ms] [-rounds 120] [-block 10] [-c 1,16,64] [-families ipv4,ipv6] [-queue-proxy PATH]
 //	    [-h2-rounds 60] [-h2-block 5] [-h2-protocols h2c,grpc]
 //	    [-activator PATH] [-activator-rounds 30] [-activator-block 5] [-cc-c 8,16] [-cc-rounds 10] [-cc-slice 2s]
 //	    [-cold-starts 30] [-cold-probe-periods 25ms,15ms] [-held 10000]

@@ -29,6 +29,7 @@ func main() {
 	footprintDuration := flag.Duration("footprint-duration", 8*time.Second, "length of one agent-footprint measurement")
 	rounds := flag.Int("rounds", 120, "data-path rounds per concurrency, each running every mode for one slice (rounded down to whole pairs of blocks)")
 	block := flag.Int("block", 10, "data-path rounds per block (the accounted twin changes every block)")
+	families := flag.String("families", "ipv4,ipv6", "comma-separated address families of the data path, one table each: ipv4, ipv6 (the pod has both)")
 	h2Rounds := flag.Int("h2-rounds", 60, "rounds per concurrency of the h2 part's data path, per protocol (rounded down to whole pairs of blocks)")
 	h2Block := flag.Int("h2-block", 5, "rounds per block of the h2 part's data path")
 	h2Protocols := flag.String("h2-protocols", "h2c,grpc", "comma-separated protocols of the h2 part's data path, one table each: h2c, grpc")
@@ -62,6 +63,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
+	fams, err := parseFamilies(*families)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	periods, err := parseDurations(*coldPeriods)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -cold-probe-periods:", err)
@@ -77,7 +83,7 @@ func main() {
 	for _, part := range strings.Split(*only, ",") {
 		switch part {
 		case "datapath":
-			err = b.dataPath(*slice, *rounds, *block, cs, *queueProxy)
+			err = b.dataPath(*slice, *rounds, *block, cs, fams, *queueProxy)
 		case "accuracy":
 			err = b.accuracy(*accuracyDuration)
 		case "h2":
@@ -114,6 +120,22 @@ func main() {
 
 // parts of the bench, in the order they run by default.
 var parts = []string{"datapath", "accuracy", "h2", "h2-accuracy", "footprint", "activator", "cc", "coldstart", "hold", "connect", "split"}
+
+// parseFamilies reads -families: ipv4 and ipv6, comma-separated, each
+// once; true stands for IPv6.
+func parseFamilies(flagValue string) ([]bool, error) {
+	var out []bool
+	seen := map[string]bool{}
+	for _, f := range strings.Split(flagValue, ",") {
+		f = strings.TrimSpace(f)
+		if f != "ipv4" && f != "ipv6" || seen[f] {
+			return nil, fmt.Errorf("-families %q: %q is not a family or comes twice; want ipv4, ipv6 or ipv4,ipv6", flagValue, f)
+		}
+		seen[f] = true
+		out = append(out, f == "ipv6")
+	}
+	return out, nil
+}
 
 // parseDurations reads a comma-separated list of positive durations.
 func parseDurations(flagValue string) ([]time.Duration, error) {
@@ -179,7 +201,8 @@ func newBench() (*bench, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	pod, err := testpod.Create(testpod.Options{Subnet: 77, CgroupParent: root})
+	// Dual-stack: the data path is measured over either family.
+	pod, err := testpod.Create(testpod.Options{Subnet: 77, CgroupParent: root, DualStack: true})
 	if err != nil {
 		return nil, err
 	}
@@ -221,8 +244,11 @@ func (b *bench) attach(cgroup string) (*bpf.Accounting, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := a.AddPod(b.pod.IP, 1); err != nil {
-		return nil, nil, errors.Join(err, a.Close())
+	// Both of the pod's addresses, one slot each, as the agent does.
+	for _, ip := range b.pod.IPs {
+		if err := a.AddPod(ip, 1); err != nil {
+			return nil, nil, errors.Join(err, a.Close())
+		}
 	}
 	return a, func() { _ = a.Close() }, nil
 }
@@ -247,14 +273,22 @@ func (b *bench) attach(cgroup string) (*bpf.Accounting, func(), error) {
 // table gives the geometric mean of the ratios and its 95 % confidence
 // interval over the block pairs; the last line says how far apart the
 // twins were.
-func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies []int, queueProxy string) error {
+func (b *bench) dataPath(slice time.Duration, rounds, block int, concurrencies []int, families []bool, queueProxy string) error {
 	if err := checkBlocks("", rounds, block); err != nil {
 		return err
 	}
 	pairs := rounds / (2 * block)
-	fmt.Printf("\nData path: trivial handler, keep-alive, closed loop; per c %d pairs of %d-round blocks, each mode %v per round, modes taking turns\n", pairs, block, slice)
-	printDataPathLegend()
-	return b.dataPathTable(dataPathTarget{twins: b.twins, backend: b.proxyBackend, client: http1Client}, slice, pairs, block, concurrencies, queueProxy)
+	for i, ipv6 := range families {
+		family := map[bool]string{false: "IPv4", true: "IPv6"}[ipv6]
+		fmt.Printf("\nData path over %s: trivial handler, keep-alive, closed loop; per c %d pairs of %d-round blocks, each mode %v per round, modes taking turns\n", family, pairs, block, slice)
+		if i == 0 {
+			printDataPathLegend()
+		}
+		if err := b.dataPathTable(dataPathTarget{twins: b.twins, backend: b.proxyBackend, client: http1Client, ipv6: ipv6}, slice, pairs, block, concurrencies, queueProxy); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkBlocks says whether rounds make at least two pairs of blocks of
@@ -285,6 +319,15 @@ type dataPathTarget struct {
 	backend           server
 	client            newClient
 	queueProxyMayFail bool
+	ipv6              bool // the clients dial the pod's IPv6 address
+}
+
+// addr is the pod's address for target's clients with port.
+func (b *bench) addr(target dataPathTarget, port int) string {
+	if target.ipv6 {
+		return b.pod.Addr6(port)
+	}
+	return b.pod.Addr(port)
 }
 
 // A newClient opens a client of its own to the server at addr (host:port)
@@ -327,7 +370,7 @@ func (b *bench) dataPathTable(target dataPathTarget, slice time.Duration, pairs,
 			var blockMeans [2]map[string]comparison // per block, each comparison's mean over its rounds
 			var aOverB [2]float64                   // log of twin a's rps over twin b's, per block
 			for k, onTwin := range rng.Perm(2) {    // which twin is accounted first: random
-				addrs := map[string]string{"off": b.pod.Addr(target.twins[1-onTwin].port), "on": b.pod.Addr(target.twins[onTwin].port), "queue-proxy": b.pod.Addr(queueProxyPort)}
+				addrs := map[string]string{"off": b.addr(target, target.twins[1-onTwin].port), "on": b.addr(target, target.twins[onTwin].port), "queue-proxy": b.addr(target, queueProxyPort)}
 				rs, t, n, err := b.runBlock(target, onTwin, modes, addrs, c, slice, block, rng)
 				if err != nil {
 					return err

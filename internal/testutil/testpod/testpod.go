@@ -34,6 +34,9 @@ type Pod struct {
 	Name string
 	// IP is the pod's address; HostIP the host end of its veth.
 	IP, HostIP netip.Addr
+	// IP6 is a dual-stack pod's IPv6 address (Options.DualStack), the
+	// host end's HostIP6; invalid otherwise.
+	IP6, HostIP6 netip.Addr
 	// IPs are all the pod's addresses, IP first (see Options.Addresses).
 	IPs []netip.Addr
 	// Cgroup is the pod's cgroup v2 directory.
@@ -57,6 +60,9 @@ type Options struct {
 	// fd5c:a1e:213:<Subnet>::2, ::3, ... and ::1 in a /64 (ULA, on this
 	// link only).
 	IPv6 bool
+	// DualStack gives an IPv4 pod one IPv6 address as well, IP6
+	// (fd5c:a1e:213:<Subnet>::2, the host end ::1).
+	DualStack bool
 }
 
 // New creates a pod and removes it when t ends.
@@ -89,6 +95,9 @@ func Create(opts Options) (*Pod, error) {
 	if n > 250 {
 		return nil, fmt.Errorf("test pod: %d addresses, at most 250 fit its /24", n)
 	}
+	if opts.IPv6 && opts.DualStack {
+		return nil, errors.New("test pod: IPv6 (only) and DualStack both set; choose one")
+	}
 	if opts.IPv6 {
 		p.IP, p.HostIP = ipv6Addr(opts.Subnet, 2), ipv6Addr(opts.Subnet, 1)
 	}
@@ -98,6 +107,10 @@ func Create(opts Options) (*Pod, error) {
 			a = ipv6Addr(opts.Subnet, byte(2+i))
 		}
 		p.IPs = append(p.IPs, a)
+	}
+	if opts.DualStack {
+		p.IP6, p.HostIP6 = ipv6Addr(opts.Subnet, 2), ipv6Addr(opts.Subnet, 1)
+		p.IPs = append(p.IPs, p.IP6)
 	}
 	if err := p.network(fmt.Sprintf("%sp%d", namePrefix, opts.Subnet)); err != nil {
 		return nil, errors.Join(err, p.Delete())
@@ -124,8 +137,13 @@ func (p *Pod) network(podLink string) error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth %s (%s in %s): %w", p.hostLink, podLink, p.Name, err)
 	}
-	if err := netlink.AddrAdd(veth, linkAddr(p.HostIP)); err != nil {
-		return fmt.Errorf("add address %s to %s: %w", p.HostIP, p.hostLink, err)
+	for _, a := range []netip.Addr{p.HostIP, p.HostIP6} {
+		if !a.IsValid() {
+			continue
+		}
+		if err := netlink.AddrAdd(veth, linkAddr(a)); err != nil {
+			return fmt.Errorf("add address %s to %s: %w", a, p.hostLink, err)
+		}
 	}
 	if err := netlink.LinkSetUp(veth); err != nil {
 		return fmt.Errorf("set %s up: %w", p.hostLink, err)
@@ -176,8 +194,13 @@ func linkAddr(a netip.Addr) *netlink.Addr {
 // checkRoute makes sure traffic to the pod stays on this machine: the
 // route to its address must be our veth, never the default route.
 func (p *Pod) checkRoute() error {
-	if err := localroute.Check(p.IP, localroute.Dev(p.hostLink)); err != nil {
-		return fmt.Errorf("test pod %s: %w", p.Name, err)
+	for _, a := range []netip.Addr{p.IP, p.IP6} {
+		if !a.IsValid() {
+			continue
+		}
+		if err := localroute.Check(a, localroute.Dev(p.hostLink)); err != nil {
+			return fmt.Errorf("test pod %s: %w", p.Name, err)
+		}
 	}
 	return nil
 }
@@ -264,6 +287,11 @@ func (p *Pod) WaitListening(port int, timeout time.Duration) error {
 // Addr is the pod's address with port, for dialling.
 func (p *Pod) Addr(port int) string {
 	return netip.AddrPortFrom(p.IP, uint16(port)).String()
+}
+
+// Addr6 is a dual-stack pod's IPv6 address with port, for dialling.
+func (p *Pod) Addr6(port int) string {
+	return netip.AddrPortFrom(p.IP6, uint16(port)).String()
 }
 
 // Delete stops the pod's processes and removes its namespace, link and

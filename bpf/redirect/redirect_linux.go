@@ -75,12 +75,15 @@ type Redirect struct {
 // entry stays, and the programs of the pinned links are replaced in place:
 // the kernel swaps the old program for the new in one step, so no connect
 // finds neither or both. When the layout changed, the new maps get the old
-// maps' entries and counters first (if their sizes match; otherwise they
-// start empty and connects go to the Service address until the agent
+// maps' entries and counters first (as they are if their sizes match,
+// converted if they are the IPv4-only layout's, see v4layout.go; otherwise
+// they start empty and connects go to the Service address until the agent
 // writes its entries again), and the old maps are removed after the swap.
 // Sockets redirected before a layout change keep their backend, but their
 // getpeername then returns the backend's address: the dialled addresses
-// were in the old maps' socket storage, which cannot be copied.
+// were in the old maps' socket storage, which cannot be copied. (So does a
+// socket the old connect program redirects while New swaps the programs,
+// getpeername first.)
 func New(opts Options) (*Redirect, error) {
 	if opts.CgroupRoot == "" {
 		return nil, errors.New("load redirect: Options.CgroupRoot is empty")

@@ -4,15 +4,14 @@
 // Connect-time redirect for sockscale.
 //
 // A TCP connect() to a Service address (ClusterIP:port, IPv4 or IPv6) that
-// has an entry in
-// `services` goes to one of the entry's backends instead, chosen per
-// connection by weight; getpeername() on that socket still returns the
-// address the client dialled. Proxy mode is an entry whose backends are the
-// target's activators (equal weights); a traffic split is an entry whose
-// backends are revisions' Service addresses with their weights; a
-// revision's address with an entry of its own (Proxy mode) is followed to
-// its backend (MAX_HOPS). Every other connect, and every UDP socket, is
-// left alone.
+// has an entry in `services` goes to one of the entry's backends instead,
+// chosen per connection by weight; getpeername() on that socket still
+// returns the address the client dialled. Proxy mode is an entry whose
+// backends are the target's activators (equal weights); a traffic split is
+// an entry whose backends are revisions' Service addresses with their
+// weights; a revision's address with an entry of its own (Proxy mode) is
+// followed to its backend (MAX_HOPS). Every other connect, and every UDP
+// socket, is left alone.
 //
 // Programs, attached once at a cgroup v2 root (every socket below it):
 //

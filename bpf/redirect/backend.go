@@ -59,23 +59,37 @@ func invalid(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
 }
 
-// checkService returns svc as a plain IPv4 address and port, or an error
-// naming what is wrong with it.
+// checkService returns svc with a plain address (an IPv4-mapped one
+// unmapped: the kernel's key of both is the same), or an error naming what
+// is wrong with it.
 func checkService(svc netip.AddrPort) (netip.AddrPort, error) {
 	ip := svc.Addr().Unmap()
 	switch {
-	case !ip.Is4():
-		return svc, invalid("service %s: only IPv4 addresses are supported", svc)
+	case !ip.IsValid():
+		return svc, invalid("service %s: no address", svc)
+	case ip.Zone() != "":
+		return svc, invalid("service %s: a zoned address is not a Service address", svc)
 	case ip.IsUnspecified():
-		return svc, invalid("service %s: the unspecified address 0.0.0.0 is not a Service address", svc)
+		return svc, invalid("service %s: the unspecified address %s is not a Service address", svc, ip)
 	case svc.Port() == 0:
 		return svc, invalid("service %s: port 0, want 1..65535", svc)
 	}
 	return netip.AddrPortFrom(ip, svc.Port()), nil
 }
 
-// checkBackends returns backends with plain IPv4 addresses, or an error
-// naming the first bad one, its position and the allowed range.
+// family names an address's family in errors.
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// checkBackends returns backends with plain addresses (IPv4-mapped ones
+// unmapped), or an error naming the first bad one, its position and the
+// allowed range. svc is checkService's: every backend must be of its family,
+// since a connect keeps its socket's family (the program refuses a mixed
+// entry too).
 func checkBackends(svc netip.AddrPort, backends []Backend) ([]Backend, error) {
 	if n := len(backends); n < 1 || n > MaxBackends {
 		return nil, invalid("service %s: %d backends, want 1..%d", svc, n, MaxBackends)
@@ -85,10 +99,15 @@ func checkBackends(svc netip.AddrPort, backends []Backend) ([]Backend, error) {
 	for i, b := range backends {
 		ip := b.Addr.Addr().Unmap()
 		switch {
-		case !ip.Is4():
-			return nil, invalid("service %s: backend %d (%s): only IPv4 addresses are supported", svc, i, b.Addr)
+		case !ip.IsValid():
+			return nil, invalid("service %s: backend %d (%s): no address", svc, i, b.Addr)
+		case ip.Zone() != "":
+			return nil, invalid("service %s: backend %d (%s): a zoned address cannot be a backend", svc, i, b.Addr)
+		case ip.Is4() != svc.Addr().Is4():
+			return nil, invalid("service %s: backend %d (%s) is %s, the service %s: an entry's backends must be of its family",
+				svc, i, b.Addr, family(ip), family(svc.Addr()))
 		case ip.IsUnspecified():
-			return nil, invalid("service %s: backend %d (%s): the unspecified address 0.0.0.0 cannot be connected to", svc, i, b.Addr)
+			return nil, invalid("service %s: backend %d (%s): the unspecified address %s cannot be connected to", svc, i, b.Addr, ip)
 		case b.Addr.Port() == 0:
 			return nil, invalid("service %s: backend %d (%s): port 0, want 1..65535", svc, i, b.Addr)
 		case b.Weight < 1 || b.Weight > MaxWeight:

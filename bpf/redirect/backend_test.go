@@ -47,8 +47,11 @@ func TestCheckService(t *testing.T) {
 		{in: "10.96.0.10:80", want: "10.96.0.10:80"},
 		{in: "[::ffff:10.96.0.10]:443", want: "10.96.0.10:443"},
 		{in: "10.96.0.10:0", wantErr: "service 10.96.0.10:0: port 0, want 1..65535"},
-		{in: "[fd00::1]:80", wantErr: "service [fd00::1]:80: only IPv4 addresses are supported"},
-		{in: "0.0.0.0:80", wantErr: "service 0.0.0.0:80: the unspecified address"},
+		{in: "[fd5c:a1e:96::a]:80", want: "[fd5c:a1e:96::a]:80"},
+		{in: "[fe80::1%eth0]:80", wantErr: "service [fe80::1%eth0]:80: a zoned address is not a Service address"},
+		{in: "0.0.0.0:80", wantErr: "service 0.0.0.0:80: the unspecified address 0.0.0.0"},
+		{in: "[::]:80", wantErr: "service [::]:80: the unspecified address ::"},
+		{in: "[::ffff:0.0.0.0]:80", wantErr: "service [::ffff:0.0.0.0]:80: the unspecified address 0.0.0.0"},
 	} {
 		got, err := checkService(netip.MustParseAddrPort(tc.in))
 		if tc.wantErr != "" {
@@ -92,9 +95,49 @@ func TestCheckBackends(t *testing.T) {
 		{name: "weight 0", in: []Backend{b("10.0.0.1:8012", 1), b("10.0.0.2:8012", 0)}, wantErr: "backend 1 (10.0.0.2:8012): weight 0, want 1..65535"},
 		{name: "weight too big", in: []Backend{b("10.0.0.1:8012", MaxWeight+1)}, wantErr: "backend 0 (10.0.0.1:8012): weight 65536, want 1..65535"},
 		{name: "port 0", in: []Backend{b("10.0.0.1:0", 1)}, wantErr: "backend 0 (10.0.0.1:0): port 0, want 1..65535"},
-		{name: "IPv6", in: []Backend{b("[fd00::1]:8012", 1)}, wantErr: "backend 0 ([fd00::1]:8012): only IPv4 addresses are supported"},
+		{name: "IPv6 backend of an IPv4 service", in: []Backend{b("10.0.0.1:8012", 1), b("[fd00::1]:8012", 1)},
+			wantErr: "service 10.96.0.10:80: backend 1 ([fd00::1]:8012) is IPv6, the service IPv4: an entry's backends must be of its family"},
+		{name: "zoned", in: []Backend{b("[fe80::1%eth0]:8012", 1)}, wantErr: "backend 0 ([fe80::1%eth0]:8012): a zoned address cannot be a backend"},
 		{name: "unspecified", in: []Backend{b("0.0.0.0:8012", 1)}, wantErr: "backend 0 (0.0.0.0:8012): the unspecified address"},
 		{name: "twice", in: []Backend{b("10.0.0.1:8012", 1), b("[::ffff:10.0.0.1]:8012", 2)}, wantErr: "backend 10.0.0.1:8012 is listed twice (0 and 1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := checkBackends(svc, tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, ErrInvalid) {
+					t.Fatalf("checkBackends = %v, want an ErrInvalid containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("checkBackends (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCheckBackendsIPv6: an IPv6 Service takes IPv6 backends only; an
+// IPv4-mapped backend is IPv4.
+func TestCheckBackendsIPv6(t *testing.T) {
+	svc := netip.MustParseAddrPort("[fd5c:a1e:96::a]:80")
+	b := func(addr string, w uint32) Backend { return Backend{Addr: netip.MustParseAddrPort(addr), Weight: w} }
+	for _, tc := range []struct {
+		name    string
+		in      []Backend
+		want    []Backend
+		wantErr string
+	}{
+		{name: "activators", in: []Backend{b("[fd5c:a1e:0:1::5]:8012", 1), b("[fd5c:a1e:0:2::5]:8012", 1)}, want: []Backend{b("[fd5c:a1e:0:1::5]:8012", 1), b("[fd5c:a1e:0:2::5]:8012", 1)}},
+		{name: "split", in: []Backend{b("[fd5c:a1e:96::b]:80", 90), b("[fd5c:a1e:96::c]:80", 10)}, want: []Backend{b("[fd5c:a1e:96::b]:80", 90), b("[fd5c:a1e:96::c]:80", 10)}},
+		{name: "IPv4 backend", in: []Backend{b("[fd5c:a1e:0:1::5]:8012", 1), b("10.0.0.1:8012", 1)},
+			wantErr: "service [fd5c:a1e:96::a]:80: backend 1 (10.0.0.1:8012) is IPv4, the service IPv6: an entry's backends must be of its family"},
+		{name: "IPv4-mapped backend", in: []Backend{b("[::ffff:10.0.0.1]:8012", 1)},
+			wantErr: "backend 0 ([::ffff:10.0.0.1]:8012) is IPv4, the service IPv6"},
+		{name: "unspecified", in: []Backend{b("[::]:8012", 1)}, wantErr: "backend 0 ([::]:8012): the unspecified address :: cannot be connected to"},
+		{name: "twice", in: []Backend{b("[fd5c:a1e:0:1::5]:8012", 1), b("[fd5c:a1e:0:1::5]:8012", 2)}, wantErr: "backend [fd5c:a1e:0:1::5]:8012 is listed twice (0 and 1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := checkBackends(svc, tc.in)

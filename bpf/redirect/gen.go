@@ -6,4 +6,4 @@ package redirect
 // linux-libc-dev, found as bpf/gen.go finds them: <asm/types.h> lives in the
 // multiarch include directory, which clang names for the machine it runs on.
 //
-//go:generate sh -c "go tool bpf2go -tags linux -target bpfel -type svc_key -type svc_entry -type backend -type origin redirect redirect.c -- -O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/$(clang -print-multiarch)"
+//go:generate sh -c "go tool bpf2go -tags linux -target bpfel -type ip_addr -type svc_key -type svc_entry -type backend -type origin redirect redirect.c -- -O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/$(clang -print-multiarch)"

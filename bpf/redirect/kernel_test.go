@@ -54,6 +54,16 @@ type kernelEnv struct {
 
 func newKernelEnv(t testing.TB, pinDir string) *kernelEnv {
 	t.Helper()
+	e := newCgroupEnv(t)
+	e.r = e.attach(t, pinDir)
+	e.enter(t)
+	return e
+}
+
+// newCgroupEnv is the cgroup subtree without a Redirect, this process
+// still outside it.
+func newCgroupEnv(t testing.TB) *kernelEnv {
+	t.Helper()
 	testenv.RequireRoot(t)
 	cg2, err := cgroup2.Root()
 	if err != nil {
@@ -67,8 +77,6 @@ func newKernelEnv(t testing.TB, pinDir string) *kernelEnv {
 	// Cleanups run last first: leave the client cgroup, close, remove both.
 	t.Cleanup(func() { _ = os.Remove(root) })
 	t.Cleanup(func() { _ = os.Remove(e.client) })
-	e.r = e.attach(t, pinDir)
-	e.enter(t)
 	return e
 }
 
@@ -141,10 +149,15 @@ type server struct {
 	accepts atomic.Int64
 }
 
-// serve listens on ip at port (0: any free port) until t ends.
+// serve listens on ip (IPv4 or IPv6) at port (0: any free port) until t
+// ends.
 func serve(t testing.TB, name string, ip netip.Addr, port uint16) *server {
 	t.Helper()
-	ln, err := net.Listen("tcp4", netip.AddrPortFrom(ip, port).String())
+	network := "tcp4"
+	if ip.Is6() {
+		network = "tcp6"
+	}
+	ln, err := net.Listen(network, netip.AddrPortFrom(ip, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +278,7 @@ type services struct {
 	svc      netip.AddrPort
 	direct   *server
 	backends []*server
+	v6       *v6Link // newServices6's, for more addresses
 }
 
 func newServices(t testing.TB, n int) *services {
@@ -387,9 +401,15 @@ func logProgramSizes(t *testing.T, r *Redirect) {
 	}
 }
 
+// TestKernelWeights: connects are shared by weight, for an IPv4 Service
+// (connect4) and an IPv6 one (connect6).
 func TestKernelWeights(t *testing.T) {
 	e := newKernelEnv(t, "")
-	s := newServices(t, 4)
+	t.Run("IPv4", func(t *testing.T) { testWeights(t, e, newServices(t, 4)) })
+	t.Run("IPv6", func(t *testing.T) { testWeights(t, e, newServices6(t, 4)) })
+}
+
+func testWeights(t *testing.T, e *kernelEnv, s *services) {
 	for _, tc := range []struct {
 		name    string
 		weights []uint32
@@ -767,8 +787,8 @@ func mapped(a netip.AddrPort) *unix.SockaddrInet6 {
 
 // TestKernelDualStackSockets: a client that opens IPv6 sockets for IPv4
 // destinations (Java, .NET) dials ::ffff:<Service address>; connect6 and
-// getpeername6 treat it like connect4 and getpeername4. Plain IPv6 stays
-// untouched.
+// getpeername6 treat it like connect4 and getpeername4. IPv6 without an
+// entry stays untouched.
 func TestKernelDualStackSockets(t *testing.T) {
 	e := newKernelEnv(t, "")
 	s := newServices(t, 1)

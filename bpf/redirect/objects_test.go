@@ -3,7 +3,9 @@
 package redirect
 
 import (
+	"encoding/binary"
 	"maps"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -73,5 +75,34 @@ func TestMapsLayout(t *testing.T) {
 		if got := layout(change); got == base {
 			t.Errorf("changing the maps' %s kept the layout %s", name, base)
 		}
+	}
+}
+
+// TestAddrKey: keys round-trip, an IPv4 address's key is its IPv4-mapped
+// form (what connect4 looks up), and the old layout's key converts to the
+// key Set writes for the same address.
+func TestAddrKey(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"10.96.0.10:80", "10.96.0.10:80"},
+		{"[::ffff:10.96.0.10]:80", "10.96.0.10:80"},
+		{"[fd5c:a1e:96::a]:443", "[fd5c:a1e:96::a]:443"},
+	} {
+		in := netip.MustParseAddrPort(tc.in)
+		if got := keyAddr(addrKey(in)); got.String() != tc.want {
+			t.Errorf("keyAddr(addrKey(%s)) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	v4 := netip.MustParseAddrPort("10.96.0.10:8080")
+	if diff := cmp.Diff(addrKey(v4), addrKey(netip.AddrPortFrom(netip.AddrFrom16(v4.Addr().As16()), v4.Port()))); diff != "" {
+		t.Errorf("IPv4 and IPv4-mapped keys differ (-IPv4 +mapped):\n%s", diff)
+	}
+	ip := v4.Addr().As4()
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], v4.Port())
+	old := v4SvcKey{IP: binary.NativeEndian.Uint32(ip[:]), Port: binary.NativeEndian.Uint16(port[:])}
+	if diff := cmp.Diff(addrKey(v4), v4Key(old)); diff != "" {
+		t.Errorf("the old layout's key of %s converts to (-want +got):\n%s", v4, diff)
 	}
 }

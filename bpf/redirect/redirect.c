@@ -3,22 +3,30 @@
 
 // Connect-time redirect for sockscale.
 //
-// A TCP connect() to a Service address (ClusterIP:port) that has an entry in
-// `services` goes to one of the entry's backends instead, chosen per
-// connection by weight; getpeername() on that socket still returns the
-// address the client dialled. Proxy mode is an entry whose backends are the
-// target's activators (equal weights); a traffic split is an entry whose
-// backends are revisions' Service addresses with their weights; a
-// revision's address with an entry of its own (Proxy mode) is followed to
-// its backend (MAX_HOPS). Every other connect, and every UDP socket, is
-// left alone.
+// A TCP connect() to a Service address (ClusterIP:port, IPv4 or IPv6) that
+// has an entry in `services` goes to one of the entry's backends instead,
+// chosen per connection by weight; getpeername() on that socket still
+// returns the address the client dialled. Proxy mode is an entry whose
+// backends are the target's activators (equal weights); a traffic split is
+// an entry whose backends are revisions' Service addresses with their
+// weights; a revision's address with an entry of its own (Proxy mode) is
+// followed to its backend (MAX_HOPS). Every other connect, and every UDP
+// socket, is left alone.
 //
 // Programs, attached once at a cgroup v2 root (every socket below it):
 //
 //   sockscale_connect4      cgroup/connect4      rewrites the destination
 //   sockscale_getpeername4  cgroup/getpeername4  gives back the dialled address
-//   sockscale_connect6      cgroup/connect6      the same for dual-stack sockets
-//   sockscale_getpeername6  cgroup/getpeername6  dialling ::ffff:<ClusterIP>
+//   sockscale_connect6      cgroup/connect6      the same for IPv6 sockets: an IPv6
+//   sockscale_getpeername6  cgroup/getpeername6  ClusterIP, or ::ffff:<ClusterIP>
+//
+// Addresses. Keys and backends hold 16-byte addresses: IPv6 as it is,
+// IPv4 as IPv4-mapped (::ffff:a.b.c.d). So connect4's 10.96.0.10 and a
+// dual-stack socket's ::ffff:10.96.0.10 are the same key. A connect keeps
+// its family: an IPv4 destination (connect4, or a mapped one in connect6)
+// only goes to a mapped backend, a native IPv6 one only to a native IPv6
+// backend; an entry whose backend is of the other family is refused and
+// the connect left alone (the agent never writes one).
 //
 // Maps:
 //
@@ -72,17 +80,24 @@
 #define MAX_WEIGHT 65535   // a backend's weight: 1..MAX_WEIGHT
 #define MAX_HOPS 2         // entries a connect follows: a split, then a revision in Proxy mode
 
+// An address of either family, as the accounting object writes it: IPv6
+// as it is, IPv4 as IPv4-mapped ::ffff:a.b.c.d; network order, word by
+// word as the socket address holds it.
+struct ip_addr {
+	__u32 w[4];
+};
+
 // A Service address. Also the key of the redirected counters.
 struct svc_key {
-	__u32 ip;   // IPv4, network order
-	__u16 port; // network order
-	__u16 pad;  // zero: keys are compared as bytes
+	struct ip_addr ip; // IPv6, or IPv4-mapped
+	__u16 port;        // network order
+	__u16 pad;         // zero: keys are compared as bytes
 };
 
 struct backend {
-	__u32 ip;     // IPv4, network order
-	__u16 port;   // network order
-	__u16 weight; // 1..MAX_WEIGHT for the first count backends, 0 beyond
+	struct ip_addr ip; // of the family of the entry's key (see the top comment)
+	__u16 port;        // network order
+	__u16 weight;      // 1..MAX_WEIGHT for the first count backends, 0 beyond
 };
 
 struct svc_entry {
@@ -100,7 +115,7 @@ struct origin {
 };
 
 enum event {
-	EV_ENTRY_REFUSED, // an entry was unusable: recycled for another key, or no backend matched
+	EV_ENTRY_REFUSED, // an entry was unusable: recycled for another key, no backend matched, or one of the other family
 	EV_NO_ORIGIN,     // no socket storage for the origin: getpeername shows the backend
 	EV_COUNTER_LOST,  // redirected is full: this Service's connects are not counted
 	EV_LEASE_EXPIRED, // an entry was ignored: the agent's lease on the map has lapsed
@@ -190,6 +205,25 @@ static __always_inline void count_redirect(const struct svc_key *svc)
 		count_event(EV_COUNTER_LOST);
 }
 
+// v4_mapped reports whether a is an IPv4-mapped address (::ffff:a.b.c.d).
+static __always_inline int v4_mapped(const struct ip_addr *a)
+{
+	return a->w[0] == 0 && a->w[1] == 0 && a->w[2] == bpf_htonl(0xffff);
+}
+
+// same_addr reports whether a and b are the same address.
+static __always_inline int same_addr(const struct ip_addr *a, const struct ip_addr *b)
+{
+	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
+}
+
+// unspecified reports whether a is :: or ::ffff:0.0.0.0, which no backend
+// is: connecting there would reach this host, not a backend.
+static __always_inline int unspecified(const struct ip_addr *a)
+{
+	return a->w[3] == 0 && a->w[0] == 0 && a->w[1] == 0 && (a->w[2] == 0 || a->w[2] == bpf_htonl(0xffff));
+}
+
 // pick chooses a backend of e for the random number r: r scaled to
 // [0, total) falls into one backend's share of the cumulative weights.
 // Returns 1 and fills *to, or 0 and leaves *to alone if e is not an entry
@@ -203,7 +237,7 @@ static __always_inline int pick(struct svc_entry *e, const struct svc_key *svc, 
 
 	// No helper calls and no return while the lock is held (verifier).
 	bpf_spin_lock(&e->lock);
-	if (e->svc.ip != svc->ip || e->svc.port != svc->port)
+	if (!same_addr(&e->svc.ip, &svc->ip) || e->svc.port != svc->port)
 		goto out;
 	n = e->count;
 	// Multiply-shift scales r to [0, total) without a division: each
@@ -225,9 +259,9 @@ static __always_inline int pick(struct svc_entry *e, const struct svc_key *svc, 
 	}
 out:
 	bpf_spin_unlock(&e->lock);
-	// A zero address or port is never written by the agent; refuse it
-	// rather than connect there.
-	if (!found || got.ip == 0 || got.port == 0)
+	// An unspecified address or port 0 is never written by the agent;
+	// refuse it rather than connect there.
+	if (!found || unspecified(&got.ip) || got.port == 0)
 		return 0;
 	*to = got;
 	return 1;
@@ -237,6 +271,9 @@ out:
 // it remembers the dialled address in the socket's storage, counts the
 // redirect and returns 1 with *to filled. Returns 0 if the connect stays
 // as it is: no entry (one hash miss, the common case) or an unusable one.
+// The backend is of svc's family (both IPv4-mapped or neither): the
+// caller's socket address can only be rewritten within its family, so a
+// backend of the other family refuses the entry.
 //
 // A backend may be a Service address with an entry of its own: a traffic
 // split's revision whose Service is in Proxy mode. The connect then goes
@@ -245,7 +282,8 @@ out:
 // counts a redirect.
 static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_key *svc, struct svc_key *to)
 {
-	struct svc_key hop = *svc;
+	struct svc_key hop = *svc, next = {};
+	int mapped = v4_mapped(&svc->ip);
 	struct svc_entry *e;
 	struct origin *o;
 	int hops = 0;
@@ -261,12 +299,21 @@ static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_
 			break;
 		}
 		// bpf_get_prandom_u32 before pick: no helper calls under its lock.
-		if (!pick(e, &hop, bpf_get_prandom_u32(), to)) {
+		// Into next, not *to: a refused second hop leaves the first's.
+		if (!pick(e, &hop, bpf_get_prandom_u32(), &next)) {
+			count_event(EV_ENTRY_REFUSED);
+			break;
+		}
+		// The agent never mixes families in an entry; the program does
+		// not trust that: an IPv4 socket address cannot hold an IPv6
+		// backend, and the reverse would change the socket's family.
+		if (v4_mapped(&next.ip) != mapped) {
 			count_event(EV_ENTRY_REFUSED);
 			break;
 		}
 		count_redirect(&hop);
-		hop = *to;
+		*to = next;
+		hop = next;
 		hops++;
 	}
 	if (hops == 0)
@@ -283,13 +330,6 @@ static __always_inline int redirect(struct bpf_sock_addr *ctx, const struct svc_
 	return 1;
 }
 
-// v4_mapped reports whether the first three words of an IPv6 address are
-// those of an IPv4-mapped one (::ffff:a.b.c.d), in network order.
-static __always_inline int v4_mapped(__u32 w0, __u32 w1, __u32 w2)
-{
-	return w0 == 0 && w1 == 0 && w2 == bpf_htonl(0xffff);
-}
-
 // Program sockscale_connect4.
 // Hook: cgroup/connect4 (BPF_CGROUP_INET4_CONNECT), at the cgroup v2 root.
 // Rewrites a TCP connect to a Service address with an entry to one of its
@@ -304,23 +344,26 @@ int sockscale_connect4(struct bpf_sock_addr *ctx)
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return 1;
-	svc.ip = ctx->user_ip4;
+	// The key's form of an IPv4 address: ::ffff:<user_ip4>.
+	svc.ip.w[2] = bpf_htonl(0xffff);
+	svc.ip.w[3] = ctx->user_ip4;
 	// user_port holds the port in network order in its low 16 bits.
 	svc.port = (__u16)ctx->user_port;
 	if (!redirect(ctx, &svc, &to))
 		return 1;
-	ctx->user_ip4 = to.ip;
-	ctx->user_port = to.port; // a 4-byte store, as the verifier requires for this field
+	ctx->user_ip4 = to.ip.w[3]; // redirect gave a mapped backend: its IPv4 word
+	ctx->user_port = to.port;   // a 4-byte store, as the verifier requires for this field
 	return 1;
 }
 
 // Program sockscale_connect6.
 // Hook: cgroup/connect6 (BPF_CGROUP_INET6_CONNECT), at the cgroup v2 root.
-// connect4 for dual-stack sockets: a client whose runtime opens IPv6
-// sockets for every address (Java, .NET) connects to ::ffff:<ClusterIP>,
-// which is IPv4 on the wire and never reaches connect4. Only IPv4-mapped
-// destinations are looked up; the rewrite keeps the mapped prefix and
-// changes the IPv4 word. Returns 1 like connect4.
+// connect4 for IPv6 sockets: a connect to an IPv6 ClusterIP, and one of a
+// client whose runtime opens IPv6 sockets for every address (Java, .NET)
+// to ::ffff:<ClusterIP>, which is IPv4 on the wire, never reaches
+// connect4, and is the same key as connect4's. The destination is looked
+// up as it is; redirect keeps the family, so the rewrite of all four words
+// keeps a mapped destination mapped. Returns 1 like connect4.
 // Minimum kernel: the object's (top comment); the hook itself is 4.17.
 SEC("cgroup/connect6")
 int sockscale_connect6(struct bpf_sock_addr *ctx)
@@ -329,13 +372,18 @@ int sockscale_connect6(struct bpf_sock_addr *ctx)
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return 1;
-	if (!v4_mapped(ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2]))
-		return 1;
-	svc.ip = ctx->user_ip6[3];
+	// 4-byte loads and stores: what the verifier allows for user_ip6.
+	svc.ip.w[0] = ctx->user_ip6[0];
+	svc.ip.w[1] = ctx->user_ip6[1];
+	svc.ip.w[2] = ctx->user_ip6[2];
+	svc.ip.w[3] = ctx->user_ip6[3];
 	svc.port = (__u16)ctx->user_port;
 	if (!redirect(ctx, &svc, &to))
 		return 1;
-	ctx->user_ip6[3] = to.ip; // 4-byte store into the IPv4 word
+	ctx->user_ip6[0] = to.ip.w[0];
+	ctx->user_ip6[1] = to.ip.w[1];
+	ctx->user_ip6[2] = to.ip.w[2];
+	ctx->user_ip6[3] = to.ip.w[3];
 	ctx->user_port = to.port;
 	return 1;
 }
@@ -344,14 +392,15 @@ int sockscale_connect6(struct bpf_sock_addr *ctx)
 // redirected to ip:port, or NULL: never redirected, or redirected and then
 // connected again elsewhere (a socket whose redirected connect failed may
 // try another address; its storage then describes the old attempt).
-static __always_inline struct origin *origin_of(struct bpf_sock_addr *ctx, __u32 ip, __u16 port)
+static __always_inline struct origin *origin_of(struct bpf_sock_addr *ctx, const struct ip_addr *ip, __u16 port)
 {
 	struct origin *o = bpf_sk_storage_get(&origins, ctx->sk, 0, 0);
 
 	// NULL: connect4/6 never redirected this socket.
 	if (!o)
 		return 0;
-	if (ip != o->backend.ip || port != o->backend.port)
+	// Another peer: the socket connected again after a failed redirect.
+	if (!same_addr(ip, &o->backend.ip) || port != o->backend.port)
 		return 0;
 	return o;
 }
@@ -365,31 +414,43 @@ static __always_inline struct origin *origin_of(struct bpf_sock_addr *ctx, __u32
 SEC("cgroup/getpeername4")
 int sockscale_getpeername4(struct bpf_sock_addr *ctx)
 {
-	struct origin *o = origin_of(ctx, ctx->user_ip4, (__u16)ctx->user_port);
+	struct ip_addr peer = {};
+	struct origin *o;
 
+	// connect4 kept the mapped form: ::ffff:<user_ip4>.
+	peer.w[2] = bpf_htonl(0xffff);
+	peer.w[3] = ctx->user_ip4;
+	o = origin_of(ctx, &peer, (__u16)ctx->user_port);
 	if (!o)
 		return 1;
-	ctx->user_ip4 = o->dialled.ip;
+	ctx->user_ip4 = o->dialled.ip.w[3]; // mapped too: connect4 dialled it
 	ctx->user_port = o->dialled.port;
 	return 1;
 }
 
 // Program sockscale_getpeername6.
 // Hook: cgroup/getpeername6 (BPF_CGROUP_INET6_GETPEERNAME), at the cgroup
-// v2 root. getpeername4 for the dual-stack sockets connect6 redirected: the
-// peer is ::ffff:<backend>, and becomes ::ffff:<dialled>. Must return 1.
+// v2 root. getpeername4 for the IPv6 sockets connect6 redirected: the peer
+// is the backend (IPv6, or ::ffff:<backend> for a dual-stack socket) and
+// becomes the dialled address, of the same family. Must return 1.
 // Minimum kernel: 5.8 (the hook).
 SEC("cgroup/getpeername6")
 int sockscale_getpeername6(struct bpf_sock_addr *ctx)
 {
+	struct ip_addr peer;
 	struct origin *o;
 
-	if (!v4_mapped(ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2]))
-		return 1;
-	o = origin_of(ctx, ctx->user_ip6[3], (__u16)ctx->user_port);
+	peer.w[0] = ctx->user_ip6[0];
+	peer.w[1] = ctx->user_ip6[1];
+	peer.w[2] = ctx->user_ip6[2];
+	peer.w[3] = ctx->user_ip6[3];
+	o = origin_of(ctx, &peer, (__u16)ctx->user_port);
 	if (!o)
 		return 1;
-	ctx->user_ip6[3] = o->dialled.ip;
+	ctx->user_ip6[0] = o->dialled.ip.w[0];
+	ctx->user_ip6[1] = o->dialled.ip.w[1];
+	ctx->user_ip6[2] = o->dialled.ip.w[2];
+	ctx->user_ip6[3] = o->dialled.ip.w[3];
 	ctx->user_port = o->dialled.port;
 	return 1;
 }

@@ -15,9 +15,14 @@ import (
 
 type redirectBackend struct {
 	_      structs.HostLayout
-	Ip     uint32
+	Ip     redirectIpAddr
 	Port   uint16
 	Weight uint16
+}
+
+type redirectIpAddr struct {
+	_ structs.HostLayout
+	W [4]uint32
 }
 
 type redirectOrigin struct {
@@ -40,7 +45,7 @@ type redirectSvcEntry struct {
 
 type redirectSvcKey struct {
 	_    structs.HostLayout
-	Ip   uint32
+	Ip   redirectIpAddr
 	Port uint16
 	Pad  uint16
 }

@@ -75,12 +75,15 @@ type Redirect struct {
 // entry stays, and the programs of the pinned links are replaced in place:
 // the kernel swaps the old program for the new in one step, so no connect
 // finds neither or both. When the layout changed, the new maps get the old
-// maps' entries and counters first (if their sizes match; otherwise they
-// start empty and connects go to the Service address until the agent
+// maps' entries and counters first (as they are if their sizes match,
+// converted if they are the IPv4-only layout's, see v4layout.go; otherwise
+// they start empty and connects go to the Service address until the agent
 // writes its entries again), and the old maps are removed after the swap.
 // Sockets redirected before a layout change keep their backend, but their
 // getpeername then returns the backend's address: the dialled addresses
-// were in the old maps' socket storage, which cannot be copied.
+// were in the old maps' socket storage, which cannot be copied. (So does a
+// socket the old connect program redirects while New swaps the programs,
+// getpeername first.)
 func New(opts Options) (*Redirect, error) {
 	if opts.CgroupRoot == "" {
 		return nil, errors.New("load redirect: Options.CgroupRoot is empty")
@@ -241,10 +244,13 @@ func otherLayouts(pinDir, current string) ([]string, error) {
 }
 
 // migrate copies the entries and counters of the maps pinned in dir, an
-// older layout's, into ours, where their sizes match ours. It runs before
-// the programs are swapped, while the old programs still count in the old
-// maps: the few connects redirected between the copy and the swap are not
-// counted in the new maps, which never makes a counter go back.
+// older layout's, into ours: as they are where their sizes match ours,
+// converted where they are the IPv4-only layout's (v4layout.go); any other
+// layout's start empty. It runs before the programs are swapped, while the
+// old programs still count in the old maps: the few connects redirected
+// between the copy and the swap are not counted in the new maps, which
+// never makes a counter go back. The lease is not copied: New renews ours
+// before it attaches.
 //
 // Only into new, empty maps: if ours already have entries, an earlier New
 // copied them and the agent has written since, and the old maps are only
@@ -256,15 +262,44 @@ func (r *Redirect) migrate(dir string) error {
 	} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("read entries: %w", err)
 	}
-	oldServices, err := loadPinnedLike(filepath.Join(dir, "services"), r.objs.Services)
+	oldServices, err := loadPinned(filepath.Join(dir, "services"))
 	if err != nil || oldServices == nil {
 		return err
 	}
 	defer func() { _ = oldServices.Close() }()
-	var key redirectSvcKey
-	var entry redirectSvcEntry
-	var keys []redirectSvcKey
-	it := oldServices.Iterate()
+	switch {
+	case sameShape(oldServices, r.objs.Services):
+		err = copyEntries(oldServices, r.objs.Services, func(k redirectSvcKey, e redirectSvcEntry) (redirectSvcKey, redirectSvcEntry) { return k, e })
+	case v4ServicesShape(oldServices):
+		err = copyEntries(oldServices, r.objs.Services, v4Entry)
+	default:
+		return nil // a layout this build cannot read: start empty
+	}
+	if err != nil {
+		return err
+	}
+
+	oldCounters, err := loadPinned(filepath.Join(dir, "redirected"))
+	if err != nil || oldCounters == nil {
+		return err
+	}
+	defer func() { _ = oldCounters.Close() }()
+	switch {
+	case sameShape(oldCounters, r.objs.Redirected):
+		return copyCounters(oldCounters, r.objs.Redirected, func(k redirectSvcKey) redirectSvcKey { return k })
+	case v4CountersShape(oldCounters):
+		return copyCounters(oldCounters, r.objs.Redirected, v4Key)
+	}
+	return nil
+}
+
+// copyEntries copies every entry of old into into, each read whole under
+// its lock and converted by conv.
+func copyEntries[K, V any](old, into *ebpf.Map, conv func(K, V) (redirectSvcKey, redirectSvcEntry)) error {
+	var key K
+	var entry V
+	var keys []K
+	it := old.Iterate()
 	for it.Next(&key, &entry) {
 		keys = append(keys, key)
 	}
@@ -272,27 +307,30 @@ func (r *Redirect) migrate(dir string) error {
 		return fmt.Errorf("read entries: %w", err)
 	}
 	for _, k := range keys {
-		if err := oldServices.LookupWithFlags(&k, &entry, ebpf.LookupLock); err != nil {
+		if err := old.LookupWithFlags(&k, &entry, ebpf.LookupLock); err != nil {
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
 				continue
 			}
 			return fmt.Errorf("read entry: %w", err)
 		}
-		if err := r.objs.Services.Update(&k, &entry, ebpf.UpdateLock); err != nil {
-			return fmt.Errorf("copy entry %s: %w", keyAddr(k), err)
+		nk, ne := conv(k, entry)
+		if err := into.Update(&nk, &ne, ebpf.UpdateLock); err != nil {
+			return fmt.Errorf("copy entry %s: %w", keyAddr(nk), err)
 		}
 	}
+	return nil
+}
 
-	oldCounters, err := loadPinnedLike(filepath.Join(dir, "redirected"), r.objs.Redirected)
-	if err != nil || oldCounters == nil {
-		return err
-	}
-	defer func() { _ = oldCounters.Close() }()
+// copyCounters copies every per-CPU counter of old into into, its key
+// converted by conv.
+func copyCounters[K any](old, into *ebpf.Map, conv func(K) redirectSvcKey) error {
+	var key K
 	var perCPU []uint64
-	ct := oldCounters.Iterate()
+	ct := old.Iterate()
 	for ct.Next(&key, &perCPU) {
-		if err := r.objs.Redirected.Update(&key, perCPU, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("copy counter %s: %w", keyAddr(key), err)
+		nk := conv(key)
+		if err := into.Update(&nk, perCPU, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("copy counter %s: %w", keyAddr(nk), err)
 		}
 	}
 	if err := ct.Err(); err != nil {
@@ -301,9 +339,8 @@ func (r *Redirect) migrate(dir string) error {
 	return nil
 }
 
-// loadPinnedLike opens the map pinned at path if it has the type and sizes
-// of like; nil if there is none or it differs.
-func loadPinnedLike(path string, like *ebpf.Map) (*ebpf.Map, error) {
+// loadPinned opens the map pinned at path read-only; nil if there is none.
+func loadPinned(path string) (*ebpf.Map, error) {
 	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -311,10 +348,12 @@ func loadPinnedLike(path string, like *ebpf.Map) (*ebpf.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if m.Type() != like.Type() || m.KeySize() != like.KeySize() || m.ValueSize() != like.ValueSize() {
-		return nil, m.Close()
-	}
 	return m, nil
+}
+
+// sameShape reports whether m has the type and sizes of like.
+func sameShape(m, like *ebpf.Map) bool {
+	return m.Type() == like.Type() && m.KeySize() == like.KeySize() && m.ValueSize() == like.ValueSize()
 }
 
 // attach attaches prog at the cgroup root, or replaces the program of the
@@ -615,19 +654,37 @@ func (r *Redirect) Events() (Events, error) {
 	return ev, nil
 }
 
-// addrKey is the map key of an IPv4 address and port: both in network
-// order, as the program reads them from the socket address.
+// addrKey is the map key of an address and port: the address in 16 bytes
+// (IPv4 as IPv4-mapped, as connect4 looks it up), both in network order,
+// as the program reads them from the socket address.
 func addrKey(a netip.AddrPort) redirectSvcKey {
-	ip := a.Addr().As4()
-	var port [2]byte
-	binary.BigEndian.PutUint16(port[:], a.Port())
-	return redirectSvcKey{Ip: binary.NativeEndian.Uint32(ip[:]), Port: binary.NativeEndian.Uint16(port[:])}
+	return redirectSvcKey{Ip: ipWords(a.Addr().As16()), Port: portWord(a.Port())}
 }
 
+// ipWords is a 16-byte address as the program's four words.
+func ipWords(ip [16]byte) redirectIpAddr {
+	var w redirectIpAddr
+	for i := range w.W {
+		w.W[i] = binary.NativeEndian.Uint32(ip[4*i:])
+	}
+	return w
+}
+
+// portWord is port in network order, as a socket address holds it.
+func portWord(port uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], port)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// keyAddr is addrKey's inverse: an IPv4-mapped key gives a plain IPv4
+// address.
 func keyAddr(k redirectSvcKey) netip.AddrPort {
-	var ip [4]byte
-	binary.NativeEndian.PutUint32(ip[:], k.Ip)
+	var ip [16]byte
+	for i, w := range k.Ip.W {
+		binary.NativeEndian.PutUint32(ip[4*i:], w)
+	}
 	var port [2]byte
 	binary.NativeEndian.PutUint16(port[:], k.Port)
-	return netip.AddrPortFrom(netip.AddrFrom4(ip), binary.BigEndian.Uint16(port[:]))
+	return netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), binary.BigEndian.Uint16(port[:]))
 }

@@ -2,6 +2,7 @@ package svcaddr
 
 import (
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -16,9 +17,6 @@ const (
 	Headless = "headless"
 	// NoClusterIP: the Service has no cluster IP (ExternalName).
 	NoClusterIP = "no_cluster_ip"
-	// NoIPv4: the Service has only IPv6 cluster IPs; the kernel map takes
-	// IPv4 addresses only.
-	NoIPv4 = "no_ipv4_cluster_ip"
 	// NoTCPPort: the ports that go to the activators are all UDP or SCTP;
 	// only TCP connects are redirected.
 	NoTCPPort = "no_tcp_port"
@@ -33,8 +31,6 @@ func Explain(reason string) string {
 		return "the public Service is headless (clusterIP None): clients connect to its endpoints' addresses, which only the EndpointSlices switch"
 	case NoClusterIP:
 		return "the public Service has no cluster IP"
-	case NoIPv4:
-		return "the public Service has no IPv4 cluster IP: the kernel redirects IPv4 connects only"
 	case NoTCPPort:
 		return "the public Service's proxied ports are not TCP: the kernel redirects TCP connects only"
 	}
@@ -42,12 +38,15 @@ func Explain(reason string) string {
 }
 
 // Redirected returns the addresses of svc whose connects go to the
-// activators in Proxy mode, or why there is none: each IPv4 cluster IP on
-// the ports the controller sends to the activators (the one numbered port
-// when svc has it, else every port, as the Proxy-mode EndpointSlice does),
-// TCP ones only. Example: cluster IPs [10.96.0.10, fd00::a], ports 80/TCP
-// and 53/UDP, port 0 => [10.96.0.10:80]; the IPv6 address and 53/UDP keep
-// kube-proxy's path.
+// activators in Proxy mode, or why there is none: each cluster IP, of
+// either family (a dual-stack Service has one of each), on the ports the
+// controller sends to the activators (the one numbered port when svc has
+// it, else every port, as the Proxy-mode EndpointSlice does), TCP ones
+// only; by port, then in the order of spec.clusterIPs. IPv4-mapped
+// addresses are given as IPv4. Example: cluster IPs [10.96.0.10, fd00::a],
+// ports 80/TCP and 53/UDP, port 0 => [10.96.0.10:80, [fd00::a]:80]; 53/UDP
+// keeps kube-proxy's path. An entry needs backends of its address's family
+// too, which the caller checks.
 func Redirected(svc *corev1.Service, port int32) ([]netip.AddrPort, string) {
 	if svc == nil {
 		return nil, NoService
@@ -56,27 +55,26 @@ func Redirected(svc *corev1.Service, port int32) ([]netip.AddrPort, string) {
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP} // clusterIPs is filled by the API server; tolerate objects without it
 	}
-	var v4 []netip.Addr
+	var addrs []netip.Addr
 	for _, s := range ips {
 		if s == corev1.ClusterIPNone {
 			return nil, Headless
 		}
-		if ip, err := netip.ParseAddr(s); err == nil && ip.Unmap().Is4() {
-			v4 = append(v4, ip.Unmap())
+		// A zoned or unspecified address is no cluster IP the API server
+		// gives out; the kernel map refuses them.
+		if ip, err := netip.ParseAddr(s); err == nil && ip.Zone() == "" && !ip.IsUnspecified() && !slices.Contains(addrs, ip.Unmap()) {
+			addrs = append(addrs, ip.Unmap())
 		}
 	}
-	if len(ips) == 0 {
+	if len(addrs) == 0 {
 		return nil, NoClusterIP
-	}
-	if len(v4) == 0 {
-		return nil, NoIPv4
 	}
 	var out []netip.AddrPort
 	for _, p := range proxiedPorts(svc.Spec.Ports, port) {
 		if p.Protocol != corev1.ProtocolTCP && p.Protocol != "" {
 			continue // the programs see TCP connects only
 		}
-		for _, ip := range v4 {
+		for _, ip := range addrs {
 			out = append(out, netip.AddrPortFrom(ip, uint16(p.Port)))
 		}
 	}

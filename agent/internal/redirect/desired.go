@@ -46,15 +46,22 @@ const (
 	// public Service got a selector and Kubernetes writes them).
 	SkipNotReady = "not_ready"
 	// SkipNoActivator: none of status.activators is a ready activator pod
-	// with an IPv4 address that this agent knows.
+	// with an address that this agent knows.
 	SkipNoActivator = "no_ready_activator"
-	// SkipNoService, SkipHeadless, SkipNoClusterIP, SkipNoIPv4 and
-	// SkipNoTCPPort: the public Service has no address the kernel can
-	// match (svcaddr says why).
+	// SkipNoActivatorOfFamily: some of the public Service's addresses have
+	// no entry because no ready activator named in status.activators has
+	// an address of their family (an IPv6 cluster IP of a dual-stack
+	// Service, activators with IPv4 addresses only): a connect keeps its
+	// family, so those take kube-proxy's path, whose EndpointSlices send
+	// them to the activators too. The other family's addresses have their
+	// entries.
+	SkipNoActivatorOfFamily = "no_activator_of_family"
+	// SkipNoService, SkipHeadless, SkipNoClusterIP and SkipNoTCPPort: the
+	// public Service has no address the kernel can match (svcaddr says
+	// why).
 	SkipNoService   = svcaddr.NoService
 	SkipHeadless    = svcaddr.Headless
 	SkipNoClusterIP = svcaddr.NoClusterIP
-	SkipNoIPv4      = svcaddr.NoIPv4
 	SkipNoTCPPort   = svcaddr.NoTCPPort
 	// SkipDuplicate: another entry already has the same Service address:
 	// ServerlessServices come first, then Routes, each by namespace/name.
@@ -63,7 +70,7 @@ const (
 
 // SkipReasons are every skip reason of a ServerlessService, for metrics
 // that report zeros too.
-var SkipReasons = []string{SkipNotReady, SkipNoActivator, SkipNoService, SkipHeadless, SkipNoClusterIP, SkipNoIPv4, SkipNoTCPPort, SkipDuplicate}
+var SkipReasons = []string{SkipNotReady, SkipNoActivator, SkipNoActivatorOfFamily, SkipNoService, SkipHeadless, SkipNoClusterIP, SkipNoTCPPort, SkipDuplicate}
 
 // Why a Route's address (its own or a tag's Kubernetes Service) has no
 // entry: the label values of the skipped metric (kinds route and tag).
@@ -88,9 +95,10 @@ const (
 	// SkipRevisionNoService: a revision the address sends traffic to has
 	// no public Service (or a target names no revision).
 	SkipRevisionNoService = "revision_service_not_found"
-	// SkipRevisionNoAddress: a revision's public Service has no IPv4
-	// cluster IP with a TCP port (headless, ExternalName, IPv6 only).
-	SkipRevisionNoAddress = "revision_no_ipv4_address"
+	// SkipRevisionNoAddress: a revision's public Service has no cluster
+	// IP of the address's family with a TCP port (headless, ExternalName,
+	// or only of the other family: a connect keeps its family).
+	SkipRevisionNoAddress = "revision_no_address_of_family"
 	// SkipTooManyRevisions: more revisions with percent > 0 than an entry
 	// has backends (bpfredirect.MaxBackends).
 	SkipTooManyRevisions = "too_many_revisions"
@@ -102,7 +110,7 @@ const (
 var RouteSkipReasons = []string{
 	SkipRoutesUnavailable, SkipRouteNotFound, SkipNoTraffic, SkipTagNotInTraffic,
 	SkipRevisionNoService, SkipRevisionNoAddress, SkipTooManyRevisions,
-	SkipHeadless, SkipNoClusterIP, SkipNoIPv4, SkipNoTCPPort, SkipDuplicate,
+	SkipHeadless, SkipNoClusterIP, SkipNoTCPPort, SkipDuplicate,
 }
 
 // Inputs are what the redirect map depends on, as the caches hold them.
@@ -111,9 +119,10 @@ type Inputs struct {
 	// Services are the public Services by namespace/name (others may be
 	// there too).
 	Services map[types.NamespacedName]*corev1.Service
-	// Activators are the ready activator pods' IPv4 addresses by pod name
-	// (status.activators names pods).
-	Activators map[string]netip.Addr
+	// Activators are the ready activator pods' addresses by pod name
+	// (status.activators names pods): one, or one of each family for a
+	// dual-stack pod.
+	Activators map[string][]netip.Addr
 	// ActivatorPort is where activators take proxied requests (their
 	// --proxy-bind-address, the controller's --activator-port).
 	ActivatorPort uint16
@@ -162,7 +171,7 @@ type Desired struct {
 	// sorted by address so equal sets compare equal.
 	Entries map[netip.AddrPort]Entry
 	// Targets names the ServerlessService of every public Service address
-	// (TCP port of an IPv4 cluster IP), whatever its mode, and the Route
+	// (TCP port of a cluster IP), whatever its mode, and the Route
 	// or tag of every Route Service's address, with an entry or not:
 	// redirected connects are counted per target, and an address of no
 	// target has no counter worth keeping.
@@ -181,14 +190,17 @@ type Desired struct {
 // So the kernel redirects to activators exactly when kube-proxy would, only
 // sooner, and never to a pod that cannot take the connection.
 //
-// Each of its public Service's IPv4 cluster IPs, on the ports that go to
-// the activators (spec.port when the Service has it, else every port, as
-// the controller's Proxy-mode EndpointSlice does; TCP ones only), gets the
-// activators named in status.activators that are ready, at ActivatorPort,
-// with equal weights. Example: status Proxy, activators [act-b, act-a]
-// (10.0.0.7, 10.0.0.5), Service 10.96.0.10 ports 80/TCP and 53/UDP, spec.port
-// unset => 10.96.0.10:80 -> [10.0.0.5:8012 w1, 10.0.0.7:8012 w1]; 53/UDP
-// untouched.
+// Each of its public Service's cluster IPs, of either family, on the ports
+// that go to the activators (spec.port when the Service has it, else every
+// port, as the controller's Proxy-mode EndpointSlice does; TCP ones only),
+// gets the addresses of its family of the activators named in
+// status.activators that are ready, at ActivatorPort, with equal weights.
+// Example: status Proxy, activators [act-b, act-a] (10.0.0.7 and
+// fd00::7, 10.0.0.5), Service [10.96.0.10, fd00:96::a] ports 80/TCP and
+// 53/UDP, spec.port unset => 10.96.0.10:80 -> [10.0.0.5:8012 w1,
+// 10.0.0.7:8012 w1], [fd00:96::a]:80 -> [[fd00::7]:8012 w1]; 53/UDP
+// untouched. An address whose family no ready activator has gets no entry
+// (SkipNoActivatorOfFamily).
 //
 // Then the Routes' addresses get their splits (computeRoutes). An address
 // has one entry: ServerlessServices have theirs first, then Routes, each
@@ -229,14 +241,22 @@ func Compute(in Inputs) Desired {
 			d.Skipped[key] = reason
 			continue
 		}
-		backends := activatorBackends(sks.Status.Activators, in.Activators, in.ActivatorPort)
-		if len(backends) == 0 {
+		byFamily := map[bool][]bpfredirect.Backend{ // by Is4
+			true:  activatorBackends(sks.Status.Activators, in.Activators, in.ActivatorPort, true),
+			false: activatorBackends(sks.Status.Activators, in.Activators, in.ActivatorPort, false),
+		}
+		if len(byFamily[true]) == 0 && len(byFamily[false]) == 0 {
 			d.Skipped[key] = SkipNoActivator
 			continue
 		}
 		for _, a := range addrs {
 			if d.Targets[a] != key {
 				d.Skipped[key] = SkipDuplicate
+				continue
+			}
+			backends := byFamily[a.Addr().Is4()]
+			if len(backends) == 0 {
+				d.Skipped[key] = SkipNoActivatorOfFamily
 				continue
 			}
 			d.Entries[a] = Entry{Target: key, Backends: backends}
@@ -246,19 +266,21 @@ func Compute(in Inputs) Desired {
 	return d
 }
 
-// activatorBackends are the named activators that are ready, at port,
-// with weight 1 each, sorted by address; at most bpfredirect.MaxBackends
-// (the lowest addresses: every one is as good as another).
-func activatorBackends(names []string, ready map[string]netip.Addr, port uint16) []bpfredirect.Backend {
+// activatorBackends are the addresses of one family (IPv4 if v4, else
+// IPv6) of the named activators that are ready, at port, with weight 1
+// each, sorted by address; at most bpfredirect.MaxBackends (the lowest
+// addresses: every one is as good as another).
+func activatorBackends(names []string, ready map[string][]netip.Addr, port uint16, v4 bool) []bpfredirect.Backend {
 	var out []bpfredirect.Backend
 	seen := make(map[netip.Addr]bool, len(names))
 	for _, n := range names {
-		ip, ok := ready[n]
-		if !ok || seen[ip] {
-			continue
+		for _, ip := range ready[n] {
+			if ip.Is4() != v4 || seen[ip] {
+				continue
+			}
+			seen[ip] = true
+			out = append(out, bpfredirect.Backend{Addr: netip.AddrPortFrom(ip, port), Weight: 1})
 		}
-		seen[ip] = true
-		out = append(out, bpfredirect.Backend{Addr: netip.AddrPortFrom(ip, port), Weight: 1})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Compare(out[j].Addr) < 0 })
 	if len(out) > bpfredirect.MaxBackends {
@@ -268,19 +290,38 @@ func activatorBackends(names []string, ready map[string]netip.Addr, port uint16)
 }
 
 // isReadyActivator says whether an activator pod may take connects:
-// running, Ready, not being deleted, with an IPv4 address.
-func isReadyActivator(p *corev1.Pod) (netip.Addr, bool) {
+// running, Ready, not being deleted, with an address; and gives its
+// addresses, status.podIPs (one per family; status.podIP when podIPs is
+// empty), IPv4-mapped ones as IPv4, without the unusable (unparsable,
+// zoned, unspecified) or repeated.
+func isReadyActivator(p *corev1.Pod) ([]netip.Addr, bool) {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-		return netip.Addr{}, false
+		return nil, false
 	}
-	ip, err := netip.ParseAddr(p.Status.PodIP)
-	if err != nil || !ip.Unmap().Is4() {
-		return netip.Addr{}, false
-	}
+	ready := false
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			return ip.Unmap(), c.Status == corev1.ConditionTrue
+			ready = c.Status == corev1.ConditionTrue
+			break
 		}
 	}
-	return netip.Addr{}, false
+	if !ready {
+		return nil, false
+	}
+	raw := make([]string, 0, len(p.Status.PodIPs)+1)
+	for _, ip := range p.Status.PodIPs {
+		raw = append(raw, ip.IP)
+	}
+	if len(raw) == 0 {
+		raw = append(raw, p.Status.PodIP)
+	}
+	var out []netip.Addr
+	for _, s := range raw {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" || ip.Unmap().IsUnspecified() || slices.Contains(out, ip.Unmap()) {
+			continue
+		}
+		out = append(out, ip.Unmap())
+	}
+	return out, len(out) > 0
 }

@@ -80,10 +80,19 @@ func services(svcs ...*corev1.Service) map[types.NamespacedName]*corev1.Service 
 }
 
 // activators are ready activator pods act-a.. at 10.0.0.1..
-var activators = map[string]netip.Addr{
-	"act-a": netip.MustParseAddr("10.0.0.1"),
-	"act-b": netip.MustParseAddr("10.0.0.2"),
-	"act-c": netip.MustParseAddr("10.0.0.3"),
+var activators = map[string][]netip.Addr{
+	"act-a": {netip.MustParseAddr("10.0.0.1")},
+	"act-b": {netip.MustParseAddr("10.0.0.2")},
+	"act-c": {netip.MustParseAddr("10.0.0.3")},
+}
+
+// activators6 are ready activator pods: act-a and act-b dual-stack
+// (10.0.0.1 and fd5c:a1e:0:1::1, ...), act-6 IPv6 only, act-4 IPv4 only.
+var activators6 = map[string][]netip.Addr{
+	"act-a": {netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd5c:a1e:0:1::1")},
+	"act-b": {netip.MustParseAddr("fd5c:a1e:0:1::2"), netip.MustParseAddr("10.0.0.2")},
+	"act-6": {netip.MustParseAddr("fd5c:a1e:0:1::6")},
+	"act-4": {netip.MustParseAddr("10.0.0.4")},
 }
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -187,16 +196,18 @@ func TestCompute(t *testing.T) {
 		wantSkipped: map[Target]string{sksTarget(hello): SkipNoClusterIP},
 		wantTargets: []netip.AddrPort{},
 	}, {
-		name:        "IPv6 only",
+		name:        "IPv6 only, IPv4 activators: no entry, kube-proxy's path",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", []string{"fd00::10"}, "80")},
-		wantSkipped: map[Target]string{sksTarget(hello): SkipNoIPv4},
-		wantTargets: []netip.AddrPort{},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoActivatorOfFamily},
+		wantTargets: []netip.AddrPort{ap("[fd00::10]:80")},
 	}, {
-		name:        "dual stack: the IPv4 address only",
+		name:        "dual stack, IPv4 activators: the IPv4 address only",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
 		svcs:        []*corev1.Service{service("hello", []string{"fd00::10", "10.96.0.10"}, "80")},
 		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{ap("10.96.0.10:80"): backends("10.0.0.1:8012")},
+		wantSkipped: map[Target]string{sksTarget(hello): SkipNoActivatorOfFamily},
+		wantTargets: []netip.AddrPort{ap("10.96.0.10:80"), ap("[fd00::10]:80")},
 	}, {
 		name:        "public Service missing",
 		skses:       []v1alpha1.ServerlessService{sks("hello").Proxy("act-a").Obj()},
@@ -261,12 +272,80 @@ func TestCompute(t *testing.T) {
 	}
 }
 
+// TestComputeIPv6: each address of the public Service gets the
+// activators' addresses of its family; an address whose family no named
+// ready activator has is skipped, the others keep their entries.
+func TestComputeIPv6(t *testing.T) {
+	v6, dual := []string{"fd5c:a1e:96::a"}, []string{"fd5c:a1e:96::a", "10.96.0.10"}
+	for _, tt := range []struct {
+		name        string
+		activators  []string
+		clusterIPs  []string
+		wantEntries map[netip.AddrPort][]bpfredirect.Backend
+		wantSkipped string
+	}{{
+		name: "IPv6 Service, dual-stack activators: their IPv6 addresses", activators: []string{"act-b", "act-a"}, clusterIPs: v6,
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{ap("[fd5c:a1e:96::a]:80"): backends("[fd5c:a1e:0:1::1]:8012", "[fd5c:a1e:0:1::2]:8012")},
+	}, {
+		name: "IPv6 Service, IPv6-only and IPv4-only activators: the IPv6 one", activators: []string{"act-4", "act-6"}, clusterIPs: v6,
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{ap("[fd5c:a1e:96::a]:80"): backends("[fd5c:a1e:0:1::6]:8012")},
+	}, {
+		name: "IPv6 Service, IPv4-only activator", activators: []string{"act-4"}, clusterIPs: v6,
+		wantSkipped: SkipNoActivatorOfFamily,
+	}, {
+		name: "dual-stack Service, dual-stack activators: an entry per family", activators: []string{"act-a", "act-b"}, clusterIPs: dual,
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
+			ap("[fd5c:a1e:96::a]:80"): backends("[fd5c:a1e:0:1::1]:8012", "[fd5c:a1e:0:1::2]:8012"),
+			ap("10.96.0.10:80"):       backends("10.0.0.1:8012", "10.0.0.2:8012"),
+		},
+	}, {
+		name: "dual-stack Service, activators of either family", activators: []string{"act-6", "act-4"}, clusterIPs: dual,
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
+			ap("[fd5c:a1e:96::a]:80"): backends("[fd5c:a1e:0:1::6]:8012"),
+			ap("10.96.0.10:80"):       backends("10.0.0.4:8012"),
+		},
+	}, {
+		name: "dual-stack Service, IPv6-only activator: the IPv4 address is skipped", activators: []string{"act-6"}, clusterIPs: dual,
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{ap("[fd5c:a1e:96::a]:80"): backends("[fd5c:a1e:0:1::6]:8012")},
+		wantSkipped: SkipNoActivatorOfFamily,
+	}, {
+		name: "no named activator is ready", activators: []string{"act-gone"}, clusterIPs: dual,
+		wantSkipped: SkipNoActivator,
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Compute(Inputs{
+				ServerlessServices: []v1alpha1.ServerlessService{sks("hello").Proxy(tt.activators...).Obj()},
+				Services:           services(service("hello", tt.clusterIPs, "80")),
+				Activators:         activators6, ActivatorPort: 8012,
+			})
+			got := make(map[netip.AddrPort][]bpfredirect.Backend)
+			for a, e := range d.Entries {
+				got[a] = e.Backends
+			}
+			want := tt.wantEntries
+			if want == nil {
+				want = map[netip.AddrPort][]bpfredirect.Backend{}
+			}
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("entries (-want +got):\n%s", diff)
+			}
+			wantSkipped := map[Target]string{}
+			if tt.wantSkipped != "" {
+				wantSkipped[sksTarget(hello)] = tt.wantSkipped
+			}
+			if diff := cmp.Diff(wantSkipped, d.Skipped); diff != "" {
+				t.Errorf("skipped (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestComputeCapsBackends(t *testing.T) {
-	acts := make(map[string]netip.Addr)
+	acts := make(map[string][]netip.Addr)
 	var names []string
 	for i := range 40 {
 		n := fmt.Sprintf("act-%02d", i)
-		acts[n] = netip.AddrFrom4([4]byte{10, 0, 1, byte(40 - i)})
+		acts[n] = []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 1, byte(40 - i)})}
 		names = append(names, n)
 	}
 	d := Compute(Inputs{
@@ -284,28 +363,57 @@ func TestComputeCapsBackends(t *testing.T) {
 }
 
 func TestIsReadyActivator(t *testing.T) {
-	pod := func(phase corev1.PodPhase, ip string, ready corev1.ConditionStatus, deleting bool) *corev1.Pod {
-		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}}}
+	// pod's ips are status.podIPs, the first also status.podIP.
+	pod := func(phase corev1.PodPhase, ready corev1.ConditionStatus, deleting bool, ips ...string) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}}}
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		if len(ips) > 0 {
+			p.Status.PodIP = ips[0]
+		}
 		if deleting {
 			p.DeletionTimestamp = &metav1.Time{}
 		}
 		return p
 	}
+	podIPOnly := pod(corev1.PodRunning, corev1.ConditionTrue, false)
+	podIPOnly.Status.PodIP = "fd00::1"
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
 	tests := []struct {
-		name string
-		pod  *corev1.Pod
-		want bool
+		name      string
+		pod       *corev1.Pod
+		want      bool
+		wantAddrs []netip.Addr
 	}{
-		{"running and ready", pod(corev1.PodRunning, "10.0.0.1", corev1.ConditionTrue, false), true},
-		{"not ready", pod(corev1.PodRunning, "10.0.0.1", corev1.ConditionFalse, false), false},
-		{"being deleted", pod(corev1.PodRunning, "10.0.0.1", corev1.ConditionTrue, true), false},
-		{"pending", pod(corev1.PodPending, "10.0.0.1", corev1.ConditionTrue, false), false},
-		{"no address", pod(corev1.PodRunning, "", corev1.ConditionTrue, false), false},
-		{"IPv6", pod(corev1.PodRunning, "fd00::1", corev1.ConditionTrue, false), false},
+		{"running and ready", pod(corev1.PodRunning, corev1.ConditionTrue, false, "10.0.0.1"), true, addrs("10.0.0.1")},
+		{"not ready", pod(corev1.PodRunning, corev1.ConditionFalse, false, "10.0.0.1"), false, nil},
+		{"being deleted", pod(corev1.PodRunning, corev1.ConditionTrue, true, "10.0.0.1"), false, nil},
+		{"pending", pod(corev1.PodPending, corev1.ConditionTrue, false, "10.0.0.1"), false, nil},
+		{"no address", pod(corev1.PodRunning, corev1.ConditionTrue, false), false, nil},
+		{"IPv6", pod(corev1.PodRunning, corev1.ConditionTrue, false, "fd00::1"), true, addrs("fd00::1")},
+		{"dual-stack, IPv6 first", pod(corev1.PodRunning, corev1.ConditionTrue, false, "fd00::1", "10.0.0.1"), true, addrs("fd00::1", "10.0.0.1")},
+		{"IPv4-mapped is IPv4, repeated once", pod(corev1.PodRunning, corev1.ConditionTrue, false, "::ffff:10.0.0.1", "10.0.0.1"), true, addrs("10.0.0.1")},
+		{"unusable addresses skipped", pod(corev1.PodRunning, corev1.ConditionTrue, false, "garbage", "::", "fe80::1%eth0", "fd00::1"), true, addrs("fd00::1")},
+		{"only unusable addresses", pod(corev1.PodRunning, corev1.ConditionTrue, false, "garbage"), false, nil},
+		{"podIP without podIPs", podIPOnly, true, addrs("fd00::1")},
 	}
 	for _, tt := range tests {
-		if _, got := isReadyActivator(tt.pod); got != tt.want {
-			t.Errorf("%s: ready activator = %v, want %v", tt.name, got, tt.want)
+		got, ok := isReadyActivator(tt.pod)
+		if ok != tt.want {
+			t.Errorf("%s: ready activator = %v, want %v", tt.name, ok, tt.want)
+		}
+		if !ok {
+			continue
+		}
+		if diff := cmp.Diff(tt.wantAddrs, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			t.Errorf("%s: addresses (-want +got):\n%s", tt.name, diff)
 		}
 	}
 }

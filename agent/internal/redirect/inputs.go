@@ -19,7 +19,7 @@ import (
 func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 	in := Inputs{
 		Services:      make(map[types.NamespacedName]*corev1.Service),
-		Activators:    make(map[string]netip.Addr),
+		Activators:    make(map[string][]netip.Addr),
 		ActivatorPort: r.opts.ActivatorPort,
 	}
 	var skses v1alpha1.ServerlessServiceList
@@ -45,7 +45,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 	dup := make(map[string]bool)
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		ip, ok := isReadyActivator(p)
+		ips, ok := isReadyActivator(p)
 		if !ok {
 			continue
 		}
@@ -57,7 +57,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 			delete(in.Activators, p.Name)
 			continue
 		}
-		in.Activators[p.Name] = ip
+		in.Activators[p.Name] = ips
 	}
 	return in, nil
 }

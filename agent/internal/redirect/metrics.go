@@ -182,8 +182,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		target Target
 		port   uint16
 	}
-	// Summed per series: a Service has one IPv4 cluster IP today, but two
-	// addresses with the same labels must not make the scrape fail.
+	// Summed per series: a dual-stack Service's two addresses at one port
+	// are one series, and two addresses with the same labels must not make
+	// the scrape fail.
 	sums := make(map[series]uint64)
 	for a, n := range counts {
 		t, ok := targets[a]

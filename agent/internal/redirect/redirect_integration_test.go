@@ -154,6 +154,25 @@ func (e *itEnv) setPodReady(t testing.TB, name, ip string, ready bool) {
 	}
 }
 
+// activatorPodIPs makes a ready activator pod with these addresses
+// (status.podIPs, one per family; the first is status.podIP).
+func (e *itEnv) activatorPodIPs(t testing.TB, name string, ips ...string) {
+	t.Helper()
+	e.activatorPod(t, name, ips[0], true)
+	ctx := context.Background()
+	var p corev1.Pod
+	if err := e.cl.Client.Get(ctx, client.ObjectKey{Namespace: activatorNS, Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.PodIPs = nil
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	if err := e.cl.Client.Status().Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // publicService makes a Service without selector with these ports and
 // returns its cluster IP, as the API server allocated it.
 func (e *itEnv) publicService(t testing.TB, name string, ports ...corev1.ServicePort) netip.Addr {
@@ -217,6 +236,41 @@ func (e *itEnv) waitEntries(t testing.TB, what string, want map[netip.AddrPort][
 			t.Fatalf("%s: the kernel map after 10 s (-want +got):\n%s", what, diff)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestIntegrationActivatorFamilies: activator pods with addresses of both
+// families (status.podIPs, from a real API server) give an IPv4 Service
+// their IPv4 addresses only; an IPv6-only activator is no backend of it,
+// and with no other named, the Service is skipped as having no activator
+// of its family. (The test API server allocates IPv4 cluster IPs only:
+// IPv6 Services are Compute's unit tests'.)
+func TestIntegrationActivatorFamilies(t *testing.T) {
+	e := newITEnv(t)
+	e.activatorPodIPs(t, "act-d", "10.244.0.7", "fd5c:a1e:0:1::7")
+	e.activatorPodIPs(t, "act-6", "fd5c:a1e:0:1::8")
+	dual := e.publicService(t, "dual", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	only6 := e.publicService(t, "only6", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	e.serverlessService(t, "dual", 80)
+	e.serverlessService(t, "only6", 80)
+	e.setStatus(t, "dual", v1alpha1.ModeProxy, "act-6", "act-d")
+	e.setStatus(t, "only6", v1alpha1.ModeProxy, "act-6")
+	r := e.run(t, prometheus.NewRegistry(), time.Second)
+	e.waitEntries(t, "the IPv4 Service: the dual-stack activator's IPv4 address", map[netip.AddrPort][]bpfredirect.Backend{
+		netip.AddrPortFrom(dual, 80): backends("10.244.0.7:8012"),
+	})
+	// only6's address has no entry, and the skip is counted as such.
+	if got, err := e.kernel.Entries(); err != nil || len(got) != 1 {
+		t.Errorf("entries %v, %v; want dual's only (not %s)", got, err, only6)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got := testutil.ToFloat64(r.metrics.skipped.WithLabelValues(KindServerlessService, SkipNoActivatorOfFamily))
+		if got == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("skipped{kind=%s,reason=%s} = %v after 10 s, want 1", KindServerlessService, SkipNoActivatorOfFamily, got)
+		}
 	}
 }
 

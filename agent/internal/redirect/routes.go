@@ -37,8 +37,11 @@ func routeTarget(svc *corev1.Service) Target {
 //     Service, weight 1 whatever the percent: canary-hello's address ->
 //     [10.96.0.12:80 w1].
 //
-// A revision's address is its public Service's IPv4 cluster IP at the
-// port named as the Route Service's port, else at its first TCP port. A
+// A revision's address is its public Service's first cluster IP of the
+// family of the Route Service's address (a connect keeps its family: a
+// dual-stack Route's IPv6 address splits over the revisions' IPv6
+// addresses) at the port named as the Route Service's port, else at its
+// first TCP port. A
 // revision in Proxy mode keeps its own entry, so the kernel's second hop
 // takes the connect on to an activator; the split never changes when a
 // revision scales to or from zero.
@@ -81,7 +84,7 @@ func (d *Desired) computeRoutes(in Inputs) {
 				d.Skipped[t] = SkipDuplicate
 				continue
 			}
-			backends, reason := routeBackends(rt, t, portName(svc, a.Port()), in.Services)
+			backends, reason := routeBackends(rt, t, a.Addr().Is4(), portName(svc, a.Port()), in.Services)
 			if reason != "" {
 				d.Skipped[t] = reason
 				continue
@@ -91,9 +94,10 @@ func (d *Desired) computeRoutes(in Inputs) {
 	}
 }
 
-// routeBackends are the backends of t's address at the Route Service's
-// port named port, sorted by address, or why it has none.
-func routeBackends(rt *servingv1alpha1.Route, t Target, port string, svcs map[types.NamespacedName]*corev1.Service) ([]bpfredirect.Backend, string) {
+// routeBackends are the backends of t's address (IPv4 if v4, else IPv6) at
+// the Route Service's port named port, sorted by address, or why it has
+// none.
+func routeBackends(rt *servingv1alpha1.Route, t Target, v4 bool, port string, svcs map[types.NamespacedName]*corev1.Service) ([]bpfredirect.Backend, string) {
 	// Weights per revision, in the order of status.traffic.
 	var revisions []string
 	weights := make(map[string]int64)
@@ -133,7 +137,7 @@ func routeBackends(rt *servingv1alpha1.Route, t Target, port string, svcs map[ty
 		if rev != "" {
 			svc = svcs[types.NamespacedName{Namespace: rt.Namespace, Name: rev}]
 		}
-		addr, reason := revisionAddr(svc, port)
+		addr, reason := revisionAddr(svc, v4, port)
 		if reason != "" {
 			return nil, reason
 		}
@@ -144,9 +148,9 @@ func routeBackends(rt *servingv1alpha1.Route, t Target, port string, svcs map[ty
 }
 
 // revisionAddr is a revision's public Service address for a Route port
-// named port: its first IPv4 cluster IP at the TCP port of that name, else
-// at its first TCP port.
-func revisionAddr(svc *corev1.Service, port string) (netip.AddrPort, string) {
+// named port: its first cluster IP of the family (IPv4 if v4, else IPv6)
+// at the TCP port of that name, else at its first TCP port.
+func revisionAddr(svc *corev1.Service, v4 bool, port string) (netip.AddrPort, string) {
 	addrs, reason := svcaddr.Redirected(svc, 0)
 	switch {
 	case reason == svcaddr.NoService:
@@ -154,7 +158,11 @@ func revisionAddr(svc *corev1.Service, port string) (netip.AddrPort, string) {
 	case reason != "":
 		return netip.AddrPort{}, SkipRevisionNoAddress
 	}
-	ip := addrs[0].Addr()
+	i := slices.IndexFunc(addrs, func(a netip.AddrPort) bool { return a.Addr().Is4() == v4 })
+	if i < 0 {
+		return netip.AddrPort{}, SkipRevisionNoAddress
+	}
+	ip := addrs[i].Addr()
 	first := int32(-1)
 	for _, p := range svc.Spec.Ports {
 		if p.Protocol != corev1.ProtocolTCP && p.Protocol != "" {

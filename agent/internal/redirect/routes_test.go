@@ -197,7 +197,7 @@ func TestComputeRoutes(t *testing.T) {
 		wantSkipped: map[Target]string{helloRoute: SkipRevisionNoService},
 		wantTargets: map[netip.AddrPort]Target{routeAddr: helloRoute},
 	}, {
-		name:      "a revision's public Service without an IPv4 cluster IP",
+		name:      "a revision's public Service without a cluster IP of the Route address's family (IPv6 only, headless)",
 		routes:    []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Tagged("canary", "hello-00002", 70).Obj()},
 		routeSvcs: []*corev1.Service{routeSvc, canarySvc},
 		svcs: []*corev1.Service{
@@ -205,6 +205,40 @@ func TestComputeRoutes(t *testing.T) {
 			service("hello-00002", ip("None"), "80"),
 		},
 		wantSkipped: map[Target]string{helloRoute: SkipRevisionNoAddress, canaryTag: SkipRevisionNoAddress},
+	}, {
+		name:      "IPv6: the split over the revisions' IPv6 addresses",
+		routes:    []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Tagged("canary", "hello-00002", 70).Obj()},
+		routeSvcs: []*corev1.Service{routeService("hello", "", ip("fd5c:a1e:96::50"), "80"), routeService("hello", "canary", ip("fd5c:a1e:96::51"), "80")},
+		svcs:      []*corev1.Service{service("hello-00001", ip("fd5c:a1e:96::11"), "80"), service("hello-00002", ip("fd5c:a1e:96::12"), "80")},
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
+			ap("[fd5c:a1e:96::50]:80"): {weighted("[fd5c:a1e:96::11]:80", 30), weighted("[fd5c:a1e:96::12]:80", 70)},
+			ap("[fd5c:a1e:96::51]:80"): {weighted("[fd5c:a1e:96::12]:80", 70)},
+		},
+		wantTargets: map[netip.AddrPort]Target{ap("[fd5c:a1e:96::50]:80"): helloRoute, ap("[fd5c:a1e:96::51]:80"): canaryTag},
+	}, {
+		name:      "dual-stack: each address splits over the revisions' addresses of its family",
+		routes:    []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Split("hello-00002", 70).Obj()},
+		routeSvcs: []*corev1.Service{routeService("hello", "", []string{"fd5c:a1e:96::50", "10.96.0.50"}, "80")},
+		svcs: []*corev1.Service{
+			service("hello-00001", []string{"10.96.0.11", "fd5c:a1e:96::11"}, "80"),
+			service("hello-00002", []string{"fd5c:a1e:96::12", "10.96.0.12"}, "80"),
+		},
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{
+			ap("[fd5c:a1e:96::50]:80"): {weighted("[fd5c:a1e:96::11]:80", 30), weighted("[fd5c:a1e:96::12]:80", 70)},
+			routeAddr:                  {weighted("10.96.0.11:80", 30), weighted("10.96.0.12:80", 70)},
+		},
+		wantTargets: map[netip.AddrPort]Target{ap("[fd5c:a1e:96::50]:80"): helloRoute, routeAddr: helloRoute},
+	}, {
+		name:      "dual-stack Route, a revision IPv4 only: the IPv6 address is skipped whole, the IPv4 one split",
+		routes:    []servingv1alpha1.Route{rt("hello").Split("hello-00001", 30).Split("hello-00002", 70).Obj()},
+		routeSvcs: []*corev1.Service{routeService("hello", "", []string{"10.96.0.50", "fd5c:a1e:96::50"}, "80")},
+		svcs: []*corev1.Service{
+			service("hello-00001", []string{"10.96.0.11", "fd5c:a1e:96::11"}, "80"),
+			rev2,
+		},
+		wantEntries: map[netip.AddrPort][]bpfredirect.Backend{routeAddr: {weighted("10.96.0.11:80", 30), weighted("10.96.0.12:80", 70)}},
+		wantSkipped: map[Target]string{helloRoute: SkipRevisionNoAddress},
+		wantTargets: map[netip.AddrPort]Target{ap("[fd5c:a1e:96::50]:80"): helloRoute, routeAddr: helloRoute},
 	}, {
 		name:        "the tag's Service names a tag the Route does not have",
 		routes:      []servingv1alpha1.Route{rt("hello").Split("hello-00001", 100).Obj()},

@@ -28,7 +28,7 @@ const (
 	// ReasonNoAgentReports (Unknown): no agent reports its node's state.
 	ReasonNoAgentReports = "NoAgentReports"
 	// ReasonNotRedirectable (False): the public Service has no address
-	// the kernel matches (headless, IPv6 only, no TCP port, missing).
+	// the kernel matches (headless, no TCP port, missing).
 	ReasonNotRedirectable = "NotRedirectable"
 )
 

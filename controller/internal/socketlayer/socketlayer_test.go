@@ -70,6 +70,8 @@ func TestCondition(t *testing.T) {
 	headless.Spec.ClusterIP, headless.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
 	udp := svc.DeepCopy()
 	udp.Spec.Ports[0].Protocol = corev1.ProtocolUDP
+	ipv6 := svc.DeepCopy()
+	ipv6.Spec.ClusterIP, ipv6.Spec.ClusterIPs = "fd5c:a1e:96::a", []string{"fd5c:a1e:96::a"}
 	active := Summary{Warm: true, Active: 3}
 	var many []NodeState
 	for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
@@ -86,6 +88,7 @@ func TestCondition(t *testing.T) {
 		excludes []string
 	}{
 		{name: "every node active", s: active, svc: svc, wantOK: true, status: metav1.ConditionTrue, reason: ReasonInEffect},
+		{name: "IPv6 only, every node active", s: active, svc: ipv6, wantOK: true, status: metav1.ConditionTrue, reason: ReasonInEffect},
 		{name: "cold, nothing heard", s: Summary{}, svc: svc, wantOK: false},
 		{name: "cold, but heard", s: Summary{Active: 1}, svc: svc, wantOK: true, status: metav1.ConditionTrue, reason: ReasonInEffect},
 		{name: "warm, nothing heard", s: Summary{Warm: true}, svc: svc, wantOK: true, status: metav1.ConditionUnknown, reason: ReasonNoAgentReports},

@@ -73,7 +73,7 @@ func up(t *testing.T) *stack.Stack {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
 		start := time.Now()
-		shared, upErr = cluster.Up(ctx, cluster.Options{Nodes: 2, RealNodes: 1, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e")})
+		shared, upErr = cluster.Up(ctx, cluster.Options{Nodes: 2, RealNodes: 1, DualStack: true, StateDir: filepath.Join(os.TempDir(), "sockscale-e2e")})
 		if upErr != nil {
 			return
 		}

@@ -50,6 +50,16 @@ func DualStack() Option {
 	}
 }
 
+// DualStackIPv6First is DualStack with IPv6 the primary family: a
+// Service that names no family is IPv6-only.
+func DualStackIPv6First() Option {
+	return func(env *envtest.Environment) {
+		// The API server's own address must be of the primary family (the
+		// kubernetes Service's endpoint): loopback, as envtest's 127.0.0.1.
+		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "fd5c:a1e:96::/112,10.0.0.0/24").Set("advertise-address", "::1")
+	}
+}
+
 // ControlPlane starts etcd and kube-apiserver (the pinned builds of
 // KUBEBUILDER_ASSETS) with the CRDs of charts/sockscale/files/crds installed, and
 // stops them when t ends.

@@ -88,7 +88,8 @@ func FuzzSlicePods(f *testing.F) {
 		got := slicePods(items, portName)
 
 		for i, p := range got {
-			if a := p.Addr.Addr(); !(a.Is4() || (a.Is6() && !a.Is4In6() && a.Zone() == "")) || p.Addr.Port() == 0 {
+			a := p.Addr.Addr()
+			if valid := a.Is4() || (a.Is6() && !a.Is4In6() && a.Zone() == ""); !valid || p.Addr.Port() == 0 {
 				t.Errorf("pod %v: not an IPv4 or IPv6 address with a port", p.Addr)
 			}
 			if i > 0 && got[i-1].Addr.Compare(p.Addr) >= 0 {

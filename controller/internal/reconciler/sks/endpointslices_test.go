@@ -2,6 +2,7 @@ package sks
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
@@ -336,4 +338,42 @@ func endpointsFamily(name string) discoveryv1.AddressType {
 		return discoveryv1.AddressTypeIPv6
 	}
 	return discoveryv1.AddressTypeIPv4
+}
+
+// TestSliceOfAnotherAddressTypeIsMadeAnew: a slice's address type cannot
+// change (the API server refuses it, as the client here does), so a
+// slice of sockscale's under a name now wanted for the other family is
+// deleted and created again, not updated.
+func TestSliceOfAnotherAddressTypeIsMadeAnew(t *testing.T) {
+	f := newFixture(v1alpha1.ModeServe, 80, pod("10.0.1.1", true))
+	f.extra = append(f.extra, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-sockscale-0", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "hello", discoveryv1.LabelManagedBy: ManagedBy},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ServerlessService", Name: "hello", UID: "sks-uid", Controller: ptr.To(true)}}},
+		AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{pod("fd00:9::9", true)}})
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	objs := append(append([]client.Object{f.sks, f.public}, f.private...), f.extra...)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				var have discoveryv1.EndpointSlice
+				if err := c.Get(ctx, client.ObjectKeyFromObject(s), &have); err == nil && have.AddressType != s.AddressType {
+					return fmt.Errorf("addressType: field is immutable (%s to %s)", have.AddressType, s.AddressType)
+				}
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	r := &ServerlessService{Client: c, ActivatorNamespace: "sockscale-system", ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := publicSlices(t, c)
+	if len(got) != 1 || got[0].Name != "hello-sockscale-0" || got[0].AddressType != discoveryv1.AddressTypeIPv4 {
+		t.Fatalf("public slices %+v, want hello-sockscale-0 of IPv4", got)
+	}
+	if diff := cmp.Diff([]summary{{Ports: []string{"http:8080", "metrics:9091"}, Addresses: []string{"10.0.1.1"}}}, summarize(got)); diff != "" {
+		t.Errorf("public slices (-want +got):\n%s", diff)
+	}
 }

@@ -35,40 +35,49 @@
 //
 // # Encoding
 //
-// A batch is little-endian binary, version 1, 2 or 3 ("uvarint" and
+// A batch is little-endian binary, version 1 to 4 ("uvarint" and
 // "varint" are encoding/binary's):
 //
 //	magic     4 bytes  "SSST"
 //	version   1 byte   1: pod records only; 2: pod records, then target records;
-//	                   3: pod records with their accounting, then target records
+//	                   3: pod records with their accounting, then target records;
+//	                   4: as 3, with 16-byte pod addresses
 //	node      uvarint length, then UTF-8 bytes (an agent's node, an activator's pod)
 //	start     varint   period start, Unix nanoseconds
 //	duration  uvarint  period length in nanoseconds (> 0)
 //	count     uvarint  number of pod records
 //	records   count times:
-//	  ip                4 bytes  pod IPv4
+//	  ip                versions 1 to 3: 4 bytes, pod IPv4; version 4: 16 bytes, pod
+//	                    IPv6, or IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d), read as IPv4
 //	  namespace, pod    uvarint length, then bytes, each
 //	  workload          uvarint length, then bytes (e.g. the Deployment's name)
 //	  concurrency       8 bytes  float64: average requests in flight
 //	  proxied           8 bytes  float64: average of those that came through an activator
 //	  requests          uvarint  requests completed in the period
 //	  proxiedRequests   uvarint  of those, through an activator
-//	  accounting        version 3 only: 1 byte, 0: HTTP/1 requests, 1: HTTP/2 streams,
+//	  accounting        versions 3 and 4: 1 byte, 0: HTTP/1 requests, 1: HTTP/2 streams,
 //	                    2: connections (some counted at connection level)
-//	  opaque            version 3 only: 8 bytes float64, the part of concurrency from
+//	  opaque            versions 3 and 4: 8 bytes float64, the part of concurrency from
 //	                    connection-level connections (0 unless accounting is 2)
-//	targets   versions 2 and 3: uvarint count (at least 1 in version 2), then count times:
+//	targets   versions 2 to 4: uvarint count (at least 1 in version 2), then count times:
 //	  namespace, workload  uvarint length, then bytes, each (workload as above)
 //	  concurrency          8 bytes  float64: average requests held or forwarded by this activator
 //	  requests             uvarint  requests that arrived at it in the period
 //
-// Encoders write the lowest version that holds a batch: version 3 only
+// A pod is known by one address (package podaddr): its IPv4 address if
+// it has one, else its first IPv6 one.
+//
+// Encoders write the lowest version that holds a batch: version 4 only
+// when some pod's address is IPv6 (an IPv6-only pod), else version 3 only
 // when some pod's accounting is not the default (HTTP/1 requests, no
 // opaque concurrency), else version 1 without target records and 2 with.
-// So an agent's batches stay readable by a controller that predates a
-// version while a rolling upgrade is under way, and a reporter answered
-// 400 for a version 3 batch (such a controller) sends its batches without
-// the accounting for a while (report.Reporter). Activators report every
+// Decode refuses a batch in a higher version than it needs, so each batch
+// has one encoding. So an agent's batches stay readable by a controller
+// that predates a version while a rolling upgrade is under way: a
+// reporter answered 400 for a version 4 batch (such a controller) sends
+// that replica its batches without the IPv6 pods' records for a while,
+// and for a version 3 batch without the accounting too (report.Reporter).
+// Activators report every
 // period and, for a target with no pod, at once on its first request (a
 // batch whose period ends at that moment), so the controller decides
 // without waiting for the next tick (activator/internal/stats says what

@@ -23,12 +23,14 @@ const (
 	magic = "SSST"
 	// Version 1 carries pod records only; version 2 adds target records
 	// (activators); version 3 adds each pod's accounting to its record and
-	// always has a target count. Append writes the lowest version that
+	// always has a target count; version 4 is version 3 with 16-byte pod
+	// addresses, for IPv6 pods. Append writes the lowest version that
 	// holds a batch, so agents stay readable by controllers that predate
-	// the newer versions during a rolling upgrade; Decode reads all three.
+	// the newer versions during a rolling upgrade; Decode reads all four.
 	versionPods       = 1
 	versionTargets    = 2
 	versionAccounting = 3
+	versionIPv6       = 4
 	// maxName bounds names: Kubernetes names are at most 253 bytes.
 	maxName = 253
 )
@@ -111,7 +113,7 @@ func (p *PodStat) checkAccounting() error {
 
 // HasAccounting says whether some pod record carries an accounting other
 // than the default (HTTP/1 requests, no opaque concurrency): only then is
-// the batch encoded as version 3.
+// the batch encoded as version 3 (or 4, which carries the accounting too).
 func (b *Batch) HasAccounting() bool {
 	for i := range b.Pods {
 		if b.Pods[i].hasAccounting() {
@@ -119,6 +121,50 @@ func (b *Batch) HasAccounting() bool {
 		}
 	}
 	return false
+}
+
+// HasIPv6 says whether some pod record's address is IPv6: only then is
+// the batch encoded as version 4.
+func (b *Batch) HasIPv6() bool {
+	for i := range b.Pods {
+		if b.Pods[i].IP.Is6() {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutIPv6 returns b, or a copy of it without the pod records whose
+// address is IPv6, so that it encodes as version 3 or lower: what a
+// controller that predates version 4 reads. dropped counts the records
+// left out.
+func (b *Batch) WithoutIPv6() (_ *Batch, dropped int) {
+	if !b.HasIPv6() {
+		return b, 0
+	}
+	c := *b
+	c.Pods = make([]PodStat, 0, len(b.Pods))
+	for _, p := range b.Pods {
+		if p.IP.Is6() {
+			dropped++
+			continue
+		}
+		c.Pods = append(c.Pods, p)
+	}
+	return &c, dropped
+}
+
+// Version is the version Append writes b in: the lowest that holds it.
+func (b *Batch) Version() byte {
+	switch {
+	case b.HasIPv6():
+		return versionIPv6
+	case b.HasAccounting():
+		return versionAccounting
+	case len(b.Targets) > 0:
+		return versionTargets
+	}
+	return versionPods
 }
 
 // WithoutAccounting returns b, or a copy of it whose pod records have the
@@ -180,13 +226,7 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 	if b.Period <= 0 {
 		return nil, fmt.Errorf("encode stats: period %v must be positive", b.Period)
 	}
-	version := byte(versionPods)
-	switch {
-	case b.HasAccounting():
-		version = versionAccounting
-	case len(b.Targets) > 0:
-		version = versionTargets
-	}
+	version := b.Version()
 	dst = append(dst, magic...)
 	dst = append(dst, version)
 	dst = appendString(dst, b.Node)
@@ -195,11 +235,22 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(b.Pods)))
 	for i := range b.Pods {
 		p := &b.Pods[i]
-		if !p.IP.Is4() {
-			return nil, fmt.Errorf("encode stats: pod %s/%s address %s is not IPv4", p.Namespace, p.Pod, p.IP)
+		switch {
+		case !p.IP.IsValid():
+			return nil, fmt.Errorf("encode stats: pod %s/%s has no address: want an IPv4 or IPv6 address", p.Namespace, p.Pod)
+		case p.IP.Is4In6():
+			// Decode gives it back as plain IPv4: refusing it keeps one
+			// encoding per batch and each address in one form.
+			return nil, fmt.Errorf("encode stats: pod %s/%s address %s is IPv4-mapped IPv6: want it as IPv4 (%s)", p.Namespace, p.Pod, p.IP, p.IP.Unmap())
+		case p.IP.Zone() != "":
+			return nil, fmt.Errorf("encode stats: pod %s/%s address %s has a zone: want a pod address without one", p.Namespace, p.Pod, p.IP)
+		case version == versionIPv6:
+			ip := p.IP.As16() // IPv4 as IPv4-mapped IPv6
+			dst = append(dst, ip[:]...)
+		default:
+			ip := p.IP.As4()
+			dst = append(dst, ip[:]...)
 		}
-		ip := p.IP.As4()
-		dst = append(dst, ip[:]...)
 		dst = appendString(dst, p.Namespace)
 		dst = appendString(dst, p.Pod)
 		dst = appendString(dst, p.Workload)
@@ -207,7 +258,7 @@ func Append(dst []byte, b *Batch) ([]byte, error) {
 		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.ProxiedConcurrency))
 		dst = binary.AppendUvarint(dst, p.Requests)
 		dst = binary.AppendUvarint(dst, p.ProxiedRequests)
-		if version == versionAccounting {
+		if version >= versionAccounting {
 			if err := p.checkAccounting(); err != nil {
 				return nil, fmt.Errorf("encode stats: pod %s/%s: %w", p.Namespace, p.Pod, err)
 			}
@@ -242,8 +293,8 @@ func Decode(data []byte) (*Batch, error) {
 	}
 	d.off = len(magic)
 	v := d.data[d.off]
-	if v < versionPods || v > versionAccounting {
-		return nil, fmt.Errorf("%w: version %d, this controller reads versions %d to %d", ErrMalformed, v, versionPods, versionAccounting)
+	if v < versionPods || v > versionIPv6 {
+		return nil, fmt.Errorf("%w: version %d, this controller reads versions %d to %d", ErrMalformed, v, versionPods, versionIPv6)
 	}
 	d.off++
 	b := &Batch{Node: d.string("node")}
@@ -257,7 +308,11 @@ func Decode(data []byte) (*Batch, error) {
 		return nil, fmt.Errorf("%w: period %v out of range (0, 1h]", ErrMalformed, time.Duration(period))
 	}
 	// Reject counts the data cannot hold.
-	if count > uint64(len(data)-d.off)/minPodRecord {
+	minRecord := uint64(minPodRecord)
+	if v == versionIPv6 {
+		minRecord += 16 - 4 + 9 // the longer address, the accounting
+	}
+	if count > uint64(len(data)-d.off)/minRecord {
 		return nil, fmt.Errorf("%w: %d pods cannot fit in %d bytes", ErrMalformed, count, len(data)-d.off)
 	}
 	b.Start = time.Unix(0, start)
@@ -265,7 +320,11 @@ func Decode(data []byte) (*Batch, error) {
 	b.Pods = make([]PodStat, count)
 	for i := range b.Pods {
 		p := &b.Pods[i]
-		p.IP = netip.AddrFrom4(d.ip4())
+		if v == versionIPv6 {
+			p.IP = netip.AddrFrom16(d.ip16()).Unmap()
+		} else {
+			p.IP = netip.AddrFrom4(d.ip4())
+		}
 		p.Namespace = d.string("namespace")
 		p.Pod = d.string("pod")
 		p.Workload = d.string("workload")
@@ -273,7 +332,7 @@ func Decode(data []byte) (*Batch, error) {
 		p.ProxiedConcurrency = d.float("proxied concurrency")
 		p.Requests = d.uvarint("requests")
 		p.ProxiedRequests = d.uvarint("proxied requests")
-		if v == versionAccounting {
+		if v >= versionAccounting {
 			d.accounting(p)
 		}
 		if d.err != nil {
@@ -283,6 +342,10 @@ func Decode(data []byte) (*Batch, error) {
 	if v == versionAccounting && !b.HasAccounting() {
 		// One encoding per batch: without accounting it is version 1 or 2.
 		return nil, fmt.Errorf("%w: version 3 with every pod at the default accounting (%s, no opaque concurrency): that batch is version 1 or 2", ErrMalformed, AccountingHTTP1Requests)
+	}
+	if v == versionIPv6 && !b.HasIPv6() {
+		// One encoding per batch: with IPv4 pods only it is version 1 to 3.
+		return nil, fmt.Errorf("%w: version 4 with every pod address IPv4 (IPv4-mapped on the wire): that batch is version 1, 2 or 3", ErrMalformed)
 	}
 	if v >= versionTargets {
 		if err := d.targets(b, v); err != nil {
@@ -321,7 +384,7 @@ func (d *decoder) accounting(p *PodStat) {
 	}
 }
 
-// targets reads the target records of version v (2 or 3) into b.
+// targets reads the target records of version v (2 to 4) into b.
 func (d *decoder) targets(b *Batch, v byte) error {
 	count := d.uvarint("target count")
 	if d.err != nil {
@@ -336,7 +399,7 @@ func (d *decoder) targets(b *Batch, v byte) error {
 		return fmt.Errorf("%w: %d targets cannot fit in %d bytes", ErrMalformed, count, len(d.data)-d.off)
 	}
 	if count == 0 {
-		return nil // version 3 of an agent: pods only
+		return nil // version 3 or 4 of an agent: pods only
 	}
 	b.Targets = make([]TargetStat, count)
 	for i := range b.Targets {
@@ -443,5 +506,19 @@ func (d *decoder) ip4() [4]byte {
 	}
 	copy(ip[:], d.data[d.off:])
 	d.off += 4
+	return ip
+}
+
+func (d *decoder) ip16() [16]byte {
+	var ip [16]byte
+	if d.err != nil {
+		return ip
+	}
+	if len(d.data)-d.off < 16 {
+		d.fail("ip", "truncated")
+		return ip
+	}
+	copy(ip[:], d.data[d.off:])
+	d.off += 16
 	return ip
 }

@@ -39,6 +39,15 @@ func withTargets(b *Batch, n int) *Batch {
 	return b
 }
 
+// withIPv6 makes every other pod of b (the first, the third...) an
+// IPv6-only pod.
+func withIPv6(b *Batch) *Batch {
+	for i := 0; i < len(b.Pods); i += 2 {
+		b.Pods[i].IP = netip.AddrFrom16([16]byte{0xfd, 0x00, 15: byte(i)})
+	}
+	return b
+}
+
 // withAccounting gives every third pod of b connection-level accounting
 // (a quarter of its concurrency opaque) and the next one HTTP/2 streams.
 func withAccounting(b *Batch) *Batch {
@@ -56,7 +65,8 @@ func withAccounting(b *Batch) *Batch {
 
 func TestRoundTrip(t *testing.T) {
 	for _, b := range []*Batch{batchOf(0), batchOf(1), batchOf(100), withTargets(batchOf(0), 1), withTargets(batchOf(3), 20),
-		withAccounting(batchOf(1)), withAccounting(batchOf(100)), withTargets(withAccounting(batchOf(3)), 2)} {
+		withAccounting(batchOf(1)), withAccounting(batchOf(100)), withTargets(withAccounting(batchOf(3)), 2),
+		withIPv6(batchOf(1)), withIPv6(batchOf(100)), withTargets(withIPv6(withAccounting(batchOf(5))), 3)} {
 		want, n := b, fmt.Sprintf("%d pods, %d targets", len(b.Pods), len(b.Targets))
 		data, err := Append(nil, want)
 		if err != nil {
@@ -92,6 +102,11 @@ func TestVersionFollowsContent(t *testing.T) {
 		{"accounting and targets", withTargets(withAccounting(batchOf(3)), 2), 3},
 		{"accounting dropped", withAccounting(batchOf(3)).WithoutAccounting(), 1},
 		{"accounting dropped, targets kept", withTargets(withAccounting(batchOf(3)), 2).WithoutAccounting(), 2},
+		{"one IPv6 pod", withIPv6(batchOf(1)), 4},
+		{"IPv6 and IPv4 pods", withIPv6(batchOf(3)), 4},
+		{"IPv6 pods, accounting and targets", withTargets(withAccounting(withIPv6(batchOf(3))), 2), 4},
+		{"IPv6 dropped", withoutIPv6(withIPv6(batchOf(3))), 1},
+		{"IPv6 dropped, accounting kept", withoutIPv6(withAccounting(withIPv6(batchOf(3)))), 3},
 	} {
 		data, err := Append(nil, tc.b)
 		if err != nil {
@@ -100,6 +115,33 @@ func TestVersionFollowsContent(t *testing.T) {
 		if got := data[len(magic)]; got != tc.want {
 			t.Errorf("%s: version %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+func withoutIPv6(b *Batch) *Batch {
+	c, _ := b.WithoutIPv6()
+	return c
+}
+
+// TestWithoutIPv6: the copy keeps the IPv4 pods' records as they were,
+// in order, counts the IPv6 ones it left out, and b is left as it was.
+func TestWithoutIPv6(t *testing.T) {
+	b := withTargets(withIPv6(batchOf(5)), 1)
+	got, dropped := b.WithoutIPv6()
+	want := withTargets(batchOf(5), 1)
+	want.Pods = []PodStat{want.Pods[1], want.Pods[3]}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("without IPv6 (-want +got):\n%s", diff)
+	}
+	if dropped != 3 {
+		t.Errorf("dropped %d records, want 3", dropped)
+	}
+	if !b.Pods[0].IP.Is6() || len(b.Pods) != 5 {
+		t.Errorf("WithoutIPv6 changed its batch: %+v", b.Pods)
+	}
+	plain := batchOf(2)
+	if got, dropped := plain.WithoutIPv6(); got != plain || dropped != 0 {
+		t.Errorf("a batch with no IPv6 pod was copied, or records dropped (%d)", dropped)
 	}
 }
 
@@ -127,10 +169,19 @@ func TestAppendRejects(t *testing.T) {
 	if _, err := Append(nil, b); err == nil || !strings.Contains(err.Error(), "period 0s must be positive") {
 		t.Errorf("zero period: err = %v", err)
 	}
-	b = batchOf(1)
-	b.Pods[0].IP = netip.MustParseAddr("fd00::1")
-	if _, err := Append(nil, b); err == nil || !strings.Contains(err.Error(), "fd00::1 is not IPv4") {
-		t.Errorf("IPv6 pod: err = %v", err)
+	for _, tc := range []struct {
+		ip   netip.Addr
+		want string
+	}{
+		{netip.Addr{}, "pod team-0/hello-7d9f8b6c5d-00000 has no address: want an IPv4 or IPv6 address"},
+		{netip.MustParseAddr("::ffff:10.1.0.0"), "address ::ffff:10.1.0.0 is IPv4-mapped IPv6: want it as IPv4 (10.1.0.0)"},
+		{netip.MustParseAddr("fe80::1%eth0"), "address fe80::1%eth0 has a zone: want a pod address without one"},
+	} {
+		b = batchOf(1)
+		b.Pods[0].IP = tc.ip
+		if _, err := Append(nil, b); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("address %v: err = %v, want it to mention %q", tc.ip, err, tc.want)
+		}
 	}
 	b = batchOf(2)
 	b.Pods[1].Accounting, b.Pods[1].OpaqueConcurrency = AccountingConnections, 1
@@ -175,6 +226,15 @@ func TestDecodeErrorsSayWhat(t *testing.T) {
 	negativeOpaque := spoil(func(data []byte) {
 		binary.LittleEndian.PutUint64(data[accountingAt+1:], math.Float64bits(-1))
 	})
+	// A version 4 batch of one IPv6 pod, then the same with its address
+	// made IPv4-mapped: the address starts after the header, at v4AddrAt.
+	v4, _ := Append(nil, withIPv6(batchOf(1)))
+	v4AddrAt := len(v4) - (16 + 1 + len("team-0") + 1 + len("hello-7d9f8b6c5d-00000") + 1 + len("hello") + 8 + 8 + 1 + 1 + 1 + 8 + 1)
+	if got := netip.AddrFrom16([16]byte(v4[v4AddrAt:])); got != netip.MustParseAddr("fd00::") {
+		t.Fatalf("the test's offset of the IPv6 address is wrong: %v there", got)
+	}
+	v4OnlyIPv4 := append([]byte{}, v4...)
+	copy(v4OnlyIPv4[v4AddrAt:], netip.MustParseAddr("::ffff:10.1.0.0").AsSlice())
 	tests := []struct {
 		name string
 		data []byte
@@ -182,8 +242,11 @@ func TestDecodeErrorsSayWhat(t *testing.T) {
 	}{
 		{"empty", nil, `does not start with "SSST"`},
 		{"other magic", []byte("JSON{}"), `does not start with "SSST"`},
-		{"future version", append([]byte("SSST"), 9), "version 9, this controller reads versions 1 to 3"},
-		{"version 0", append([]byte("SSST"), 0), "version 0, this controller reads versions 1 to 3"},
+		{"future version", append([]byte("SSST"), 9), "version 9, this controller reads versions 1 to 4"},
+		{"version 0", append([]byte("SSST"), 0), "version 0, this controller reads versions 1 to 4"},
+		{"version 4 with IPv4 pods only", v4OnlyIPv4, "version 4 with every pod address IPv4"},
+		{"truncated version 4", v4[:len(v4)-5], "pod record 0: malformed stats batch: opaque concurrency at byte"},
+		{"version 4 count beyond data", v4[:v4AddrAt+33], "1 pods cannot fit"},
 		{"truncated", good[:len(good)-5], "pod record 1"},
 		{"trailing bytes", append(append([]byte{}, good...), 0), "1 bytes after the last record"},
 		{"negative concurrency", neg, "concurrency at byte"},
@@ -222,6 +285,8 @@ func FuzzDecode(f *testing.F) {
 		data, _ = Append(nil, withAccounting(batchOf(n+1)))
 		f.Add(data)
 		data, _ = Append(nil, withTargets(withAccounting(batchOf(n+1)), n))
+		f.Add(data)
+		data, _ = Append(nil, withTargets(withIPv6(batchOf(n+1)), n))
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

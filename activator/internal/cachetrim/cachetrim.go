@@ -40,8 +40,9 @@ import (
 //     labels kubernetes.io/service-name and
 //     endpointslice.kubernetes.io/managed-by, ownerReferences,
 //     addressType, ports[].name, .port, .protocol; and of a private
-//     Service's slice only, endpoints[].addresses,
-//     .conditions.ready and .conditions.terminating.
+//     Service's IPv4 or IPv6 slice only, endpoints[].addresses,
+//     .conditions.ready, .conditions.terminating, .targetRef.kind and
+//     .targetRef.name.
 //   - Ingress (ingressBackends, routeClaims, their indexes, routeTargets,
 //     routeHosts, claimants): spec.rules[].host,
 //     .http.paths[].backend.service.name, spec.defaultBackend.service.name.
@@ -129,6 +130,11 @@ func EndpointSlice(in any) (any, error) {
 	for i, ep := range s.Endpoints {
 		s.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses,
 			Conditions: discoveryv1.EndpointConditions{Ready: ep.Conditions.Ready, Terminating: ep.Conditions.Terminating}}
+		if ep.TargetRef != nil {
+			// The pod's name alone: what tells a dual-stack pod's IPv4 and
+			// IPv6 endpoints for one pod (watch's slicePods).
+			s.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: ep.TargetRef.Kind, Name: ep.TargetRef.Name}
+		}
 	}
 	return s, nil
 }
@@ -136,7 +142,8 @@ func EndpointSlice(in any) (any, error) {
 // podsMayBeRead: the watcher's podsOf and slicePods could take pods from
 // s (what they check of the slice's labels and address type).
 func podsMayBeRead(s *discoveryv1.EndpointSlice) bool {
-	if s.Labels[discoveryv1.LabelManagedBy] != endpointSliceController || s.AddressType != discoveryv1.AddressTypeIPv4 {
+	if s.Labels[discoveryv1.LabelManagedBy] != endpointSliceController ||
+		(s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6) {
 		return false
 	}
 	public, private := strings.CutSuffix(s.Labels[discoveryv1.LabelServiceName], watch.PrivateSuffix)

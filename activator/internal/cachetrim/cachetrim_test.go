@@ -235,7 +235,13 @@ func TestEndpointsAreKeptWherePodsMayBeRead(t *testing.T) {
 			s.Labels[discoveryv1.LabelManagedBy] = "endpointslicemirroring-controller.k8s.io"
 		}, false},
 		{"written by someone else", func(s *discoveryv1.EndpointSlice) { delete(s.Labels, discoveryv1.LabelManagedBy) }, false},
-		{"IPv6", func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 }, false},
+		{"IPv6", func(s *discoveryv1.EndpointSlice) {
+			s.AddressType = discoveryv1.AddressTypeIPv6
+			for i := range s.Endpoints {
+				s.Endpoints[i].Addresses = []string{fmt.Sprintf("fd00:244::%d", i+1)}
+			}
+		}, true},
+		{"FQDN", func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeFQDN }, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := privateSlice(private, 1, 1, 5)
@@ -249,8 +255,11 @@ func TestEndpointsAreKeptWherePodsMayBeRead(t *testing.T) {
 			want.Endpoints = nil
 			if tt.endpoints {
 				for _, ep := range s.Endpoints {
+					// The pod's name stays: it tells a dual-stack pod's two
+					// endpoints for one pod.
 					want.Endpoints = append(want.Endpoints, discoveryv1.Endpoint{Addresses: ep.Addresses,
-						Conditions: discoveryv1.EndpointConditions{Ready: ep.Conditions.Ready, Terminating: ep.Conditions.Terminating}})
+						Conditions: discoveryv1.EndpointConditions{Ready: ep.Conditions.Ready, Terminating: ep.Conditions.Terminating},
+						TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: ep.TargetRef.Name}})
 				}
 			}
 			if diff := cmp.Diff(want, out); diff != "" {

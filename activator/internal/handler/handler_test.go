@@ -969,3 +969,35 @@ func TestHealthChecksAtZero(t *testing.T) {
 		t.Errorf("health check with a ready pod: %d %q, want the pod's answer", resp.StatusCode, body)
 	}
 }
+
+// TestForwardsToAnIPv6Pod: a pod known by its IPv6 address (an IPv6-only
+// pod) is forwarded to as "[address]:port", and its reply comes back.
+func TestForwardsToAnIPv6Pod(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback to listen on: %v", err)
+	}
+	var host atomic.Value
+	p := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host.Store(r.Host)
+		_, _ = w.Write([]byte("hi from the IPv6 pod\n"))
+	}))
+	p.Listener = l
+	p.Start()
+	t.Cleanup(p.Close)
+	if !netip.MustParseAddrPort(l.Addr().String()).Addr().Is6() {
+		t.Fatalf("the pod listens on %s, want an IPv6 address", l.Addr())
+	}
+	e := newEnv(t, 0)
+	e.serve(t, target.Target{Key: hello, Ports: []uint16{80}}, p)
+	resp, body, err := e.get(t, t.Context(), "hello.default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || body != "hi from the IPv6 pod\n" {
+		t.Errorf("status %d, body %q; want 200 from the IPv6 pod", resp.StatusCode, body)
+	}
+	if got, _ := host.Load().(string); got != "hello.default" {
+		t.Errorf("the pod saw Host %q, want the client's hello.default", got)
+	}
+}

@@ -628,45 +628,79 @@ func (w *Watcher) podsOf(ctx context.Context, r client.Reader, pa *v1alpha1.PodA
 	return slicePods(list.Items, portName), nil
 }
 
-// slicePods are the pods of the slices: every IPv4 address not
-// terminating, with the slice's ready condition (the prober checks the
-// others itself).
+// slicePods are the pods of the slices: every address not terminating,
+// IPv4 and IPv6, with the slice's ready condition (the prober checks the
+// others itself). A dual-stack pod is listed by an IPv4 slice and an
+// IPv6 one: it is one destination, its IPv4 address, or its
+// containerConcurrency would be granted twice. Endpoints are matched to
+// pods by their targetRef: an IPv6 endpoint of a pod that an IPv4
+// endpoint lists is left out; one that names no pod is a destination
+// per address.
 func slicePods(items []discoveryv1.EndpointSlice, portName string) []readiness.Pod {
 	seen := make(map[netip.AddrPort]int)
+	// withIPv4 are the pods IPv4 endpoints list.
+	withIPv4 := make(map[string]bool)
 	var pods []readiness.Pod
-	for i := range items {
-		s := &items[i]
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
-		}
-		port, ok := slicePort(s, portName)
-		if !ok {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+	for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+		for i := range items {
+			s := &items[i]
+			if s.AddressType != family {
 				continue
 			}
-			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			for _, a := range ep.Addresses {
-				ip, err := netip.ParseAddr(a)
-				if err != nil || !ip.Is4() {
+			port, ok := slicePort(s, portName)
+			if !ok {
+				continue
+			}
+			for _, ep := range s.Endpoints {
+				pod := endpointPod(&ep)
+				switch {
+				case pod != "" && family == discoveryv1.AddressTypeIPv4:
+					withIPv4[pod] = true
+				case pod != "" && withIPv4[pod]:
+					continue // known by its IPv4 address
+				}
+				if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
 					continue
 				}
-				ap := netip.AddrPortFrom(ip, port)
-				// A pod may appear in two slices while the controller
-				// moves it; ready in either is ready.
-				if j, dup := seen[ap]; dup {
-					pods[j].Ready = pods[j].Ready || ready
-					continue
+				ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+				for _, a := range ep.Addresses {
+					ip, err := netip.ParseAddr(a)
+					if err != nil || !ofFamily(ip, family) {
+						continue
+					}
+					ap := netip.AddrPortFrom(ip, port)
+					// A pod may appear in two slices while the controller
+					// moves it; ready in either is ready.
+					if j, dup := seen[ap]; dup {
+						pods[j].Ready = pods[j].Ready || ready
+						continue
+					}
+					seen[ap] = len(pods)
+					pods = append(pods, readiness.Pod{Addr: ap, Ready: ready})
 				}
-				seen[ap] = len(pods)
-				pods = append(pods, readiness.Pod{Addr: ap, Ready: ready})
 			}
 		}
 	}
 	slices.SortFunc(pods, func(a, b readiness.Pod) int { return a.Addr.Compare(b.Addr) })
 	return pods
+}
+
+// endpointPod is the name of the pod ep is, "" when it names none.
+func endpointPod(ep *discoveryv1.Endpoint) string {
+	if ep.TargetRef == nil || (ep.TargetRef.Kind != "" && ep.TargetRef.Kind != "Pod") {
+		return ""
+	}
+	return ep.TargetRef.Name
+}
+
+// ofFamily says whether ip is an address of the slice family: IPv4 for
+// IPv4, IPv6 for IPv6, neither IPv4-mapped IPv6 (which would reach an
+// IPv4 address through an IPv6 slice) nor with a zone.
+func ofFamily(ip netip.Addr, family discoveryv1.AddressType) bool {
+	if family == discoveryv1.AddressTypeIPv4 {
+		return ip.Is4()
+	}
+	return ip.Is6() && !ip.Is4In6() && ip.Zone() == ""
 }
 
 // slicePort is the slice's port named name (the only port when the

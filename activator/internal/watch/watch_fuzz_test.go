@@ -42,9 +42,12 @@ func pick[T any](b *fuzzBytes, xs ...T) T { return xs[int(b.next())%len(xs)] }
 //
 //	| output               | invariant                                                  |
 //	|----------------------|------------------------------------------------------------|
-//	| every pod            | an IPv4 address (no IPv4-mapped IPv6, no IPv6, no FQDN)    |
-//	| every pod            | port 1..65535, the TCP port named portName of an IPv4      |
-//	|                      | slice listing the address                                  |
+//	| every pod            | an IPv4 or IPv6 address (no IPv4-mapped IPv6, no zone, no  |
+//	|                      | FQDN), of the family of a slice listing it                 |
+//	| every pod            | port 1..65535, the TCP port named portName of a slice      |
+//	|                      | listing the address                                        |
+//	| every pod            | at an IPv6 address only if no IPv4 endpoint names its pod  |
+//	|                      | (a dual-stack pod is one destination)                      |
 //	| every pod            | listed by an endpoint that is not terminating; ready if    |
 //	|                      | any such endpoint says ready (or says nothing)             |
 //	| the list             | sorted, each address and port once                         |
@@ -53,6 +56,7 @@ func FuzzSlicePods(f *testing.F) {
 	f.Add("http", "10.244.1.7", []byte{2, 0, 2, 0, 1, 1, 1, 3, 1, 0, 1, 1, 1, 2, 1, 5, 2, 2})
 	f.Add("", "10.0.0.9", []byte{1, 0, 1, 1, 2, 1, 1, 2, 2, 0, 0, 0, 1, 8, 1, 1, 2})
 	f.Add("http", "::ffff:10.0.0.3", []byte{3, 0, 3, 0, 4, 1, 0, 3, 5, 2, 1, 4, 3, 2, 8, 8, 2, 1})
+	f.Add("http", "fd00::2", []byte{2, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 2, 1, 1, 1, 1, 0, 0, 1, 2, 1, 1, 1, 3, 1})
 	f.Fuzz(func(t *testing.T, portName, extra string, data []byte) {
 		b := fuzzBytes(data)
 		items := make([]discoveryv1.EndpointSlice, b.next()%4)
@@ -71,9 +75,11 @@ func FuzzSlicePods(f *testing.F) {
 				ep := discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{
 					Ready:       pick(&b, nil, ptr.To(true), ptr.To(false)),
 					Terminating: pick(&b, nil, ptr.To(false), ptr.To(true)),
-				}}
+				}, TargetRef: pick(&b, nil, &corev1.ObjectReference{Kind: "Pod", Name: "a"}, &corev1.ObjectReference{Kind: "Pod", Name: "b"},
+					&corev1.ObjectReference{Name: "a"}, &corev1.ObjectReference{Kind: "Node", Name: "b"})}
 				for range b.next() % 3 {
-					ep.Addresses = append(ep.Addresses, pick(&b, "10.0.0.1", "10.0.0.2", "10.0.0.10", "fd00::1", "::ffff:10.0.0.1", "010.0.0.1", "10.0.0.256", "", extra))
+					ep.Addresses = append(ep.Addresses, pick(&b, "10.0.0.1", "10.0.0.2", "10.0.0.10", "fd00::1", "::ffff:10.0.0.1", "010.0.0.1", "10.0.0.256", "", extra,
+						"fd00::2", "fe80::1%eth0", "FD00::1"))
 				}
 				s.Endpoints = append(s.Endpoints, ep)
 			}
@@ -82,8 +88,9 @@ func FuzzSlicePods(f *testing.F) {
 		got := slicePods(items, portName)
 
 		for i, p := range got {
-			if !p.Addr.Addr().Is4() || p.Addr.Port() == 0 {
-				t.Errorf("pod %v: not an IPv4 address with a port", p.Addr)
+			a := p.Addr.Addr()
+			if valid := a.Is4() || (a.Is6() && !a.Is4In6() && a.Zone() == ""); !valid || p.Addr.Port() == 0 {
+				t.Errorf("pod %v: not an IPv4 or IPv6 address with a port", p.Addr)
 			}
 			if i > 0 && got[i-1].Addr.Compare(p.Addr) >= 0 {
 				t.Errorf("pods not sorted or repeated: %v then %v", got[i-1].Addr, p.Addr)
@@ -95,33 +102,60 @@ func FuzzSlicePods(f *testing.F) {
 	})
 }
 
-// slicePodsModel is slicePods written plainly: for every IPv4 slice with
-// a TCP (or unspecified protocol) port named portName in 1..65535 (the
-// first such), every address of every endpoint that is not terminating.
+// slicePodsModel is slicePods written plainly: for every IPv4 slice,
+// then every IPv6 one, with a TCP (or unspecified protocol) port named
+// portName in 1..65535 (the first such), every address of the slice's
+// family of every endpoint that is not terminating, but IPv6 endpoints
+// of a pod (targetRef of kind Pod or none) that some such IPv4 slice
+// names.
 func slicePodsModel(items []discoveryv1.EndpointSlice, portName string) []readiness.Pod {
 	ready := map[netip.AddrPort]bool{}
-	for _, s := range items {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
-		}
-		port := -1
+	portOf := func(s discoveryv1.EndpointSlice) int {
 		for _, p := range s.Ports {
 			if p.Port != nil && ptr.Deref(p.Name, "") == portName && ptr.Deref(p.Protocol, corev1.ProtocolTCP) == corev1.ProtocolTCP &&
 				*p.Port >= 1 && *p.Port <= 65535 {
-				port = int(*p.Port)
-				break
+				return int(*p.Port)
 			}
 		}
-		if port < 0 {
+		return -1
+	}
+	podOf := func(ep discoveryv1.Endpoint) string {
+		if ep.TargetRef != nil && (ep.TargetRef.Kind == "Pod" || ep.TargetRef.Kind == "") {
+			return ep.TargetRef.Name
+		}
+		return ""
+	}
+	dualStack := map[string]bool{}
+	for _, s := range items {
+		if s.AddressType == discoveryv1.AddressTypeIPv4 && portOf(s) > 0 {
+			for _, ep := range s.Endpoints {
+				if p := podOf(ep); p != "" {
+					dualStack[p] = true
+				}
+			}
+		}
+	}
+	for _, s := range items {
+		port := portOf(s)
+		if port < 0 || (s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6) {
 			continue
 		}
 		for _, ep := range s.Endpoints {
 			if ptr.Deref(ep.Conditions.Terminating, false) {
 				continue
 			}
+			if s.AddressType == discoveryv1.AddressTypeIPv6 && podOf(ep) != "" && dualStack[podOf(ep)] {
+				continue
+			}
 			for _, a := range ep.Addresses {
 				ip, err := netip.ParseAddr(a)
-				if err != nil || !ip.Is4() {
+				if err != nil {
+					continue
+				}
+				if s.AddressType == discoveryv1.AddressTypeIPv4 && !ip.Is4() {
+					continue
+				}
+				if s.AddressType == discoveryv1.AddressTypeIPv6 && (!ip.Is6() || ip.Is4In6() || ip.Zone() != "") {
 					continue
 				}
 				ap := netip.AddrPortFrom(ip, uint16(port))

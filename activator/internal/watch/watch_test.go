@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,14 +120,20 @@ func sks(name, public string, activators ...string) *v1alpha1.ServerlessService 
 type ep struct {
 	ip                 string
 	ready, terminating bool
+	pod                string // the targetRef's name; none if ""
 }
 
 // slice is a slice the EndpointSlice controller computed for the Service
-// named service (as built by the service builder).
+// named service (as built by the service builder): IPv6 when its first
+// endpoint's address is.
 func slice(name, svc string, ports map[string]int32, eps ...ep) *discoveryv1.EndpointSlice {
+	family := discoveryv1.AddressTypeIPv4
+	if len(eps) > 0 && strings.Contains(eps[0].ip, ":") {
+		family = discoveryv1.AddressTypeIPv6
+	}
 	s := owned.ComputedSlice(&discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "team", Name: name},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: family,
 	}, service(svc))
 	for n, p := range ports {
 		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(n), Port: ptr.To(p), Protocol: ptr.To(corev1.ProtocolTCP)})
@@ -134,6 +141,9 @@ func slice(name, svc string, ports map[string]int32, eps ...ep) *discoveryv1.End
 	for _, e := range eps {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Terminating: ptr.To(e.terminating)}})
+		if e.pod != "" {
+			s.Endpoints[len(s.Endpoints)-1].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "team", Name: e.pod}
+		}
 	}
 	return s
 }
@@ -237,6 +247,18 @@ func TestPodsOnlyFromTheTargetsOwnPrivateService(t *testing.T) {
 	forgedLabel.Labels[discoveryv1.LabelManagedBy] = "tenant"
 	noOwner := slice("hello-private-orphan", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.0.0.2", ready: true})
 	noOwner.OwnerReferences = nil
+	// IPv6: an IPv6-only pod, a dual-stack one (one destination, its IPv4
+	// address), and slices a tenant forged as the IPv4 ones above.
+	good6 := slice("hello-private-6", "hello-private", map[string]int32{"http": 8080},
+		ep{ip: "fd00:244::7", ready: true, pod: "hello-dual"}, ep{ip: "fd00:244::8", ready: true, pod: "hello-v6"})
+	dual4 := slice("hello-private-4", "hello-private", map[string]int32{"http": 8080}, ep{ip: "10.244.1.7", ready: true, pod: "hello-dual"})
+	forged6 := slice("hello-private-forged6", "hello-private", map[string]int32{"http": 8080}, ep{ip: "fd00:99::1", ready: true})
+	forged6.Labels[discoveryv1.LabelManagedBy] = "tenant"
+	noOwner6 := slice("hello-private-orphan6", "hello-private", map[string]int32{"http": 8080}, ep{ip: "fd00:99::2", ready: true})
+	noOwner6.OwnerReferences = nil
+	activatorSlice6 := slice("hello-private-sockscale-v6-0", "hello-private", map[string]int32{"http": 8012}, ep{ip: "fd00:9::9", ready: true})
+	activatorSlice6.Labels[discoveryv1.LabelManagedBy] = "sockscale.dev"
+	activatorSlice6.OwnerReferences = sks("evil", "hello-private").OwnerReferences
 	notItsSKS := sks("hello", "hello", "activator-a")
 	notItsSKS.OwnerReferences = nil
 	notItsSKS.Status.Mode = v1alpha1.ModeProxy
@@ -260,6 +282,12 @@ func TestPodsOnlyFromTheTargetsOwnPrivateService(t *testing.T) {
 		{"a ServerlessService the PodAutoscaler does not control", []client.Object{notItsSKS, private("hello", "hello"), good},
 			nil, throttle.Settings{}},
 		{"no ServerlessService yet", []client.Object{private("hello", "hello"), good}, nil, throttle.Settings{}},
+		{"dual-stack and IPv6-only pods, beside forged IPv6 slices",
+			[]client.Object{sks("hello", "hello", "activator-a"), private("hello", "hello"), dual4, good6, forged6, noOwner6, activatorSlice6},
+			[]readiness.Pod{{Addr: netip.MustParseAddrPort("10.244.1.7:8080"), Ready: true}, {Addr: netip.MustParseAddrPort("[fd00:244::8]:8080"), Ready: true}},
+			throttle.Settings{Activators: []string{"activator-a"}}},
+		{"IPv6 pods of a private Service of another ServerlessService", []client.Object{sks("hello", "hello", "activator-a"), private("evil", "hello"), good6},
+			nil, throttle.Settings{Activators: []string{"activator-a"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := append([]client.Object{pa("hello", "hello", 0), service("hello", corev1.ServicePort{Name: "http", Port: 80})}, tc.objs...)

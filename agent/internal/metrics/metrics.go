@@ -57,7 +57,7 @@ func New(reg prometheus.Registerer) *Agent {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_errors_total",
-			Help: "Errors of the agent, by stage: snapshot, events, report, token (the ServiceAccount token file for the controller is unreadable), buckets (a controller named its buckets unreadably: it gets every record), node_addresses (the node's own addresses could not be read or set in the kernel: probes from them count as load until they are), audit (a check of a pod's connections against the socket table failed), drain_listen (the preStop wait could not listen, retried every 10 s: leaving pods are not held).",
+			Help: "Errors of the agent, by stage: snapshot, events, report, token (the ServiceAccount token file for the controller is unreadable), buckets (a controller named its buckets unreadably: it gets every record), node_addresses (the node's own addresses could not be read or set in the kernel: probes from them count as load until they are), audit (a check of a pod's connections against the socket table failed), drain_listen (the preStop wait could not listen, retried every 10 s: leaving pods are not held), legacy_ipv6 (a post to a controller replica that predates stats version 4 left out the IPv6-only pods' records, which it cannot read).",
 		}, []string{"stage"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sockscale_agent_reports_total",

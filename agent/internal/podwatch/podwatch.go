@@ -42,7 +42,7 @@ type Pod struct {
 	// IP is the address the pod's stats go by, whichever of its addresses
 	// its connections came to: its IPv4 address if it has one, else its
 	// first IPv6 one (as the controller names pods, see
-	// podaddr.Canonical).
+	// podaddr.Pick).
 	IP netip.Addr
 }
 
@@ -188,7 +188,7 @@ func (w *Watcher) Update(pod *corev1.Pod) {
 		delete(w.pods, pod.UID)
 	} else {
 		st := podState{ips: ips, terminating: pod.DeletionTimestamp != nil, created: pod.CreationTimestamp, desc: describe(pod)}
-		st.desc.IP = podaddr.Canonical(ips)
+		st.desc.IP = podaddr.Pick(ips)
 		if st.terminating {
 			st.leavingSince = pod.DeletionTimestamp.Time
 			if g := pod.DeletionGracePeriodSeconds; g != nil {

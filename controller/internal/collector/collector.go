@@ -143,7 +143,7 @@ type target struct {
 	ring     *window.Ring[second]
 	// pods are what the target knows of each pod address (podState), and
 	// activators where each one's reports have reached, by name.
-	pods       map[ipv4]*podState
+	pods       map[addrKey]*podState
 	activators map[string]*source
 	// poked is the arrival of the latest poke.
 	poked time.Time
@@ -198,7 +198,7 @@ type expectedPod struct {
 }
 
 // podAt returns the entry of ip, made if there is none.
-func (t *target) podAt(ip ipv4) *podState {
+func (t *target) podAt(ip addrKey) *podState {
 	p := t.pods[ip]
 	if p == nil {
 		p = &podState{}
@@ -213,16 +213,17 @@ type change struct {
 	delta int
 }
 
-// ipv4 is a pod's address as a map key: the stats carry IPv4 pods only,
-// and a 4-byte key hashes several times faster than a netip.Addr.
-type ipv4 uint32
+// addrKey is a pod's address (podaddr.Canonical: IPv4, or IPv6 for an
+// IPv6-only pod) as a map key, IPv4 as IPv4-mapped IPv6: 16 plain bytes
+// hash several times faster than a netip.Addr, whose zone is a pointer.
+type addrKey [16]byte
 
-func ipv4Of(a netip.Addr) (ipv4, bool) {
-	if !a.Is4() {
-		return 0, false
+// addrKeyOf returns a's key; false for the zero Addr, which no pod has.
+func addrKeyOf(a netip.Addr) (addrKey, bool) {
+	if !a.IsValid() {
+		return addrKey{}, false
 	}
-	b := a.As4()
-	return ipv4(uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])), true
+	return addrKey(a.Unmap().As16()), true
 }
 
 // source is one reporter of a target's load.
@@ -293,7 +294,7 @@ func (c *Collector) Watch(key, by Key, s config.Settings) error {
 			}
 			c.mu.Lock()
 			if c.targets[key] == nil { // else another Watch made it meanwhile
-				c.targets[key] = &target{settings: s, ring: ring, pods: make(map[ipv4]*podState), activators: make(map[string]*source),
+				c.targets[key] = &target{settings: s, ring: ring, pods: make(map[addrKey]*podState), activators: make(map[string]*source),
 					owners: map[Key]struct{}{by: {}}}
 				c.mu.Unlock()
 				return nil
@@ -396,9 +397,9 @@ func (c *Collector) RecordPods(b *stats.Batch) []Key {
 		p := &b.Pods[i]
 		key := Key{p.Namespace, p.Workload}
 		t, ok := c.targets[key]
-		ip, is4 := ipv4Of(p.IP)
-		if !ok || !is4 {
-			continue // pods of targets nobody autoscales (the wire carries IPv4 only)
+		ip, valid := addrKeyOf(p.IP)
+		if !ok || !valid {
+			continue // pods of targets nobody autoscales (stats.Decode gives no invalid address)
 		}
 		t.mu.Lock()
 		entry := t.podAt(ip)

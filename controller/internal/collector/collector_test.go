@@ -243,7 +243,7 @@ func TestASlowReporterClockIsCaughtUp(t *testing.T) {
 				b := batch("node-a", pod{10, 0, 10, 0})
 				b.Start, b.Period = t0.Add(time.Duration(k-1)*tt.period), tt.period
 				r.arrive(float64(k)+0.5, b)
-				src := r.c.targets[hello].pods[ipv4Of4(podIP("node-a", 0))].src
+				src := r.c.targets[hello].pods[addrKeyOf4(podIP("node-a", 0))].src
 				if lag := time.Duration(src.heard - src.until); lag > tt.maxLag {
 					t.Fatalf("report %d: the timeline is %v behind the arrivals, want <= %v", k, lag, tt.maxLag)
 				}
@@ -715,7 +715,7 @@ func TestPodEntriesLiveWhileTheyMatter(t *testing.T) {
 		t.Errorf("a, ready but silent: expected %d missing %d, want 1 and 1", v.Expected, v.Missing)
 	}
 	tg := r.c.target(hello)
-	if _, ok := tg.pods[ipv4Of4(gone)]; ok {
+	if _, ok := tg.pods[addrKeyOf4(gone)]; ok {
 		t.Error("a pod that is no member, not expected and silent for the window still has an entry")
 	}
 	// a stops being ready and b a member: both go once the window has
@@ -732,7 +732,37 @@ func TestPodEntriesLiveWhileTheyMatter(t *testing.T) {
 	}
 }
 
-func ipv4Of4(a netip.Addr) ipv4 { ip, _ := ipv4Of(a); return ip }
+// TestIPv6Pods: an IPv6-only pod's records count, are expected and are
+// placed by its IPv6 address as an IPv4 pod's are by its own, beside an
+// IPv4 pod of the same target; a record whose address is one member's
+// (IPv4) in IPv4-mapped form is that member's.
+func TestIPv6Pods(t *testing.T) {
+	r := newRig(t, nil)
+	v4, v6 := podIP("node-a", 0), netip.MustParseAddr("fd00::a:1")
+	r.c.Members(hello, map[netip.Addr]string{v4: "node-a", v6: "node-b"})
+	r.c.Expect(hello, map[netip.Addr]string{v4: "node-a", v6: "node-b"})
+	for sec := 2; sec <= 80; sec++ {
+		a := batch("node-a", pod{10, 0, 10, 0})
+		b := batch("node-b", pod{20, 0, 20, 0})
+		b.Pods[0].IP = v6
+		r.arrive(float64(sec)+0.5, a)
+		r.arrive(float64(sec)+0.5, b)
+	}
+	if v := r.values(80.6); v.Stable != 30 || v.Expected != 2 || v.Missing != 0 {
+		t.Errorf("an IPv4 pod at 10 and an IPv6 pod at 20: %+v, want stable 30, 2 expected, none missing", v)
+	}
+	got := r.c.PodNodes([]stats.PodStat{{IP: v6, Namespace: "ns", Workload: "hello"}, {IP: netip.MustParseAddr("fd00::a:2"), Namespace: "ns", Workload: "hello"},
+		{IP: netip.AddrFrom16(v4.As16()), Namespace: "ns", Workload: "hello"}})
+	if diff := cmp.Diff([]PodNode{{true, "node-b"}, {true, ""}, {true, "node-a"}}, got); diff != "" {
+		t.Errorf("placing IPv6 records (-want +got):\n%s", diff)
+	}
+	r.c.Expect(hello, map[netip.Addr]string{v4: "node-a"})
+	if v := r.values(83); v.Expected != 1 {
+		t.Errorf("after the IPv6 pod stopped being ready: %d expected, want 1", v.Expected)
+	}
+}
+
+func addrKeyOf4(a netip.Addr) addrKey { ip, _ := addrKeyOf(a); return ip }
 
 // TestTwoPodAutoscalersShareATarget: the windows of a Deployment that two
 // PodAutoscalers watch outlive the first one's Forget (its data still

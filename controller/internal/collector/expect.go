@@ -27,9 +27,9 @@ func (c *Collector) Expect(key Key, pods map[netip.Addr]string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.told = true
-	ready := make(map[ipv4]string, len(pods))
+	ready := make(map[addrKey]string, len(pods))
 	for a, node := range pods {
-		if ip, ok := ipv4Of(a); ok {
+		if ip, ok := addrKeyOf(a); ok {
 			ready[ip] = node
 		}
 	}

@@ -22,7 +22,7 @@ func (c *Collector) Members(key Key, pods map[netip.Addr]string) {
 		p.member, p.memberNode = false, ""
 	}
 	for a, node := range pods {
-		if ip, ok := ipv4Of(a); ok {
+		if ip, ok := addrKeyOf(a); ok {
 			p := t.podAt(ip)
 			p.member, p.memberNode = true, node
 		}
@@ -53,7 +53,7 @@ func (c *Collector) PodNodes(pods []stats.PodStat) []PodNode {
 			continue
 		}
 		out[i].Watched = true
-		if ip, ok := ipv4Of(p.IP); ok {
+		if ip, ok := addrKeyOf(p.IP); ok {
 			t.mu.Lock()
 			if p := t.pods[ip]; p != nil && p.member {
 				out[i].Node = p.memberNode

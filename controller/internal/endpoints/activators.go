@@ -3,16 +3,18 @@ package endpoints
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sockscale/sockscale/internal/podaddr"
 )
 
 // ReadyActivators are the activator pods (selector in namespace ns, ""
-// for every namespace) that are Ready, not terminating, and have an IPv4
-// address: the ones traffic may be sent to.
+// for every namespace) that are Ready, not terminating, and have an
+// address: the ones traffic may be sent to. Each slice family lists the
+// activators that have an address of its family (Endpoint.AddrOf).
 func ReadyActivators(ctx context.Context, c client.Reader, ns string, selector labels.Selector) ([]Endpoint, error) {
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector}); err != nil {
@@ -20,11 +22,11 @@ func ReadyActivators(ctx context.Context, c client.Reader, ns string, selector l
 	}
 	var out []Endpoint
 	for _, p := range pods.Items {
-		ip, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil || !ip.Is4() || p.DeletionTimestamp != nil || !podReady(&p) {
+		ip, ok := podaddr.Canonical(&p.Status)
+		if !ok || p.DeletionTimestamp != nil || !podReady(&p) {
 			continue
 		}
-		out = append(out, Endpoint{Name: p.Name, IP: ip})
+		out = append(out, Endpoint{Name: p.Name, IP: ip, Addrs: podaddr.All(&p.Status)})
 	}
 	return out, nil
 }

@@ -18,11 +18,17 @@ const (
 	ReasonNoActivators         = "NoActivatorEndpoints" // forced Serve: no activator to send traffic to (a containerConcurrency target: Proxy with no endpoints)
 )
 
-// Endpoint is one address behind the public Service.
+// Endpoint is one pod behind the public Service.
 type Endpoint struct {
 	// Name is the pod's name (for activators, what the subset hashes).
 	Name string
-	IP   netip.Addr
+	// IP is the pod's one address (package podaddr): its IPv4 address if
+	// it has one, else its IPv6 one.
+	IP netip.Addr
+	// Addrs are all its addresses (a dual-stack pod has one of each
+	// family), from which each family's slice takes its own (AddrOf); nil
+	// means IP alone.
+	Addrs []netip.Addr
 }
 
 // Wanted is the mode the autoscaler's decision asks for (docs/autoscaling.md,

@@ -178,7 +178,10 @@ func (p *Provider) podValue(namespace string, ref PodRef, metric string) (*custo
 	}, true
 }
 
-// trusted: the record came from the pod's node, for its address.
+// trusted: the record came from the pod's node, for its address: the
+// one agents report it by (package podaddr: its IPv4 address if it has
+// one, else its IPv6 one), so a dual-stack pod's record for its IPv6
+// address is no record of it.
 func trusted(l recentload.PodLoad, ref PodRef) bool {
 	return ref.Node != "" && l.Node == ref.Node && ref.IP.IsValid() && l.IP == ref.IP
 }

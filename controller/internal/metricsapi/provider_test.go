@@ -166,13 +166,16 @@ func TestListAllMetrics(t *testing.T) {
 func TestPodMetrics(t *testing.T) {
 	f := newFixture(t)
 	f.pods.add("hello-1", "node-a", "10.0.0.1").add("hello-2", "node-b", "10.0.0.2").
-		add("hello-3", "node-c", "10.0.0.3").add("hello-4", "node-d", "10.0.0.4").add("hello-5", "node-e", "10.0.0.5")
+		add("hello-3", "node-c", "10.0.0.3").add("hello-4", "node-d", "10.0.0.4").add("hello-5", "node-e", "10.0.0.5").
+		add("hello-8", "node-f", "fd00::8").add("hello-9", "node-g", "10.0.0.9") // an IPv6-only pod; a dual-stack one, known by its IPv4 address
 	f.minute(
 		record{node: "node-a", pod: "hello-1", ip: "10.0.0.1", concurrency: 4, proxied: 1, requests: 40},
 		record{node: "node-b", pod: "hello-2", ip: "10.0.0.2", concurrency: 2.5, requests: 12},
 		record{node: "node-x", pod: "hello-3", ip: "10.0.0.3", concurrency: 99, requests: 99},  // another node's agent
 		record{node: "node-d", pod: "hello-4", ip: "10.0.0.99", concurrency: 99, requests: 99}, // not the pod's address
 		// hello-5: no record
+		record{node: "node-f", pod: "hello-8", ip: "fd00::8", concurrency: 3, requests: 30},
+		record{node: "node-g", pod: "hello-9", ip: "fd00::9", concurrency: 99, requests: 99}, // its IPv6 address: agents report its IPv4 one
 	)
 	ctx := context.Background()
 	window := int64(60)
@@ -184,6 +187,7 @@ func TestPodMetrics(t *testing.T) {
 	want := []podValue{
 		{Pod: "Pod ns/hello-1", Metric: "concurrency", Value: "4", Timestamp: t0.Add(time.Minute), Window: window},
 		{Pod: "Pod ns/hello-2", Metric: "concurrency", Value: "2500m", Timestamp: t0.Add(time.Minute), Window: window},
+		{Pod: "Pod ns/hello-8", Metric: "concurrency", Value: "3", Timestamp: t0.Add(time.Minute), Window: window},
 	}
 	sortByPod := cmpopts.SortSlices(func(a, b podValue) bool { return a.Pod < b.Pod })
 	if diff := cmp.Diff(want, podValues(list.Items...), sortByPod); diff != "" {
@@ -204,6 +208,7 @@ func TestPodMetrics(t *testing.T) {
 		{"hello-4", "its record is for another address"},
 		{"hello-5", "it has no record"},
 		{"hello-6", "there is no such pod"},
+		{"hello-9", "its record is for its IPv6 address, not the IPv4 one it is known by"},
 	} {
 		_, err := f.p.GetMetricByName(ctx, types.NamespacedName{Namespace: "ns", Name: tc.pod}, podsInfo("concurrency"), labels.Everything())
 		want := "the server could not find the metric concurrency for pods " + tc.pod

@@ -3,7 +3,6 @@ package podindex
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/controller/internal/metricsapi"
+	"github.com/sockscale/sockscale/internal/podaddr"
 )
 
 // Pod is what the index keeps of a pod: enough to match an agent's record
@@ -89,8 +89,12 @@ func (x *Index) Get(ctx context.Context, namespace, name string) (Pod, bool, err
 	return of(&p), true, nil
 }
 
+// of is what the index answers of p. Its IP is the one address agents
+// report it by (podaddr.Canonical: its IPv4 address in a dual-stack
+// cluster, even when status.podIP is the IPv6 one), so that a record is
+// trusted for that address only; invalid (the zero Addr) until it has one.
 func of(p *corev1.Pod) Pod {
-	ip, _ := netip.ParseAddr(p.Status.PodIP) // invalid (the zero Addr) until it has one
+	ip, _ := podaddr.Canonical(&p.Status)
 	return Pod{Name: p.Name, Node: p.Spec.NodeName, IP: ip}
 }
 

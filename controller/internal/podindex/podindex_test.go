@@ -38,6 +38,26 @@ func TestTrimKeepsWhatRecordsAreCheckedWith(t *testing.T) {
 	if got := of(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pending"}}); got.IP.IsValid() || got.Node != "" {
 		t.Errorf("a pod without node or address: %+v, want neither", got)
 	}
+	// Dual-stack pods are known by their IPv4 address whichever family is
+	// primary (listed first); IPv6-only pods by their IPv6 one.
+	for _, tc := range []struct {
+		podIPs []string
+		want   string
+	}{
+		{[]string{"fd00::7", "10.0.0.7"}, "10.0.0.7"},
+		{[]string{"10.0.0.7", "fd00::7"}, "10.0.0.7"},
+		{[]string{"fd00::7"}, "fd00::7"},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}, Spec: corev1.PodSpec{NodeName: "node-a"},
+			Status: corev1.PodStatus{PodIP: tc.podIPs[0]}}
+		for _, ip := range tc.podIPs {
+			pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		trimmed, _ := Trim(pod)
+		if got := of(trimmed.(*corev1.Pod)); got.IP != netip.MustParseAddr(tc.want) {
+			t.Errorf("pod IPs %v: address %v, want %s", tc.podIPs, got.IP, tc.want)
+		}
+	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "shop/web-1"}
 	if out, _ := Trim(tomb); out != tomb {
 		t.Errorf("tombstone changed: %v", out)

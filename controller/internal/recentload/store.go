@@ -159,7 +159,31 @@ func (s *Store) SetVerifier(verify func(namespace, name, node string, ip netip.A
 type shard struct {
 	mu   sync.Mutex
 	pods map[podKey]*pod
-	_    [64 - 16]byte
+	// ipv6 holds the addresses of the pods whose address is IPv6 (pod.ip).
+	ipv6 map[*pod]netip.Addr
+	_    [64 - 24]byte
+}
+
+// addr returns p's address; the caller holds sh.mu.
+func (sh *shard) addr(p *pod) netip.Addr {
+	if p.ipv6 {
+		return sh.ipv6[p]
+	}
+	return netip.AddrFrom4(p.ip)
+}
+
+// setAddr makes a p's address; the caller holds sh.mu.
+func (sh *shard) setAddr(p *pod, a netip.Addr) {
+	if a.Is4() {
+		p.ip, p.ipv6 = a.As4(), false
+		delete(sh.ipv6, p)
+		return
+	}
+	if sh.ipv6 == nil {
+		sh.ipv6 = make(map[*pod]netip.Addr)
+	}
+	p.ip, p.ipv6 = [4]byte{}, true
+	sh.ipv6[p] = a
 }
 
 type podKey struct{ namespace, name string }
@@ -181,8 +205,12 @@ type pod struct {
 	// the entry is dropped.
 	target *target
 	series
-	// ip is the pod's address.
-	ip [4]byte
+	// ip is the pod's address (podaddr.Canonical) when it is IPv4. An
+	// IPv6-only pod's is in its shard's ipv6 map instead, and ipv6 says
+	// so: 12 more bytes in every entry would take it to the next size
+	// class (352 bytes) for the few pods that need them.
+	ip   [4]byte
+	ipv6 bool
 }
 
 // target is one Deployment's members and activators.
@@ -251,8 +279,8 @@ func (s *Store) RecordPods(node string, b *stats.Batch) {
 	to, from, period := s.covered(b.Period)
 	for i := range b.Pods {
 		r := &b.Pods[i]
-		if !r.IP.Is4() {
-			continue // the wire carries IPv4 only
+		if !r.IP.IsValid() {
+			continue // stats.Decode gives none such; a caller's bug
 		}
 		rep := report{concurrency: r.Concurrency, proxiedConcurrency: r.ProxiedConcurrency,
 			requests: float64(r.Requests), proxiedRequests: float64(r.ProxiedRequests)}
@@ -277,14 +305,14 @@ func (s *Store) recordPod(node string, r *stats.PodStat, from, to, period int64,
 	sh := s.shard(r.Pod)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ip := r.IP.As4()
 	p := sh.pods[podKey{r.Namespace, r.Pod}]
-	if p != nil && (p.node.Value() != node || p.ip != ip) && s.verify != nil && !s.verify(r.Namespace, r.Pod, node, r.IP) {
+	if p != nil && (p.node.Value() != node || sh.addr(p) != r.IP) && s.verify != nil && !s.verify(r.Namespace, r.Pod, node, r.IP) {
 		return nil // another node's claim on a pod that has a history: not the pod's own
 	}
 	switch {
 	case p == nil:
-		p = &pod{name: r.Pod, node: unique.Make(node), ip: ip, series: newSeries()}
+		p = &pod{name: r.Pod, node: unique.Make(node), series: newSeries()}
+		sh.setAddr(p, r.IP)
 		sh.pods[podKey{intern(r.Namespace), r.Pod}] = p
 		s.join(p, r.Namespace, r.Workload)
 	case p.target.key.workload != r.Workload:
@@ -292,8 +320,9 @@ func (s *Store) recordPod(node string, r *stats.PodStat, from, to, period int64,
 		s.join(p, r.Namespace, r.Workload)
 		p.reset()
 	}
-	if p.node.Value() != node || p.ip != ip {
-		p.node, p.ip = unique.Make(node), ip
+	if p.node.Value() != node || sh.addr(p) != r.IP {
+		p.node = unique.Make(node)
+		sh.setAddr(p, r.IP)
 		p.reset()
 	}
 	p.record(from, to, period, s.width, rep)
@@ -362,7 +391,7 @@ func (s *Store) Pod(namespace, name string) (PodLoad, bool) {
 	if p == nil {
 		return PodLoad{}, false
 	}
-	l, ok := s.podLoad(p, now)
+	l, ok := s.podLoad(sh, p, now)
 	return l.PodLoad, ok
 }
 
@@ -377,15 +406,15 @@ type podLoadAt struct {
 	fresh, latestActive    bool
 }
 
-// podLoad reads p at now; the caller holds p's shard's mu.
-func (s *Store) podLoad(p *pod, now time.Time) (podLoadAt, bool) {
+// podLoad reads p at now; the caller holds p's shard sh's mu.
+func (s *Store) podLoad(sh *shard, p *pod, now time.Time) (podLoadAt, bool) {
 	sum := p.sum(s.bucketOf(now))
 	if sum.heard <= 0 || p.target == nil {
 		return podLoadAt{}, false
 	}
 	heard := float64(sum.heard)
 	l := podLoadAt{
-		PodLoad: PodLoad{Namespace: p.target.key.namespace, Name: p.name, IP: netip.AddrFrom4(p.ip), Node: p.node.Value(),
+		PodLoad: PodLoad{Namespace: p.target.key.namespace, Name: p.name, IP: sh.addr(p), Node: p.node.Value(),
 			Workload: p.target.key.workload, Concurrency: float64(sum.concurrency) / heard, RPS: float64(sum.requests) / heard,
 			Heard: s.epoch.Add(time.Duration(p.heard))},
 		ownConcurrency: max(0, float64(sum.concurrency-sum.proxiedConcurrency)) / heard,
@@ -440,7 +469,7 @@ func (s *Store) Target(namespace, workload string, keep func(PodLoad) bool) (Tar
 		var l podLoadAt
 		ok := p.target == t // else it left meanwhile
 		if ok {
-			l, ok = s.podLoad(p, now)
+			l, ok = s.podLoad(sh, p, now)
 		}
 		sh.mu.Unlock()
 		if !ok || (keep != nil && !keep(l.PodLoad)) {
@@ -589,6 +618,7 @@ func (s *Store) prune(now int64) {
 		for key, p := range sh.pods {
 			if p.heard < stale {
 				delete(sh.pods, key)
+				delete(sh.ipv6, p)
 				p.target.leave(p)
 			}
 		}

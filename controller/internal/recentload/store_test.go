@@ -288,6 +288,50 @@ func TestRecordThatChangesAPodStartsAnew(t *testing.T) {
 	}
 }
 
+// An IPv6-only pod is known by its IPv6 address as an IPv4 one is by
+// its: a record from another address, of either family, starts its
+// history anew, the address read back is the last recorded, and a pruned
+// pod leaves nothing of its address behind.
+func TestIPv6Pods(t *testing.T) {
+	s, clk := newStore(t, 6*time.Second)
+	seconds(clk, 3, func() {
+		s.RecordPods("node-a", agent("node-a", podNamed("v6-1").At("fd00::1").Load(4, 4), podNamed("v4-1").At("10.0.0.1").Load(2, 2)))
+	})
+	for _, tc := range []struct {
+		name, ip string
+		want     float64
+	}{
+		{"v6-1", "fd00::1", 4},
+		{"v4-1", "10.0.0.1", 2},
+	} {
+		got, ok := s.Pod("ns", tc.name)
+		if !ok || got.IP != netip.MustParseAddr(tc.ip) || !cmp.Equal(tc.want, got.Concurrency, approx) {
+			t.Errorf("%s: %v, %+v; want %s with %v in flight", tc.name, ok, got, tc.ip, tc.want)
+		}
+	}
+	for _, step := range []struct{ ip string }{{"fd00::2"}, {"10.0.0.7"}, {"fd00::3"}} {
+		clk.Step(time.Second)
+		s.RecordPods("node-a", agent("node-a", podNamed("v6-1").At(step.ip).Load(9, 9)))
+		got, _ := s.Pod("ns", "v6-1")
+		if got.IP != netip.MustParseAddr(step.ip) || !cmp.Equal(9.0, got.Concurrency, approx) {
+			t.Errorf("after a record from %s: %s, %v in flight; want %s, 9 (a new history)", step.ip, got.IP, got.Concurrency, step.ip)
+		}
+	}
+	if n := len(s.shard("v6-1").ipv6); n != 1 {
+		t.Errorf("the shard holds %d IPv6 addresses, want the pod's one", n)
+	}
+	clk.Step(10 * time.Second)
+	s.RecordPods("node-a", agent("node-a", podNamed("other").At("10.0.0.9").Load(1, 1)))
+	if _, ok := s.Pod("ns", "v6-1"); ok {
+		t.Error("v6-1 after the prune: found, want not")
+	}
+	for i := range s.shards {
+		if n := len(s.shards[i].ipv6); n != 0 {
+			t.Errorf("shard %d holds %d IPv6 addresses after the prune, want 0", i, n)
+		}
+	}
+}
+
 // With a verifier, another node's claim on a pod with a history is
 // dropped instead of starting it anew, however often it comes; the pod's
 // own node is asked about only when a record changes node or address,

@@ -19,11 +19,13 @@ import (
 	"github.com/sockscale/sockscale/internal/stats"
 )
 
-// LegacyPeriod is how long a replica that answered a version 3 batch
-// with 400 (a controller that predates it, in a rolling upgrade) gets
-// batches without the pods' accounting, which it reads, before version 3
-// is tried again: long enough for one log line per upgrade, short enough
-// that the accounting returns soon after the upgrade ends.
+// LegacyPeriod is how long a replica that answered a version 3 or 4
+// batch with 400 (a controller that predates it, in a rolling upgrade)
+// gets batches in the lower version it reads (without the pods'
+// accounting, or without the IPv6 pods' records) before the newer
+// version is tried again: long enough for one log line per upgrade,
+// short enough that what was left out returns soon after the upgrade
+// ends.
 const LegacyPeriod = 10 * time.Minute
 
 // Recorder counts batches sent and failed.
@@ -34,8 +36,18 @@ type Recorder interface {
 	// Refused counts a post a replica answered 401 or 403: this sender's
 	// token or permissions are wrong, and no retry will help.
 	Refused()
+	// Error counts a failure at stage. Stage StageLegacyIPv6 counts posts
+	// to a replica that predates version 4 which left out the records of
+	// IPv6 pods.
 	Error(stage string)
 }
+
+// StageLegacyIPv6 is the Recorder stage of a post that left out IPv6
+// pods' records for a replica that cannot read them (version 4).
+const StageLegacyIPv6 = "legacy_ipv6"
+
+// latest is the newest version a replica gets until it refuses one.
+const latest = 4
 
 // Reporter posts batches to every address of a controller Service.
 type Reporter struct {
@@ -58,9 +70,15 @@ type Reporter struct {
 	// in its last answer (stats.HeaderBuckets); a replica without an
 	// entry gets every record.
 	routes map[string]stats.Buckets
-	// legacyUntil holds, by address, until when a replica that could not
-	// read version 3 gets batches without the accounting (LegacyPeriod).
-	legacyUntil map[string]time.Time
+	// legacy holds, by address, the newest version a replica that could
+	// not read a newer one gets, and until when (LegacyPeriod).
+	legacy map[string]legacyReplica
+}
+
+// legacyReplica is a replica that answered 400 to a version above max.
+type legacyReplica struct {
+	max   byte
+	until time.Time
 }
 
 // New returns a reporter for target ("host:port"; the host is typically the
@@ -138,19 +156,25 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 	now := r.clock.Now()
 	parts := r.split(addrs, b)
 	bodies := make([][]byte, len(addrs))
-	// accounted: the body is version 3, which an older replica answers
-	// with 400.
-	accounted := make([]bool, len(addrs))
-	// b's encodings, with and without the accounting, made once for every
-	// replica that takes all.
-	var whole [2][]byte
+	// versions: each body's, which an older replica answers with 400 when
+	// it is 3 or 4.
+	versions := make([]byte, len(addrs))
+	// b's encodings for replicas that read up to version 4, 3 and 2 (k is
+	// 4 - that), made once for every replica that takes all.
+	var whole [3][]byte
 	for i, part := range parts {
-		shared, legacy := part == b, r.legacy(addrs[i], now)
-		k := 0
-		if legacy {
-			part, k = part.WithoutAccounting(), 1
+		shared, maxVersion := part == b, r.maxVersion(addrs[i], now)
+		k := latest - maxVersion
+		if maxVersion < 4 {
+			var dropped int
+			if part, dropped = part.WithoutIPv6(); dropped > 0 {
+				r.rec.Error(StageLegacyIPv6)
+			}
 		}
-		accounted[i] = part.HasAccounting()
+		if maxVersion < 3 {
+			part = part.WithoutAccounting()
+		}
+		versions[i] = part.Version()
 		if shared && whole[k] != nil {
 			bodies[i] = whole[k]
 			continue
@@ -196,9 +220,9 @@ func (r *Reporter) Send(ctx context.Context, b *stats.Batch) {
 			var refused *RefusedError
 			var unreadable *unreadableError
 			switch {
-			case errors.As(err, &unreadable) && accounted[i]:
+			case errors.As(err, &unreadable) && versions[i] >= 3:
 				r.rec.Report(false)
-				r.fallBack(a, now, unreadable)
+				r.fallBack(a, versions[i], now, unreadable)
 			case errors.As(err, &refused):
 				r.rec.Refused()
 				r.log.Error("the controller refused our stats: check this pod's ServiceAccount, its RBAC and the token's audience",
@@ -244,7 +268,7 @@ func (r *Reporter) route(a string, buckets stats.Buckets, err error) {
 }
 
 // forgetRoutes drops the routes of replicas no longer resolved, and
-// whether they read version 3 (a new address is a new replica).
+// which versions they read (a new address is a new replica).
 func (r *Reporter) forgetRoutes(addrs []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -253,36 +277,48 @@ func (r *Reporter) forgetRoutes(addrs []string) {
 			delete(r.routes, a)
 		}
 	}
-	for a := range r.legacyUntil {
+	for a := range r.legacy {
 		if !slices.Contains(addrs, a) {
-			delete(r.legacyUntil, a)
+			delete(r.legacy, a)
 		}
 	}
 }
 
-// legacy says whether replica a gets batches without the accounting at
-// now (fallBack).
-func (r *Reporter) legacy(a string, now time.Time) bool {
+// maxVersion is the newest version replica a gets at now: the latest,
+// or a lower one for LegacyPeriod after it refused a newer (fallBack).
+func (r *Reporter) maxVersion(a string, now time.Time) byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	until, ok := r.legacyUntil[a]
-	if ok && !now.Before(until) {
-		delete(r.legacyUntil, a)
-		return false
+	l, ok := r.legacy[a]
+	if !ok {
+		return latest
 	}
-	return ok
+	if !now.Before(l.until) {
+		delete(r.legacy, a)
+		return latest
+	}
+	return l.max
 }
 
-// fallBack makes replica a, which could not read a version 3 batch sent
-// at now, get batches without the accounting for LegacyPeriod, and says
-// so once.
-func (r *Reporter) fallBack(a string, now time.Time, err error) {
+// fallBack makes replica a, which could not read a batch of version v
+// (3 or 4) sent at now, get batches of a lower version for LegacyPeriod:
+// without the IPv6 pods' records after version 4 (it can read no IPv6
+// address, but the IPv4 pods' records still count), without the
+// accounting too after version 3. It says so once per refusal.
+func (r *Reporter) fallBack(a string, v byte, now time.Time, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.legacyUntil == nil {
-		r.legacyUntil = map[string]time.Time{}
+	if r.legacy == nil {
+		r.legacy = map[string]legacyReplica{}
 	}
-	r.legacyUntil[a] = now.Add(LegacyPeriod)
+	r.legacy[a] = legacyReplica{max: v - 1, until: now.Add(LegacyPeriod)}
+	if v == 4 {
+		r.log.Warn("the controller cannot read stats version 4 (it predates this sender, or a rolling upgrade is under way): "+
+			"sending it the stats of the IPv4 and dual-stack pods only, in the version it reads, and dropping those of the IPv6-only pods "+
+			"(counted as errors at stage "+StageLegacyIPv6+"), then trying version 4 again",
+			"controller", a, "for", LegacyPeriod, "err", err)
+		return
+	}
 	r.log.Warn("the controller cannot read stats version 3 (it predates this sender, or a rolling upgrade is under way): "+
 		"sending it the stats without the pods' accounting, which it reads, then trying version 3 again",
 		"controller", a, "for", LegacyPeriod, "err", err)

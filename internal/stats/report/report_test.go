@@ -26,6 +26,7 @@ import (
 
 type counts struct {
 	ok, fail, refused int
+	errors            map[string]int
 	lock              sync.Mutex
 }
 
@@ -44,7 +45,14 @@ func (c *counts) Report(ok bool) {
 		c.fail++
 	}
 }
-func (c *counts) Error(string) {}
+func (c *counts) Error(stage string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if c.errors == nil {
+		c.errors = map[string]int{}
+	}
+	c.errors[stage]++
+}
 
 func TestSendReachesEveryReplica(t *testing.T) {
 	var mu sync.Mutex
@@ -359,6 +367,107 @@ func TestSendFallsBackForOlderReplicas(t *testing.T) {
 	step("back to the fallback", map[string]*stats.PodStat{older: &plain, newer: &tls}, 2)
 	if rec.fail != 2 || rec.refused != 0 {
 		t.Errorf("%d posts failed and %d were refused, want the 2 of version 3 to the older replica, and none", rec.fail, rec.refused)
+	}
+}
+
+// TestSendDropsOnlyIPv6ForOlderReplicas: a replica that answers a
+// version 4 batch (an IPv6-only pod's record) with 400 still gets the
+// IPv4 pods' records, in the newest version it reads, for LegacyPeriod:
+// version 3 with the accounting for a controller from before version 4,
+// version 1 without it for one from before version 3 (which refuses the
+// version 3 batch next). Each left-out record set is counted, each
+// refusal logged once.
+func TestSendDropsOnlyIPv6ForOlderReplicas(t *testing.T) {
+	l1, l2, port := twoReplicas(t)
+	const reads3, reads2 = "127.0.0.2", "127.0.0.3"
+	var mu sync.Mutex
+	got := map[string][]byte{}
+	serve := func(l net.Listener, addr string, newest byte) {
+		accept := replica(func(*stats.Batch) {})
+		srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			body, _ := io.ReadAll(req.Body)
+			if len(body) > 4 && body[4] > newest {
+				http.Error(w, fmt.Sprintf("stats: malformed stats batch: version %d, this controller reads versions 1 to %d", body[4], newest), http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			got[addr] = body
+			mu.Unlock()
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			accept.ServeHTTP(w, req)
+		})}}
+		srv.Start()
+		t.Cleanup(srv.Close)
+	}
+	serve(l1, reads3, 3)
+	serve(l2, reads2, 2)
+
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	rec := &counts{}
+	r, err := New("controller-stats:"+port, time.Second, rec, slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &logMu}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	r.clock = clk
+	r.SetResolver(func(context.Context, string) ([]string, error) { return []string{reads3, reads2}, nil })
+	plain := stats.PodStat{IP: netip.MustParseAddr("10.0.0.1"), Namespace: "ns", Pod: "plain-0", Workload: "plain", Concurrency: 1}
+	tls := stats.PodStat{IP: netip.MustParseAddr("10.0.0.2"), Namespace: "ns", Pod: "tls-0", Workload: "tls",
+		Concurrency: 2, Accounting: stats.AccountingConnections, OpaqueConcurrency: 2}
+	v6 := stats.PodStat{IP: netip.MustParseAddr("fd00::3"), Namespace: "ns", Pod: "v6-0", Workload: "v6", Concurrency: 3}
+	batch := &stats.Batch{Node: "n", Start: clk.Now(), Period: time.Second, Pods: []stats.PodStat{plain, tls, v6}}
+	tlsPlain := tls
+	tlsPlain.Accounting, tlsPlain.OpaqueConcurrency = stats.AccountingHTTP1Requests, 0
+
+	type post struct {
+		Version byte
+		Pods    []stats.PodStat
+	}
+	step := func(name string, want map[string]post, wantLogs4, wantLogs3, wantDropped int) {
+		t.Helper()
+		r.Send(t.Context(), batch)
+		mu.Lock()
+		defer mu.Unlock()
+		gotPosts := map[string]post{}
+		for addr, body := range got {
+			b, err := stats.Decode(body)
+			if err != nil {
+				t.Fatalf("%s: %s got an undecodable batch: %v", name, addr, err)
+			}
+			gotPosts[addr] = post{body[4], b.Pods}
+		}
+		if diff := cmp.Diff(want, gotPosts, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			t.Errorf("%s: posts taken by replica (-want +got):\n%s", name, diff)
+		}
+		clear(got)
+		logMu.Lock()
+		n4, n3 := strings.Count(logged.String(), "cannot read stats version 4"), strings.Count(logged.String(), "cannot read stats version 3")
+		logMu.Unlock()
+		if n4 != wantLogs4 || n3 != wantLogs3 {
+			t.Errorf("%s: %d and %d log lines about versions 4 and 3, want %d and %d", name, n4, n3, wantLogs4, wantLogs3)
+		}
+		rec.lock.Lock()
+		defer rec.lock.Unlock()
+		if n := rec.errors[StageLegacyIPv6]; n != wantDropped {
+			t.Errorf("%s: %d posts counted as leaving out IPv6 records, want %d", name, n, wantDropped)
+		}
+	}
+	ipv4Only := post{3, []stats.PodStat{plain, tls}}
+	step("first batch: version 4 refused by both", map[string]post{}, 2, 0, 0)
+	clk.SetTime(clk.Now().Add(LegacyPeriod / 4))
+	step("version 3 without the IPv6 pod", map[string]post{reads3: ipv4Only}, 2, 1, 2)
+	for i := range 2 {
+		clk.SetTime(clk.Now().Add(LegacyPeriod / 4))
+		step(fmt.Sprintf("batch %d within the period", i+3),
+			map[string]post{reads3: ipv4Only, reads2: {1, []stats.PodStat{plain, tlsPlain}}}, 2, 1, 4+2*i)
+	}
+	// The first replica's period is over, the second's (from its refusal
+	// of version 3, a quarter later) is not.
+	clk.SetTime(clk.Now().Add(LegacyPeriod / 4))
+	step("the period over: version 4 tried again", map[string]post{reads2: {1, []stats.PodStat{plain, tlsPlain}}}, 3, 1, 7)
+	if rec.refused != 0 || rec.fail != 4 {
+		t.Errorf("%d posts failed and %d were refused, want the 4 answered 400, and none", rec.fail, rec.refused)
 	}
 }
 

@@ -37,13 +37,39 @@ type Cluster struct {
 	Kubeconfig string
 }
 
+// Option changes the control plane ControlPlane starts.
+type Option func(*envtest.Environment)
+
+// DualStack gives the API server an IPv4 and an IPv6 Service range
+// (IPv4 first, as in a cluster whose primary family is IPv4), so that
+// Services can be dual-stack or IPv6-only. The ranges are only
+// allocated from, never routed: nothing is sent to them.
+func DualStack() Option {
+	return func(env *envtest.Environment) {
+		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.0.0.0/24,fd5c:a1e:96::/112")
+	}
+}
+
+// DualStackIPv6First is DualStack with IPv6 the primary family: a
+// Service that names no family is IPv6-only.
+func DualStackIPv6First() Option {
+	return func(env *envtest.Environment) {
+		// The API server's own address must be of the primary family (the
+		// kubernetes Service's endpoint): loopback, as envtest's 127.0.0.1.
+		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "fd5c:a1e:96::/112,10.0.0.0/24").Set("advertise-address", "::1")
+	}
+}
+
 // ControlPlane starts etcd and kube-apiserver (the pinned builds of
 // KUBEBUILDER_ASSETS) with the CRDs of charts/sockscale/files/crds installed, and
 // stops them when t ends.
-func ControlPlane(t testing.TB) *Cluster {
+func ControlPlane(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
 	RequireControlPlane(t)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true}
+	for _, o := range opts {
+		o(env)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start etcd and kube-apiserver: %v", err)

@@ -133,33 +133,54 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // ReadyPods are the ready endpoints of a Service's EndpointSlices (the
-// private Service: the target's pods), IPv4 as the agents report them,
-// with their nodes ("" if a slice does not say).
+// private Service: the target's pods), each pod by the address the agents
+// report it by (Endpoints), with their nodes ("" if a slice does not
+// say).
 func ReadyPods(ctx context.Context, c client.Reader, namespace, service string) (map[netip.Addr]string, error) {
 	ready, _, err := Endpoints(ctx, c, namespace, service)
 	return ready, err
 }
 
-// Endpoints are a Service's IPv4 endpoints with their nodes: the ready
-// ones (as ReadyPods), and all of them, not ready and terminating too
-// (the pods whose stats an agent may send).
+// Endpoints are a Service's endpoints with their nodes: the ready ones
+// (as ReadyPods), and all of them, not ready and terminating too (the
+// pods whose stats an agent may send). A pod is there once, by the
+// address agents report it by (package podaddr): a dual-stack pod is
+// listed by an IPv4 and an IPv6 slice, and only its IPv4 address counts,
+// or it would be expected twice and one of the two never heard. An
+// endpoint that names no pod counts by each of its addresses.
 func Endpoints(ctx context.Context, c client.Reader, namespace, service string) (ready, all map[netip.Addr]string, err error) {
 	var list discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
 		return nil, nil, fmt.Errorf("list EndpointSlices of %s: %w", service, err)
 	}
 	ready, all = make(map[netip.Addr]string), make(map[netip.Addr]string)
-	for _, s := range list.Items {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
-		}
-		for _, e := range s.Endpoints {
-			isReady := ptr.Deref(e.Conditions.Ready, true) && !ptr.Deref(e.Conditions.Terminating, false)
-			for _, a := range e.Addresses {
-				if ip, err := netip.ParseAddr(a); err == nil {
-					all[ip] = ptr.Deref(e.NodeName, "")
+	// IPv4 slices first: a pod they list is known by that address.
+	withIPv4 := make(map[string]bool)
+	for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+		for _, s := range list.Items {
+			if s.AddressType != family {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				pod := ""
+				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+					pod = e.TargetRef.Name
+				}
+				if pod != "" && withIPv4[pod] {
+					continue // its IPv6 address: the pod is known by its IPv4 one
+				}
+				isReady := ptr.Deref(e.Conditions.Ready, true) && !ptr.Deref(e.Conditions.Terminating, false)
+				for _, a := range e.Addresses {
+					ip, err := netip.ParseAddr(a)
+					if err != nil {
+						continue
+					}
+					all[ip.Unmap()] = ptr.Deref(e.NodeName, "")
 					if isReady {
-						ready[ip] = ptr.Deref(e.NodeName, "")
+						ready[ip.Unmap()] = ptr.Deref(e.NodeName, "")
+					}
+					if family == discoveryv1.AddressTypeIPv4 && pod != "" {
+						withIPv4[pod] = true
 					}
 				}
 			}

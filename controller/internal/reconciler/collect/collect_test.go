@@ -66,6 +66,7 @@ func deployment(name string, annotations map[string]string) *appsv1.Deployment {
 type ep struct {
 	ip, node           string
 	ready, terminating *bool
+	pod                string // the targetRef's name; none if ""
 }
 
 func slice(name, service string, typ discoveryv1.AddressType, eps ...ep) *discoveryv1.EndpointSlice {
@@ -74,6 +75,9 @@ func slice(name, service string, typ discoveryv1.AddressType, eps ...ep) *discov
 	for _, e := range eps {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip}, NodeName: ptr.To(e.node),
 			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Terminating: e.terminating}})
+		if e.pod != "" {
+			s.Endpoints[len(s.Endpoints)-1].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: e.pod}
+		}
 	}
 	return s
 }
@@ -86,7 +90,14 @@ func TestReadyPods(t *testing.T) {
 			ep{ip: "10.0.0.3", node: "node-b", ready: ptr.To(false)},
 			ep{ip: "10.0.0.4", node: "node-a", ready: ptr.To(false), terminating: ptr.To(true)}),
 		slice("hello-private-2", "hello-private", discoveryv1.AddressTypeIPv4, ep{ip: "10.0.0.5", node: "node-c", ready: ptr.To(true)}),
-		slice("hello-private-6", "hello-private", discoveryv1.AddressTypeIPv6, ep{ip: "fd00::1", node: "node-a", ready: ptr.To(true)}),
+		// Pod dual-1 is dual-stack: known by its IPv4 address only; pod
+		// v6-1 is IPv6-only, and so is an endpoint that names no pod.
+		slice("hello-private-3", "hello-private", discoveryv1.AddressTypeIPv4, ep{ip: "10.0.0.6", node: "node-c", ready: ptr.To(true), pod: "dual-1"}),
+		slice("hello-private-6", "hello-private", discoveryv1.AddressTypeIPv6,
+			ep{ip: "fd00::1", node: "node-a", ready: ptr.To(true), pod: "v6-1"},
+			ep{ip: "fd00::6", node: "node-c", ready: ptr.To(true), pod: "dual-1"},
+			ep{ip: "fd00::7", node: "node-c", ready: ptr.To(false), pod: "v6-2"},
+			ep{ip: "fd00::8", node: "node-b", ready: ptr.To(true)}),
 		slice("other-1", "other", discoveryv1.AddressTypeIPv4, ep{ip: "10.0.9.9", node: "node-a", ready: ptr.To(true)}),
 	).Build()
 	got, err := ReadyPods(context.Background(), c, "default", "hello-private")
@@ -95,6 +106,7 @@ func TestReadyPods(t *testing.T) {
 	}
 	want := map[netip.Addr]string{
 		netip.MustParseAddr("10.0.0.1"): "node-a", netip.MustParseAddr("10.0.0.2"): "node-b", netip.MustParseAddr("10.0.0.5"): "node-c",
+		netip.MustParseAddr("10.0.0.6"): "node-c", netip.MustParseAddr("fd00::1"): "node-a", netip.MustParseAddr("fd00::8"): "node-b",
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -107,6 +119,7 @@ func TestReadyPods(t *testing.T) {
 	}
 	want[netip.MustParseAddr("10.0.0.3")] = "node-b"
 	want[netip.MustParseAddr("10.0.0.4")] = "node-a"
+	want[netip.MustParseAddr("fd00::7")] = "node-c"
 	if diff := cmp.Diff(want, all, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("all endpoints (-want +got):\n%s", diff)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -86,6 +87,9 @@ func (r *Reconciler) ensureAddress(ctx context.Context, rt *servingv1alpha1.Rout
 	want := makeAddress(rt, tag, r.ActivatorRoutePort)
 	var have corev1.Service
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	// families are the Service's IP families as the API server made it
+	// (the cluster's default for a Service that names none).
+	families := endpoints.Families(&have)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := controllerutil.SetControllerReference(rt, want, r.Client.Scheme()); err != nil {
@@ -94,6 +98,7 @@ func (r *Reconciler) ensureAddress(ctx context.Context, rt *servingv1alpha1.Rout
 		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create Service %s: %w", want.Name, err)
 		}
+		families = endpoints.Families(want) // as created: the answer fills spec.ipFamilies
 	case err != nil:
 		return nil, fmt.Errorf("get Service %s: %w", want.Name, err)
 	case !metav1.IsControlledBy(&have, rt):
@@ -109,22 +114,55 @@ func (r *Reconciler) ensureAddress(ctx context.Context, rt *servingv1alpha1.Rout
 			return nil, fmt.Errorf("correct Service %s: %w", want.Name, err)
 		}
 	}
-	return nil, r.writeSlice(ctx, rt, want.Name, acts)
+	for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+		if !slices.Contains(families, family) {
+			if err := r.deleteSlice(ctx, rt, endpoints.SliceName(want.Name, family, 0)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := r.writeSlice(ctx, rt, want.Name, family, acts); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
 }
 
-// writeSlice makes the address Service's one EndpointSlice: the ready
-// activators at their route port.
-func (r *Reconciler) writeSlice(ctx context.Context, rt *servingv1alpha1.Route, service string, acts []endpoints.Endpoint) error {
+// deleteSlice deletes the EndpointSlice name if rt controls it: one of a
+// family its address Service no longer has.
+func (r *Reconciler) deleteSlice(ctx context.Context, rt *servingv1alpha1.Route, name string) error {
+	var have discoveryv1.EndpointSlice
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, &have); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get EndpointSlice %s: %w", name, err)
+	case !metav1.IsControlledBy(&have, rt):
+		return nil
+	}
+	if err := r.Client.Delete(ctx, &have); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete EndpointSlice %s of a family the Service no longer has: %w", name, err)
+	}
+	return nil
+}
+
+// writeSlice makes the address Service's one EndpointSlice of family:
+// the ready activators' addresses of that family at their route port.
+func (r *Reconciler) writeSlice(ctx context.Context, rt *servingv1alpha1.Route, service string, family discoveryv1.AddressType, acts []endpoints.Endpoint) error {
 	ports := []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(r.ActivatorRoutePort)}}
 	eps := make([]discoveryv1.Endpoint, 0, len(acts))
 	for _, a := range acts {
+		ip, ok := a.AddrOf(family)
+		if !ok {
+			continue
+		}
 		eps = append(eps, discoveryv1.Endpoint{
-			Addresses:  []string{a.IP.String()},
+			Addresses:  []string{ip.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: r.ActivatorNamespace, Name: a.Name},
 		})
 	}
-	name := service + "-sockscale-0"
+	name := endpoints.SliceName(service, family, 0)
 	var have discoveryv1.EndpointSlice
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, &have)
 	switch {
@@ -133,7 +171,7 @@ func (r *Reconciler) writeSlice(ctx context.Context, rt *servingv1alpha1.Route, 
 			ObjectMeta: metav1.ObjectMeta{Namespace: rt.Namespace, Name: name, Labels: map[string]string{
 				discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: sks.ManagedBy, servingv1alpha1.RouteLabelKey: rt.Name,
 			}},
-			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps, Ports: ports,
+			AddressType: family, Endpoints: eps, Ports: ports,
 		}
 		if err := controllerutil.SetControllerReference(rt, s, r.Client.Scheme()); err != nil {
 			return err
@@ -171,9 +209,11 @@ func (r *Reconciler) removeStale(ctx context.Context, rt *servingv1alpha1.Route,
 		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete Service %s of a removed tag: %w", s.Name, err)
 		}
-		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: rt.Namespace, Name: s.Name + "-sockscale-0"}}
-		if err := r.Client.Delete(ctx, slice); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete EndpointSlice %s of a removed tag: %w", slice.Name, err)
+		for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+			slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: rt.Namespace, Name: endpoints.SliceName(s.Name, family, 0)}}
+			if err := r.Client.Delete(ctx, slice); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete EndpointSlice %s of a removed tag: %w", slice.Name, err)
+			}
 		}
 	}
 	return nil

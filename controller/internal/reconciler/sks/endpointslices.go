@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,23 +19,27 @@ import (
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/controller/internal/endpoints"
+	"github.com/sockscale/sockscale/internal/podaddr"
 )
 
-// podSlices are the private Service's IPv4 EndpointSlices as the public
-// Service should carry them, in name order: every endpoint as it is, with
-// its conditions (ready, serving, terminating) and topology hints, so
-// kube-proxy treats the public Service as it would a selector Service
-// (terminating endpoints still serving take over while none is ready;
-// topology-aware routing keeps its zones).
-func (r *ServerlessService) podSlices(ctx context.Context, ns, service string) ([]discoveryv1.EndpointSlice, error) {
+// podSlices are the private Service's EndpointSlices of families (the
+// public Service's, endpoints.Families) as the public Service should
+// carry them, IPv4 ones first, each family in name order: every endpoint
+// as it is, with its conditions (ready, serving, terminating) and
+// topology hints, so kube-proxy treats the public Service as it would a
+// selector Service (terminating endpoints still serving take over while
+// none is ready; topology-aware routing keeps its zones). A family the
+// public Service does not have is left out: it would carry no slice of
+// it.
+func (r *ServerlessService) podSlices(ctx context.Context, ns, service string, families []discoveryv1.AddressType) ([]discoveryv1.EndpointSlice, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
 		return nil, fmt.Errorf("list EndpointSlices of %s: %w", service, err)
 	}
 	var out []discoveryv1.EndpointSlice
 	for _, s := range list.Items {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Endpoints) == 0 {
-			continue // the agents account IPv4 pods (README: limitations)
+		if !slices.Contains(families, s.AddressType) || len(s.Endpoints) == 0 {
+			continue // FQDN slices, or a family the public Service lacks
 		}
 		mirror := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: s.Name}, AddressType: s.AddressType, Ports: s.Ports}
 		for i := range s.Endpoints {
@@ -42,13 +47,23 @@ func (r *ServerlessService) podSlices(ctx context.Context, ns, service string) (
 		}
 		out = append(out, mirror)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].AddressType != out[j].AddressType {
+			return out[i].AddressType == discoveryv1.AddressTypeIPv4
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out, nil
 }
 
-// readyEndpoints flattens slices' ready endpoints for the mode decision.
+// readyEndpoints flattens slices' ready endpoints for the mode decision:
+// one per pod, however many families list it (a dual-stack pod is in an
+// IPv4 and an IPv6 slice), known by its IPv4 address if it has one
+// (package podaddr). An endpoint that names no pod counts for each
+// address.
 func readyEndpoints(slices []discoveryv1.EndpointSlice) []endpoints.Endpoint {
 	var out []endpoints.Endpoint
+	byPod := make(map[string]int)
 	for _, s := range slices {
 		for _, e := range s.Endpoints {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
@@ -59,9 +74,21 @@ func readyEndpoints(slices []discoveryv1.EndpointSlice) []endpoints.Endpoint {
 				name = e.TargetRef.Name
 			}
 			for _, a := range e.Addresses {
-				if ip, err := netip.ParseAddr(a); err == nil {
-					out = append(out, endpoints.Endpoint{Name: name, IP: ip})
+				ip, err := netip.ParseAddr(a)
+				if err != nil {
+					continue
 				}
+				ip = ip.Unmap()
+				i, seen := byPod[name]
+				if name == "" || !seen {
+					if name != "" {
+						byPod[name] = len(out)
+					}
+					out = append(out, endpoints.Endpoint{Name: name, IP: ip, Addrs: []netip.Addr{ip}})
+					continue
+				}
+				out[i].Addrs = append(out[i].Addrs, ip)
+				out[i].IP = podaddr.Pick(out[i].Addrs)
 			}
 		}
 	}
@@ -87,25 +114,35 @@ func servedPort(public *corev1.Service, port int32) (name string, all bool) {
 	return "", true
 }
 
-// proxySlices are the public endpoints in Proxy mode: the served port (or
-// every port) of the public Service to the activators' port, and the
-// public Service's other ports still to the pods, which the activator
-// would not forward them to.
+// proxySlices are the public endpoints in Proxy mode: for each of the
+// public Service's families, the served port (or every port) to the
+// activators' port at their addresses of that family (none when no
+// activator has one: the family's clients fail rather than bypass the
+// activators), and the public Service's other ports still to the pods,
+// which the activator would not forward them to.
 func (r *ServerlessService) proxySlices(public *corev1.Service, port int32, acts []endpoints.Endpoint, pods []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
 	served, all := servedPort(public, port)
-	s := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
+	var ports []discoveryv1.EndpointPort
 	for _, p := range public.Spec.Ports {
 		if all || p.Name == served {
-			s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(r.ActivatorPort)})
+			ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(r.ActivatorPort)})
 		}
 	}
-	for _, a := range acts {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
-			Addresses: []string{a.IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: r.ActivatorNamespace, Name: a.Name},
-		})
+	var out []discoveryv1.EndpointSlice
+	for _, family := range endpoints.Families(public) {
+		s := discoveryv1.EndpointSlice{AddressType: family, Ports: ports}
+		for _, a := range acts {
+			ip, ok := a.AddrOf(family)
+			if !ok {
+				continue
+			}
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+				Addresses: []string{ip.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: r.ActivatorNamespace, Name: a.Name},
+			})
+		}
+		out = append(out, s)
 	}
-	out := []discoveryv1.EndpointSlice{s}
 	if all {
 		return out
 	}
@@ -145,7 +182,9 @@ const (
 
 // writeSlices makes the public Service's EndpointSlices equal to want
 // (each split at Kubernetes' 1000 endpoints per slice), named
-// <public>-sockscale-<i>. Slices Kubernetes' EndpointSlice controller left
+// <public>-sockscale-<i> for IPv4 and <public>-sockscale-v6-<i> for IPv6
+// (endpoints.SliceName), i counted per family; slices of a family no
+// longer wanted (the Service lost it) are deleted. Slices Kubernetes' EndpointSlice controller left
 // from a removed selector, and its mirror of the Endpoints object its
 // Endpoints controller left (with that object), are taken over: removed
 // once sockscale's are written. For a slice of any other manager it writes nothing and returns
@@ -181,18 +220,32 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 				s.Name, public.Name, manager, public.Namespace, s.Name), nil
 		}
 	}
-	var chunks []discoveryv1.EndpointSlice
+	type chunk struct {
+		name  string
+		slice discoveryv1.EndpointSlice
+	}
+	var chunks []chunk
+	perFamily := map[discoveryv1.AddressType]int{}
 	for _, w := range want {
 		for start := 0; start < len(w.Endpoints); start += maxSliceEndpoints {
 			c := w
 			c.Endpoints = w.Endpoints[start:min(start+maxSliceEndpoints, len(w.Endpoints))]
-			chunks = append(chunks, c)
+			chunks = append(chunks, chunk{endpoints.SliceName(public.Name, w.AddressType, perFamily[w.AddressType]), c})
+			perFamily[w.AddressType]++
 		}
 	}
-	for i, c := range chunks {
-		name := fmt.Sprintf("%s-sockscale-%d", public.Name, i)
+	for _, ch := range chunks {
+		name, c := ch.name, ch.slice
 		s, ok := existing[name]
 		delete(existing, name)
+		if ok && s.AddressType != c.AddressType {
+			// The address type cannot change: a slice of this name from
+			// before (another family under the name) goes, and is made anew.
+			if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+				return "", fmt.Errorf("delete EndpointSlice %s of address type %s to write it as %s: %w", name, s.AddressType, c.AddressType, err)
+			}
+			ok = false
+		}
 		if !ok {
 			s = &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: public.Namespace, Name: name, Labels: map[string]string{
 				discoveryv1.LabelServiceName: public.Name, discoveryv1.LabelManagedBy: ManagedBy, LabelServerlessService: sks.Name,

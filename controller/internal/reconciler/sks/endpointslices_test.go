@@ -2,6 +2,7 @@ package sks
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,8 +22,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
+	"github.com/sockscale/sockscale/controller/internal/reconciler/names"
 )
 
 // fixture is a public Service hello with ports http 80 and metrics 9090,
@@ -229,5 +233,147 @@ func TestLeftoverSlicesOfARemovedSelector(t *testing.T) {
 				t.Errorf("Ready = %+v, want False saying %q", cond, tt.wantInMsg)
 			}
 		})
+	}
+}
+
+// TestSlicesPerFamily: the public Service gets slices of each of its IP
+// families and of no other: IPv4 ones under the names they always had,
+// IPv6 ones under -sockscale-v6-; in Proxy mode each lists the
+// activators' addresses of its family (none when no activator has one:
+// no slice, so the family's clients do not bypass the activators), in
+// Serve mode the private Service's endpoints of its family. A dual-stack
+// pod counts once.
+func TestSlicesPerFamily(t *testing.T) {
+	type named struct {
+		Name  string
+		Slice summary
+	}
+	dualStack := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	tests := []struct {
+		name        string
+		families    []corev1.IPFamily
+		activator   []string // the activator's podIPs
+		mode        v1alpha1.Mode
+		want        []named
+		wantMessage string
+	}{
+		{"IPv6-only, Proxy", []corev1.IPFamily{corev1.IPv6Protocol}, []string{"fd00:2::10"}, v1alpha1.ModeProxy, []named{
+			{"hello-sockscale-v6-0", summary{Ports: []string{"http:8012"}, Addresses: []string{"fd00:2::10"}}},
+			{"hello-sockscale-v6-1", summary{Ports: []string{"metrics:9091"}, Addresses: []string{"fd00:1::1"}}},
+		}, "Proxy: 1 public endpoints"},
+		{"IPv6-only, Serve", []corev1.IPFamily{corev1.IPv6Protocol}, []string{"fd00:2::10"}, v1alpha1.ModeServe, []named{
+			{"hello-sockscale-v6-0", summary{Ports: []string{"http:8080", "metrics:9091"}, Addresses: []string{"fd00:1::1"}}},
+		}, "Serve: 1 public endpoints"},
+		{"dual-stack, Proxy", dualStack, []string{"10.0.2.10", "fd00:2::10"}, v1alpha1.ModeProxy, []named{
+			{"hello-sockscale-0", summary{Ports: []string{"http:8012"}, Addresses: []string{"10.0.2.10"}}},
+			{"hello-sockscale-1", summary{Ports: []string{"metrics:9091"}, Addresses: []string{"10.0.1.1"}}},
+			{"hello-sockscale-v6-0", summary{Ports: []string{"http:8012"}, Addresses: []string{"fd00:2::10"}}},
+			{"hello-sockscale-v6-1", summary{Ports: []string{"metrics:9091"}, Addresses: []string{"fd00:1::1"}}},
+		}, "Proxy: 1 public endpoints"},
+		{"dual-stack, Serve: the pod counted once", dualStack, []string{"10.0.2.10", "fd00:2::10"}, v1alpha1.ModeServe, []named{
+			{"hello-sockscale-0", summary{Ports: []string{"http:8080", "metrics:9091"}, Addresses: []string{"10.0.1.1"}}},
+			{"hello-sockscale-v6-0", summary{Ports: []string{"http:8080", "metrics:9091"}, Addresses: []string{"fd00:1::1"}}},
+		}, "Serve: 1 public endpoints"},
+		{"dual-stack, Proxy, IPv4-only activator: no IPv6 way around it", dualStack, []string{"10.0.2.10"}, v1alpha1.ModeProxy, []named{
+			{"hello-sockscale-0", summary{Ports: []string{"http:8012"}, Addresses: []string{"10.0.2.10"}}},
+			{"hello-sockscale-1", summary{Ports: []string{"metrics:9091"}, Addresses: []string{"10.0.1.1"}}},
+			{"hello-sockscale-v6-0", summary{Ports: []string{"metrics:9091"}, Addresses: []string{"fd00:1::1"}}},
+		}, "Proxy: 1 public endpoints"},
+		{"IPv4-only Service over dual-stack pods: IPv4 slices only", []corev1.IPFamily{corev1.IPv4Protocol}, []string{"10.0.2.10", "fd00:2::10"}, v1alpha1.ModeServe, []named{
+			{"hello-sockscale-0", summary{Ports: []string{"http:8080", "metrics:9091"}, Addresses: []string{"10.0.1.1"}}},
+		}, "Serve: 1 public endpoints"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := pod("10.0.1.1", true)
+			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "hello-a"}
+			f := newFixture(tt.mode, 80, ep)
+			f.public.Spec.IPFamilies = tt.families
+			v6 := f.private[0].DeepCopyObject().(*discoveryv1.EndpointSlice)
+			v6.Name, v6.AddressType = "hello-private-v6xyz", discoveryv1.AddressTypeIPv6
+			v6.Endpoints[0].Addresses = []string{"fd00:1::1"}
+			f.private = append(f.private, v6)
+			act := f.extra[0].(*corev1.Pod)
+			act.Status.PodIP, act.Status.PodIPs = tt.activator[0], nil
+			for _, ip := range tt.activator {
+				act.Status.PodIPs = append(act.Status.PodIPs, corev1.PodIP{IP: ip})
+			}
+			// A slice of the IPv6 family from before: stays only while the
+			// Service has IPv6.
+			f.extra = append(f.extra, &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-sockscale-v6-7", Labels: map[string]string{
+					discoveryv1.LabelServiceName: "hello", discoveryv1.LabelManagedBy: ManagedBy},
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ServerlessService", Name: "hello", UID: "sks-uid", Controller: ptr.To(true)}}},
+				AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{pod("fd00:9::9", true)}})
+			c, got := f.run(t)
+			var gotNamed []named
+			for i, s := range summarize(got) {
+				if got[i].AddressType != endpointsFamily(got[i].Name) {
+					t.Errorf("slice %s has address type %s", got[i].Name, got[i].AddressType)
+				}
+				gotNamed = append(gotNamed, named{got[i].Name, s})
+			}
+			if diff := cmp.Diff(tt.want, gotNamed); diff != "" {
+				t.Errorf("public slices (-want +got):\n%s", diff)
+			}
+			var sks v1alpha1.ServerlessService
+			_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "hello"}, &sks)
+			if c := meta.FindStatusCondition(sks.Status.Conditions, names.ConditionReady); c == nil || c.Message != tt.wantMessage {
+				t.Errorf("Ready condition %+v, want the message %q", c, tt.wantMessage)
+			}
+			var private corev1.Service
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "hello-private"}, &private); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.families, private.Spec.IPFamilies); diff != "" {
+				t.Errorf("private Service's IP families (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// endpointsFamily is the address type a slice's name says.
+func endpointsFamily(name string) discoveryv1.AddressType {
+	if strings.Contains(name, "-sockscale-v6-") {
+		return discoveryv1.AddressTypeIPv6
+	}
+	return discoveryv1.AddressTypeIPv4
+}
+
+// TestSliceOfAnotherAddressTypeIsMadeAnew: a slice's address type cannot
+// change (the API server refuses it, as the client here does), so a
+// slice of sockscale's under a name now wanted for the other family is
+// deleted and created again, not updated.
+func TestSliceOfAnotherAddressTypeIsMadeAnew(t *testing.T) {
+	f := newFixture(v1alpha1.ModeServe, 80, pod("10.0.1.1", true))
+	f.extra = append(f.extra, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-sockscale-0", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "hello", discoveryv1.LabelManagedBy: ManagedBy},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ServerlessService", Name: "hello", UID: "sks-uid", Controller: ptr.To(true)}}},
+		AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{pod("fd00:9::9", true)}})
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	objs := append(append([]client.Object{f.sks, f.public}, f.private...), f.extra...)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				var have discoveryv1.EndpointSlice
+				if err := c.Get(ctx, client.ObjectKeyFromObject(s), &have); err == nil && have.AddressType != s.AddressType {
+					return fmt.Errorf("addressType: field is immutable (%s to %s)", have.AddressType, s.AddressType)
+				}
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	r := &ServerlessService{Client: c, ActivatorNamespace: "sockscale-system", ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := publicSlices(t, c)
+	if len(got) != 1 || got[0].Name != "hello-sockscale-0" || got[0].AddressType != discoveryv1.AddressTypeIPv4 {
+		t.Fatalf("public slices %+v, want hello-sockscale-0 of IPv4", got)
+	}
+	if diff := cmp.Diff([]summary{{Ports: []string{"http:8080", "metrics:9091"}, Addresses: []string{"10.0.1.1"}}}, summarize(got)); diff != "" {
+		t.Errorf("public slices (-want +got):\n%s", diff)
 	}
 }

@@ -3,11 +3,13 @@ package sks
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -29,8 +31,14 @@ import (
 // private Services were made (docs/scale-bench.md). A cluster IP cannot
 // be removed from a Service, so private Services made before keep
 // theirs (they work the same).
+//
+// It has the public Service's IP families and family policy, so that its
+// EndpointSlices, which the public Service's are copied from in Serve
+// mode, are of the public Service's families: a dual-stack public Service
+// gets both, an IPv6 one IPv6 slices.
 func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service) (string, error) {
-	want := corev1.ServiceSpec{Selector: sks.Spec.Selector, ClusterIP: corev1.ClusterIPNone}
+	want := corev1.ServiceSpec{Selector: sks.Spec.Selector, ClusterIP: corev1.ClusterIPNone,
+		IPFamilies: public.Spec.IPFamilies, IPFamilyPolicy: public.Spec.IPFamilyPolicy}
 	for _, p := range public.Spec.Ports {
 		want.Ports = append(want.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, AppProtocol: p.AppProtocol})
 	}
@@ -49,11 +57,31 @@ func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.Ser
 	case !metav1.IsControlledBy(svc, sks):
 		return fmt.Sprintf("Service %q exists and is not managed by this ServerlessService; rename or delete it so sockscale can select the target's pods through it", svc.Name), nil
 	}
-	if equality.Semantic.DeepEqual(svc.Spec.Selector, want.Selector) && samePorts(svc.Spec.Ports, want.Ports) {
+	if equality.Semantic.DeepEqual(svc.Spec.Selector, want.Selector) && samePorts(svc.Spec.Ports, want.Ports) && sameFamilies(svc, &want) {
 		return "", nil
 	}
 	svc.Spec.Selector, svc.Spec.Ports = want.Selector, want.Ports
-	return "", r.Client.Update(ctx, svc)
+	if !sameFamilies(svc, &want) {
+		// The API server refuses a change of the first family, as it does
+		// on the public Service, whose first family cannot change either:
+		// only a second family added or removed gets here.
+		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = want.IPFamilies, want.IPFamilyPolicy
+	}
+	if err := r.Client.Update(ctx, svc); err != nil {
+		return "", fmt.Errorf("update private Service %s: %w", svc.Name, err)
+	}
+	return "", nil
+}
+
+// sameFamilies says whether have has want's IP families and policy; a
+// want that names none (a public Service the API server did not fill)
+// asks for nothing.
+func sameFamilies(have *corev1.Service, want *corev1.ServiceSpec) bool {
+	if len(want.IPFamilies) == 0 {
+		return true
+	}
+	return slices.Equal(have.Spec.IPFamilies, want.IPFamilies) &&
+		(want.IPFamilyPolicy == nil || ptr.Deref(have.Spec.IPFamilyPolicy, "") == *want.IPFamilyPolicy)
 }
 
 // samePorts compares what ensurePrivate sets (the API server fills

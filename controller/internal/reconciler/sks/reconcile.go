@@ -146,7 +146,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return notReady(names.ReasonNotOwned, msg)
 	}
-	podSlices, err := r.podSlices(ctx, sks.Namespace, status.PrivateServiceName)
+	podSlices, err := r.podSlices(ctx, sks.Namespace, status.PrivateServiceName, endpoints.Families(public))
 	if err != nil {
 		return ctrl.Result{}, err
 	}

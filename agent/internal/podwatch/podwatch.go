@@ -453,19 +453,7 @@ func accountable(pod *corev1.Pod) ([]netip.Addr, string) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil, ""
 	}
-	ips := pod.Status.PodIPs
-	if len(ips) == 0 && pod.Status.PodIP != "" {
-		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
-	}
-	var out []netip.Addr
-	for _, s := range ips {
-		// The API server validates pod addresses; one that does not parse
-		// here is left out rather than guessed at.
-		if ip, err := netip.ParseAddr(s.IP); err == nil && ip.Zone() == "" && !slices.Contains(out, ip.Unmap()) {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out, ""
+	return podaddr.All(&pod.Status), ""
 }
 
 // replicaSetHashLabels are the pod labels holding the hash suffix of the

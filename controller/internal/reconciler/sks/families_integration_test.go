@@ -125,8 +125,30 @@ func TestIntegrationSlicesPerFamily(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "a dual-stack private Service", privateFamilies("dual", corev1.IPv4Protocol, corev1.IPv6Protocol))
 	testenv.Eventually(t, 30*time.Second, "Serve: the pod's address of each family",
 		slicesAre("dual", "dual-sockscale-0 IPv4 10.244.1.5", "dual-sockscale-v6-0 IPv6 fd00:1::5"))
-	testenv.Eventually(t, 30*time.Second, "an IPv6-only private Service", privateFamilies("six", corev1.IPv6Protocol))
+	// An IPv6-only public Service's private one prefers dual-stack, IPv6
+	// first: the agents report dual-stack pods by their IPv4 address,
+	// which only the private Service's IPv4 slices show the controller.
+	testenv.Eventually(t, 30*time.Second, "a private Service of both families for an IPv6-only one", privateFamilies("six", corev1.IPv6Protocol, corev1.IPv4Protocol))
 	testenv.Eventually(t, 30*time.Second, "Proxy, IPv6-only: the activator's IPv6 address", slicesAre("six", "six-sockscale-v6-0 IPv6 fd00:2::10"))
+	// ... and is left alone from then on: the second family the API
+	// server added is no reason to update it.
+	var six corev1.Service
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "six-private"}, &six); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, podSlice("six", discoveryv1.AddressTypeIPv4, "10.244.1.6")); err != nil { // a reconcile of "six"
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	var again corev1.Service
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "six-private"}, &again); err != nil {
+		t.Fatal(err)
+	}
+	if again.ResourceVersion != six.ResourceVersion || ptr.Deref(again.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyPreferDualStack {
+		t.Errorf("the IPv6-only Service's private one: resourceVersion %s -> %s, policy %v; want it unchanged, PreferDualStack",
+			six.ResourceVersion, again.ResourceVersion, ptr.Deref(again.Spec.IPFamilyPolicy, ""))
+	}
+	testenv.Eventually(t, 30*time.Second, "Proxy, IPv6-only: still the activator's IPv6 address only", slicesAre("six", "six-sockscale-v6-0 IPv6 fd00:2::10"))
 
 	var s v1alpha1.ServerlessService
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "dual"}, &s); err != nil {

@@ -35,10 +35,18 @@ import (
 // It has the public Service's IP families and family policy, so that its
 // EndpointSlices, which the public Service's are copied from in Serve
 // mode, are of the public Service's families: a dual-stack public Service
-// gets both, an IPv6 one IPv6 slices.
+// gets both, an IPv4 one IPv4 slices. A single-stack IPv6 public Service
+// gets a private one that prefers dual-stack, IPv6 first: on a dual-stack
+// cluster its pods are dual-stack too, and the agents report a pod by its
+// IPv4 address (podaddr.Pick), which the controller finds in the private
+// Service's IPv4 slices; only the IPv6 ones are copied to the public
+// Service. On an IPv6-only cluster it is IPv6 alone.
 func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.ServerlessService, public *corev1.Service) (string, error) {
 	want := corev1.ServiceSpec{Selector: sks.Spec.Selector, ClusterIP: corev1.ClusterIPNone,
 		IPFamilies: public.Spec.IPFamilies, IPFamilyPolicy: public.Spec.IPFamilyPolicy}
+	if slices.Equal(public.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv6Protocol}) {
+		want.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+	}
 	for _, p := range public.Spec.Ports {
 		want.Ports = append(want.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, AppProtocol: p.AppProtocol})
 	}
@@ -75,10 +83,15 @@ func (r *ServerlessService) ensurePrivate(ctx context.Context, sks *v1alpha1.Ser
 
 // sameFamilies says whether have has want's IP families and policy; a
 // want that names none (a public Service the API server did not fill)
-// asks for nothing.
+// asks for nothing. With PreferDualStack the API server adds the second
+// family where the cluster has one: only the first is compared.
 func sameFamilies(have *corev1.Service, want *corev1.ServiceSpec) bool {
 	if len(want.IPFamilies) == 0 {
 		return true
+	}
+	if want.IPFamilyPolicy != nil && *want.IPFamilyPolicy == corev1.IPFamilyPolicyPreferDualStack && len(want.IPFamilies) == 1 {
+		return len(have.Spec.IPFamilies) > 0 && have.Spec.IPFamilies[0] == want.IPFamilies[0] &&
+			ptr.Deref(have.Spec.IPFamilyPolicy, "") == *want.IPFamilyPolicy
 	}
 	return slices.Equal(have.Spec.IPFamilies, want.IPFamilies) &&
 		(want.IPFamilyPolicy == nil || ptr.Deref(have.Spec.IPFamilyPolicy, "") == *want.IPFamilyPolicy)

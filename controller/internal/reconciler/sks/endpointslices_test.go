@@ -332,6 +332,37 @@ func TestSlicesPerFamily(t *testing.T) {
 	}
 }
 
+// TestServeKeepsActivatorsForAFamilyWithoutReadyPods: Kubernetes writes a
+// dual-stack Service's slices of each family one after the other; in
+// Serve mode, a family whose pod endpoint is not ready yet keeps the
+// activators' slice rather than none, which kube-proxy would refuse.
+func TestServeKeepsActivatorsForAFamilyWithoutReadyPods(t *testing.T) {
+	ep := pod("10.0.1.1", true)
+	ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "hello-a"}
+	f := newFixture(v1alpha1.ModeServe, 80, ep)
+	f.public.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	v6 := f.private[0].DeepCopyObject().(*discoveryv1.EndpointSlice)
+	v6.Name, v6.AddressType = "hello-private-v6xyz", discoveryv1.AddressTypeIPv6
+	v6.Endpoints[0].Addresses = []string{"fd00:1::1"}
+	v6.Endpoints[0].Conditions.Ready = ptr.To(false)
+	f.private = append(f.private, v6)
+	act := f.extra[0].(*corev1.Pod)
+	act.Status.PodIP, act.Status.PodIPs = "10.0.2.10", []corev1.PodIP{{IP: "10.0.2.10"}, {IP: "fd00:2::10"}}
+	_, got := f.run(t)
+	var names []string
+	for i, s := range summarize(got) {
+		names = append(names, fmt.Sprintf("%s %v %v", got[i].Name, s.Ports, s.Addresses))
+	}
+	want := []string{
+		"hello-sockscale-0 [http:8080 metrics:9091] [10.0.1.1]",
+		"hello-sockscale-v6-0 [http:8080 metrics:9091] [fd00:1::1]",
+		"hello-sockscale-v6-1 [http:8012] [fd00:2::10]",
+	}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("public slices (-want +got):\n%s", diff)
+	}
+}
+
 // endpointsFamily is the address type a slice's name says.
 func endpointsFamily(name string) discoveryv1.AddressType {
 	if strings.Contains(name, "-sockscale-v6-") {

@@ -160,6 +160,9 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	})
 	want := podSlices
 	status.Activators = nil
+	if res.Mode == v1alpha1.ModeServe {
+		want = r.activatorsForPodlessFamilies(public, sks.Spec.Port, activators, podSlices)
+	}
 	if res.Mode == v1alpha1.ModeProxy {
 		want = r.proxySlices(public, sks.Spec.Port, res.Endpoints, podSlices)
 		for _, e := range res.Endpoints {

@@ -86,7 +86,7 @@ func ipv6Target(t *testing.T, s *stack.Stack, name string, families []corev1.IPF
 		urls = nil
 		for _, a := range svc.Spec.ClusterIPs {
 			ip, err := netip.ParseAddr(a)
-			if err != nil || !(cluster.ServiceCIDR.Contains(ip) || cluster.ServiceCIDR6.Contains(ip)) {
+			if err != nil || !cluster.ServiceCIDR.Contains(ip) && !cluster.ServiceCIDR6.Contains(ip) {
 				return fmt.Errorf("cluster IP %q is in neither service range (%s, %s)", a, cluster.ServiceCIDR, cluster.ServiceCIDR6)
 			}
 			localRoute(t, ip)

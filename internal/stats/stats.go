@@ -320,10 +320,12 @@ func Decode(data []byte) (*Batch, error) {
 	b.Pods = make([]PodStat, count)
 	for i := range b.Pods {
 		p := &b.Pods[i]
-		if v == versionIPv6 {
-			p.IP = netip.AddrFrom16(d.ip16()).Unmap()
-		} else {
-			p.IP = netip.AddrFrom4(d.ip4())
+		if v != versionIPv6 {
+			if b := d.ip(4); b != nil {
+				p.IP = netip.AddrFrom4([4]byte(b))
+			}
+		} else if b := d.ip(16); b != nil {
+			p.IP = netip.AddrFrom16([16]byte(b)).Unmap()
 		}
 		p.Namespace = d.string("namespace")
 		p.Pod = d.string("pod")
@@ -495,30 +497,16 @@ func (d *decoder) float(what string) float64 {
 	return v
 }
 
-func (d *decoder) ip4() [4]byte {
-	var ip [4]byte
+// ip reads an address of n bytes (4 or 16); nil once the decoder failed.
+func (d *decoder) ip(n int) []byte {
 	if d.err != nil {
-		return ip
+		return nil
 	}
-	if len(d.data)-d.off < 4 {
+	if len(d.data)-d.off < n {
 		d.fail("ip", "truncated")
-		return ip
+		return nil
 	}
-	copy(ip[:], d.data[d.off:])
-	d.off += 4
-	return ip
-}
-
-func (d *decoder) ip16() [16]byte {
-	var ip [16]byte
-	if d.err != nil {
-		return ip
-	}
-	if len(d.data)-d.off < 16 {
-		d.fail("ip", "truncated")
-		return ip
-	}
-	copy(ip[:], d.data[d.off:])
-	d.off += 16
-	return ip
+	b := d.data[d.off : d.off+n]
+	d.off += n
+	return b
 }

@@ -13,9 +13,9 @@ type auditMetrics struct {
 	duration    prometheus.Histogram
 }
 
-var miscountedDesc = prometheus.NewDesc("sockscale_agent_connections_miscounted",
-	"How far the pod's open-connection count was from the kernel's socket table at its latest check, before the check corrected it: positive for connections counted that were not open, negative for open ones not counted (idle since before the agent or the pod was added).",
-	[]string{"namespace", "pod", "workload"}, nil)
+const miscountedHelp = "How far the pod's open-connection count was from the kernel's socket table at its latest check, before the check corrected it: positive for connections counted that were not open, negative for open ones not counted (idle since before the agent or the pod was added)."
+
+var miscountedDesc = prometheus.NewDesc("sockscale_agent_connections_miscounted", miscountedHelp, []string{"namespace", "pod", "workload"}, nil)
 
 func newMetrics(a *Auditor) *auditMetrics {
 	return &auditMetrics{
@@ -47,13 +47,18 @@ func (m *auditMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.audits.Collect(ch)
 	m.corrections.Collect(ch)
 	m.duration.Collect(ch)
+	// One series per pod: a dual-stack pod's two addresses are checked
+	// apart (each has its own counts), and their differences add up.
+	type podKey struct{ namespace, name, workload string }
+	miscounted := map[podKey]int64{}
 	m.a.mu.Lock()
-	defer m.a.mu.Unlock()
 	for ip, r := range m.a.last {
-		pod, ok := m.a.pods.Lookup(ip)
-		if !ok {
-			continue
+		if pod, ok := m.a.pods.Lookup(ip); ok {
+			miscounted[podKey{pod.Namespace, pod.Name, pod.Workload}] += int64(r.Miscounted())
 		}
-		ch <- prometheus.MustNewConstMetric(miscountedDesc, prometheus.GaugeValue, float64(r.Miscounted()), pod.Namespace, pod.Name, pod.Workload)
+	}
+	m.a.mu.Unlock()
+	for k, n := range miscounted {
+		ch <- prometheus.MustNewConstMetric(miscountedDesc, prometheus.GaugeValue, float64(n), k.namespace, k.name, k.workload)
 	}
 }

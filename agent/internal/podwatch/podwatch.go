@@ -436,7 +436,11 @@ type Status struct {
 func (w *Watcher) Status() Status {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	s := Status{Tracked: len(w.byIP), Skipped: map[string]int{}, Errors: w.errs, Pending: len(w.dirty), Synced: w.synced}
+	pods := make(map[types.UID]bool, len(w.byIP)) // a dual-stack pod owns two addresses
+	for _, p := range w.byIP {
+		pods[p.UID] = true
+	}
+	s := Status{Tracked: len(pods), Skipped: map[string]int{}, Errors: w.errs, Pending: len(w.dirty), Synced: w.synced}
 	for _, reason := range w.skipped {
 		s.Skipped[reason]++
 	}

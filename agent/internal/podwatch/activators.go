@@ -38,7 +38,7 @@ type activatorMetrics struct {
 func newActivatorMetrics(reg prometheus.Registerer) *activatorMetrics {
 	m := &activatorMetrics{
 		found: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_activators",
-			Help: "Addresses of the running activator pods of --activator-namespace matching --activator-selector (two for a dual-stack pod)."}),
+			Help: "Running activator pods of --activator-namespace matching --activator-selector (each with every address it has)."}),
 		inKernel: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sockscale_agent_activators_in_kernel",
 			Help: "Activator addresses in the kernel's set (requests from them count as proxied); below sockscale_agent_activators when the kernel refused the set."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "sockscale_agent_activator_set_failures_total",
@@ -70,14 +70,16 @@ func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace
 		mu.Lock()
 		defer mu.Unlock()
 		var ips []netip.Addr
+		pods := 0 // the gauges count activator pods, a dual-stack one once
 		for _, obj := range inf.GetStore().List() {
 			pod := obj.(*corev1.Pod)
-			if addrs, reason := accountable(pod); reason == "" {
+			if addrs, reason := accountable(pod); reason == "" && len(addrs) > 0 {
 				ips = append(ips, addrs...) // both of a dual-stack activator's: clients of either family
+				pods++
 			}
 		}
 		sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
-		m.found.Set(float64(len(ips)))
+		m.found.Set(float64(pods))
 		if err := set.SetActivators(ips); err != nil {
 			m.failures.Inc()
 			log.Error("set activator addresses: the kernel keeps its previous set, so requests from the activators missing from it count as load", "activators", len(ips), "err", err)
@@ -85,7 +87,7 @@ func WatchActivators(ctx context.Context, client kubernetes.Interface, namespace
 			return
 		}
 		refusals.accepted()
-		m.inKernel.Set(float64(len(ips)))
+		m.inKernel.Set(float64(pods))
 		log.Debug("activator addresses", "ips", ips)
 	}
 	handler := cache.ResourceEventHandlerFuncs{

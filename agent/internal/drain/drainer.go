@@ -287,9 +287,7 @@ func (d *Drainer) observeKernel(now time.Time, st *podState, snap map[netip.Addr
 	ok := false
 	for _, ip := range st.leaving.IPs {
 		if c, in := snap[ip]; in {
-			pc.Requests.InFlight += c.Requests.InFlight
-			pc.Requests.Started += c.Requests.Started
-			ok = true
+			pc, ok = pc.Add(c), true
 		}
 	}
 	if !ok {

@@ -104,22 +104,50 @@ func readyEndpoints(slices []discoveryv1.EndpointSlice) []endpoints.Endpoint {
 // kube-proxy (connection refused) where the activators would hold its
 // requests (measured: 76 of 372 new IPv4 connections refused at the
 // switch to Serve before this).
+//
+// The activators' slice comes first in its family, so it keeps the name
+// it had in Proxy mode (<public>-sockscale-0): were the not-ready pods'
+// slice written under that name, the family would have no ready endpoint
+// until the activators' slice was created under the next one, and a
+// kube-proxy sync in between refused that family's new connections for
+// a whole sync period (57 of 357 in one run).
 func (r *ServerlessService) activatorsForPodlessFamilies(public *corev1.Service, port int32, acts []endpoints.Endpoint, podSlices []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
 	ready := map[discoveryv1.AddressType]bool{}
 	for _, s := range podSlices {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
-				ready[s.AddressType] = true
+		if hasReady(s) {
+			ready[s.AddressType] = true
+		}
+	}
+	waiting := map[discoveryv1.AddressType]discoveryv1.EndpointSlice{}
+	for _, s := range r.proxySlices(public, port, acts, nil) {
+		if !ready[s.AddressType] && len(s.Endpoints) > 0 {
+			waiting[s.AddressType] = s
+		}
+	}
+	var want []discoveryv1.EndpointSlice
+	for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+		if s, ok := waiting[family]; ok {
+			want = append(want, s)
+		}
+		for _, s := range podSlices {
+			if s.AddressType == family {
+				want = append(want, s)
 			}
 		}
 	}
-	want := podSlices
-	for _, s := range r.proxySlices(public, port, acts, nil) {
-		if !ready[s.AddressType] && len(s.Endpoints) > 0 {
-			want = append(want, s)
+	return want
+}
+
+// hasReady says whether s has an endpoint that kube-proxy sends new
+// connections to: ready, or of unknown readiness (which it takes as
+// ready).
+func hasReady(s discoveryv1.EndpointSlice) bool {
+	for _, e := range s.Endpoints {
+		if e.Conditions.Ready == nil || *e.Conditions.Ready {
+			return true
 		}
 	}
-	return want
+	return false
 }
 
 // activators are the ready activator pods.
@@ -261,6 +289,12 @@ func (r *ServerlessService) writeSlices(ctx context.Context, sks *v1alpha1.Serve
 			perFamily[w.AddressType]++
 		}
 	}
+	// Slices with a ready endpoint are written first: a family whose
+	// endpoints move from one slice to another (activators to pods) then
+	// has a ready endpoint at every moment in between, so a kube-proxy
+	// sync between two writes never finds none and refuses connections
+	// until its next sync. Deletions come last for the same reason.
+	sort.SliceStable(chunks, func(i, j int) bool { return hasReady(chunks[i].slice) && !hasReady(chunks[j].slice) })
 	for _, ch := range chunks {
 		name, c := ch.name, ch.slice
 		s, ok := existing[name]

@@ -335,11 +335,14 @@ func TestSlicesPerFamily(t *testing.T) {
 // TestServeKeepsActivatorsForAFamilyWithoutReadyPods: Kubernetes writes a
 // dual-stack Service's slices of each family one after the other; in
 // Serve mode, a family whose pod endpoint is not ready yet keeps the
-// activators' slice rather than none, which kube-proxy would refuse.
+// activators' slice rather than none, which kube-proxy would refuse. The
+// target goes from Proxy to Serve while its pod is ready only in IPv4
+// (then in both), and after every write of the public slices each family
+// still has a ready endpoint: kube-proxy may sync between any two writes.
 func TestServeKeepsActivatorsForAFamilyWithoutReadyPods(t *testing.T) {
 	ep := pod("10.0.1.1", true)
 	ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "hello-a"}
-	f := newFixture(v1alpha1.ModeServe, 80, ep)
+	f := newFixture(v1alpha1.ModeProxy, 80, ep)
 	f.public.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 	v6 := f.private[0].DeepCopyObject().(*discoveryv1.EndpointSlice)
 	v6.Name, v6.AddressType = "hello-private-v6xyz", discoveryv1.AddressTypeIPv6
@@ -348,18 +351,96 @@ func TestServeKeepsActivatorsForAFamilyWithoutReadyPods(t *testing.T) {
 	f.private = append(f.private, v6)
 	act := f.extra[0].(*corev1.Pod)
 	act.Status.PodIP, act.Status.PodIPs = "10.0.2.10", []corev1.PodIP{{IP: "10.0.2.10"}, {IP: "fd00:2::10"}}
-	_, got := f.run(t)
-	var names []string
-	for i, s := range summarize(got) {
-		names = append(names, fmt.Sprintf("%s %v %v", got[i].Name, s.Ports, s.Addresses))
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	var gaps []string
+	watching := false // the first slices are written one by one
+	// check lists the public slices after a write and notes a family left
+	// with no ready endpoint.
+	check := func(ctx context.Context, c client.WithWatch, what string) {
+		if !watching {
+			return
+		}
+		var list discoveryv1.EndpointSliceList
+		if err := c.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "hello"}); err != nil {
+			t.Fatal(err)
+		}
+		ready := map[discoveryv1.AddressType]bool{}
+		for _, s := range list.Items {
+			ready[s.AddressType] = ready[s.AddressType] || hasReady(s)
+		}
+		for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+			if !ready[family] && len(list.Items) > 0 {
+				gaps = append(gaps, fmt.Sprintf("after %s: no ready %s endpoint", what, family))
+			}
+		}
 	}
-	want := []string{
+	objs := append(append([]client.Object{f.sks, f.public}, f.private...), f.extra...)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				err := c.Create(ctx, obj, opts...)
+				check(ctx, c, "creating "+obj.GetName())
+				return err
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				err := c.Update(ctx, obj, opts...)
+				check(ctx, c, "updating "+obj.GetName())
+				return err
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				err := c.Delete(ctx, obj, opts...)
+				check(ctx, c, "deleting "+obj.GetName())
+				return err
+			},
+		}).Build()
+	r := &ServerlessService{Client: c, ActivatorNamespace: "sockscale-system", ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012}
+	step := func(what string, change func(), want []string) {
+		t.Helper()
+		change()
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
+			t.Fatal(err)
+		}
+		got := publicSlices(t, c)
+		var names []string
+		for i, s := range summarize(got) {
+			names = append(names, fmt.Sprintf("%s %v %v", got[i].Name, s.Ports, s.Addresses))
+		}
+		if diff := cmp.Diff(want, names); diff != "" {
+			t.Errorf("%s: public slices (-want +got):\n%s", what, diff)
+		}
+	}
+	update := func(obj client.Object, change func()) func() {
+		return func() {
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+				t.Fatal(err)
+			}
+			change()
+			if err := c.Update(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step("proxy", func() {}, []string{
+		"hello-sockscale-0 [http:8012] [10.0.2.10]",
+		"hello-sockscale-1 [metrics:9091] [10.0.1.1]",
+		"hello-sockscale-v6-0 [http:8012] [fd00:2::10]",
+		"hello-sockscale-v6-1 [metrics:9091] [fd00:1::1]",
+	})
+	watching = true
+	step("serve, the pod ready in IPv4 only", update(f.sks, func() { f.sks.Spec.Mode = v1alpha1.ModeServe }), []string{
+		"hello-sockscale-0 [http:8080 metrics:9091] [10.0.1.1]",
+		"hello-sockscale-v6-0 [http:8012] [fd00:2::10]",
+		"hello-sockscale-v6-1 [http:8080 metrics:9091] [fd00:1::1]",
+	})
+	step("serve, the pod ready in both", update(v6, func() { v6.Endpoints[0].Conditions.Ready = ptr.To(true) }), []string{
 		"hello-sockscale-0 [http:8080 metrics:9091] [10.0.1.1]",
 		"hello-sockscale-v6-0 [http:8080 metrics:9091] [fd00:1::1]",
-		"hello-sockscale-v6-1 [http:8012] [fd00:2::10]",
-	}
-	if diff := cmp.Diff(want, names); diff != "" {
-		t.Errorf("public slices (-want +got):\n%s", diff)
+	})
+	if len(gaps) > 0 {
+		t.Errorf("kube-proxy syncing between writes would refuse connections:\n%s", strings.Join(gaps, "\n"))
 	}
 }
 

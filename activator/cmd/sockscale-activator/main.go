@@ -285,8 +285,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("discover the API server's kinds: %w", err)
 	}
-	// Every Service, EndpointSlice and Ingress of the cluster is watched
-	// (and with --network-policies=enforce every Pod, Namespace and
+	// Every Service, EndpointSlice, Pod and Ingress of the cluster is
+	// watched (and with --network-policies=enforce every Namespace and
 	// NetworkPolicy), so the cache keeps of them only what is read.
 	cacheOpts := cachetrim.Options()
 	cacheOpts.Scheme, cacheOpts.Mapper, cacheOpts.HTTPClient = scheme, mapper, httpClient

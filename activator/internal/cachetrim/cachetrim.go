@@ -189,8 +189,9 @@ func serviceBackend(b *networkingv1.IngressBackend) *networkingv1.IngressBackend
 
 // Pod is the cache transform of Pods, every pod of the cluster (package
 // netpol: who a client address is, a destination's labels and named
-// ports): of the metadata the key, uid, resourceVersion and labels; of
-// the spec hostNetwork and the containers' and init containers' ports; of
+// ports; package watch: how a pod says it is ready): of the metadata the
+// key, uid, resourceVersion and labels; of the spec hostNetwork and the
+// containers' and init containers' ports and HTTP readiness probes; of
 // the status the phase and addresses. Owners, volumes, images, env,
 // conditions and container statuses, most of a pod, are dropped.
 func Pod(in any) (any, error) {
@@ -209,21 +210,33 @@ func Pod(in any) (any, error) {
 	return out, nil
 }
 
-// containerPorts are the name and ports of the containers of cs that
-// have ports.
+// containerPorts are the name, ports and HTTP readiness probe of the
+// containers of cs that have ports or such a probe.
 func containerPorts(cs []corev1.Container) []corev1.Container {
 	var out []corev1.Container
 	for _, c := range cs {
-		if len(c.Ports) == 0 {
+		probe := httpReadiness(c.ReadinessProbe)
+		if len(c.Ports) == 0 && probe == nil {
 			continue
 		}
 		var ports []corev1.ContainerPort
 		for _, p := range c.Ports {
 			ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
 		}
-		out = append(out, corev1.Container{Name: c.Name, Ports: ports})
+		out = append(out, corev1.Container{Name: c.Name, Ports: ports, ReadinessProbe: probe})
 	}
 	return out
+}
+
+// httpReadiness is a readiness probe's httpGet (path, port, scheme and
+// headers; not its host, which the activator never probes), or nil.
+func httpReadiness(p *corev1.Probe) *corev1.Probe {
+	if p == nil || p.HTTPGet == nil {
+		return nil
+	}
+	g := p.HTTPGet
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path: g.Path, Port: g.Port, Scheme: g.Scheme, HTTPHeaders: g.HTTPHeaders}}}
 }
 
 // Namespace is the cache transform of Namespaces: metadata without

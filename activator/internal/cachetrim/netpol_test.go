@@ -63,11 +63,16 @@ func userPod(namespace, name, ip string, labels map[string]string) *corev1.Pod {
 }
 
 // TestPodKeepsWhatNetpolReads: a pod keeps its key, labels, host network,
-// ports (of every container and init container that has some), phase
-// and addresses, and loses the rest.
+// ports and HTTP readiness probes (of every container and init container
+// that has some; the probe without its host), phase and addresses, and
+// loses the rest.
 func TestPodKeepsWhatNetpolReads(t *testing.T) {
 	in := userPod("shop", "hello-7d9f8-abcde", "10.244.1.7", map[string]string{"app": "hello", "pod-template-hash": "7d9f8"})
 	in.Spec.HostNetwork = true
+	in.Spec.Containers[0].ReadinessProbe.HTTPGet.Host = "10.0.0.1"
+	in.Spec.Containers[0].ReadinessProbe.PeriodSeconds = 3
+	in.Spec.Containers[1].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path: "/up", Port: intstr.FromInt32(2020), HTTPHeaders: []corev1.HTTPHeader{{Name: "Host", Value: "logger.local"}}}}}
 	out, err := Pod(in.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +84,10 @@ func TestPodKeepsWhatNetpolReads(t *testing.T) {
 		Spec: corev1.PodSpec{HostNetwork: true,
 			InitContainers: []corev1.Container{{Name: "envoy", Ports: []corev1.ContainerPort{{Name: "admin", ContainerPort: 15000, Protocol: corev1.ProtocolTCP}}}},
 			Containers: []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{
-				{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}}}}},
+				{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}}},
+				{Name: "logger", ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+					Path: "/up", Port: intstr.FromInt32(2020), HTTPHeaders: []corev1.HTTPHeader{{Name: "Host", Value: "logger.local"}}}}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.7", PodIPs: []corev1.PodIP{{IP: "10.244.1.7"}}},
 	}
 	if diff := cmp.Diff(want, out); diff != "" {

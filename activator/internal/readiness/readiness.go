@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -71,6 +72,28 @@ type Pod struct {
 	// open with HTTP/2's preface), and an HTTP/1.1 probe would never see
 	// it ready: its requests would wait for the EndpointSlice.
 	H2C bool
+	// Check is how the pod says it is ready, from its readiness probe
+	// (CheckOf); nil: a GET of / at Addr (over h2c with H2C), for an
+	// endpoint whose pod is not known.
+	Check *Check
+}
+
+// Check is a pod's own readiness check as the activator makes it: a GET
+// of Path at Port with Header (an httpGet readiness probe over plain
+// HTTP), or a TCP connection to Port (any other probe, or none). The
+// work path is never probed: a probe of / would be one more request
+// at a pod the activators hold to its containerConcurrency (measured:
+// another activator's probe arriving with a forwarded request gave a
+// containerConcurrency 1 pod two requests at once), and / may be costly
+// or change state.
+type Check struct {
+	// HTTP: GET Path; else a TCP connection.
+	HTTP bool
+	Port uint16
+	Path string
+	// Header are the probe's httpHeaders ("Host" sets the request's
+	// host).
+	Header http.Header
 }
 
 // Sink takes a target's ready pods (sorted by address) whenever they change.
@@ -166,6 +189,9 @@ type podState struct {
 	// each probe, so a Service port that changes its appProtocol takes
 	// effect at the next one.
 	h2c *atomic.Bool
+	// check: the pod's own readiness check (Pod.Check), read the same
+	// way.
+	check *atomic.Pointer[Check]
 }
 
 func (s *podState) ready() bool {
@@ -236,10 +262,11 @@ func (p *Prober) SetPods(key target.Key, pods []Pod) {
 		st := tp.pods[pod.Addr]
 		if st == nil {
 			now := p.clock.Now()
-			st = &podState{since: now, fastSince: now, h2c: new(atomic.Bool)}
+			st = &podState{since: now, fastSince: now, h2c: new(atomic.Bool), check: new(atomic.Pointer[Check])}
 			tp.pods[pod.Addr] = st
 		}
 		st.h2c.Store(pod.H2C)
+		st.check.Store(pod.Check)
 		st.sliceReady = pod.Ready
 		st.everSliceReady = st.everSliceReady || pod.Ready
 		p.startOrStop(key, pod.Addr, st)
@@ -263,11 +290,11 @@ func (p *Prober) startOrStop(key target.Key, addr netip.AddrPort, st *podState) 
 		ctx, cancel := context.WithCancel(p.ctx)
 		st.stop = cancel
 		st.wake = make(chan struct{}, 1)
-		wake, h2c := st.wake, st.h2c
+		wake, h2c, check := st.wake, st.h2c, st.check
 		p.loops.Add(1)
 		p.wg.Go(func() {
 			defer p.loops.Add(-1)
-			p.probeLoop(ctx, key, addr, wake, h2c)
+			p.probeLoop(ctx, key, addr, wake, h2c, check)
 		})
 	case !probing && st.stop != nil:
 		st.stop()
@@ -365,8 +392,9 @@ func (p *Prober) push(key target.Key, tp *targetPods) {
 
 // probeLoop probes a pod now and then every period (see nextPeriod) until
 // it answers or ctx ends (the pod became ready by its EndpointSlice, or
-// left). A nudge on wake probes at once; h2c says how to probe.
-func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort, wake <-chan struct{}, h2c *atomic.Bool) {
+// left). A nudge on wake probes at once; check (the pod's own) and h2c
+// say how to probe.
+func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrPort, wake <-chan struct{}, h2c *atomic.Bool, check *atomic.Pointer[Check]) {
 	url := "http://" + addr.String() + p.path
 	var period time.Duration
 	for {
@@ -374,11 +402,17 @@ func (p *Prober) probeLoop(ctx context.Context, key target.Key, addr netip.AddrP
 		// the probe's start, as a ticker's did.
 		period = p.nextPeriod(key, addr, period)
 		timer := p.clock.NewTimer(period)
-		c := p.client
-		if h2c.Load() {
-			c = p.h2cClient
+		var ok bool
+		if ch := check.Load(); ch != nil {
+			ok = p.check(ctx, addr.Addr(), ch)
+		} else {
+			c := p.client
+			if h2c.Load() {
+				c = p.h2cClient
+			}
+			ok = p.probe(ctx, c, url)
 		}
-		if p.probe(ctx, c, url) {
+		if ok {
 			timer.Stop()
 			p.probed(ctx, key, addr)
 			return
@@ -442,6 +476,55 @@ func (p *Prober) probe(loop context.Context, c *http.Client, url string) bool {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
 	if resp.StatusCode >= 500 {
+		p.m.probes.WithLabelValues(resultNotReady).Inc()
+		return false
+	}
+	p.m.probes.WithLabelValues(resultReady).Inc()
+	return true
+}
+
+// check makes the pod's own readiness check at ip once and says whether
+// it passed: a TCP connection that opens, or a GET answered 200 to 399
+// (what the kubelet takes as ready).
+func (p *Prober) check(loop context.Context, ip netip.Addr, ch *Check) bool {
+	ctx, cancel := context.WithTimeout(loop, p.timeout)
+	defer cancel()
+	addr := netip.AddrPortFrom(ip, ch.Port).String()
+	if !ch.HTTP {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			if loop.Err() == nil {
+				p.m.probes.WithLabelValues(resultError).Inc()
+			}
+			return false
+		}
+		conn.Close()
+		p.m.probes.WithLabelValues(resultReady).Inc()
+		return true
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+ch.Path, nil)
+	if err != nil {
+		p.m.probes.WithLabelValues(resultError).Inc()
+		return false
+	}
+	for k, vs := range ch.Header {
+		req.Header[k] = vs
+	}
+	if h := ch.Header.Get("Host"); h != "" {
+		req.Host = h
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		if loop.Err() == nil {
+			p.m.probes.WithLabelValues(resultError).Inc()
+		}
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
 		p.m.probes.WithLabelValues(resultNotReady).Inc()
 		return false
 	}

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -251,6 +252,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if _, err := inf.AddEventHandler(w.handler(services(h.keys))); err != nil {
 			return fmt.Errorf("watch %T: %w", h.obj, err)
 		}
+	}
+	// Pods are read, not watched for events: a pod's readiness probe
+	// (podCheck) is fixed when it is created, seconds before it is an
+	// endpoint. The informer starts here so the first sync does not wait
+	// on it.
+	if _, err := w.Cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
+		return fmt.Errorf("watch %T: %w", &corev1.Pod{}, err)
 	}
 	if routesNow {
 		if err := w.watchRoutes(ctx); err != nil {
@@ -625,7 +633,69 @@ func (w *Watcher) podsOf(ctx context.Context, r client.Reader, pa *v1alpha1.PodA
 	list.Items = slices.DeleteFunc(list.Items, func(s discoveryv1.EndpointSlice) bool {
 		return s.Labels[discoveryv1.LabelManagedBy] != endpointSliceController || !metav1.IsControlledBy(&s, &private)
 	})
-	return slicePods(list.Items, portName), nil
+	return slicePods(list.Items, portName, func(name string, port uint16) *readiness.Check {
+		var pod corev1.Pod
+		if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: name}, &pod); err != nil {
+			// Not in the cache yet (or gone): probed as an unknown pod.
+			return nil
+		}
+		return podCheck(&pod, port)
+	}), nil
+}
+
+// podCheck is how the activator checks that pod serves on port before
+// its EndpointSlice says so: the readiness probe of the container that
+// serves port (the one declaring it, else the only container) when it is
+// an httpGet over plain HTTP, at its path and port on the pod's address
+// (never its host: a tenant's pod spec must not aim the activator's
+// probes elsewhere); otherwise a TCP connection to port, which is what
+// the kubelet checks by default for a serving container (a Knative
+// Revision's default readiness). The target's own path (/) is never
+// probed: see readiness.Check.
+func podCheck(pod *corev1.Pod, port uint16) *readiness.Check {
+	tcp := &readiness.Check{Port: port}
+	var c *corev1.Container
+	for i := range pod.Spec.Containers {
+		for _, p := range pod.Spec.Containers[i].Ports {
+			if p.ContainerPort == int32(port) {
+				c = &pod.Spec.Containers[i]
+			}
+		}
+	}
+	if c == nil && len(pod.Spec.Containers) == 1 {
+		c = &pod.Spec.Containers[0]
+	}
+	if c == nil || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
+		return tcp
+	}
+	g := c.ReadinessProbe.HTTPGet
+	if g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP {
+		return tcp
+	}
+	probePort := g.Port.IntValue()
+	if g.Port.Type == intstr.String {
+		probePort = 0
+		for _, p := range c.Ports {
+			if p.Name == g.Port.StrVal {
+				probePort = int(p.ContainerPort)
+			}
+		}
+	}
+	if probePort <= 0 || probePort > 65535 {
+		return tcp
+	}
+	path := g.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	check := &readiness.Check{HTTP: true, Port: uint16(probePort), Path: path}
+	for _, h := range g.HTTPHeaders {
+		if check.Header == nil {
+			check.Header = http.Header{}
+		}
+		check.Header.Add(h.Name, h.Value)
+	}
+	return check
 }
 
 // slicePods are the pods of the slices: every address not terminating,
@@ -636,7 +706,10 @@ func (w *Watcher) podsOf(ctx context.Context, r client.Reader, pa *v1alpha1.PodA
 // pods by their targetRef: an IPv6 endpoint of a pod that an IPv4
 // endpoint lists is left out; one that names no pod is a destination
 // per address.
-func slicePods(items []discoveryv1.EndpointSlice, portName string) []readiness.Pod {
+//
+// check, if set, gives a pod's own readiness check (podCheck) by its name
+// and the port.
+func slicePods(items []discoveryv1.EndpointSlice, portName string, check func(pod string, port uint16) *readiness.Check) []readiness.Pod {
 	seen := make(map[netip.AddrPort]int)
 	// withIPv4 are the pods IPv4 endpoints list.
 	withIPv4 := make(map[string]bool)
@@ -676,7 +749,11 @@ func slicePods(items []discoveryv1.EndpointSlice, portName string) []readiness.P
 						continue
 					}
 					seen[ap] = len(pods)
-					pods = append(pods, readiness.Pod{Addr: ap, Ready: ready})
+					var c *readiness.Check
+					if check != nil && pod != "" {
+						c = check(pod, port)
+					}
+					pods = append(pods, readiness.Pod{Addr: ap, Ready: ready, Check: c})
 				}
 			}
 		}

@@ -85,7 +85,7 @@ func FuzzSlicePods(f *testing.F) {
 			}
 		}
 
-		got := slicePods(items, portName)
+		got := slicePods(items, portName, nil)
 
 		for i, p := range got {
 			a := p.Addr.Addr()

@@ -6,12 +6,14 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
 	"github.com/sockscale/sockscale/test/cluster"
@@ -61,6 +63,7 @@ func hardLimit(t *testing.T, s *stack.Stack, url, name string, cc int32) {
 	})
 	out := startLoadWithInFlight(ctx, url+"?sleep=200", clients/4, clients/4)
 	start := time.Now()
+	path := watchPath(t, s, name, start)
 	var most int32
 	watch := func(want int32, what string) {
 		e2etest.Eventually(t, 2*time.Minute, fmt.Sprintf("%s: %d pods wanted and ready", what, want), func() error {
@@ -93,6 +96,12 @@ func hardLimit(t *testing.T, s *stack.Stack, url, name string, cc int32) {
 	outside := out.stop()
 	watch(pods(fewer), fmt.Sprintf("%d clients", fewer))
 	loads := in.stop(t)
+	// The activators in the target's path and the ready ones, as they
+	// changed: a pod over its limit is most often two activators both
+	// sending to it across a change of the path.
+	for _, line := range path() {
+		t.Log(line)
+	}
 
 	if most > pods(clients) {
 		t.Errorf("%d pods wanted at most, want at most ceil(%d / %d) = %d", most, clients, cc, pods(clients))
@@ -109,6 +118,48 @@ func hardLimit(t *testing.T, s *stack.Stack, url, name string, cc int32) {
 		if l.MaxInFlight > int64(cc) {
 			t.Errorf("%s clients: a pod had %d requests in flight at once, more than its containerConcurrency %d", l.Kind, l.MaxInFlight, cc)
 		}
+	}
+}
+
+// watchPath polls the target's ServerlessService (the activators in its
+// path) and the activator pods (which are ready) until the test ends, and
+// returns a func that gives the changes seen so far, timed from start.
+func watchPath(t *testing.T, s *stack.Stack, name string, start time.Time) func() []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var lines []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := ""
+		for ctx.Err() == nil {
+			var sks v1alpha1.ServerlessService
+			now := ""
+			if err := s.Client.Get(ctx, client.ObjectKey{Namespace: appNS, Name: name}, &sks); err == nil {
+				now = fmt.Sprintf("mode %s path %v", sks.Status.Mode, sks.Status.Activators)
+			}
+			if acts, err := s.Activators(ctx); err == nil {
+				for _, a := range acts {
+					now += fmt.Sprintf(" %s ready=%t deleting=%t", a.Name, a.Ready, a.Deleting)
+				}
+			}
+			if now != last {
+				mu.Lock()
+				lines = append(lines, fmt.Sprintf("path at %s: %s", time.Since(start).Round(10*time.Millisecond), now))
+				mu.Unlock()
+				last = now
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
 	}
 }
 

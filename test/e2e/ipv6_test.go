@@ -26,16 +26,17 @@ import (
 )
 
 // TestE2EIPv6Targets: on the dual-stack local cluster, a target whose
-// public Service is IPv6 only (its pods dual-stack), called from outside
-// the nodes through kube-proxy (its ip6tables rules for the IPv6 cluster
-// IPs):
+// public Service is IPv6 only and one whose Service is dual-stack, both
+// called from outside the nodes through kube-proxy (its ip6tables rules for
+// the IPv6 cluster IPs):
 //
 //   - at zero, the public Service's IPv6 EndpointSlice lists the
 //     activators' IPv6 addresses, and a request to the IPv6 cluster IP is
 //     held by an activator and answered by a pod of the target;
-//   - 8 requests in flight over IPv6 are counted: the target's stable
-//     concurrency is the offered 8 (the agents count each pod address in
-//     its own kernel slot and report a pod once);
+//   - 8 requests in flight (over IPv6, or half over each family) are
+//     counted: the target's stable concurrency is the offered 8 (the
+//     agents count each pod address in its own kernel slot and report a
+//     pod once);
 //   - idle, it goes back to zero, and a request over IPv6 wakes it again.
 func TestE2EIPv6Targets(t *testing.T) {
 	t.Parallel() // with the package's other parallel scenarios
@@ -46,9 +47,7 @@ func TestE2EIPv6Targets(t *testing.T) {
 		policy   corev1.IPFamilyPolicy
 	}{
 		{"v6only", []corev1.IPFamily{corev1.IPv6Protocol}, corev1.IPFamilyPolicySingleStack},
-		// A dual-stack target's case is not here yet: at its switch to
-		// Serve, new IPv4 connections were refused for a moment (57 of
-		// 357 in one run of three; README, Limitations).
+		{"dualstack", []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}, corev1.IPFamilyPolicyRequireDualStack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -336,7 +336,12 @@ func orDefault(v, def int32) int32 {
 // selector (its ServerlessService writes the EndpointSlices: the pods or
 // activators), port 80 to the serving container's port, as Knative's
 // revision Services. A serving port named h2c makes an http2 port with
-// Kubernetes' h2c app protocol.
+// Kubernetes' h2c app protocol. It prefers dual-stack: on a dual-stack
+// cluster the Revision is reachable over both families (the agents split
+// a dual-stack Route's connects per family, and a family the Revision
+// lacked would be left to the activators); elsewhere it is single-stack
+// as any Service. Set at creation only: a Service a user made
+// single-stack stays so.
 func MakePublicService(rev *servingv1alpha1.Revision) *corev1.Service {
 	p := corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: PublicPort, TargetPort: intstr.FromInt32(ServingPort(&rev.Spec))}
 	if isH2C(&rev.Spec) {
@@ -344,7 +349,8 @@ func MakePublicService(rev *servingv1alpha1.Revision) *corev1.Service {
 	}
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: PublicServiceName(rev.Name), Labels: ownLabels(rev)},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{p}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{p},
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack)},
 	}
 }
 

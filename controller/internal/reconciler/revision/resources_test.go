@@ -138,7 +138,8 @@ func TestMakePublicService(t *testing.T) {
 			want := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-00001",
 					Labels: map[string]string{servingv1alpha1.ServiceLabelKey: "hello", servingv1alpha1.RevisionLabelKey: "hello-00001"}},
-				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{tt.want}},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{tt.want},
+					IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack)},
 			}
 			if diff := cmp.Diff(want, MakePublicService(tt.rev)); diff != "" {
 				t.Errorf("Service (-want +got):\n%s", diff)

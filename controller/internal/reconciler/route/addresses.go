@@ -66,7 +66,8 @@ func tooLong(route string, tags []string) *problem {
 // kernel, a connect to it never reaches its endpoints; elsewhere (nodes
 // without the agent, clients outside the cluster) its endpoints are the
 // activators' route port, where they split per request by the same
-// percents.
+// percents. Like a Revision's public Service it prefers dual-stack (set
+// at creation only).
 func makeAddress(rt *servingv1alpha1.Route, tag string, routePort int32) *corev1.Service {
 	labels := map[string]string{servingv1alpha1.RouteLabelKey: rt.Name}
 	if tag != "" {
@@ -76,7 +77,7 @@ func makeAddress(rt *servingv1alpha1.Route, tag string, routePort int32) *corev1
 		ObjectMeta: metav1.ObjectMeta{Namespace: rt.Namespace, Name: AddressName(rt.Name, tag), Labels: labels},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{
 			Name: "http", Protocol: corev1.ProtocolTCP, Port: AddressPort, TargetPort: intstr.FromInt32(routePort),
-		}}},
+		}}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack)},
 	}
 }
 

@@ -17,11 +17,13 @@ import (
 	"github.com/sockscale/sockscale/internal/testutil/testenv"
 )
 
-// TestIntegrationRouteAddressFamilies: in a cluster whose primary family
-// is IPv6, a Route's address Service is IPv6 (the cluster's default) and
-// its slice, named -sockscale-v6-0, lists the activators' IPv6
-// addresses; made dual-stack, it gets the IPv4 slice beside it under the
-// name IPv4 slices always had; made IPv6-only again, it loses it.
+// TestIntegrationRouteAddressFamilies: in a dual-stack cluster whose
+// primary family is IPv6, a Route's address Service is made dual-stack
+// (PreferDualStack), IPv6 first: its IPv6 slice, named -sockscale-v6-0,
+// lists the activators' IPv6 addresses, and its IPv4 slice beside it,
+// under the name IPv4 slices always had, their IPv4 ones; made IPv6-only
+// (as a user may), it loses the IPv4 slice and keeps that choice; made
+// dual-stack again, it gets it back.
 func TestIntegrationRouteAddressFamilies(t *testing.T) {
 	cl := testenv.ControlPlane(t, testenv.DualStackIPv6First())
 	c, ctx := cl.Client, context.Background()
@@ -64,7 +66,14 @@ func TestIntegrationRouteAddressFamilies(t *testing.T) {
 		}
 	}
 	eventually(t, "the IPv6 slice of the address Service", sliceHas("split-sockscale-v6-0", discoveryv1.AddressTypeIPv6, "fd00:9::7"))
-	eventually(t, "no IPv4 slice", gone("split-sockscale-0"))
+	eventually(t, "the IPv4 slice beside it", sliceHas("split-sockscale-0", discoveryv1.AddressTypeIPv4, "10.9.0.7"))
+	var made corev1.Service
+	if err := c.Get(ctx, key("split"), &made); err != nil {
+		t.Fatal(err)
+	}
+	if p := made.Spec.IPFamilyPolicy; p == nil || *p != corev1.IPFamilyPolicyPreferDualStack || len(made.Spec.ClusterIPs) != 2 {
+		t.Errorf("address Service made with policy %v and cluster IPs %v, want PreferDualStack and one per family", p, made.Spec.ClusterIPs)
+	}
 
 	setFamilies := func(policy corev1.IPFamilyPolicy, families ...corev1.IPFamily) {
 		t.Helper()
@@ -80,9 +89,15 @@ func TestIntegrationRouteAddressFamilies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setFamilies(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)
-	eventually(t, "the IPv4 slice beside the IPv6 one", sliceHas("split-sockscale-0", discoveryv1.AddressTypeIPv4, "10.9.0.7"))
-	eventually(t, "the IPv6 slice kept", sliceHas("split-sockscale-v6-0", discoveryv1.AddressTypeIPv6, "fd00:9::7"))
 	setFamilies(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)
 	eventually(t, "the IPv4 slice gone with the family", gone("split-sockscale-0"))
+	eventually(t, "the IPv6 slice kept", sliceHas("split-sockscale-v6-0", discoveryv1.AddressTypeIPv6, "fd00:9::7"))
+	if err := c.Get(ctx, key("split"), &made); err != nil {
+		t.Fatal(err)
+	}
+	if p := made.Spec.IPFamilyPolicy; p == nil || *p != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("address Service's policy %v after the user made it single-stack, want SingleStack kept", p)
+	}
+	setFamilies(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)
+	eventually(t, "the IPv4 slice back beside the IPv6 one", sliceHas("split-sockscale-0", discoveryv1.AddressTypeIPv4, "10.9.0.7"))
 }

@@ -68,22 +68,66 @@ import (
 // (to Proxy) and the first not redirected (to Serve), and the same for
 // kube-proxy's path.
 func TestE2ESocketRedirectSwitching(t *testing.T) {
-	s := up(t)
+	redirectSwitching(t, up(t), redirectRun{name: "flip", switches: 100, conc: 16, probeEvery: 5 * time.Millisecond})
+}
+
+// TestE2ESocketRedirectSwitchingIPv6: TestE2ESocketRedirectSwitching's
+// scenario, lighter (20 switches, c = 4 of each kind, a probe every
+// 10 ms), for a target whose public Service is IPv6 only: each node's
+// connect6 program redirects new connects to the IPv6 cluster IP to an
+// activator's IPv6 address in Proxy mode, and stops in Serve; getpeername
+// shows the cluster IP; nothing fails.
+func TestE2ESocketRedirectSwitchingIPv6(t *testing.T) {
+	t.Parallel() // with the package's other parallel scenarios
+	redirectSwitching(t, up(t), redirectRun{name: "flip6", switches: 20, conc: 4, probeEvery: 10 * time.Millisecond,
+		families: []corev1.IPFamily{corev1.IPv6Protocol}})
+}
+
+// redirectRun sizes a run of redirectSwitching.
+type redirectRun struct {
+	name string
+	// switches (half to Proxy, half to Serve), each load's clients over
+	// all nodes (keep-alive, new-connection), and each client's probe
+	// period.
+	switches, conc int
+	probeEvery     time.Duration
+	// families of the target's public Service (the cluster's default if
+	// none); one family.
+	families []corev1.IPFamily
+}
+
+// redirectSwitching runs TestE2ESocketRedirectSwitching's scenario.
+func redirectSwitching(t *testing.T, s *stack.Stack, run redirectRun) {
 	ctx := context.Background()
-	const (
-		name       = "flip"
-		switches   = 100 // 50 to Proxy, 50 to Serve
-		conc       = 16  // each load: keep-alive, new-connection
-		probeEvery = 5 * time.Millisecond
-	)
-	url := deploy(t, s, name, func(p *v1alpha1.PodAutoscalerSpec) {
+	name, switches, conc, probeEvery := run.name, run.switches, run.conc, run.probeEvery
+	app := stack.App{Namespace: appNS, Name: name, Spec: func(p *v1alpha1.PodAutoscalerSpec) {
 		p.MinScale, p.MaxScale, p.TargetBurstCapacity = ptr.To(int32(1)), ptr.To(int32(1)), ptr.To(0.0)
+	}}
+	if run.families != nil {
+		app.Service = func(svc *corev1.ServiceSpec) {
+			svc.IPFamilies, svc.IPFamilyPolicy = run.families, ptr.To(corev1.IPFamilyPolicySingleStack)
+		}
+	}
+	url := e2etest.DeployApp(t, s, app, func(url string) error {
+		if a := get(oneShotClient(5*time.Second), url); a.err != nil || a.code != http.StatusOK {
+			return fmt.Errorf("GET %s: %s; %s", url, a, publicPath(context.Background(), s, name))
+		}
+		return nil
 	})
 	removeAtEnd(t, s, name)
 	svc := netip.MustParseAddrPort(strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"))
 	localRoute(t, svc.Addr())
 	for _, a := range readyActivators(t, s, 2, time.Minute) {
 		localRoute(t, a.IP)
+	}
+	if svc.Addr().Is6() {
+		ips, err := activatorIPv6(ctx, s)
+		if err != nil || len(ips) == 0 {
+			t.Fatalf("the activators' IPv6 addresses: %v %v", ips, err)
+		}
+		for _, ip := range ips {
+			localRoute(t, netip.MustParseAddr(ip))
+		}
 	}
 	sks := watchMode(t, s, name)
 	sks.wait(t, v1alpha1.ModeServe, time.Time{}, 30*time.Second)
@@ -114,7 +158,7 @@ func TestE2ESocketRedirectSwitching(t *testing.T) {
 		nc := &nodeClient{name: n.Name, agent: agentAddr(t, s, n.Name)}
 		nc.before = scrapeSum(t, s, nc.agent, "sockscale_agent_redirect_connects_total", redirected)
 		nc.setsBefore, nc.deletesBefore = mapWrites(t, s, nc.agent)
-		nc.in = startInNodeClient(t, s, n.Name, innodeConfig{
+		nc.in = startInNodeClientAs(t, s, name+"-client", n.Name, innodeConfig{
 			Addr: svc, KeepAlive: share(conc, i, len(nodeList.Items)), NewConn: share(conc, i, len(nodeList.Items)),
 			Recycle: 20, Query: "?sleep=20", ProbeEvery: probeEvery,
 		})
@@ -475,7 +519,7 @@ func probe(svc netip.AddrPort, inNode bool) probeResult {
 		r.At = time.Now()
 		return nil
 	}}
-	conn, err := d.Dial("tcp4", svc.String())
+	conn, err := d.Dial("tcp", svc.String())
 	if err != nil {
 		r.Err = err.Error()
 		return r
@@ -611,11 +655,10 @@ func paced(ctx context.Context, every time.Duration, f func()) {
 // It writes a line per probe, then its loads' results, to stdout, and
 // stops when its stdin closes.
 const (
-	innodeEnv       = "SOCKSCALE_E2E_INNODE_CLIENT"
-	innodeProbe     = "innode-probe "
-	innodeLoad      = "innode-load "
-	innodeRunning   = "innode-running"
-	innodeClientPod = "flip-client" // and the node's name
+	innodeEnv     = "SOCKSCALE_E2E_INNODE_CLIENT"
+	innodeProbe   = "innode-probe "
+	innodeLoad    = "innode-load "
+	innodeRunning = "innode-running"
 )
 
 type innodeConfig struct {
@@ -648,7 +691,7 @@ type loadFailure struct {
 }
 
 // TestHelperInNodeClient is not a test: it is the in-node client's process
-// (see startInNodeClient) and returns at once unless it is that.
+// (see startInNodeClientAs) and returns at once unless it is that.
 func TestHelperInNodeClient(t *testing.T) {
 	cfgJSON := os.Getenv(innodeEnv)
 	if cfgJSON == "" {
@@ -763,15 +806,10 @@ type inNodeClient struct {
 	once   sync.Once
 }
 
-// startInNodeClient runs the in-node client in a pod of its own on node:
-// its network namespace and its cgroup (below the node's, where the node's
-// agent attached its programs), as `kubectl exec` would.
-func startInNodeClient(t *testing.T, s *stack.Stack, node string, cfg innodeConfig) *inNodeClient {
-	t.Helper()
-	return startInNodeClientAs(t, s, innodeClientPod, node, cfg)
-}
-
-// startInNodeClientAs is startInNodeClient in the pod <prefix>-<node>.
+// startInNodeClientAs runs the in-node client in a pod of its own on
+// node, named <prefix>-<node>: its network namespace and its cgroup
+// (below the node's, where the node's agent attached its programs), as
+// `kubectl exec` would.
 func startInNodeClientAs(t *testing.T, s *stack.Stack, prefix, node string, cfg innodeConfig) *inNodeClient {
 	t.Helper()
 	box := newClientSandbox(t, s, prefix, node)

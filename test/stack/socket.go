@@ -29,15 +29,19 @@ func SocketDest(conn *net.TCPConn) (netip.AddrPort, error) {
 	if statErr != nil {
 		return netip.AddrPort{}, statErr
 	}
-	b, err := os.ReadFile("/proc/self/net/tcp")
+	table := "/proc/self/net/tcp"
+	if a, ok := conn.LocalAddr().(*net.TCPAddr); ok && a.IP.To4() == nil {
+		table = "/proc/self/net/tcp6" // an IPv6 socket (not IPv4-mapped) is listed there
+	}
+	b, err := os.ReadFile(table)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
 	return ProcTCPDest(b, st.Ino)
 }
 
-// ProcTCPDest finds the socket of inode in /proc/net/tcp's text and
-// returns its remote address.
+// ProcTCPDest finds the socket of inode in /proc/net/tcp's (or tcp6's)
+// text and returns its remote address.
 func ProcTCPDest(table []byte, inode uint64) (netip.AddrPort, error) {
 	want := strconv.FormatUint(inode, 10)
 	for _, line := range strings.Split(string(table), "\n")[1:] {
@@ -51,15 +55,22 @@ func ProcTCPDest(table []byte, inode uint64) (netip.AddrPort, error) {
 }
 
 // procAddr parses /proc/net/tcp's "0100007F:1F90": the IPv4 address as
-// the kernel's __be32 printed in host order, the port in host order.
+// the kernel's __be32 printed in host order, the port in host order; or
+// /proc/net/tcp6's 32 hex digits, the IPv6 address as four such words.
 func procAddr(s string) (netip.AddrPort, error) {
 	ipHex, portHex, ok := strings.Cut(s, ":")
-	ip, err1 := strconv.ParseUint(ipHex, 16, 32)
-	port, err2 := strconv.ParseUint(portHex, 16, 16)
-	if !ok || err1 != nil || err2 != nil {
+	port, err := strconv.ParseUint(portHex, 16, 16)
+	if !ok || err != nil || (len(ipHex) != 8 && len(ipHex) != 32) {
 		return netip.AddrPort{}, fmt.Errorf("address %q in /proc/net/tcp", s)
 	}
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], uint32(ip))
-	return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(port)), nil
+	b := make([]byte, 0, 16)
+	for i := 0; i < len(ipHex); i += 8 {
+		w, err := strconv.ParseUint(ipHex[i:i+8], 16, 32)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("address %q in /proc/net/tcp", s)
+		}
+		b = binary.NativeEndian.AppendUint32(b, uint32(w))
+	}
+	ip, _ := netip.AddrFromSlice(b)
+	return netip.AddrPortFrom(ip, uint16(port)), nil
 }

@@ -303,7 +303,7 @@ func oneConn(addr netip.AddrPort, host string, inNode bool, timeout time.Duratio
 		r.Err, r.Took = err.Error(), time.Since(r.At)
 		return r
 	}
-	conn, err := d.Dial("tcp4", addr.String())
+	conn, err := d.Dial("tcp", addr.String())
 	if err != nil {
 		return fail(err)
 	}

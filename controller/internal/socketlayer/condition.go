@@ -30,6 +30,10 @@ const (
 	// ReasonNotRedirectable (False): the public Service has no address
 	// the kernel matches (headless, no TCP port, missing).
 	ReasonNotRedirectable = "NotRedirectable"
+	// ReasonNoActivatorOfFamily (False): the public Service has a family
+	// (IPv4, IPv6) that no ready activator has an address of; the
+	// ServerlessService reconciler sets it.
+	ReasonNoActivatorOfFamily = "NoActivatorOfFamily"
 )
 
 // listedNodes bounds the nodes a message names, so a cluster-wide problem

@@ -110,9 +110,12 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	// found stays nil until the public Service is read: the SocketLayer
 	// condition of a missing Service says so.
 	public, found := &corev1.Service{}, (*corev1.Service)(nil)
+	// activators stay nil until read: the SocketLayer condition checks
+	// their families only then.
+	var activators []endpoints.Endpoint
 	notReady := func(reason, msg string) (ctrl.Result, error) {
 		setSKSCondition(status, sks.Generation, metav1.ConditionFalse, reason, msg)
-		r.setSocketLayer(status, &sks, found)
+		r.setSocketLayer(status, &sks, found, activators)
 		return ctrl.Result{}, r.writeStatus(ctx, &sks, status)
 	}
 
@@ -150,7 +153,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	activators, err := r.activators(ctx)
+	activators, err = r.activators(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -183,7 +186,7 @@ func (r *ServerlessService) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return notReady(ReasonNoEndpoints, "the target has no ready pod and no activator is ready: requests to the public Service fail until one is")
 	}
 	setSKSCondition(status, sks.Generation, metav1.ConditionTrue, res.Reason, fmt.Sprintf("%s: %d public endpoints", res.Mode, len(res.Endpoints)))
-	r.setSocketLayer(status, &sks, public)
+	r.setSocketLayer(status, &sks, public, activators)
 	return ctrl.Result{}, r.writeStatus(ctx, &sks, status)
 }
 

@@ -89,26 +89,40 @@ func TestServerlessServiceRefusesForeignObjects(t *testing.T) {
 }
 
 // TestServerlessServiceSocketLayer: the SocketLayer condition comes from
-// the agents' node states and the public Service's addresses, on every
-// path through Reconcile (here: not Ready, no endpoints), and is left out
-// without a tracker.
+// the agents' node states, the public Service's addresses and the
+// activators' families, on every path through Reconcile (here: not
+// Ready, no endpoints; Proxy with an activator), and is left out without
+// a tracker.
 func TestServerlessServiceSocketLayer(t *testing.T) {
 	public := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
 		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 	headless := public.DeepCopy()
 	headless.Spec.ClusterIP, headless.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+	dual := public.DeepCopy()
+	dual.Spec.ClusterIPs, dual.Spec.IPFamilies = []string{"10.96.0.10", "fd00:96::a"}, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	activator := func(ips ...string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "sockscale-system", Name: "activator-0", Labels: map[string]string{"app": "activator"}},
+			Status: corev1.PodStatus{PodIP: ips[0], Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		return p
+	}
 	nodes := socketlayer.NewTracker(clock.RealClock{})
 	nodes.Record(&stats.Batch{Node: "node-a", Period: time.Second, NodeState: &stats.NodeState{SocketRedirect: stats.RedirectActive}})
 	tests := []struct {
 		name       string
 		svc        *corev1.Service
+		activator  *corev1.Pod
 		tracker    *socketlayer.Tracker
 		wantReason string // "" for no condition
 	}{
-		{"redirectable", public, nodes, socketlayer.ReasonInEffect},
-		{"headless", headless, nodes, socketlayer.ReasonNotRedirectable},
-		{"no public Service", nil, nodes, socketlayer.ReasonNotRedirectable},
-		{"no tracker", public, nil, ""},
+		{"redirectable", public, nil, nodes, socketlayer.ReasonInEffect},
+		{"headless", headless, nil, nodes, socketlayer.ReasonNotRedirectable},
+		{"no public Service", nil, nil, nodes, socketlayer.ReasonNotRedirectable},
+		{"no tracker", public, nil, nil, ""},
+		{"dual-stack, a dual-stack activator", dual, activator("10.0.2.10", "fd00:2::10"), nodes, socketlayer.ReasonInEffect},
+		{"dual-stack, an IPv4-only activator", dual, activator("10.0.2.10"), nodes, socketlayer.ReasonNoActivatorOfFamily},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,8 +136,11 @@ func TestServerlessServiceSocketLayer(t *testing.T) {
 			if tt.svc != nil {
 				objs = append(objs, tt.svc)
 			}
+			if tt.activator != nil {
+				objs = append(objs, tt.activator)
+			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.ServerlessService{}).WithObjects(objs...).Build()
-			r := &ServerlessService{Client: c, ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012, SocketLayer: tt.tracker}
+			r := &ServerlessService{Client: c, ActivatorNamespace: "sockscale-system", ActivatorSelector: labels.SelectorFromSet(labels.Set{"app": "activator"}), ActivatorPort: 8012, SocketLayer: tt.tracker}
 			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "hello"}}); err != nil {
 				t.Fatal(err)
 			}

@@ -68,3 +68,39 @@ func TestServerServesThePathUntilCancelled(t *testing.T) {
 		t.Fatal("Start did not return after its context ended")
 	}
 }
+
+// TestServerTakesBothFamilies: at the chart's bind address (":<port>",
+// every address) the stats server takes batches over IPv4 and over IPv6,
+// so agents reach it whatever family the cluster gives its stats
+// Service.
+func TestServerTakesBothFamilies(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	got := make(chan *stats.Batch, 2)
+	s := &Server{Addr: ":" + port, Handler: Handler(Options{Accept: func(b *stats.Batch) error { got <- b; return nil }})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Start(ctx) }()
+	body, _ := stats.Append(nil, batchOf(1))
+	for _, host := range []string{"127.0.0.1", "[::1]"} {
+		url := "http://" + host + ":" + port + stats.Path
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			resp, err := http.Post(url, stats.ContentType, bytes.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent {
+					t.Fatalf("POST %s: %d, want 204", url, resp.StatusCode)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("POST %s: %v", url, err)
+			}
+		}
+		<-got
+	}
+}

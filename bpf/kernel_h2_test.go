@@ -63,6 +63,7 @@ func testHTTP2Concurrency(t *testing.T, ipv6 bool) {
 					loads = append(loads, loadgen.Start(context.Background(), loadgen.Options{URLs: []string{e.url("sleep=" + sleep.String())}, Concurrency: c / conns, Client: cl, Spans: true}))
 				}
 				time.Sleep(300 * time.Millisecond)
+				ev0, _ := e.acct.Events()
 				c0, at0 := e.counters(t)
 				wall0 := time.Now()
 				time.Sleep(2 * time.Second)
@@ -80,7 +81,10 @@ func testHTTP2Concurrency(t *testing.T, ipv6 bool) {
 				t.Logf("offered %d over %d connection(s), measured %.3f (%+.2f%%), client-side %.3f, connections %d, opaque %d",
 					c, conns, measured, 100*(measured-float64(c))/float64(c), little, c1.ConnsInFlight, c1.OpaqueConnsInFlight)
 				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
-					t.Errorf("measured concurrency %.3f is %.1f%% off the offered %d (limit 2%%)", measured, 100*rel, c)
+					// The parser's events during the window say which rule
+					// lost the streams (H2Full, H2Lost, ParseLimit...).
+					ev1, _ := e.acct.Events()
+					t.Errorf("measured concurrency %.3f is %.1f%% off the offered %d (limit 2%%); parser events %+v, before %+v", measured, 100*rel, c, ev1, ev0)
 				}
 				if c1.OpaqueConnsInFlight != 0 || c1.H2ConnsInFlight != c1.ConnsInFlight {
 					t.Errorf("%d connections, %d followed as HTTP/2, %d at connection level; want every one followed as HTTP/2", c1.ConnsInFlight, c1.H2ConnsInFlight, c1.OpaqueConnsInFlight)

@@ -81,6 +81,7 @@ func up(t *testing.T) *stack.Stack {
 		if st, upErr = stack.New(shared.Config, shared.Kubeconfig, stack.HelmFromEnv(), cluster.ServiceCIDR); upErr != nil {
 			return
 		}
+		st.ServiceCIDR6 = cluster.ServiceCIDR6 // the cluster is dual-stack
 		// As users would: the images and the packaged chart in a registry
 		// (the cluster's), the chart installed from there.
 		start = time.Now()

@@ -80,7 +80,9 @@ type Stack struct {
 	Client client.Client
 	// ServiceCIDR is the cluster's service range: a public Service's
 	// ClusterIP must be in it before any traffic is sent there.
-	ServiceCIDR netip.Prefix
+	// ServiceCIDR6 is its IPv6 range on a dual-stack cluster (invalid
+	// otherwise).
+	ServiceCIDR, ServiceCIDR6 netip.Prefix
 
 	scraper scraper
 }
@@ -368,16 +370,16 @@ func (s *Stack) Remove(ctx context.Context, app App) error {
 }
 
 // PublicURL is http://<ClusterIP>:80/ of the app's public Service, once it
-// has a ClusterIP inside the cluster's service range (so traffic to it
-// stays on this machine).
+// has a ClusterIP inside the cluster's service range of its family (so
+// traffic to it stays on this machine).
 func (s *Stack) PublicURL(ctx context.Context, ns, name string) (string, error) {
 	var svc corev1.Service
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
 		return "", err
 	}
 	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || !s.ServiceCIDR.Contains(ip) {
-		return "", fmt.Errorf("service %s/%s: ClusterIP %q is not in the cluster's service range %s", ns, name, svc.Spec.ClusterIP, s.ServiceCIDR)
+	if err != nil || !s.ServiceCIDR.Contains(ip) && !(s.ServiceCIDR6.IsValid() && s.ServiceCIDR6.Contains(ip)) {
+		return "", fmt.Errorf("service %s/%s: ClusterIP %q is in none of the cluster's service ranges (%s, %s)", ns, name, svc.Spec.ClusterIP, s.ServiceCIDR, s.ServiceCIDR6)
 	}
 	return fmt.Sprintf("http://%s/", netip.AddrPortFrom(ip, uint16(svc.Spec.Ports[0].Port))), nil
 }

@@ -378,7 +378,8 @@ func (s *Stack) PublicURL(ctx context.Context, ns, name string) (string, error) 
 		return "", err
 	}
 	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || !s.ServiceCIDR.Contains(ip) && !(s.ServiceCIDR6.IsValid() && s.ServiceCIDR6.Contains(ip)) {
+	inRange := s.ServiceCIDR.Contains(ip) || s.ServiceCIDR6.IsValid() && s.ServiceCIDR6.Contains(ip)
+	if err != nil || !inRange {
 		return "", fmt.Errorf("service %s/%s: ClusterIP %q is in none of the cluster's service ranges (%s, %s)", ns, name, svc.Spec.ClusterIP, s.ServiceCIDR, s.ServiceCIDR6)
 	}
 	return fmt.Sprintf("http://%s/", netip.AddrPortFrom(ip, uint16(svc.Spec.Ports[0].Port))), nil

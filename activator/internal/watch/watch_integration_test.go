@@ -231,10 +231,10 @@ func TestIntegrationRoutesWatchedLater(t *testing.T) {
 	percent := int64(100)
 	route := &servingv1alpha1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hello"},
 		Spec: servingv1alpha1.RouteSpec{Traffic: []servingv1alpha1.TrafficTarget{{RevisionName: "hello-00001", Percent: &percent}}}}
-	// The activator's ClusterRole as the chart had it before Routes.
+	// The activator's ClusterRole as the chart has it, but Routes.
 	read := []string{"get", "list", "watch"}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "activator"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"services", "pods"}, Verbs: read},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{"sockscale.dev"}, Resources: []string{"podautoscalers", "serverlessservices"}, Verbs: read},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: read},

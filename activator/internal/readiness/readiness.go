@@ -73,8 +73,8 @@ type Pod struct {
 	// it ready: its requests would wait for the EndpointSlice.
 	H2C bool
 	// Check is how the pod says it is ready, from its readiness probe
-	// (CheckOf); nil: a GET of / at Addr (over h2c with H2C), for an
-	// endpoint whose pod is not known.
+	// (package watch reads it from the pod); nil: a GET of / at Addr
+	// (over h2c with H2C), for an endpoint whose pod is not known.
 	Check *Check
 }
 
@@ -514,6 +514,8 @@ func (p *Prober) check(loop context.Context, ip netip.Addr, ch *Check) bool {
 	if h := ch.Header.Get("Host"); h != "" {
 		req.Host = h
 	}
+	// Ours, whatever the probe's headers say: the agents tell a probe
+	// from load by it (the check may be on the serving port).
 	req.Header.Set("User-Agent", UserAgent)
 	resp, err := p.client.Do(req)
 	if err != nil {

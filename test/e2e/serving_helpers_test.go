@@ -197,7 +197,9 @@ func expectRouteEndpoints(ctx context.Context, s *stack.Stack, service string) e
 	var want []string
 	for _, a := range acts {
 		if a.Ready && !a.Deleting {
-			want = append(want, a.IP.String())
+			for _, ip := range a.IPs { // a dual-stack Service has a slice per family
+				want = append(want, ip.String())
+			}
 		}
 	}
 	sortAddrs(want)

@@ -25,8 +25,10 @@ const (
 // ActivatorPod is one activator pod as the API shows it.
 type ActivatorPod struct {
 	Name string
-	// IP is the pod's address; invalid before it has one.
-	IP netip.Addr
+	// IP is the pod's address; invalid before it has one. IPs are all
+	// its addresses (one per family on a dual-stack cluster).
+	IP  netip.Addr
+	IPs []netip.Addr
 	// Ready is its Ready condition; Deleting is set once it is being
 	// deleted.
 	Ready, Deleting bool
@@ -43,6 +45,11 @@ func (s *Stack) Activators(ctx context.Context) ([]ActivatorPod, error) {
 		a := ActivatorPod{Name: p.Name, Deleting: p.DeletionTimestamp != nil}
 		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
 			a.IP = ip
+		}
+		for _, pip := range p.Status.PodIPs {
+			if ip, err := netip.ParseAddr(pip.IP); err == nil {
+				a.IPs = append(a.IPs, ip)
+			}
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady {

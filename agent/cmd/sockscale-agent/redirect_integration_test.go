@@ -15,11 +15,6 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/sockscale/sockscale/bpf"
 	"github.com/sockscale/sockscale/bpf/redirect"
 	"github.com/sockscale/sockscale/internal/stats"
@@ -80,10 +75,10 @@ func TestIntegrationSocketRedirectFlag(t *testing.T) {
 // batches, clears the stale entry an earlier agent left in the pinned map,
 // and turns active without a restart once the CRD is installed.
 func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
-	cl, root, pinDir := agentEnv(t, "nocrd")
+	const serverlessServices = "serverlessservices.sockscale.dev"
+	cl, root, pinDir := agentEnv(t, "nocrd", testenv.WithoutCRD(serverlessServices))
 
 	ctx := context.Background()
-	crd := deleteCRD(t, cl, "serverlessservices.sockscale.dev")
 
 	// An entry an earlier agent left: with nobody to keep it current it
 	// must go.
@@ -164,12 +159,7 @@ func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
 	}
 
 	// The CRD installed later: a retry finds it, no restart needed.
-	crd.SetResourceVersion("")
-	crd.SetUID("")
-	unstructured.RemoveNestedField(crd.Object, "status")
-	if err := cl.Client.Create(ctx, crd); err != nil {
-		t.Fatal(err)
-	}
+	cl.InstallCRD(t, serverlessServices)
 	waitFor(t, 30*time.Second, "a batch saying active once the CRD is installed", func() string {
 		if s := lastState(); s == nil || s.SocketRedirect != stats.RedirectActive || s.Reason != "" {
 			return fmt.Sprintf("last state %+v", s)
@@ -182,34 +172,6 @@ func TestIntegrationSocketRedirectAutoWithoutTheCRD(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("run: %v, want nil once ctx ends", err)
 	}
-}
-
-// deleteCRD deletes the named CRD, waits until the API server no longer
-// has it, and returns it as it was.
-func deleteCRD(t *testing.T, cl *testenv.Cluster, name string) *unstructured.Unstructured {
-	t.Helper()
-	ctx := context.Background()
-	crd := &unstructured.Unstructured{}
-	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-	if err := cl.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Client.Delete(ctx, crd.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the CRD "+name+" gone", func() string {
-		got := crd.DeepCopy()
-		err := cl.Client.Get(ctx, client.ObjectKey{Name: name}, got)
-		switch {
-		case apierrors.IsNotFound(err):
-			return ""
-		case err != nil:
-			return err.Error()
-		default:
-			return "still there"
-		}
-	})
-	return crd
 }
 
 // waitFor polls check until it returns "" and fails t with its last
@@ -232,10 +194,10 @@ func waitFor(t *testing.T, timeout time.Duration, what string, check func() stri
 // agentEnv is what an in-process agent needs: a real kube-apiserver, a
 // cgroup of its own to attach at and a bpffs directory to pin into (both
 // named after name and removed at the end).
-func agentEnv(t *testing.T, name string) (cl *testenv.Cluster, root, pinDir string) {
+func agentEnv(t *testing.T, name string, opts ...testenv.Option) (cl *testenv.Cluster, root, pinDir string) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	cl = testenv.ControlPlane(t)
+	cl = testenv.ControlPlane(t, opts...)
 	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
 		t.Fatal(err)
 	}

@@ -56,10 +56,10 @@ type itEnv struct {
 	as *rest.Config
 }
 
-func newITEnv(t testing.TB) *itEnv {
+func newITEnv(t testing.TB, opts ...testenv.Option) *itEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
-	cl := testenv.ControlPlane(t)
+	cl := testenv.ControlPlane(t, opts...)
 	if err := testenv.EnsureBPFFS("/sys/fs/bpf"); err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sockscale/sockscale/api/autoscaling/v1alpha1"
@@ -241,8 +238,8 @@ sockscale_agent_redirect_connects_total{namespace="default",port="80",serverless
 // routes_unavailable; once the CRD is installed again a retry watches
 // Routes, without a restart, and the split is written.
 func TestIntegrationRoutesWithoutTheServingCRDs(t *testing.T) {
-	e := newITEnv(t)
-	crd := deleteCRD(t, e, "routes.serving.sockscale.dev")
+	const routes = "routes.serving.sockscale.dev"
+	e := newITEnv(t, testenv.WithoutCRD(routes))
 	e.activatorPod(t, "act-a", "10.244.0.5", true)
 	rev1 := netip.AddrPortFrom(e.publicService(t, "hello-00001", httpPort), 80)
 	e.serverlessService(t, "hello-00001", 80)
@@ -261,12 +258,7 @@ func TestIntegrationRoutesWithoutTheServingCRDs(t *testing.T) {
 	})
 	t.Logf("state without the Route CRD: %+v", r.State())
 
-	crd.SetResourceVersion("")
-	crd.SetUID("")
-	unstructured.RemoveNestedField(crd.Object, "status")
-	if err := e.cl.Client.Create(context.Background(), crd); err != nil {
-		t.Fatal(err)
-	}
+	e.cl.InstallCRD(t, routes)
 	testenv.Eventually(t, 30*time.Second, "the Route CRD served", func() (bool, string) {
 		err := e.cl.Client.List(context.Background(), &servingv1alpha1.RouteList{})
 		return err == nil, fmt.Sprint(err)
@@ -278,24 +270,4 @@ func TestIntegrationRoutesWithoutTheServingCRDs(t *testing.T) {
 	})
 	proxied[hello] = []bpfredirect.Backend{{Addr: rev1, Weight: 100}}
 	e.waitEntries(t, "with Routes", proxied)
-}
-
-// deleteCRD deletes the named CRD, waits until the API server no longer
-// has it, and returns it as it was.
-func deleteCRD(t *testing.T, e *itEnv, name string) *unstructured.Unstructured {
-	t.Helper()
-	ctx := context.Background()
-	crd := &unstructured.Unstructured{}
-	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-	if err := e.cl.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cl.Client.Delete(ctx, crd.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the CRD "+name+" gone", func() (bool, string) {
-		err := e.cl.Client.Get(ctx, client.ObjectKey{Name: name}, crd.DeepCopy())
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
-	return crd
 }

@@ -60,6 +60,64 @@ func DualStackIPv6First() Option {
 	}
 }
 
+// WithoutCRD leaves the named CRD (as "routes.serving.sockscale.dev")
+// out of the control plane, for tests of what a component does before
+// it is installed. Installing it later (InstallCRD) is faster and surer
+// than deleting it: a CRD's deletion waits on the API server's finalizer,
+// which has taken over 30 s on a loaded machine.
+func WithoutCRD(name string) Option {
+	return func(env *envtest.Environment) {
+		crds, err := chartCRDs()
+		if err != nil {
+			panic(err) // ControlPlane's own CRD read fails the same way
+		}
+		kept := crds[:0]
+		for _, crd := range crds {
+			if crd.Name != name {
+				kept = append(kept, crd)
+			}
+		}
+		if len(kept) == len(crds) {
+			panic(fmt.Sprintf("testenv.WithoutCRD: no CRD %q in %s", name, crdDir()))
+		}
+		env.CRDDirectoryPaths = nil
+		env.CRDs = kept
+	}
+}
+
+// InstallCRD creates the named CRD of the chart and waits until it is
+// established (its resources are served).
+func (c *Cluster) InstallCRD(t testing.TB, name string) {
+	t.Helper()
+	crds, err := chartCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range crds {
+		if crd.Name != name {
+			continue
+		}
+		err := envtest.CreateCRDs(c.Config, []*apiextensionsv1.CustomResourceDefinition{crd.DeepCopy()})
+		if err == nil {
+			err = envtest.WaitForCRDs(c.Config, []*apiextensionsv1.CustomResourceDefinition{crd}, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond})
+		}
+		if err != nil {
+			t.Fatalf("install the CRD %s: %v", name, err)
+		}
+		return
+	}
+	t.Fatalf("no CRD %q in %s", name, crdDir())
+}
+
+// chartCRDs reads charts/sockscale/files/crds.
+func chartCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	opts := envtest.CRDInstallOptions{Paths: []string{crdDir()}, ErrorIfPathMissing: true}
+	if err := envtest.ReadCRDFiles(&opts); err != nil {
+		return nil, fmt.Errorf("read the chart's CRDs: %w", err)
+	}
+	return opts.CRDs, nil
+}
+
 // ControlPlane starts etcd and kube-apiserver (the pinned builds of
 // KUBEBUILDER_ASSETS) with the CRDs of charts/sockscale/files/crds installed, and
 // stops them when t ends.

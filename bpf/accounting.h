@@ -24,6 +24,7 @@
 #define MAX_H2_STREAMS 128    // HTTP/2 streams in flight on one connection followed one by one
 #define MAX_H2_FRAMES 4096    // HTTP/2 frame steps per segment and direction before the walk gives up
 #define MAX_H2_STASHED 256    // HTTP/2 connections whose first frames reached the listening socket, until accepted
+#define MAX_RX_WAIT 65536     // tries of a client segment to take its connection from another CPU's walk
 
 // An address of either family as the maps keep it, in network order: an
 // IPv6 address as it is, an IPv4 address IPv4-mapped (::ffff:a.b.c.d). One
@@ -150,7 +151,8 @@ struct msg {
 	__u8 state;      // MS_*
 	__u8 hflags;     // HF_*
 	__u8 pos;        // length of the token being parsed (saturates at 255)
-	__u8 _pad[7];
+	__u8 _pad[3];
+	__u32 walking;   // the request parser's only: 1 while a CPU walks the client's bytes (segment.h)
 };
 
 // A parser's scratch while one segment is parsed. It lives in the map
@@ -266,6 +268,10 @@ enum event {
 	EV_H2_FULL,           // an HTTP/2 stream was not counted: MAX_H2_STREAMS were in flight on its connection
 	EV_H2_LOST,           // HTTP/2 frames could not be followed (a framing error, MAX_H2_FRAMES, a gap):
 	                      // the connection fell back to connection level
+	EV_RX_WAIT,           // a client segment waited for another CPU walking the same connection's bytes
+	                      // (not a loss: the two are walked one after the other, lib/segment.h)
+	EV_RX_TAKEOVER,       // a client segment waited MAX_RX_WAIT tries for another CPU's walk and walked all the
+	                      // same (a claim nobody gives back; never seen on a working kernel)
 	EV_MAX,
 };
 

@@ -129,7 +129,8 @@ type accountingMsg struct {
 	State     uint8
 	Hflags    uint8
 	Pos       uint8
-	Pad       [7]uint8
+	Pad       [3]uint8
+	Walking   uint32
 }
 
 type accountingPodStats struct {

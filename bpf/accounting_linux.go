@@ -580,7 +580,7 @@ func connsInFlight(v accountingPodStats, adj accountingConnAdjust) int64 {
 // found it again, summed over CPUs.
 func (a *Accounting) Events() (Events, error) {
 	var ev Events
-	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync, &ev.Adopted, &ev.H2Full, &ev.H2Lost} {
+	for i, dst := range []*uint64{&ev.ConnUntracked, &ev.ParseLimit, &ev.ParseError, &ev.StreamGap, &ev.Resync, &ev.Adopted, &ev.H2Full, &ev.H2Lost, &ev.RxWait, &ev.RxTakeover} {
 		var perCPU []uint64
 		if err := a.objs.Events.Lookup(uint32(i), &perCPU); err != nil {
 			return Events{}, fmt.Errorf("read event %d: %w", i, err)

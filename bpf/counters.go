@@ -110,6 +110,16 @@ type Events struct {
 	// (a framing error, too many frames in one segment, bytes never seen):
 	// accounted at connection level from then on.
 	H2Lost uint64
+	// RxWait counts client segments that waited for another CPU walking
+	// the same connection's bytes: the kernel can receive two segments of
+	// one connection at once (before TCP takes the socket's lock), and
+	// they are walked one after the other. Not a loss.
+	RxWait uint64
+	// RxTakeover counts client segments that waited far longer than any
+	// walk takes for another CPU's and walked all the same: a claim that
+	// nobody gives back (a state copied while it was walked). Never seen on
+	// a working kernel.
+	RxTakeover uint64
 }
 
 // Limits of the kernel maps and parsers (accounting.h).

@@ -78,8 +78,9 @@ func testHTTP2Concurrency(t *testing.T, ipv6 bool) {
 					total += res.Completed
 				}
 				measured := (c1.Requests.Area - c0.Requests.Area).Seconds() / (at1 - at0).Seconds()
-				t.Logf("offered %d over %d connection(s), measured %.3f (%+.2f%%), client-side %.3f, connections %d, opaque %d",
-					c, conns, measured, 100*(measured-float64(c))/float64(c), little, c1.ConnsInFlight, c1.OpaqueConnsInFlight)
+				ev, _ := e.acct.Events()
+				t.Logf("offered %d over %d connection(s), measured %.3f (%+.2f%%), client-side %.3f, connections %d, opaque %d, client segments that waited for another CPU's walk %d",
+					c, conns, measured, 100*(measured-float64(c))/float64(c), little, c1.ConnsInFlight, c1.OpaqueConnsInFlight, ev.RxWait-ev0.RxWait)
 				if rel := math.Abs(measured-float64(c)) / float64(c); rel > 0.02 {
 					// The parser's events during the window say which rule
 					// lost the streams (H2Full, H2Lost, ParseLimit...).

@@ -61,6 +61,163 @@ static __always_inline struct conn *untracked_conn(struct __sk_buff *skb, const 
 	return stash_conn(skb, ip, tcp, seq);
 }
 
+// A connection's client bytes are walked by one CPU at a time. Ingress
+// runs before TCP takes the socket's lock, so two segments of one
+// connection can be here at once on two CPUs: over veth or loopback a
+// segment is received on the CPU that sent it, and an HTTP/2 client with
+// many streams sends back to back from whichever CPU its writer runs on.
+// Walked together, the two would share one parse state (struct scan,
+// struct h2_dir) and lose frames without a sign. The second one waits for
+// the first (a walk is a bounded program, so the wait is short) and then
+// finds its bytes in order.
+struct rx_claim {
+	struct conn *c;
+	int held;
+};
+
+// rx_claim_step tries once to take the connection's client side; the plain
+// read first leaves the line shared while another CPU holds it. Runs under
+// bpf_loop.
+static long rx_claim_step(__u64 i, void *data)
+{
+	struct rx_claim *r = data;
+
+	if (*(volatile __u32 *)&r->c->rx.walking)
+		return 0;
+	r->held = __sync_val_compare_and_swap(&r->c->rx.walking, 0, 1) == 0;
+	return r->held;
+}
+
+// rx_take takes c's client side for this CPU's walk, waiting while
+// another CPU walks it. The wait is bounded (MAX_RX_WAIT tries, far longer
+// than any walk); past it the claim is taken over: a claim nobody will
+// give back (a stash entry copied into its socket's storage at the accept
+// while another CPU walked it, lib/accept.h) must not stall the
+// connection for good.
+static __always_inline void rx_take(struct conn *c)
+{
+	struct rx_claim r = {.c = c};
+
+	if (__sync_val_compare_and_swap(&c->rx.walking, 0, 1) == 0)
+		return;
+	count_event(EV_RX_WAIT);
+	bpf_loop(MAX_RX_WAIT, rx_claim_step, &r, 0);
+	if (!r.held) {
+		count_event(EV_RX_TAKEOVER);
+		__sync_lock_test_and_set(&c->rx.walking, 1);
+	}
+}
+
+// rx_give ends the walk rx_take began (an exchange: a full barrier, so the
+// next walker sees every write of this one).
+static __always_inline void rx_give(struct conn *c)
+{
+	__sync_lock_test_and_set(&c->rx.walking, 0);
+}
+
+// client_segment hands the client bytes of a segment that were not seen
+// before to the request side, in sequence order (the walk of an HTTP/2
+// connection's frames, or the HTTP/1 parser). Called with the connection's
+// client side taken (rx_take).
+static __always_inline void client_segment(struct __sk_buff *skb, const struct seg_ips *ip, const struct tcphdr *tcp,
+					   struct conn *c, __u32 off, __u32 seq, __u32 end)
+{
+	struct h2_conn *h2 = NULL;
+	__u32 next;
+
+	next = c->rx_next;
+	if ((__s32)(end - next) <= 0)
+		return;
+	if ((__s32)(seq - next) > 0) {
+		note_gap(c, seq, end); // ahead of a hole: TCP keeps it until the hole fills
+		return;
+	}
+	if ((__s32)(next - seq) > 0)
+		off += next - seq;
+	c->rx_next = end;
+	// HTTP/2 with prior knowledge: its streams are followed (lib/h2.h).
+	// Before the accept (a stash entry, tenure 0) the state has no socket
+	// yet: a preface with the connection's frames only is noted, and the
+	// walk begins with the bytes after it; one that came with a request
+	// is walked into h2_stash, which the accept moves into the socket.
+	// A stash entry goes on with a second segment that reached the
+	// listener too (stash_conn): its frames are walked there as well.
+	if (!c->tenure && !c->seen && !c->h2 && !c->opaque && h2_preface(skb, off, skb->len)) {
+		c->seen = 1;
+		if (h2_stash_preface(skb, off, skb->len)) {
+			c->h2 = H2_STASHED;
+			return;
+		}
+		h2 = h2_stash_of(ip, tcp);
+		if (h2) {
+			c->h2 = H2_FOLLOW;
+			off += H2_PREFACE_LEN;
+		} else {
+			c->seen = 0; // no room: the HTTP/1 way, connection level
+		}
+	} else if (!c->tenure && c->h2 == H2_STASHED) {
+		h2 = h2_stash_of(ip, tcp);
+		if (!h2)
+			return; // no room: h2_from_stash walks on from the next bytes, if it can
+		h2->rx.frames = 1; // the client's SETTINGS came
+		c->h2 = H2_FOLLOW;
+	} else if (!c->tenure && c->h2 == H2_FOLLOW) {
+		h2 = h2_stash_find(ip, tcp);
+		if (!h2)
+			return; // evicted: the accept finds none (h2_accept_stash)
+	}
+	if (!c->tenure && h2) {
+		// load_only's rule (lib/accept.h), before the walk looks at a
+		// User-Agent: only a client that may probe sends probes.
+		if (!peer_kind(&ip->saddr))
+			c->load = 1;
+		h2_request_bytes(skb, c, h2, off, skb->len);
+		return;
+	}
+	if (c->h2 == H2_STASHED && c->tenure)
+		h2 = h2_from_stash(skb, ip, tcp, c, 1);
+	// After an upgrade to h2c the client's next bytes are the preface.
+	if ((c->h2 == H2_UPGRADED || h2_upgraded(c)) && h2_preface(skb, off, skb->len)) {
+		h2 = c->h2 == H2_UPGRADED ? h2_of(skb, ip, tcp, 1, 0) : h2_upgrade(skb, ip, tcp, c, 1);
+		if (h2) {
+			c->h2 = H2_FOLLOW;
+			off += H2_PREFACE_LEN;
+		}
+	} else if (c->h2 == H2_UPGRADED) {
+		h2 = h2_of(skb, ip, tcp, 1, 0);
+		if (h2)
+			h2_go_opaque(counters_of(c), c, h2, bpf_ktime_get_ns()); // no HTTP/2 client after all
+		return;
+	}
+	// The server's SETTINGS (egress, on another CPU) marked the connection
+	// in the instant after its client's preface was followed: followed it is.
+	if (c->h2 == H2_SERVER_FIRST && c->seen && !c->opaque)
+		c->h2 = H2_FOLLOW;
+	if (c->h2 != H2_FOLLOW && !c->seen && !c->opaque && c->tenure) {
+		if (h2_preface(skb, off, skb->len)) {
+			h2 = h2_of(skb, ip, tcp, 1, 1);
+			if (h2) {
+				c->seen = 1; // first: egress reads it before it marks H2_SERVER_FIRST
+				c->h2 = H2_FOLLOW;
+				off += H2_PREFACE_LEN;
+				h2_begin(counters_of(c), c);
+			}
+		} else if (c->h2 == H2_SERVER_FIRST) {
+			// The server spoke first, and the client is not HTTP/2: one
+			// request for the connection's life, its start time where
+			// close_conn looks for it on a connection with HTTP/2 state.
+			h2 = h2_of(skb, ip, tcp, 1, 0);
+			if (h2)
+				h2_go_opaque(counters_of(c), c, h2, bpf_ktime_get_ns());
+			return;
+		}
+	}
+	if (c->h2 == H2_FOLLOW)
+		h2_request_bytes(skb, c, h2 ? h2 : h2_of(skb, ip, tcp, 1, 0), off, skb->len);
+	else
+		request_bytes(skb, c, off, skb->len);
+}
+
 // on_segment finds the pod connection a segment belongs to and hands the
 // bytes it has not seen before to the request or the response side.
 static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
@@ -145,97 +302,9 @@ static __always_inline int on_segment(struct __sk_buff *skb, int ingress)
 			end_adopted(c, c->h2 ? h2_of(skb, &ip, &tcp, 0, 0) : NULL); // the last bytes of a server that closes
 		return 1;
 	}
-	next = c->rx_next;
-	if ((__s32)(end - next) <= 0)
-		return 1;
-	if ((__s32)(seq - next) > 0) {
-		note_gap(c, seq, end); // ahead of a hole: TCP keeps it until the hole fills
-		return 1;
-	}
-	if ((__s32)(next - seq) > 0)
-		off += next - seq;
-	c->rx_next = end;
-	// HTTP/2 with prior knowledge: its streams are followed (lib/h2.h).
-	// Before the accept (a stash entry, tenure 0) the state has no socket
-	// yet: a preface with the connection's frames only is noted, and the
-	// walk begins with the bytes after it; one that came with a request
-	// is walked into h2_stash, which the accept moves into the socket.
-	// A stash entry goes on with a second segment that reached the
-	// listener too (stash_conn): its frames are walked there as well.
-	if (!c->tenure && !c->seen && !c->h2 && !c->opaque && h2_preface(skb, off, skb->len)) {
-		c->seen = 1;
-		if (h2_stash_preface(skb, off, skb->len)) {
-			c->h2 = H2_STASHED;
-			return 1;
-		}
-		h2 = h2_stash_of(&ip, &tcp);
-		if (h2) {
-			c->h2 = H2_FOLLOW;
-			off += H2_PREFACE_LEN;
-		} else {
-			c->seen = 0; // no room: the HTTP/1 way, connection level
-		}
-	} else if (!c->tenure && c->h2 == H2_STASHED) {
-		h2 = h2_stash_of(&ip, &tcp);
-		if (!h2)
-			return 1; // no room: h2_from_stash walks on from the next bytes, if it can
-		h2->rx.frames = 1; // the client's SETTINGS came
-		c->h2 = H2_FOLLOW;
-	} else if (!c->tenure && c->h2 == H2_FOLLOW) {
-		h2 = h2_stash_find(&ip, &tcp);
-		if (!h2)
-			return 1; // evicted: the accept finds none (h2_accept_stash)
-	}
-	if (!c->tenure && h2) {
-		// load_only's rule (lib/accept.h), before the walk looks at a
-		// User-Agent: only a client that may probe sends probes.
-		if (!peer_kind(&ip.saddr))
-			c->load = 1;
-		h2_request_bytes(skb, c, h2, off, skb->len);
-		return 1;
-	}
-	if (c->h2 == H2_STASHED && c->tenure)
-		h2 = h2_from_stash(skb, &ip, &tcp, c, 1);
-	// After an upgrade to h2c the client's next bytes are the preface.
-	if ((c->h2 == H2_UPGRADED || h2_upgraded(c)) && h2_preface(skb, off, skb->len)) {
-		h2 = c->h2 == H2_UPGRADED ? h2_of(skb, &ip, &tcp, 1, 0) : h2_upgrade(skb, &ip, &tcp, c, 1);
-		if (h2) {
-			c->h2 = H2_FOLLOW;
-			off += H2_PREFACE_LEN;
-		}
-	} else if (c->h2 == H2_UPGRADED) {
-		h2 = h2_of(skb, &ip, &tcp, 1, 0);
-		if (h2)
-			h2_go_opaque(counters_of(c), c, h2, bpf_ktime_get_ns()); // no HTTP/2 client after all
-		return 1;
-	}
-	// The server's SETTINGS (egress, on another CPU) marked the connection
-	// in the instant after its client's preface was followed: followed it is.
-	if (c->h2 == H2_SERVER_FIRST && c->seen && !c->opaque)
-		c->h2 = H2_FOLLOW;
-	if (c->h2 != H2_FOLLOW && !c->seen && !c->opaque && c->tenure) {
-		if (h2_preface(skb, off, skb->len)) {
-			h2 = h2_of(skb, &ip, &tcp, 1, 1);
-			if (h2) {
-				c->seen = 1; // first: egress reads it before it marks H2_SERVER_FIRST
-				c->h2 = H2_FOLLOW;
-				off += H2_PREFACE_LEN;
-				h2_begin(counters_of(c), c);
-			}
-		} else if (c->h2 == H2_SERVER_FIRST) {
-			// The server spoke first, and the client is not HTTP/2: one
-			// request for the connection's life, its start time where
-			// close_conn looks for it on a connection with HTTP/2 state.
-			h2 = h2_of(skb, &ip, &tcp, 1, 0);
-			if (h2)
-				h2_go_opaque(counters_of(c), c, h2, bpf_ktime_get_ns());
-			return 1;
-		}
-	}
-	if (c->h2 == H2_FOLLOW)
-		h2_request_bytes(skb, c, h2 ? h2 : h2_of(skb, &ip, &tcp, 1, 0), off, skb->len);
-	else
-		request_bytes(skb, c, off, skb->len);
+	rx_take(c);
+	client_segment(skb, &ip, &tcp, c, off, seq, end);
+	rx_give(c);
 	return 1;
 }
 

@@ -30,7 +30,7 @@ var (
 	opaqueTotal         = desc("opaque_connections_total", "Connections that fell back to per-connection accounting.")
 	probesTotal         = desc("probes_total", "Health-probe requests (kubelet, sockscale) not counted as load.")
 	accountingMode      = desc("accounting_mode", "1 for the pod's accounting mode in the last period: mode=\"http\" (per request), \"http2\" (per request, some connections HTTP/2 with each stream a request) or \"connection\" (some connections were neither HTTP/1.x nor HTTP/2).", "mode")
-	kernelEventsTotal   = prometheus.NewDesc("sockscale_agent_kernel_events_total", "What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request), h2_full (an HTTP/2 stream beyond the 128 followed on its connection, not counted), h2_lost (HTTP/2 frames not followed: the connection counted as one request from then on).", []string{"event"}, nil)
+	kernelEventsTotal   = prometheus.NewDesc("sockscale_agent_kernel_events_total", "What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request), h2_full (an HTTP/2 stream beyond the 128 followed on its connection, not counted), h2_lost (HTTP/2 frames not followed: the connection counted as one request from then on), rx_wait (a client segment waited while another CPU walked its connection's bytes: not a loss), rx_takeover (it waited far longer than a walk takes and walked all the same: a claim nobody gave back).", []string{"event"}, nil)
 	trackedPods         = prometheus.NewDesc("sockscale_agent_tracked_pods", "Pods whose requests this agent accounts.", nil, nil)
 	podMapCapacity      = prometheus.NewDesc("sockscale_agent_pod_map_capacity", "Pods the kernel map can hold.", nil, nil)
 	skippedPods         = prometheus.NewDesc("sockscale_agent_skipped_pods", "Pods on this node not accounted, by reason: host_network.", []string{"reason"}, nil)
@@ -130,6 +130,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.Adopted), "adopted")
 	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.H2Full), "h2_full")
 	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.H2Lost), "h2_lost")
+	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.RxWait), "rx_wait")
+	ch <- prometheus.MustNewConstMetric(kernelEventsTotal, prometheus.CounterValue, float64(s.Events.RxTakeover), "rx_takeover")
 	for _, p := range s.Pods {
 		if p.Pod.Name == "" {
 			continue // not (yet) known to the watcher: no labels to give it

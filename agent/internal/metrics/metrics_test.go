@@ -17,7 +17,7 @@ import (
 func TestPodSeries(t *testing.T) {
 	sample := &sampler.Sample{
 		Time:   time.Unix(1700000000, 0),
-		Events: bpf.Events{ParseError: 2, StreamGap: 3, Resync: 4, Adopted: 5},
+		Events: bpf.Events{ParseError: 2, StreamGap: 3, Resync: 4, Adopted: 5, RxWait: 6},
 		Pods: []sampler.PodSample{
 			{
 				IP:  netip.MustParseAddr("10.0.0.5"),
@@ -58,7 +58,7 @@ sockscale_agent_proxied_requests_total{namespace="ns",pod="web-1",workload="web"
 # HELP sockscale_agent_probes_total Health-probe requests (kubelet, sockscale) not counted as load.
 # TYPE sockscale_agent_probes_total counter
 sockscale_agent_probes_total{namespace="ns",pod="web-1",workload="web"} 7
-# HELP sockscale_agent_kernel_events_total What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request), h2_full (an HTTP/2 stream beyond the 128 followed on its connection, not counted), h2_lost (HTTP/2 frames not followed: the connection counted as one request from then on).
+# HELP sockscale_agent_kernel_events_total What the kernel side could not account exactly, or took up late, by event: conn_untracked, parse_limit, parse_error, stream_gap (client bytes never seen), resync (a lost stream found again), adopted (a connection open before the programs, taken up at its next request), h2_full (an HTTP/2 stream beyond the 128 followed on its connection, not counted), h2_lost (HTTP/2 frames not followed: the connection counted as one request from then on), rx_wait (a client segment waited while another CPU walked its connection's bytes: not a loss), rx_takeover (it waited far longer than a walk takes and walked all the same: a claim nobody gave back).
 # TYPE sockscale_agent_kernel_events_total counter
 sockscale_agent_kernel_events_total{event="adopted"} 5
 sockscale_agent_kernel_events_total{event="conn_untracked"} 0
@@ -67,6 +67,8 @@ sockscale_agent_kernel_events_total{event="h2_lost"} 0
 sockscale_agent_kernel_events_total{event="parse_error"} 2
 sockscale_agent_kernel_events_total{event="parse_limit"} 0
 sockscale_agent_kernel_events_total{event="resync"} 4
+sockscale_agent_kernel_events_total{event="rx_takeover"} 0
+sockscale_agent_kernel_events_total{event="rx_wait"} 6
 sockscale_agent_kernel_events_total{event="stream_gap"} 3
 # HELP sockscale_agent_skipped_pods Pods on this node not accounted, by reason: host_network.
 # TYPE sockscale_agent_skipped_pods gauge

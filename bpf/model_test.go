@@ -83,7 +83,7 @@ const (
 	evAdopted // the programs only (adopt.h), never the model
 	evH2Full
 	evH2Lost
-	evRxWait // the programs only (two CPUs at one connection), never the model
+	evRxWait     // the programs only (two CPUs at one connection), never the model
 	evRxTakeover // the programs only
 	evMax
 )
